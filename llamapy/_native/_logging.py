@@ -1,0 +1,95 @@
+"""Route llama.cpp / ggml log output to :mod:`logging` (logger ``llamapy.llama_cpp``).
+
+llama.cpp logs a lot at INFO while loading; those lines go to DEBUG so the default logging
+configuration stays quiet. Warnings and errors keep their level. :func:`capture` collects the
+lines logged on the current thread during a call, so a failing call (a bad grammar, a corrupt
+file) can put llama.cpp's own message into the exception it raises.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+log = logging.getLogger("llamapy.llama_cpp")
+
+_LEVELS = {1: logging.DEBUG, 2: logging.DEBUG, 3: logging.WARNING, 4: logging.ERROR}
+_CONT = 5
+_local = threading.local()
+_callback: Any = None  # keeps the cffi callback alive for the life of the process
+
+
+def _on_log(level: int, text: Any, _user_data: Any) -> None:
+    ffi = _ffi
+    message = ffi.string(text).decode("utf-8", "replace") if text != ffi.NULL else ""
+    if level == _CONT:
+        level = getattr(_local, "last_level", 2)
+    _local.last_level = level
+    sink = getattr(_local, "capture", None)
+    if sink is not None and level >= 3:
+        sink.append(message.strip())
+    line = message.rstrip("\n")
+    if line:
+        log.log(_LEVELS.get(level, logging.DEBUG), "%s", line)
+
+
+_ffi: Any = None
+
+
+def install(ffi: Any, lib: Any) -> None:
+    """Install the log callback (once per process)."""
+    global _callback, _ffi
+    if _callback is not None:
+        return
+    _ffi = ffi
+    _callback = ffi.callback("ggml_log_callback", _on_log)
+    lib.llama_log_set(_callback, ffi.NULL)
+
+
+@contextlib.contextmanager
+def capture() -> Iterator[list[str]]:
+    """Collect warning/error lines llama.cpp logs on this thread inside the block."""
+    previous = getattr(_local, "capture", None)
+    lines: list[str] = []
+    _local.capture = lines
+    try:
+        yield lines
+    finally:
+        _local.capture = previous
+
+
+def captured_message(lines: list[str], fallback: str) -> str:
+    """A one-line message from captured log lines, or ``fallback`` when none were logged."""
+    text = "; ".join(line for line in lines if line)
+    return text or fallback
+
+
+_stderr_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def capture_stderr() -> Iterator[list[str]]:
+    """Collect what native code writes straight to file descriptor 2 inside the block.
+
+    A few llama.cpp paths (the GBNF parser) ``fprintf(stderr, ...)`` instead of logging; this
+    is how their message reaches the exception. Serialised by a lock; the window is one call.
+    """
+    import os
+    import sys
+    import tempfile
+
+    lines: list[str] = []
+    with _stderr_lock, tempfile.TemporaryFile() as tmp:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield lines
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            lines.extend(tmp.read().decode("utf-8", "replace").splitlines())

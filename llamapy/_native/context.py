@@ -1,0 +1,343 @@
+"""``Context`` (an owning ``llama_context`` wrapper) and ``Batch`` (a reusable ``llama_batch``)."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import ClosedError, InvalidOptionError, NativeError, UnknownOptionError, decode_error
+from . import _logging
+from ._loader import native
+from .model import LoraAdapter, Model
+
+GGML_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8,
+              "iq4_nl": 20, "bf16": 30}
+_FLASH = {"auto": -1, "off": 0, "on": 1, False: 0, True: 1}
+_POOLING = {"unspecified": -1, "none": 0, "mean": 1, "cls": 2, "last": 3, "rank": 4}
+_ATTENTION = {"unspecified": -1, "causal": 0, "non_causal": 1}
+_ROPE_SCALING = {"unspecified": -1, "none": 0, "linear": 1, "yarn": 2, "longrope": 3}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContextOptions:
+    """Context creation options (the single source of their names; 0/None = llama.cpp's)."""
+
+    n_ctx: int = 4096
+    n_batch: int = 2048
+    n_ubatch: int = 512
+    n_seq_max: int = 1
+    n_threads: int = 0
+    n_threads_batch: int = 0
+    type_k: str = "f16"
+    type_v: str = "f16"
+    flash_attn: str | bool = "auto"
+    offload_kqv: bool = True
+    op_offload: bool = True
+    rope_scaling_type: str = "unspecified"
+    rope_freq_base: float = 0.0
+    rope_freq_scale: float = 0.0
+    yarn_ext_factor: float = -1.0
+    yarn_attn_factor: float = -1.0
+    yarn_beta_fast: float = -1.0
+    yarn_beta_slow: float = -1.0
+    yarn_orig_ctx: int = 0
+    attention_type: str = "unspecified"
+    pooling_type: str = "unspecified"
+    embeddings: bool = False
+    swa_full: bool = True
+    kv_unified: bool = False
+    no_perf: bool = True
+
+
+def context_option_keys() -> list[str]:
+    """Every context option name."""
+    return [f.name for f in dataclasses.fields(ContextOptions)]
+
+
+#: Options a caller may tune; the server owns the sizing ones.
+SERVER_OWNED_KEYS = ("n_ctx", "n_batch", "n_seq_max", "kv_unified")
+
+
+def tuning_option_keys() -> list[str]:
+    """Context options a server forwards (everything but the sizing it owns)."""
+    return [k for k in context_option_keys() if k not in SERVER_OWNED_KEYS]
+
+
+def _enum(table: dict[Any, int], value: Any, name: str) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    try:
+        return table[value]
+    except (KeyError, TypeError):
+        pass
+    valid = sorted(str(k) for k in table)
+    raise InvalidOptionError(f"{name} must be one of {valid}, got {value!r}", option=name)
+
+
+class Context:
+    """A llama.cpp context: KV memory, decode, logits and per-sequence state.
+
+    One context must be used from one thread at a time. It keeps its model alive and is freed
+    before it (``close()`` is idempotent; use after close raises :class:`ClosedError`).
+    """
+
+    def __init__(self, model: Model, options: ContextOptions | None = None, **kwargs: Any):
+        if options is None:
+            unknown = set(kwargs) - set(context_option_keys())
+            if unknown:
+                raise UnknownOptionError(unknown, context_option_keys(), where="context")
+            options = ContextOptions(**kwargs)
+        self.model = model
+        self.options = options
+        self._ptr: Any = None
+        model._retain()
+        try:
+            self._ptr = self._create(model, options)
+        except BaseException:
+            model._release()
+            raise
+        lib = native().lib
+        self._memory = lib.llama_get_memory(self._ptr)
+        self.n_ctx = int(lib.llama_n_ctx(self._ptr))
+        self.n_ctx_seq = int(lib.llama_n_ctx_seq(self._ptr))
+        self.n_batch = int(lib.llama_n_batch(self._ptr))
+        self.n_ubatch = int(lib.llama_n_ubatch(self._ptr))
+        self.n_seq_max = int(lib.llama_n_seq_max(self._ptr))
+        self.n_vocab = model.n_vocab
+        self._abort_cb: Any = None
+        self._abort = False
+
+    @staticmethod
+    def _create(model: Model, o: ContextOptions) -> Any:
+        ffi, lib = native().ffi, native().lib
+        p = lib.llama_context_default_params()
+        for name in ("n_ctx", "n_batch", "n_ubatch", "n_seq_max", "offload_kqv", "op_offload",
+                     "embeddings", "swa_full", "kv_unified", "no_perf", "rope_freq_base",
+                     "rope_freq_scale", "yarn_ext_factor", "yarn_attn_factor", "yarn_beta_fast",
+                     "yarn_beta_slow", "yarn_orig_ctx"):
+            setattr(p, name, getattr(o, name))
+        if o.n_threads > 0:
+            p.n_threads = o.n_threads
+        if o.n_threads_batch > 0 or o.n_threads > 0:
+            p.n_threads_batch = o.n_threads_batch or o.n_threads
+        p.type_k = _enum(GGML_TYPES, o.type_k, "type_k")
+        p.type_v = _enum(GGML_TYPES, o.type_v, "type_v")
+        p.flash_attn_type = _enum(_FLASH, o.flash_attn, "flash_attn")
+        p.pooling_type = _enum(_POOLING, o.pooling_type, "pooling_type")
+        p.attention_type = _enum(_ATTENTION, o.attention_type, "attention_type")
+        p.rope_scaling_type = _enum(_ROPE_SCALING, o.rope_scaling_type, "rope_scaling_type")
+        with _logging.capture() as lines:
+            ptr = lib.llama_init_from_model(model.ptr, p)
+        if ptr == ffi.NULL:
+            reason = _logging.captured_message(lines, "llama_init_from_model returned NULL")
+            raise NativeError(f"failed to create context: {reason}")
+        return ptr
+
+    # --- lifetime -----------------------------------------------------------------------------
+
+    @property
+    def ptr(self) -> Any:
+        """The raw ``llama_context *``; raises :class:`ClosedError` after close."""
+        if self._ptr is None:
+            raise ClosedError("context is closed")
+        return self._ptr
+
+    def close(self) -> None:
+        """Free the context, then let the model go. Idempotent."""
+        if self._ptr is None:
+            return
+        native().lib.llama_free(self._ptr)
+        self._ptr = None
+        self.model._release()
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._ptr is None
+
+    def __enter__(self) -> Context:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
+    # --- decode and outputs -------------------------------------------------------------------
+
+    def decode(self, batch: Batch) -> None:
+        """Decode a batch; a non-zero return code raises its typed :class:`DecodeError`."""
+        if batch.n_tokens == 0:
+            return
+        code = native().lib.llama_decode(self.ptr, batch.struct[0])
+        if code != 0:
+            raise decode_error(int(code))
+
+    def logits(self, index: int) -> np.ndarray:
+        """Logits of batch row ``index`` (-1 = last output) as a zero-copy float32 view.
+
+        The view is valid until the next decode.
+        """
+        ffi, lib = native().ffi, native().lib
+        ptr = lib.llama_get_logits_ith(self.ptr, index)
+        if ptr == ffi.NULL:
+            raise NativeError(f"no logits for batch index {index}")
+        return np.frombuffer(ffi.buffer(ptr, self.n_vocab * 4), dtype=np.float32)
+
+    def embeddings(self, index: int) -> np.ndarray:
+        """Embedding of batch row ``index`` (pooling none), copied."""
+        return self._embd(native().lib.llama_get_embeddings_ith(self.ptr, index), index)
+
+    def sequence_embeddings(self, seq_id: int) -> np.ndarray:
+        """Pooled embedding of a sequence (pooling mean/cls/last), copied."""
+        return self._embd(native().lib.llama_get_embeddings_seq(self.ptr, seq_id), seq_id)
+
+    def _embd(self, ptr: Any, which: int) -> np.ndarray:
+        ffi = native().ffi
+        if ptr == ffi.NULL:
+            raise NativeError(f"no embeddings for {which} (is embeddings=True?)")
+        n = self.model.n_embd
+        return np.frombuffer(ffi.buffer(ptr, n * 4), dtype=np.float32).copy()
+
+    def set_abort(self, flag: bool) -> None:
+        """Ask a running decode to abort (returns code 2) until cleared."""
+        self._abort = flag
+        if self._abort_cb is None:
+            ffi = native().ffi
+            self._abort_cb = ffi.callback("ggml_abort_callback", lambda _data: self._abort)
+            native().lib.llama_set_abort_callback(self.ptr, self._abort_cb, ffi.NULL)
+
+    def set_adapters(self, adapters: Sequence[tuple[LoraAdapter, float]]) -> None:
+        """Attach LoRA adapters with scales (an empty list detaches all)."""
+        ffi, lib = native().ffi, native().lib
+        ptrs = ffi.new("struct llama_adapter_lora *[]", [a.ptr for a, _ in adapters] or 1)
+        scales = ffi.new("float[]", [float(s) for _, s in adapters] or 1)
+        if lib.llama_set_adapters_lora(self.ptr, ptrs, len(adapters), scales) != 0:
+            raise NativeError("llama_set_adapters_lora failed")
+
+    # --- memory -------------------------------------------------------------------------------
+
+    def seq_rm(self, seq_id: int, p0: int = -1, p1: int = -1) -> bool:
+        """Remove ``seq_id``'s cells in ``[p0, p1)``; False if a partial removal is impossible."""
+        self.ptr  # noqa: B018
+        return bool(native().lib.llama_memory_seq_rm(self._memory, seq_id, p0, p1))
+
+    def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
+        """Copy ``src``'s cells in ``[p0, p1)`` to ``dst`` (metadata only on a unified KV)."""
+        self.ptr  # noqa: B018
+        native().lib.llama_memory_seq_cp(self._memory, src, dst, p0, p1)
+
+    def seq_keep(self, seq_id: int) -> None:
+        """Remove every sequence but ``seq_id``."""
+        self.ptr  # noqa: B018
+        native().lib.llama_memory_seq_keep(self._memory, seq_id)
+
+    def seq_add(self, seq_id: int, p0: int, p1: int, delta: int) -> None:
+        """Shift positions of ``seq_id`` in ``[p0, p1)`` by ``delta``."""
+        self.ptr  # noqa: B018
+        native().lib.llama_memory_seq_add(self._memory, seq_id, p0, p1, delta)
+
+    def seq_pos_min(self, seq_id: int) -> int:
+        """Smallest position of ``seq_id`` (-1 if empty)."""
+        self.ptr  # noqa: B018
+        return int(native().lib.llama_memory_seq_pos_min(self._memory, seq_id))
+
+    def seq_pos_max(self, seq_id: int) -> int:
+        """Largest position of ``seq_id`` (-1 if empty)."""
+        self.ptr  # noqa: B018
+        return int(native().lib.llama_memory_seq_pos_max(self._memory, seq_id))
+
+    def clear(self, data: bool = False) -> None:
+        """Clear all memory (and the data buffers when ``data``)."""
+        self.ptr  # noqa: B018
+        native().lib.llama_memory_clear(self._memory, data)
+
+    def state_seq_get(self, seq_id: int) -> bytes:
+        """Serialise one sequence's state (its KV cells)."""
+        ffi, lib = native().ffi, native().lib
+        size = lib.llama_state_seq_get_size(self.ptr, seq_id)
+        buf = ffi.new("uint8_t[]", max(1, size))
+        n = lib.llama_state_seq_get_data(self.ptr, buf, size, seq_id)
+        return ffi.buffer(buf, n)[:]
+
+    def state_seq_set(self, seq_id: int, data: bytes) -> bool:
+        """Load a state from :meth:`state_seq_get` into ``seq_id``; False on failure."""
+        ffi, lib = native().ffi, native().lib
+        src = ffi.from_buffer("uint8_t[]", data)
+        return lib.llama_state_seq_set_data(self.ptr, src, len(data), seq_id) > 0
+
+    def perf(self) -> dict[str, float]:
+        """llama.cpp's context perf counters (needs ``no_perf=False``)."""
+        data = native().lib.llama_perf_context(self.ptr)
+        return {name: getattr(data, name) for name, _ in native().ffi.typeof(data).fields}
+
+    def reset_perf(self) -> None:
+        """Reset the perf counters."""
+        native().lib.llama_perf_context_reset(self.ptr)
+
+
+class Batch:
+    """A preallocated ``llama_batch`` filled through numpy views (one sequence id per token).
+
+    ``add(seq_id, start_pos, token_ids, logits_last)`` appends a run of tokens for one sequence;
+    the returned index is the batch row of the run's last token (for sampling and logits).
+    """
+
+    def __init__(self, capacity: int) -> None:
+        if capacity <= 0:
+            raise InvalidOptionError("batch capacity must be positive", option="n_batch")
+        ffi = native().ffi
+        self.capacity = capacity
+        self._token = ffi.new("llama_token[]", capacity)
+        self._pos = ffi.new("llama_pos[]", capacity)
+        self._n_seq = ffi.new("int32_t[]", capacity)
+        self._seq = ffi.new("llama_seq_id[]", capacity)
+        self._seq_ptrs = ffi.new("llama_seq_id *[]", capacity)
+        self._logits = ffi.new("int8_t[]", capacity)
+        for i in range(capacity):
+            self._seq_ptrs[i] = self._seq + i
+        self.token = np.frombuffer(ffi.buffer(self._token), dtype=np.int32)
+        self.pos = np.frombuffer(ffi.buffer(self._pos), dtype=np.int32)
+        self.seq = np.frombuffer(ffi.buffer(self._seq), dtype=np.int32)
+        self.logits = np.frombuffer(ffi.buffer(self._logits), dtype=np.int8)
+        np.frombuffer(ffi.buffer(self._n_seq), dtype=np.int32)[:] = 1
+        self.struct = ffi.new("struct llama_batch *")
+        s = self.struct
+        s.token, s.pos, s.n_seq_id = self._token, self._pos, self._n_seq
+        s.seq_id, s.logits, s.embd = self._seq_ptrs, self._logits, ffi.NULL
+        s.n_tokens = 0
+
+    @property
+    def n_tokens(self) -> int:
+        """Tokens currently in the batch."""
+        return int(self.struct.n_tokens)
+
+    def clear(self) -> None:
+        """Empty the batch (no per-element work)."""
+        self.struct.n_tokens = 0
+
+    def add(self, seq_id: int, start_pos: int, token_ids: Sequence[int],
+            logits_last: bool = True) -> int:
+        """Append ``token_ids`` of ``seq_id`` at positions from ``start_pos``; return last row."""
+        n = int(self.struct.n_tokens)
+        k = len(token_ids)
+        if k == 0:
+            raise InvalidOptionError("cannot add an empty run of tokens")
+        if n + k > self.capacity:
+            raise InvalidOptionError(f"batch overflow: {n} + {k} > capacity {self.capacity}")
+        end = n + k
+        self.token[n:end] = token_ids
+        self.pos[n:end] = np.arange(start_pos, start_pos + k, dtype=np.int32)
+        self.seq[n:end] = seq_id
+        self.logits[n:end] = 0
+        if logits_last:
+            self.logits[end - 1] = 1
+        self.struct.n_tokens = end
+        return end - 1

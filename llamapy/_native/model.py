@@ -1,0 +1,363 @@
+"""``Model``: an owning wrapper of ``llama_model`` with its vocabulary and metadata."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import ClosedError, InvalidOptionError, ModelLoadError, NativeError
+from . import _logging
+from ._loader import native
+
+_SPLIT_MODES = {"none": 0, "layer": 1, "row": 2, "tensor": 3}
+LOAD_MODE_NONE, LOAD_MODE_MMAP, LOAD_MODE_MLOCK, LOAD_MODE_MMAP_MLOCK, LOAD_MODE_DIRECT_IO = (
+    0, 1, 2, 3, 4,
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelOptions:
+    """Model loading options (the single source of their names and defaults)."""
+
+    n_gpu_layers: int = 99
+    main_gpu: int = 0
+    split_mode: str = "layer"
+    tensor_split: tuple[float, ...] = ()
+    use_mmap: bool = True
+    use_mlock: bool = False
+    use_direct_io: bool = False
+    check_tensors: bool = False
+    vocab_only: bool = False
+
+    @property
+    def load_mode(self) -> int:
+        """llama.cpp's single ``load_mode``: direct I/O wins, else mmap and mlock combine."""
+        if self.use_direct_io:
+            return LOAD_MODE_DIRECT_IO
+        if self.use_mmap:
+            return LOAD_MODE_MMAP_MLOCK if self.use_mlock else LOAD_MODE_MMAP
+        return LOAD_MODE_MLOCK if self.use_mlock else LOAD_MODE_NONE
+
+
+def load_option_keys() -> list[str]:
+    """The model loading option names."""
+    return [f.name for f in dataclasses.fields(ModelOptions)]
+
+
+class Model:
+    """A loaded GGUF model. Thread-safe for read-only use (tokenize, metadata).
+
+    Use as a context manager or call :meth:`close`; contexts made from the model must be
+    closed first (``Context`` keeps its model alive and closing a model with live contexts
+    defers the free until the last one closes).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], options: ModelOptions | None = None,
+                 **kwargs: Any) -> None:
+        if options is None:
+            options = _model_options(kwargs)
+        elif kwargs:
+            raise InvalidOptionError("pass either options= or keyword options, not both")
+        self.path = Path(path)
+        self.options = options
+        self._ptr: Any = None
+        self._contexts = 0
+        self._close_requested = False
+        self._piece_cache: dict[int, bytes] = {}
+        self._ptr = self._load(options)
+        nat = native()
+        self._vocab = nat.lib.llama_model_get_vocab(self._ptr)
+        self.n_vocab: int = nat.lib.llama_vocab_n_tokens(self._vocab)
+
+    def _load(self, options: ModelOptions) -> Any:
+        if not self.path.is_file():
+            raise ModelLoadError(f"model file not found: {self.path}")
+        ffi, lib = native().ffi, native().lib
+        params = lib.llama_model_default_params()
+        params.n_gpu_layers = options.n_gpu_layers
+        params.main_gpu = options.main_gpu
+        params.load_mode = options.load_mode
+        params.check_tensors = options.check_tensors
+        params.vocab_only = options.vocab_only
+        if options.split_mode not in _SPLIT_MODES:
+            raise InvalidOptionError(
+                f"split_mode must be one of {sorted(_SPLIT_MODES)}", option="split_mode"
+            )
+        params.split_mode = _SPLIT_MODES[options.split_mode]
+        keep = None
+        if options.tensor_split:
+            keep = ffi.new("float[]", max(len(options.tensor_split), lib.llama_max_devices()))
+            for i, v in enumerate(options.tensor_split):
+                keep[i] = v
+            params.tensor_split = keep
+        with _logging.capture() as lines:
+            ptr = lib.llama_model_load_from_file(str(self.path).encode(), params)
+        if ptr == ffi.NULL:
+            reason = _logging.captured_message(lines, "llama_model_load_from_file returned NULL")
+            raise ModelLoadError(f"failed to load model {self.path}: {reason}")
+        return ptr
+
+    # --- lifetime -----------------------------------------------------------------------------
+
+    @property
+    def ptr(self) -> Any:
+        """The raw ``llama_model *``; raises :class:`ClosedError` after close."""
+        if self._ptr is None or self._close_requested:
+            raise ClosedError("model is closed")
+        return self._ptr
+
+    @property
+    def vocab(self) -> Any:
+        """The raw ``const llama_vocab *``."""
+        self.ptr  # noqa: B018 - raises when closed
+        return self._vocab
+
+    def _retain(self) -> None:
+        self.ptr  # noqa: B018
+        self._contexts += 1
+
+    def _release(self) -> None:
+        self._contexts -= 1
+        if self._close_requested and self._contexts == 0:
+            self._free()
+
+    def close(self) -> None:
+        """Free the model (deferred until its last context closes). Idempotent."""
+        if self._ptr is None:
+            return
+        self._close_requested = True
+        if self._contexts == 0:
+            self._free()
+
+    def _free(self) -> None:
+        if self._ptr is not None:
+            native().lib.llama_model_free(self._ptr)
+            self._ptr = None
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._ptr is None or self._close_requested
+
+    def __enter__(self) -> Model:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # safety net only; close() is the contract
+        try:
+            if self._ptr is not None and self._contexts == 0:
+                self._free()
+        except Exception:
+            pass
+
+    # --- metadata -----------------------------------------------------------------------------
+
+    def _string(self, fn: Any, *args: Any) -> str:
+        ffi = native().ffi
+        size = 256
+        while True:
+            buf = ffi.new("char[]", size)
+            n = fn(*args, buf, size)
+            if n < 0:
+                return ""
+            if n < size:
+                return ffi.string(buf, n).decode("utf-8", "replace")
+            size = n + 1
+
+    def metadata(self) -> dict[str, str]:
+        """All GGUF key/value pairs (values as strings, arrays omitted by llama.cpp)."""
+        lib = native().lib
+        ptr = self.ptr
+        out = {}
+        for i in range(lib.llama_model_meta_count(ptr)):
+            key = self._string(lib.llama_model_meta_key_by_index, ptr, i)
+            out[key] = self._string(lib.llama_model_meta_val_str_by_index, ptr, i)
+        return out
+
+    def meta(self, key: str) -> str | None:
+        """One GGUF metadata value, or ``None``."""
+        lib = native().lib
+        ffi = native().ffi
+        buf = ffi.new("char[]", 4096)
+        n = lib.llama_model_meta_val_str(self.ptr, key.encode(), buf, 4096)
+        if n < 0:
+            return None
+        if n >= 4096:
+            return self._string(lib.llama_model_meta_val_str, self.ptr, key.encode())
+        return ffi.string(buf, n).decode("utf-8", "replace")
+
+    @property
+    def description(self) -> str:
+        """llama.cpp's one-line description (architecture, size, quantization)."""
+        return self._string(native().lib.llama_model_desc, self.ptr)
+
+    @property
+    def size(self) -> int:
+        """Total bytes of the model's tensors."""
+        return int(native().lib.llama_model_size(self.ptr))
+
+    @property
+    def n_params(self) -> int:
+        """Number of parameters."""
+        return int(native().lib.llama_model_n_params(self.ptr))
+
+    @property
+    def n_ctx_train(self) -> int:
+        """Context length the model was trained with."""
+        return int(native().lib.llama_model_n_ctx_train(self.ptr))
+
+    @property
+    def n_embd(self) -> int:
+        """Embedding width."""
+        return int(native().lib.llama_model_n_embd(self.ptr))
+
+    @property
+    def is_recurrent(self) -> bool:
+        """Recurrent models (and hybrids) cannot remove partial sequences."""
+        lib = native().lib
+        return bool(lib.llama_model_is_recurrent(self.ptr) or lib.llama_model_is_hybrid(self.ptr))
+
+    def chat_template(self, name: str | None = None) -> str | None:
+        """The GGUF ``tokenizer.chat_template`` (or a named one), or ``None``."""
+        ffi, lib = native().ffi, native().lib
+        ptr = lib.llama_model_chat_template(self.ptr, name.encode() if name else ffi.NULL)
+        return None if ptr == ffi.NULL else ffi.string(ptr).decode("utf-8", "replace")
+
+    # --- vocabulary ---------------------------------------------------------------------------
+
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False
+                 ) -> list[int]:
+        """Text to token ids (``add_special`` adds BOS/EOS as the model wants)."""
+        ffi, lib = native().ffi, native().lib
+        data = text.encode("utf-8")
+        cap = len(data) + 8
+        for _ in range(2):
+            buf = ffi.new("llama_token[]", cap)
+            n = lib.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special,
+                                   parse_special)
+            if n >= 0:
+                return list(ffi.unpack(buf, n))
+            if n == -(2**31):
+                raise NativeError("tokenization overflow")
+            cap = -n
+        raise NativeError("tokenization failed")
+
+    def token_to_piece(self, token: int, special: bool = True) -> bytes:
+        """The bytes of one token (special tokens rendered when ``special``)."""
+        if special:
+            cached = self._piece_cache.get(token)
+            if cached is not None:
+                return cached
+        ffi, lib = native().ffi, native().lib
+        buf = ffi.new("char[]", 64)
+        n = lib.llama_token_to_piece(self.vocab, token, buf, 64, 0, special)
+        if n < 0:
+            buf = ffi.new("char[]", -n)
+            n = lib.llama_token_to_piece(self.vocab, token, buf, -n, 0, special)
+        piece = ffi.buffer(buf, n)[:]
+        if special:
+            self._piece_cache[token] = piece
+        return piece
+
+    def detokenize(self, tokens: Sequence[int], remove_special: bool = False,
+                   unparse_special: bool = False) -> str:
+        """Token ids to text."""
+        ffi, lib = native().ffi, native().lib
+        arr = ffi.new("llama_token[]", list(tokens))
+        cap = max(16, len(tokens) * 8)
+        for _ in range(2):
+            buf = ffi.new("char[]", cap)
+            n = lib.llama_detokenize(self.vocab, arr, len(tokens), buf, cap, remove_special,
+                                     unparse_special)
+            if n >= 0:
+                return ffi.buffer(buf, n)[:].decode("utf-8", "replace")
+            cap = -n
+        raise NativeError("detokenization failed")
+
+    def is_eog(self, token: int) -> bool:
+        """Whether ``token`` ends generation (EOS, EOT, ...)."""
+        return bool(native().lib.llama_vocab_is_eog(self.vocab, token))
+
+    @property
+    def bos(self) -> int:
+        """Beginning-of-sequence token (-1 if none)."""
+        return int(native().lib.llama_vocab_bos(self.vocab))
+
+    @property
+    def eos(self) -> int:
+        """End-of-sequence token (-1 if none)."""
+        return int(native().lib.llama_vocab_eos(self.vocab))
+
+    @property
+    def eot(self) -> int:
+        """End-of-turn token (-1 if none)."""
+        return int(native().lib.llama_vocab_eot(self.vocab))
+
+    @property
+    def add_bos(self) -> bool:
+        """Whether tokenization with ``add_special`` prepends BOS."""
+        return bool(native().lib.llama_vocab_get_add_bos(self.vocab))
+
+    def token_text(self, token: int) -> str:
+        """The vocabulary's stored text for a token."""
+        ffi = native().ffi
+        return ffi.string(native().lib.llama_vocab_get_text(self.vocab, token)).decode(
+            "utf-8", "replace"
+        )
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else self.description
+        return f"<Model {self.path.name} {state}>"
+
+
+def _model_options(kwargs: dict[str, Any]) -> ModelOptions:
+    from ..errors import UnknownOptionError
+
+    unknown = set(kwargs) - set(load_option_keys())
+    if unknown:
+        raise UnknownOptionError(unknown, load_option_keys(), where="model load")
+    if "tensor_split" in kwargs:
+        kwargs["tensor_split"] = tuple(kwargs["tensor_split"])
+    return ModelOptions(**kwargs)
+
+
+class LoraAdapter:
+    """A LoRA adapter loaded for a model (valid while the model lives)."""
+
+    def __init__(self, model: Model, path: str | os.PathLike[str]) -> None:
+        self.model = model
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise ModelLoadError(f"LoRA adapter not found: {self.path}")
+        ffi, lib = native().ffi, native().lib
+        with _logging.capture() as lines:
+            ptr = lib.llama_adapter_lora_init(model.ptr, str(self.path).encode())
+        if ptr == ffi.NULL:
+            reason = _logging.captured_message(lines, "llama_adapter_lora_init returned NULL")
+            raise ModelLoadError(f"failed to load LoRA adapter {self.path}: {reason}")
+        self._ptr: Any = ptr
+
+    @property
+    def ptr(self) -> Any:
+        """The raw ``llama_adapter_lora *``."""
+        if self._ptr is None:
+            raise ClosedError("LoRA adapter is closed")
+        return self._ptr
+
+    def close(self) -> None:
+        """Free the adapter. Idempotent; the model frees remaining adapters itself."""
+        if self._ptr is not None and not self.model.closed:
+            native().lib.llama_adapter_lora_free(self._ptr)
+        self._ptr = None
+
+    def __enter__(self) -> LoraAdapter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

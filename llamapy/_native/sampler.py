@@ -1,0 +1,198 @@
+"""``SamplerChain``: llama.cpp's native samplers composed in a chain the chain owns."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..errors import ClosedError, GrammarError
+from . import _logging
+from ._loader import native
+from .context import Context
+from .model import Model
+
+DEFAULT_SEED = 0xFFFFFFFF
+
+
+class SamplerChain:
+    """A chain of native samplers. Add samplers in order, then ``sample(ctx, row)``.
+
+    Each ``add_*`` call creates a native sampler that the chain owns from then on. ``sample``
+    applies the chain to a batch row's logits, picks a token and accepts it into every sampler
+    (so penalties, grammar and mirostat state advance). ``close()`` frees the chain.
+    """
+
+    def __init__(self, model: Model, *, no_perf: bool = True) -> None:
+        lib = native().lib
+        params = lib.llama_sampler_chain_default_params()
+        params.no_perf = no_perf
+        self.model = model
+        self._ptr: Any = lib.llama_sampler_chain_init(params)
+        self.names: list[str] = []
+
+    @classmethod
+    def _wrap(cls, model: Model, ptr: Any, names: list[str]) -> SamplerChain:
+        self = cls.__new__(cls)
+        self.model, self._ptr, self.names = model, ptr, list(names)
+        return self
+
+    @property
+    def ptr(self) -> Any:
+        """The raw ``llama_sampler *`` of the chain."""
+        if self._ptr is None:
+            raise ClosedError("sampler chain is closed")
+        return self._ptr
+
+    def _add(self, name: str, smpl: Any) -> SamplerChain:
+        if smpl == native().ffi.NULL:
+            raise GrammarError(f"failed to create sampler {name}")
+        native().lib.llama_sampler_chain_add(self.ptr, smpl)
+        self.names.append(name)
+        return self
+
+    # --- samplers (each returns self, so calls chain) ----------------------------------------
+
+    def add_greedy(self) -> SamplerChain:
+        """Pick the most likely token."""
+        return self._add("greedy", native().lib.llama_sampler_init_greedy())
+
+    def add_dist(self, seed: int = DEFAULT_SEED) -> SamplerChain:
+        """Sample from the distribution with an RNG seeded by ``seed`` (-1 = random)."""
+        return self._add("dist", native().lib.llama_sampler_init_dist(seed & 0xFFFFFFFF))
+
+    def add_top_k(self, k: int) -> SamplerChain:
+        """Keep the ``k`` most likely tokens."""
+        return self._add("top_k", native().lib.llama_sampler_init_top_k(k))
+
+    def add_top_p(self, p: float, min_keep: int = 1) -> SamplerChain:
+        """Nucleus sampling."""
+        return self._add("top_p", native().lib.llama_sampler_init_top_p(p, min_keep))
+
+    def add_min_p(self, p: float, min_keep: int = 1) -> SamplerChain:
+        """Drop tokens below ``p`` times the top probability."""
+        return self._add("min_p", native().lib.llama_sampler_init_min_p(p, min_keep))
+
+    def add_typical(self, p: float, min_keep: int = 1) -> SamplerChain:
+        """Locally typical sampling."""
+        return self._add("typical", native().lib.llama_sampler_init_typical(p, min_keep))
+
+    def add_temp(self, t: float) -> SamplerChain:
+        """Scale logits by 1/t."""
+        return self._add("temp", native().lib.llama_sampler_init_temp(t))
+
+    def add_temp_ext(self, t: float, delta: float, exponent: float) -> SamplerChain:
+        """Dynamic temperature (entropy-based) in ``[t - delta, t + delta]``."""
+        return self._add("temp_ext", native().lib.llama_sampler_init_temp_ext(t, delta, exponent))
+
+    def add_xtc(self, p: float, t: float, min_keep: int = 1, seed: int = DEFAULT_SEED
+                ) -> SamplerChain:
+        """Exclude-top-choices sampling."""
+        lib = native().lib
+        return self._add("xtc", lib.llama_sampler_init_xtc(p, t, min_keep, seed & 0xFFFFFFFF))
+
+    def add_top_n_sigma(self, n: float) -> SamplerChain:
+        """Keep tokens within ``n`` standard deviations of the top logit."""
+        return self._add("top_n_sigma", native().lib.llama_sampler_init_top_n_sigma(n))
+
+    def add_mirostat(self, tau: float, eta: float, m: int = 100, seed: int = DEFAULT_SEED
+                     ) -> SamplerChain:
+        """Mirostat v1 (selects the token itself: put it last)."""
+        lib = native().lib
+        smpl = lib.llama_sampler_init_mirostat(self.model.n_vocab, seed & 0xFFFFFFFF, tau, eta, m)
+        return self._add("mirostat", smpl)
+
+    def add_mirostat_v2(self, tau: float, eta: float, seed: int = DEFAULT_SEED) -> SamplerChain:
+        """Mirostat v2 (selects the token itself: put it last)."""
+        lib = native().lib
+        return self._add("mirostat_v2",
+                         lib.llama_sampler_init_mirostat_v2(seed & 0xFFFFFFFF, tau, eta))
+
+    def add_penalties(self, last_n: int, repeat: float, freq: float, present: float
+                      ) -> SamplerChain:
+        """Repetition, frequency and presence penalties over the last ``last_n`` tokens."""
+        lib = native().lib
+        return self._add("penalties",
+                         lib.llama_sampler_init_penalties(last_n, repeat, freq, present))
+
+    def add_dry(self, multiplier: float, base: float, allowed_length: int, penalty_last_n: int,
+                sequence_breakers: Sequence[str] = ()) -> SamplerChain:
+        """DRY ("don't repeat yourself") sampling."""
+        ffi, lib = native().ffi, native().lib
+        keep = [ffi.new("char[]", s.encode()) for s in sequence_breakers]
+        arr = ffi.new("const char *[]", keep or 1)
+        smpl = lib.llama_sampler_init_dry(self.model.vocab, multiplier, base, allowed_length,
+                                          penalty_last_n, arr, len(keep))
+        return self._add("dry", smpl)
+
+    def add_logit_bias(self, bias: Mapping[int, float]) -> SamplerChain:
+        """Add ``bias[token]`` to token logits."""
+        ffi, lib = native().ffi, native().lib
+        arr = ffi.new("llama_logit_bias[]", max(1, len(bias)))
+        for i, (tok, b) in enumerate(bias.items()):
+            arr[i].token, arr[i].bias = int(tok), float(b)
+        smpl = lib.llama_sampler_init_logit_bias(self.model.n_vocab, len(bias), arr)
+        return self._add("logit_bias", smpl)
+
+    def add_grammar(self, grammar: str, root: str = "root", *,
+                    lazy_patterns: Sequence[str] = (), lazy_tokens: Sequence[int] = ()
+                    ) -> SamplerChain:
+        """Constrain output to a GBNF grammar; invalid grammars raise :class:`GrammarError`.
+
+        With ``lazy_patterns`` / ``lazy_tokens`` the grammar only applies once a trigger
+        pattern matched or a trigger token was generated.
+        """
+        ffi, lib = native().ffi, native().lib
+        with _logging.capture() as lines, _logging.capture_stderr() as err:
+            if lazy_patterns or lazy_tokens:
+                keep = [ffi.new("char[]", p.encode()) for p in lazy_patterns]
+                pats = ffi.new("const char *[]", keep or 1)
+                toks = ffi.new("llama_token[]", list(lazy_tokens) or 1)
+                smpl = lib.llama_sampler_init_grammar_lazy_patterns(
+                    self.model.vocab, grammar.encode(), root.encode(), pats, len(keep), toks,
+                    len(lazy_tokens))
+            else:
+                smpl = lib.llama_sampler_init_grammar(self.model.vocab, grammar.encode(),
+                                                      root.encode())
+        if smpl == ffi.NULL:
+            parse = [line for line in err if "error parsing grammar" in line]
+            raise GrammarError(_logging.captured_message(parse or lines, "failed to parse grammar"))
+        return self._add("grammar", smpl)
+
+    # --- use ---------------------------------------------------------------------------------
+
+    def sample(self, ctx: Context, index: int = -1) -> int:
+        """Sample a token from batch row ``index`` of the last decode and accept it."""
+        return int(native().lib.llama_sampler_sample(self.ptr, ctx.ptr, index))
+
+    def accept(self, token: int) -> None:
+        """Feed a token (e.g. a prompt token) to the samplers' state without sampling."""
+        native().lib.llama_sampler_accept(self.ptr, token)
+
+    def reset(self) -> None:
+        """Reset every sampler's state (penalty history, grammar, RNG stays seeded)."""
+        native().lib.llama_sampler_reset(self.ptr)
+
+    def clone(self) -> SamplerChain:
+        """An independent copy of the chain with its current state."""
+        return SamplerChain._wrap(self.model, native().lib.llama_sampler_clone(self.ptr),
+                                  self.names)
+
+    def __len__(self) -> int:
+        return int(native().lib.llama_sampler_chain_n(self.ptr))
+
+    def close(self) -> None:
+        """Free the chain and every sampler in it. Idempotent."""
+        if self._ptr is not None:
+            native().lib.llama_sampler_free(self._ptr)
+            self._ptr = None
+
+    def __enter__(self) -> SamplerChain:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()

@@ -1,0 +1,264 @@
+"""The one exception tree of llamapy.
+
+Every error llamapy raises derives from :class:`LlamapyError`. Each class carries
+``http_status``: the status the HTTP layer answers with, so it maps errors by type and never by
+message text. Errors that describe a bad request carry the fields a caller needs to act on them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+class LlamapyError(Exception):
+    """Base of every llamapy error."""
+
+    http_status: int = 500
+    #: OpenAI-style error ``type`` for the HTTP layer.
+    error_type: str = "server_error"
+
+
+# --- options and input ---------------------------------------------------------------------------
+
+
+class InvalidOptionError(LlamapyError, ValueError):
+    """An option has an invalid value (a negative ``max_tokens``, an unknown strategy, ...)."""
+
+    http_status = 400
+    error_type = "invalid_request_error"
+
+    def __init__(self, message: str, *, option: str | None = None) -> None:
+        super().__init__(message)
+        self.option = option
+
+
+class UnknownOptionError(InvalidOptionError, TypeError):
+    """An option name is not accepted; the message names the valid keys."""
+
+    def __init__(self, unknown: Iterable[str], valid: Iterable[str], *, where: str) -> None:
+        self.unknown = sorted(unknown)
+        self.valid = sorted(valid)
+        names = ", ".join(self.unknown)
+        super().__init__(
+            f"unknown {where} option(s): {names}; valid keys are: {', '.join(self.valid)}",
+            option=self.unknown[0] if self.unknown else None,
+        )
+
+
+class GrammarError(LlamapyError, ValueError):
+    """A GBNF grammar (or a schema converted to one) could not be parsed or is unsupported."""
+
+    http_status = 400
+    error_type = "invalid_request_error"
+
+
+class UnsupportedFeatureError(LlamapyError):
+    """A deliberately unsupported surface (a schema keyword, a parser protocol, ``n > 1``)."""
+
+    http_status = 400
+    error_type = "invalid_request_error"
+
+    def __init__(self, feature: str, message: str | None = None) -> None:
+        super().__init__(message or f"unsupported feature: {feature}")
+        self.feature = feature
+
+
+class TemplateError(LlamapyError):
+    """A chat template failed to render."""
+
+    http_status = 400
+    error_type = "invalid_request_error"
+
+
+class ContextOverflowError(LlamapyError):
+    """Tokens do not fit the context at a given stage.
+
+    ``stage`` names the primitive that would overflow (``"admit"``, ``"prefill"``, ``"decode"``,
+    ``"ensure_prefix"``, ``"prefill_suffix"``); ``resident_tokens`` are already in the sequence,
+    ``additional_tokens`` are the ones that did not fit, ``n_ctx`` is the limit that applied.
+    """
+
+    http_status = 400
+    error_type = "invalid_request_error"
+
+    def __init__(
+        self, *, stage: str, resident_tokens: int, additional_tokens: int, n_ctx: int
+    ) -> None:
+        self.stage = stage
+        self.resident_tokens = resident_tokens
+        self.additional_tokens = additional_tokens
+        self.n_ctx = n_ctx
+        super().__init__(
+            f"context overflow at {stage}: {resident_tokens} resident + {additional_tokens} "
+            f"additional tokens exceed n_ctx={n_ctx}"
+        )
+
+
+class ManifestMismatchError(LlamapyError):
+    """Resident or snapshotted state was made under a different manifest identity."""
+
+    http_status = 409
+    error_type = "invalid_request_error"
+
+    def __init__(self, field: str, expected: object, got: object) -> None:
+        self.field = field
+        self.expected = expected
+        self.got = got
+        super().__init__(f"manifest mismatch on {field}: expected {expected!r}, got {got!r}")
+
+
+# --- scheduling ----------------------------------------------------------------------------------
+
+
+class QueueFullError(LlamapyError):
+    """The request queue is at ``max_queue``; nothing was queued."""
+
+    http_status = 429
+    error_type = "rate_limit_error"
+
+    def __init__(self, max_queue: int) -> None:
+        self.max_queue = max_queue
+        super().__init__(f"request queue is full (max_queue={max_queue})")
+
+
+class CancelledError(LlamapyError):
+    """The request was cancelled before it finished."""
+
+    http_status = 499
+    error_type = "cancelled"
+
+
+class RequestTimeoutError(LlamapyError, TimeoutError):
+    """A call or a stream's per-token wait ran past its timeout; the request was cancelled."""
+
+    http_status = 504
+    error_type = "timeout"
+
+
+class ClosedError(LlamapyError):
+    """The server, session or native object is closed."""
+
+    http_status = 503
+    error_type = "server_error"
+
+
+class SessionClosedError(ClosedError):
+    """The workspace session is closed."""
+
+    http_status = 409
+
+
+class SessionFatalError(LlamapyError):
+    """The session's resident state is unknown after a failure; close and reopen it."""
+
+    http_status = 500
+
+
+class LeaseTimeoutError(LlamapyError, TimeoutError):
+    """No slot could be leased for a session within the timeout."""
+
+    http_status = 503
+    error_type = "server_error"
+
+
+class IllegalTransitionError(LlamapyError):
+    """An internal state machine was asked for a transition its table does not allow."""
+
+    def __init__(self, machine: str, state: object, event: str) -> None:
+        self.machine = machine
+        self.state = state
+        self.event = event
+        super().__init__(f"{machine}: illegal transition {event!r} from state {state!r}")
+
+
+# --- server lifecycle ----------------------------------------------------------------------------
+
+
+class NotRunningError(LlamapyError):
+    """The server is not running (never started, closed, or died)."""
+
+    http_status = 503
+
+
+class NotReadyError(LlamapyError):
+    """The server is still loading its model."""
+
+    http_status = 503
+
+
+class LoadFailedError(LlamapyError):
+    """The model could not be loaded; ``reason`` says why."""
+
+    http_status = 503
+
+    def __init__(self, reason: object) -> None:
+        self.reason = reason
+        super().__init__(f"model load failed: {reason}")
+
+
+class ModelNotFoundError(LlamapyError):
+    """A model name or path does not resolve to a model."""
+
+    http_status = 404
+    error_type = "invalid_request_error"
+
+
+# --- native --------------------------------------------------------------------------------------
+
+
+class NativeError(LlamapyError):
+    """A libllama call failed."""
+
+
+class LibraryNotFoundError(NativeError):
+    """libllama (or its generated binding) is missing; run ``python build_lib.py``."""
+
+
+class LayoutMismatchError(NativeError):
+    """The cffi declarations disagree with the C compiler on a struct layout."""
+
+
+class ModelLoadError(NativeError):
+    """libllama could not load a model file (missing, corrupt, unsupported)."""
+
+    http_status = 400
+
+
+class DecodeError(NativeError):
+    """``llama_decode`` returned an error code; ``code`` is that code."""
+
+    def __init__(self, code: int, message: str | None = None) -> None:
+        self.code = code
+        super().__init__(message or f"llama_decode failed with code {code}")
+
+
+class KVCacheFullError(DecodeError):
+    """``llama_decode`` returned 1: no KV slot for the batch."""
+
+    def __init__(self) -> None:
+        super().__init__(1, "no KV cache slot for the batch (llama_decode returned 1)")
+
+
+class DecodeAbortedError(DecodeError):
+    """``llama_decode`` returned 2: aborted by the abort callback."""
+
+    def __init__(self) -> None:
+        super().__init__(2, "decode aborted (llama_decode returned 2)")
+
+
+class InvalidBatchError(DecodeError):
+    """``llama_decode`` returned -1: the batch was invalid."""
+
+    def __init__(self) -> None:
+        super().__init__(-1, "invalid batch (llama_decode returned -1)")
+
+
+def decode_error(code: int) -> DecodeError:
+    """The typed error for a non-zero ``llama_decode`` return code."""
+    if code == 1:
+        return KVCacheFullError()
+    if code == 2:
+        return DecodeAbortedError()
+    if code == -1:
+        return InvalidBatchError()
+    return DecodeError(code, f"fatal llama_decode error {code}")
