@@ -1,0 +1,73 @@
+"""The pure-Python serving core: slots, continuous batching, prefix reuse.
+
+Never imports cffi or ``llamapy._native``: it drives any :class:`Backend`.
+"""
+
+from llamapy.engine.backend import Backend, BatchPlan, Sampler, Segment
+from llamapy.engine.options import (
+    LLAMA_DEFAULT_SEED,
+    EngineConfig,
+    RequestOptions,
+    SamplingParams,
+    engine_option_keys,
+    make_engine_config,
+    request_option_keys,
+    resolve_request_options,
+    sampling_option_keys,
+)
+from llamapy.engine.request import (
+    DoneEvent,
+    ErrorEvent,
+    Event,
+    FinishReason,
+    Request,
+    RequestTimings,
+    Sink,
+    TokenEvent,
+)
+from llamapy.engine.strategies import (
+    Balanced,
+    BaseStrategy,
+    BatchDecision,
+    BatchStrategy,
+    BatchView,
+    DecodeMaximal,
+    PrefillPriority,
+    QueuedView,
+    SlotView,
+    resolve_strategy,
+)
+
+__all__ = [
+    "LLAMA_DEFAULT_SEED",
+    "Backend",
+    "Balanced",
+    "BaseStrategy",
+    "BatchDecision",
+    "BatchPlan",
+    "BatchStrategy",
+    "BatchView",
+    "DecodeMaximal",
+    "DoneEvent",
+    "EngineConfig",
+    "ErrorEvent",
+    "Event",
+    "FinishReason",
+    "PrefillPriority",
+    "QueuedView",
+    "Request",
+    "RequestOptions",
+    "RequestTimings",
+    "Sampler",
+    "SamplingParams",
+    "Segment",
+    "Sink",
+    "SlotView",
+    "TokenEvent",
+    "engine_option_keys",
+    "make_engine_config",
+    "request_option_keys",
+    "resolve_request_options",
+    "resolve_strategy",
+    "sampling_option_keys",
+]

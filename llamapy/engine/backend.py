@@ -1,0 +1,216 @@
+"""The contract between the serving core and a model backend.
+
+The engine is backend-agnostic: it only talks to an object satisfying :class:`Backend`.
+``llamapy.engine.fake.FakeBackend`` implements it in pure Python for tests and simulation;
+the libllama backend implements it on ``llamapy._native``. The protocol is deliberately close to
+libllama so that each method is one or two native calls:
+
+=========================  ====================================================================
+``decode``                 ``llama_decode`` on a batch built from a :class:`BatchPlan`
+``new_sampler``            a ``llama_sampler_chain`` built from :class:`SamplingParams`
+``seq_rm/cp/keep``         ``llama_memory_seq_rm`` / ``_seq_cp`` / ``_seq_keep``
+``clear``                  ``llama_memory_clear``
+``seq_pos_max``            ``llama_memory_seq_pos_max``
+``state_seq_get/set``      ``llama_state_seq_get_data`` / ``llama_state_seq_set_data``
+``token_to_piece``         ``llama_token_to_piece`` (special tokens not rendered)
+``is_eog``                 ``llama_vocab_is_eog``
+=========================  ====================================================================
+
+Policy (which tokens to decode, which prefix to keep) lives in the engine, never in a backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from llamapy.engine.options import SamplingParams
+
+__all__ = ["Backend", "BatchPlan", "Sampler", "Segment"]
+
+
+@dataclass(slots=True, frozen=True)
+class Segment:
+    """Consecutive tokens of one sequence in a batch.
+
+    The tokens occupy positions ``start_pos .. start_pos + len(token_ids) - 1`` of sequence
+    ``seq_id``; ``start_pos`` is always ``seq_pos_max(seq_id) + 1`` (positions stay
+    consecutive). ``logits=True`` asks for an output row for the segment's *last* token only.
+    ``tag`` is an opaque label (the ``(cache_scope, cache_identity)`` of the request that owns
+    the tokens); real backends ignore it, the fake backend records it in every KV cell it writes
+    so tests can prove reuse never crosses scopes.
+    """
+
+    seq_id: int
+    start_pos: int
+    token_ids: Sequence[int]
+    logits: bool = False
+    tag: Hashable = None
+
+
+@dataclass(slots=True)
+class BatchPlan:
+    """One ``llama_decode`` call: segments laid out back to back in the batch.
+
+    Segment ``i`` occupies batch rows ``offsets[i] .. offsets[i] + len(token_ids) - 1``;
+    :meth:`output_index` is the row of its last token, the index a backend passes to
+    ``llama_sampler_sample`` / ``llama_get_logits_ith``.
+    """
+
+    segments: list[Segment] = field(default_factory=list)
+
+    @property
+    def n_tokens(self) -> int:
+        """Total tokens in the batch (must be <= the backend's ``n_batch``)."""
+        return sum(len(s.token_ids) for s in self.segments)
+
+    @property
+    def offsets(self) -> list[int]:
+        """Batch row of each segment's first token."""
+        out, at = [], 0
+        for seg in self.segments:
+            out.append(at)
+            at += len(seg.token_ids)
+        return out
+
+    def output_index(self, segment_index: int) -> int:
+        """Batch row of the last token of segment ``segment_index``."""
+        seg = self.segments[segment_index]
+        return self.offsets[segment_index] + len(seg.token_ids) - 1
+
+    def output_indices(self) -> list[int | None]:
+        """Per segment, the row of its output (``None`` when ``logits`` is False)."""
+        out: list[int | None] = []
+        for seg, off in zip(self.segments, self.offsets, strict=True):
+            out.append(off + len(seg.token_ids) - 1 if seg.logits else None)
+        return out
+
+
+@runtime_checkable
+class Sampler(Protocol):
+    """A per-request sampler (a native sampler chain), created by :meth:`Backend.new_sampler`.
+
+    Contract:
+
+    - ``sample(i)`` draws a token from output row ``i`` of the *most recent* ``decode`` and
+      **also accepts it** into the sampler's history (penalties, grammar, mirostat state), as
+      ``llama_sampler_sample`` does. The engine never calls :meth:`accept` for sampled tokens.
+    - ``accept(token_id)`` feeds a token that was *not* produced by :meth:`sample` (reserved for
+      callers that replay history); the engine itself does not call it.
+    - ``top_logprobs(i, n)`` may be called right after ``sample(i)`` (before the next decode):
+      the ``n`` most likely tokens of row ``i`` as ``(token_id, log_probability)``, most likely
+      first, computed from the raw logits (before sampling transforms).
+    - ``close()`` frees native resources; idempotent. The engine closes every sampler it got.
+    """
+
+    def sample(self, batch_index: int) -> int: ...
+
+    def accept(self, token_id: int) -> None: ...
+
+    def top_logprobs(self, batch_index: int, n: int) -> list[tuple[int, float]]: ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What the engine needs from a model + context. Not thread-safe; one owner thread.
+
+    Sequences are numbered ``0 .. n_seq_max - 1``; the engine uses sequence ``i`` for slot ``i``.
+
+    Errors: ``decode`` raises :class:`llamapy.errors.KVCacheFullError` when the KV cache has no
+    room for the batch (and then changes nothing), :class:`~llamapy.errors.DecodeAbortedError`,
+    :class:`~llamapy.errors.InvalidBatchError` or :class:`~llamapy.errors.DecodeError` otherwise
+    (after which positions past each sequence's pre-decode end may be partially written; the
+    engine trims them with ``seq_rm``). ``new_sampler`` raises
+    :class:`~llamapy.errors.GrammarError` for a grammar that does not parse.
+    """
+
+    @property
+    def n_ctx(self) -> int:
+        """Total KV cells of the context."""
+        ...
+
+    @property
+    def n_ctx_seq(self) -> int:
+        """Per-sequence limit: ``n_ctx`` if ``kv_unified`` else ``n_ctx // n_seq_max``."""
+        ...
+
+    @property
+    def n_seq_max(self) -> int:
+        """Number of sequences (slots) the context was created with."""
+        ...
+
+    @property
+    def n_batch(self) -> int:
+        """Max tokens one ``decode`` accepts."""
+        ...
+
+    @property
+    def kv_unified(self) -> bool:
+        """One KV buffer shared by all sequences (enables metadata-only ``seq_cp``)."""
+        ...
+
+    @property
+    def supports_partial_removal(self) -> bool:
+        """False for recurrent/hybrid models: ``seq_rm`` of a strict sub-range then fails."""
+        ...
+
+    @property
+    def n_vocab(self) -> int:
+        """Vocabulary size."""
+        ...
+
+    def decode(self, plan: BatchPlan) -> None:
+        """Run the model on ``plan``; output rows are kept until the next ``decode``."""
+        ...
+
+    def new_sampler(self, params: SamplingParams) -> Sampler:
+        """A fresh sampler for one request; raises ``GrammarError`` for a bad grammar."""
+        ...
+
+    def seq_rm(self, seq_id: int, p0: int, p1: int) -> bool:
+        """Remove positions ``[p0, p1)`` of ``seq_id`` (``p1 = -1``: to the end).
+
+        Returns False (and changes nothing) when partial removal is unsupported. Removing a
+        whole sequence (``p0 = 0, p1 = -1``) always succeeds.
+        """
+        ...
+
+    def seq_cp(self, src: int, dst: int, p0: int, p1: int) -> None:
+        """Make ``dst`` share ``src``'s cells at positions ``[p0, p1)`` (metadata only when
+        ``kv_unified``). The engine only calls it when ``kv_unified`` is True."""
+        ...
+
+    def seq_keep(self, seq_id: int) -> None:
+        """Remove every sequence but ``seq_id``."""
+        ...
+
+    def clear(self) -> None:
+        """Remove every cell of every sequence."""
+        ...
+
+    def seq_pos_max(self, seq_id: int) -> int:
+        """Largest position stored for ``seq_id``; -1 when the sequence is empty."""
+        ...
+
+    def state_seq_get(self, seq_id: int) -> bytes:
+        """Serialise ``seq_id``'s KV (all positions) to bytes."""
+        ...
+
+    def state_seq_set(self, seq_id: int, data: bytes) -> bool:
+        """Replace ``seq_id``'s KV with ``data`` from :meth:`state_seq_get`.
+
+        Returns False on failure (no room, corrupt data); ``seq_id`` is then empty.
+        """
+        ...
+
+    def token_to_piece(self, token_id: int) -> bytes:
+        """The bytes a token renders to (may be a partial UTF-8 character; b"" for control)."""
+        ...
+
+    def is_eog(self, token_id: int) -> bool:
+        """True for end-of-generation tokens (EOS, EOT, ...)."""
+        ...

@@ -1,0 +1,247 @@
+"""Batch strategies: how one tick's ``n_batch`` token budget is shared.
+
+Every tick the engine builds a :class:`BatchView` (who is decoding, who is prefilling and how
+much is left, the queue with waiting times and prompt sizes) and asks the strategy to
+``allocate`` it. A decoding slot takes exactly one token; a prefilling slot takes up to
+``min(chunk_size, remaining_prefill)``. The engine validates every :class:`BatchDecision`
+(budget, chunk bound, known slots, progress) and raises ``InvalidOptionError`` on a violation.
+
+``admission_order`` lets a strategy reorder the queue (shortest prompt first, deadlines...);
+the engine still serves a freed slot to the queued request of that slot's session first.
+
+User strategies implement :class:`BatchStrategy` (or subclass :class:`BaseStrategy`) and are
+passed as ``EngineConfig(batch_strategy=...)`` (an instance or a zero-argument class).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from llamapy.errors import InvalidOptionError
+
+__all__ = [
+    "Balanced",
+    "BaseStrategy",
+    "BatchDecision",
+    "BatchStrategy",
+    "BatchView",
+    "DecodeMaximal",
+    "PrefillPriority",
+    "QueuedView",
+    "SlotView",
+    "resolve_strategy",
+    "strategy_names",
+]
+
+
+@dataclass(slots=True, frozen=True)
+class SlotView:
+    """A running slot as strategies see it (times are engine-clock seconds)."""
+
+    slot_id: int
+    request_id: Hashable
+    prompt_tokens: int
+    num_computed: int
+    remaining_prefill: int
+    num_generated: int
+    submitted_at: float
+    admitted_at: float
+    last_token_at: float | None
+    serial: int
+    leased: bool = False
+
+
+@dataclass(slots=True, frozen=True)
+class QueuedView:
+    """A queued request as strategies see it."""
+
+    request_id: Hashable
+    prompt_tokens: int
+    submitted_at: float
+    serial: int
+    session: Hashable | None = None
+    lease_id: int | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class BatchView:
+    """Everything a strategy may use to fill one tick.
+
+    ``prefilling`` lists only slots that can prefill this tick (a slot waiting for another slot
+    to compute a shared prefix is left out).
+    """
+
+    now: float
+    n_batch: int
+    chunk_size: int
+    decoding: tuple[SlotView, ...]
+    prefilling: tuple[SlotView, ...]
+    queue: tuple[QueuedView, ...] = ()
+
+    @property
+    def queue_depth(self) -> int:
+        """Requests waiting for a slot."""
+        return len(self.queue)
+
+    def chunk_for(self, slot: SlotView) -> int:
+        """The most prefill tokens ``slot`` may take this tick."""
+        return min(self.chunk_size, slot.remaining_prefill)
+
+
+@dataclass(slots=True)
+class BatchDecision:
+    """Slots that decode their next token, and prefill tokens per slot."""
+
+    decode: list[int] = field(default_factory=list)
+    prefill: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def n_tokens(self) -> int:
+        """Tokens this decision puts in the batch."""
+        return len(self.decode) + sum(self.prefill.values())
+
+
+@runtime_checkable
+class BatchStrategy(Protocol):
+    """A batch-building policy. ``allocate`` is required; ``admission_order`` returns indices
+    into ``queue`` in the order requests should get free slots (default FIFO)."""
+
+    name: str
+
+    def allocate(self, view: BatchView) -> BatchDecision: ...
+
+    def admission_order(self, queue: Sequence[QueuedView], now: float) -> Sequence[int]: ...
+
+
+class BaseStrategy:
+    """Helpers shared by the built-in strategies; FIFO admission."""
+
+    name = "base"
+
+    def allocate(self, view: BatchView) -> BatchDecision:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def admission_order(self, queue: Sequence[QueuedView], now: float) -> Sequence[int]:
+        """FIFO: the order requests were submitted."""
+        return range(len(queue))
+
+    @staticmethod
+    def decoders_by_wait(view: BatchView) -> list[SlotView]:
+        """Decoding slots, the one that waited longest for a token first."""
+        return sorted(view.decoding, key=lambda s: (s.last_token_at or 0.0, s.serial))
+
+    @staticmethod
+    def fill_prefill(view: BatchView, budget: int, decision: BatchDecision) -> int:
+        """Give prefilling slots tokens in admission order until ``budget`` is spent."""
+        for slot in sorted(view.prefilling, key=lambda s: s.serial):
+            n = min(budget, view.chunk_for(slot))
+            if n <= 0:
+                break
+            decision.prefill[slot.slot_id] = n
+            budget -= n
+        return budget
+
+
+class DecodeMaximal(BaseStrategy):
+    """Default: every decoding slot gets its token; prefill chunks fill the rest (FIFO)."""
+
+    name = "decode_maximal"
+
+    def allocate(self, view: BatchView) -> BatchDecision:
+        decision = BatchDecision()
+        decoders = self.decoders_by_wait(view)[: view.n_batch]
+        decision.decode = [s.slot_id for s in decoders]
+        self.fill_prefill(view, view.n_batch - len(decoders), decision)
+        return decision
+
+
+class PrefillPriority(BaseStrategy):
+    """Prefill chunks first (best time to first token); decoding slots get what is left."""
+
+    name = "prefill_priority"
+
+    def allocate(self, view: BatchView) -> BatchDecision:
+        decision = BatchDecision()
+        budget = self.fill_prefill(view, view.n_batch, decision)
+        decision.decode = [s.slot_id for s in self.decoders_by_wait(view)[:budget]]
+        return decision
+
+
+class Balanced(BaseStrategy):
+    """Smooth streaming under mixed load.
+
+    Decoding slots always get their token. While any slot decodes, prefill is capped at
+    ``prefill_share`` of ``n_batch`` per tick (so a long prompt cannot stretch the inter-token
+    delay of running streams) and shared evenly, round-robin, between prefilling slots instead
+    of FIFO. With nobody decoding, prefill takes the whole budget.
+    """
+
+    name = "balanced"
+
+    def __init__(self, prefill_share: float = 0.25) -> None:
+        if not 0.0 < prefill_share <= 1.0:
+            raise InvalidOptionError("Balanced.prefill_share must be in (0, 1]",
+                                     option="batch_strategy")
+        self.prefill_share = prefill_share
+
+    def allocate(self, view: BatchView) -> BatchDecision:
+        decision = BatchDecision()
+        decoders = self.decoders_by_wait(view)[: view.n_batch]
+        decision.decode = [s.slot_id for s in decoders]
+        budget = view.n_batch - len(decoders)
+        if decoders:
+            budget = min(budget, max(1, int(view.n_batch * self.prefill_share)))
+        self._share_evenly(view, budget, decision)
+        return decision
+
+    @staticmethod
+    def _share_evenly(view: BatchView, budget: int, decision: BatchDecision) -> None:
+        wants = {s.slot_id: view.chunk_for(s) for s in sorted(view.prefilling,
+                                                              key=lambda s: s.serial)}
+        while budget > 0 and wants:
+            share = max(1, budget // len(wants))
+            for slot_id in list(wants):
+                n = min(share, wants[slot_id], budget)
+                decision.prefill[slot_id] = decision.prefill.get(slot_id, 0) + n
+                wants[slot_id] -= n
+                budget -= n
+                if wants[slot_id] == 0:
+                    del wants[slot_id]
+                if budget == 0:
+                    break
+
+
+_BUILTIN: dict[str, type[BaseStrategy]] = {
+    cls.name: cls for cls in (DecodeMaximal, PrefillPriority, Balanced)
+}
+_ALIASES = {cls.__name__: cls.name for cls in _BUILTIN.values()}
+
+
+def strategy_names() -> tuple[str, ...]:
+    """Names accepted for the built-in strategies."""
+    return tuple(_BUILTIN)
+
+
+def resolve_strategy(spec: object) -> BatchStrategy:
+    """A strategy instance from a name, a class or an instance; ``InvalidOptionError`` if
+    ``spec`` is none of those or lacks a callable ``allocate``."""
+    if isinstance(spec, str):
+        name = _ALIASES.get(spec, spec)
+        if name not in _BUILTIN:
+            raise InvalidOptionError(
+                f"unknown batch_strategy {spec!r}; valid: {', '.join(strategy_names())}",
+                option="batch_strategy",
+            )
+        return _BUILTIN[name]()
+    if isinstance(spec, type):
+        try:
+            spec = spec()
+        except TypeError as exc:
+            raise InvalidOptionError(f"batch_strategy class {spec.__name__} needs no-arg "
+                                     f"construction: {exc}", option="batch_strategy") from exc
+    if not callable(getattr(spec, "allocate", None)):
+        raise InvalidOptionError(f"batch_strategy {spec!r} has no allocate(view) method",
+                                 option="batch_strategy")
+    return spec  # type: ignore[return-value]
