@@ -1,0 +1,151 @@
+"""Render a model's chat template the way Hugging Face ``apply_chat_template`` does.
+
+A GGUF carries its template as ``tokenizer.chat_template``: Jinja source written for
+``transformers``. We compile it in the same environment (an immutable sandbox with
+``trim_blocks`` and ``lstrip_blocks``, the ``loopcontrols`` extension and a no-op
+``{% generation %}`` tag), with the same helpers (``tojson``, ``raise_exception``,
+``strftime_now``) and the same variables (``messages``, ``tools``, ``add_generation_prompt``,
+``bos_token``, ``eos_token``, plus extra keyword arguments). Messages in OpenAI shape are
+normalised first (see :mod:`llamapy.chat.messages_in`). Every failure, at compile or at render
+time, becomes a :class:`~llamapy.errors.TemplateError` that carries the template's message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any, NoReturn
+
+import jinja2
+import jinja2.ext
+from jinja2 import nodes
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from llamapy.chat.messages_in import normalize_messages, normalize_tools
+from llamapy.errors import TemplateError
+
+#: The template used for models whose GGUF has none: plain ChatML.
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+class _GenerationTag(jinja2.ext.Extension):
+    """``{% generation %}...{% endgeneration %}``: HF marks assistant spans; we just render."""
+
+    tags = {"generation"}
+
+    def parse(self, parser: Any) -> nodes.Node:
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        call = self.call_method("_render_body")
+        return nodes.CallBlock(call, [], [], body).set_lineno(lineno)
+
+    def _render_body(self, caller: Callable[[], str]) -> str:
+        return caller()
+
+
+def _tojson(
+    value: Any,
+    ensure_ascii: bool = False,
+    indent: int | None = None,
+    separators: tuple[str, str] | None = None,
+    sort_keys: bool = False,
+) -> str:
+    """HF's ``tojson``: plain ``json.dumps`` (Jinja's own one HTML-escapes and sorts keys)."""
+    return json.dumps(
+        value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    )
+
+
+def _raise_exception(message: str) -> NoReturn:
+    raise TemplateError(f"chat template error: {message}")
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.now().strftime(fmt)
+
+
+def _environment() -> ImmutableSandboxedEnvironment:
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True,
+        lstrip_blocks=True,
+        extensions=[_GenerationTag, jinja2.ext.loopcontrols],
+    )
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    return env
+
+
+class ChatTemplate:
+    """A compiled chat template.
+
+    ``source`` is the Jinja text (``tokenizer.chat_template``); ``bos_token`` and ``eos_token``
+    are the model's special-token texts, exposed to the template as variables. Compilation
+    happens here, so a broken template fails at load time with :class:`TemplateError`.
+    """
+
+    def __init__(self, source: str, *, bos_token: str = "", eos_token: str = "") -> None:
+        self.source = source
+        self.bos_token = bos_token
+        self.eos_token = eos_token
+        try:
+            self._template = _environment().from_string(source)
+        except jinja2.TemplateSyntaxError as exc:
+            raise TemplateError(
+                f"chat template does not compile: {exc.message} (line {exc.lineno})"
+            ) from exc
+
+    @classmethod
+    def chatml(cls, *, bos_token: str = "", eos_token: str = "<|im_end|>") -> ChatTemplate:
+        """The fallback ChatML template, for models whose GGUF carries no template."""
+        return cls(CHATML_TEMPLATE, bos_token=bos_token, eos_token=eos_token)
+
+    @classmethod
+    def from_metadata(
+        cls, source: str | None, *, bos_token: str = "", eos_token: str = ""
+    ) -> ChatTemplate:
+        """The model's own template, or ChatML when ``source`` is empty or missing."""
+        if not source:
+            return cls.chatml(bos_token=bos_token, eos_token=eos_token or "<|im_end|>")
+        return cls(source, bos_token=bos_token, eos_token=eos_token)
+
+    @property
+    def digest(self) -> str:
+        """sha256 of the template source: the chat-template identity of a context manifest."""
+        return hashlib.sha256(self.source.encode("utf-8")).hexdigest()
+
+    def render(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        add_generation_prompt: bool = True,
+        **kwargs: Any,
+    ) -> str:
+        """Render a conversation to prompt text.
+
+        ``messages`` and ``tools`` are in OpenAI shape; extra keyword arguments become template
+        variables (``enable_thinking=False``, ``documents=[...]``, ...). Raises
+        :class:`TemplateError` for malformed messages and for any failure inside the template.
+        """
+        variables: dict[str, Any] = {
+            "bos_token": self.bos_token,
+            "eos_token": self.eos_token,
+            **kwargs,
+            "messages": normalize_messages(messages),
+            "tools": normalize_tools(tools),
+            "add_generation_prompt": add_generation_prompt,
+        }
+        try:
+            return self._template.render(**variables)
+        except TemplateError:
+            raise
+        except Exception as exc:  # a template can fail in any Python operation it performs
+            raise TemplateError(f"chat template failed to render: {exc}") from exc
