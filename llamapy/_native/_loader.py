@@ -100,7 +100,7 @@ def check_layout(ffi: Any, layout: dict[str, dict[str, int]]) -> list[str]:
             problems.append(f"{ctype}: unknown to cffi")
             continue
         if size != fields["__sizeof__"]:
-            problems.append(f"{ctype}: sizeof C={fields['size']} cffi={size}")
+            problems.append(f"{ctype}: sizeof C={fields['__sizeof__']} cffi={size}")
         for name, offset in fields.items():
             if name != "__sizeof__" and ffi.offsetof(ctype, name) != offset:
                 problems.append(

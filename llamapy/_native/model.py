@@ -67,7 +67,7 @@ class Model:
         self._ptr: Any = None
         self._contexts = 0
         self._close_requested = False
-        self._piece_cache: dict[int, bytes] = {}
+        self._piece_cache: dict[tuple[int, bool], bytes] = {}
         self._ptr = self._load(options)
         nat = native()
         self._vocab = nat.lib.llama_model_get_vocab(self._ptr)
@@ -250,10 +250,9 @@ class Model:
 
     def token_to_piece(self, token: int, special: bool = True) -> bytes:
         """The bytes of one token (special tokens rendered when ``special``)."""
-        if special:
-            cached = self._piece_cache.get(token)
-            if cached is not None:
-                return cached
+        cached = self._piece_cache.get((token, special))
+        if cached is not None:
+            return cached
         ffi, lib = native().ffi, native().lib
         buf = ffi.new("char[]", 64)
         n = lib.llama_token_to_piece(self.vocab, token, buf, 64, 0, special)
@@ -261,8 +260,7 @@ class Model:
             buf = ffi.new("char[]", -n)
             n = lib.llama_token_to_piece(self.vocab, token, buf, -n, 0, special)
         piece = ffi.buffer(buf, n)[:]
-        if special:
-            self._piece_cache[token] = piece
+        self._piece_cache[(token, special)] = piece
         return piece
 
     def detokenize(self, tokens: Sequence[int], remove_special: bool = False,

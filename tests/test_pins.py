@@ -1,0 +1,19 @@
+"""The pins in llamapy/_pins.py and third_party/README.md agree."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from llamapy._pins import DEFAULT_MODEL, LLAMA_CPP_COMMIT, LLAMA_CPP_SOURCE
+
+README = Path(__file__).resolve().parents[1] / "third_party" / "README.md"
+
+
+def test_third_party_readme_matches_pins() -> None:
+    text = README.read_text()
+    for pin in (LLAMA_CPP_SOURCE, DEFAULT_MODEL):
+        assert pin.requirement in text
+        assert pin.sha256 in text
+        assert pin.filename in text
+    assert DEFAULT_MODEL.member_sha256 in text
+    assert LLAMA_CPP_COMMIT in text
