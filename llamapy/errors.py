@@ -262,3 +262,20 @@ def decode_error(code: int) -> DecodeError:
     if code == -1:
         return InvalidBatchError()
     return DecodeError(code, f"fatal llama_decode error {code}")
+
+
+# --- engine ------------------------------------------------------------------------------------
+
+
+class UnknownLeaseError(LlamapyError, KeyError):
+    """A lease id that the engine never issued or that was already released."""
+
+    http_status = 409
+    error_type = "invalid_request_error"
+
+    def __init__(self, lease_id: object) -> None:
+        self.lease_id = lease_id
+        super().__init__(f"unknown or released lease {lease_id!r}")
+
+    def __str__(self) -> str:  # KeyError would print the repr of the message
+        return str(self.args[0])

@@ -21,6 +21,7 @@ from llamapy.errors import InvalidOptionError, UnknownOptionError
 __all__ = [
     "LLAMA_DEFAULT_SEED",
     "EngineConfig",
+    "EngineTuning",
     "RequestOptions",
     "SamplingParams",
     "engine_option_keys",
@@ -250,3 +251,23 @@ def make_engine_config(options: Mapping[str, Any]) -> EngineConfig:
     own = tuple(f.name for f in fields(EngineConfig) if f.name != "sampling")
     mine, sampling = _split(options, own, "engine")
     return EngineConfig(**mine, sampling=SamplingParams(**sampling))
+
+
+@dataclass(slots=True, frozen=True, kw_only=True)
+class EngineTuning:
+    """Engine heuristics (not server options; tests and simulations adjust them).
+
+    ``min_route_share``: a free slot's cached prefix must cover this share of a prompt to win
+    routing. ``ram_min_tokens`` / ``ram_min_fraction``: the RAM cache skips shorter prefixes and
+    restores an entry only when this share of it is reusable. ``inflight_dedup``: requests whose
+    prefix another slot is computing right now adopt it instead of recomputing it;
+    ``follow_min_tokens`` is the least shared remainder worth waiting a tick for.
+    ``instability_min_history``: histories shorter than this never raise prefix instability.
+    """
+
+    min_route_share: float = 0.1
+    ram_min_tokens: int = 32
+    ram_min_fraction: float = 0.5
+    inflight_dedup: bool = True
+    follow_min_tokens: int = 8
+    instability_min_history: int = 256

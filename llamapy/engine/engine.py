@@ -1,0 +1,402 @@
+"""The engine: a queue, slots, and a tick that drives the backend.
+
+Not thread-safe: one thread (the server's tick thread) owns an :class:`Engine` and calls every
+method, sinks included. One :meth:`Engine.tick` is::
+
+    admit -> resolve prefixes -> plan batch -> decode -> sample and emit -> reap
+
+Every request ends with exactly one final event (:class:`~llamapy.engine.request.DoneEvent` or
+:class:`~llamapy.engine.request.ErrorEvent`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Hashable
+from itertools import chain
+
+from llamapy.engine.backend import Backend, Sampler
+from llamapy.engine.executor import Executor
+from llamapy.engine.integrity import build_stats, check_engine
+from llamapy.engine.options import EngineConfig, EngineTuning, RequestOptions
+from llamapy.engine.planner import Batch, Planner, queued_view
+from llamapy.engine.prefix import PrefixResolver
+from llamapy.engine.ram_cache import PromptCache, common_prefix
+from llamapy.engine.request import (
+    DoneEvent,
+    ErrorEvent,
+    Event,
+    FinishReason,
+    Request,
+    TokenEvent,
+)
+from llamapy.engine.slots import Run, Slot, SlotPool
+from llamapy.engine.states import RequestState, SlotState
+from llamapy.engine.stats import Counters, EngineStats, InstabilityEvent, recent_events
+from llamapy.engine.strategies import resolve_strategy
+from llamapy.engine.text import TextStream
+from llamapy.errors import (
+    ClosedError,
+    ContextOverflowError,
+    InvalidOptionError,
+    LlamapyError,
+    QueueFullError,
+)
+
+__all__ = ["Engine"]
+
+log = logging.getLogger("llamapy.engine")
+
+
+class Engine:
+    """Continuous batching over a :class:`~llamapy.engine.backend.Backend`."""
+
+    def __init__(self, backend: Backend, config: EngineConfig | None = None, *,
+                 tuning: EngineTuning | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.config = config = config or EngineConfig()
+        self.tuning = tuning = tuning or EngineTuning()
+        _check_backend(backend, config)
+        self.backend = backend
+        self.clock = clock
+        self.n_batch = min(config.n_batch, backend.n_batch)
+        self.strategy = resolve_strategy(config.batch_strategy)
+        self.counters = Counters()
+        self.instability_events: deque[InstabilityEvent] = recent_events()
+        self.pool = SlotPool(config.n_parallel, min_route_share=tuning.min_route_share)
+        self.ram = PromptCache(config.prompt_cache_ram_bytes, min_tokens=tuning.ram_min_tokens,
+                               min_fraction=tuning.ram_min_fraction)
+        self.prefix = PrefixResolver(backend, self.pool, self.ram, self.counters, tuning,
+                                     self.instability_events.append)
+        self.planner = Planner(self.strategy, self.n_batch, config.chunk_size)
+        self.executor = Executor(backend, self.prefix, self.counters, clock, self._deliver)
+        self._queue: list[Run] = []
+        self._runs: dict[Hashable, Run] = {}
+        self._gone: list[Run] = []
+        self._serial = 0
+        self._closed = False
+
+    # --- submission ----------------------------------------------------------------------------
+
+    def submit(self, request: Request) -> None:
+        """Queue ``request`` (or place it on a free slot at once).
+
+        Raises, changing nothing: ``ClosedError``, ``InvalidOptionError`` (duplicate id, bad
+        tokens, empty prompt), ``UnknownLeaseError``, ``ContextOverflowError`` (prompt plus
+        ``max_tokens`` cannot fit the per-sequence context), ``QueueFullError``,
+        ``GrammarError`` (from the backend's sampler).
+        """
+        self._check_open()
+        self._validate(request)
+        slot = self._placement(request)
+        sampler = None if request.options.max_tokens == 0 else \
+            self.backend.new_sampler(request.options.sampling)
+        run = self._new_run(request, sampler)
+        self._runs[request.request_id] = run
+        self._queue.append(run)
+        if slot is not None:
+            self._start(run, slot)
+
+    def _validate(self, request: Request) -> None:
+        if not isinstance(request.options, RequestOptions):
+            raise InvalidOptionError("request.options must be RequestOptions", option="options")
+        if request.request_id in self._runs:
+            raise InvalidOptionError(f"request id {request.request_id!r} is already active",
+                                     option="request_id")
+        n_vocab = self.backend.n_vocab
+        tokens = request.token_ids
+        if not all(isinstance(t, int) and 0 <= t < n_vocab for t in tokens):
+            raise InvalidOptionError(f"token ids must be ints in [0, {n_vocab})",
+                                     option="token_ids")
+        if not tokens and request.options.max_tokens > 0:
+            raise InvalidOptionError("empty prompt", option="token_ids")
+        self._check_fits(request)
+
+    def _check_fits(self, request: Request) -> None:
+        total = len(request.token_ids) + request.options.max_tokens
+        resident = 0
+        if request.lease_id is not None:
+            slot = self.pool.leased_slot(request.lease_id)
+            if slot.key == request.cache_key:
+                resident = common_prefix(slot.cached, request.token_ids)
+        if total > self.backend.n_ctx_seq:
+            raise ContextOverflowError(stage="admit", resident_tokens=resident,
+                                       additional_tokens=total - resident,
+                                       n_ctx=self.backend.n_ctx_seq)
+
+    def _placement(self, request: Request) -> Slot | None:
+        """The slot a new request takes right away, None to queue it; QueueFullError."""
+        probe = Run(request, -1, self._cache_prompt(request), None, 0.0,
+                    prompt=list(request.token_ids))
+        fifo_blocked = any(r.request.lease_id == request.lease_id for r in self._queue)
+        slot = None if fifo_blocked else self.pool.route(probe)
+        if slot is None and 0 < self.config.max_queue <= self._num_waiting():
+            self.counters.num_rejected += 1
+            raise QueueFullError(self.config.max_queue)
+        return slot
+
+    def _cache_prompt(self, request: Request) -> bool:
+        """Effective ``cache_prompt``: leased slots always reuse and retain."""
+        if request.lease_id is not None:
+            return True
+        value = request.options.cache_prompt
+        return self.config.cache_prompt if value is None else value
+
+    def _num_waiting(self) -> int:
+        return sum(r.state is RequestState.QUEUED for r in self._queue)
+
+    def _new_run(self, request: Request, sampler: Sampler | None) -> Run:
+        self._serial += 1
+        now = self.clock()
+        run = Run(request, self._serial, self._cache_prompt(request), sampler, now,
+                  prompt=list(request.token_ids), tokens=list(request.token_ids),
+                  text=TextStream(stop=request.options.stop))
+        run.timings.submitted_at = now
+        run.timings.prompt_tokens = len(run.prompt)
+        self.counters.num_submitted += 1
+        self.counters.num_prompt_tokens += len(run.prompt)
+        return run
+
+    # --- cancellation --------------------------------------------------------------------------
+
+    def cancel(self, request_id: Hashable) -> bool:
+        """Cancel a queued or running request: its slot is freed at once (its prefix retained
+        per ``cache_prompt``) and it ends with ``finish_reason="cancelled"``. False if the id is
+        not active."""
+        run = self._runs.get(request_id)
+        if run is None:
+            return False
+        self._finish(run, FinishReason.CANCELLED)
+        return True
+
+    # --- the tick ------------------------------------------------------------------------------
+
+    @property
+    def has_work(self) -> bool:
+        """Whether :meth:`tick` has anything to do."""
+        return bool(self._queue) or any(not s.is_free for s in self.pool.slots)
+
+    def tick(self) -> bool:
+        """Run one scheduling step; False (doing nothing) when there is no work."""
+        self._check_open()
+        if not self.has_work:
+            return False
+        self.counters.num_ticks += 1
+        self._admit()
+        waiting = self._resolve_prefixes()
+        batch = self._plan_batch(waiting)
+        if batch is not None:
+            self.executor.execute(batch)
+        self._reap()
+        return True
+
+    def _admit(self) -> None:
+        queued = [r for r in self._queue if r.state is RequestState.QUEUED]
+        if not queued:
+            return
+        first = [r for r in queued if r.request.lease_id is not None
+                 or self.pool.session_slot_free(r)]
+        rest = [r for r in queued if r not in first]
+        order = self._admission_order(rest)
+        for run in chain(first, order):
+            slot = self.pool.route(run)
+            if slot is not None:
+                self._start(run, slot)
+
+    def _admission_order(self, runs: list[Run]) -> list[Run]:
+        order_fn = getattr(self.strategy, "admission_order", None)
+        if order_fn is None or len(runs) < 2:
+            return runs
+        order = list(order_fn(tuple(queued_view(r) for r in runs), self.clock()))
+        if sorted(order) != list(range(len(runs))):
+            raise InvalidOptionError("batch_strategy.admission_order must return a permutation "
+                                     "of queue indices", option="batch_strategy")
+        return [runs[i] for i in order]
+
+    def _start(self, run: Run, slot: Slot) -> None:
+        self._queue.remove(run)
+        self.pool.assign(run, slot)
+        run.machine.fire("admit")
+        run.admitted_at = self.clock()
+        run.timings.queued_s = run.admitted_at - run.submitted_at
+
+    def _resolve_prefixes(self) -> set[int]:
+        running = sorted(self.pool.running(), key=lambda s: s.run.serial)  # type: ignore[union-attr]
+        for slot in running:
+            run = slot.run
+            assert run is not None
+            if not run.resolved:
+                self.prefix.resolve(run)
+        waiting = set()
+        for slot in running:
+            run = slot.run
+            assert run is not None
+            if slot.state is SlotState.PREFILLING and run.finish is None:
+                if self.prefix.follow(run):
+                    waiting.add(slot.slot_id)
+                elif run.prefill_only and slot.remaining_prefill == 0:
+                    run.finish = FinishReason.PREFILL
+        return waiting
+
+    def _plan_batch(self, waiting: set[int]) -> Batch | None:
+        decoding, prefilling = [], []
+        for slot in self.pool.running():
+            if slot.run is None or slot.run.finish is not None:
+                continue
+            if slot.state is SlotState.DECODING:
+                decoding.append(slot)
+            elif slot.slot_id not in waiting and slot.remaining_prefill > 0:
+                prefilling.append(slot)
+        queued = [r for r in self._queue if r.state is RequestState.QUEUED]
+        return self.planner.plan(decoding, prefilling, queued, self.clock())
+
+    def _reap(self) -> None:
+        for slot in self.pool.running():
+            run = slot.run
+            if run is not None and run.finish is not None:
+                self._finish(run, run.finish, run.error)
+        gone, self._gone = self._gone, []
+        for run in gone:
+            if run.state is not RequestState.FINISHED:
+                self._finish(run, FinishReason.CANCELLED)
+
+    # --- finishing -----------------------------------------------------------------------------
+
+    def _finish(self, run: Run, reason: FinishReason, error: LlamapyError | None = None) -> None:
+        """Free what ``run`` holds and send its one final event."""
+        if run.state is RequestState.FINISHED:
+            return
+        slot = run.slot
+        if slot is not None:
+            if not run.cache_prompt and run.resolved:
+                self.prefix.trim(slot, 0)
+            self.pool.unassign(slot)
+        elif run in self._queue:
+            self._queue.remove(run)
+        run.machine.fire("finish")
+        del self._runs[run.request_id]
+        if run.sampler is not None:
+            run.sampler.close()
+        self._count_finish(run, reason)
+        self._deliver(run, self._final_event(run, reason, error))
+
+    def _count_finish(self, run: Run, reason: FinishReason) -> None:
+        run.timings.completion_tokens = run.num_generated
+        run.timings.finish_reason = reason.value
+        self.counters.count_finish(reason.value)
+        if reason is FinishReason.CANCELLED:
+            self.counters.num_cancelled += 1
+        elif reason is FinishReason.ERROR:
+            self.counters.num_errors += 1
+
+    @staticmethod
+    def _final_event(run: Run, reason: FinishReason, error: LlamapyError | None) -> Event:
+        if reason is FinishReason.ERROR:
+            exc = error or LlamapyError("request failed")
+            return ErrorEvent(run.request_id, exc, run.timings, run.num_generated)
+        return DoneEvent(run.request_id, reason, run.num_generated, len(run.prompt),
+                         run.timings, run.text.stop_word)
+
+    def _deliver(self, run: Run, event: Event) -> None:
+        try:
+            alive = run.request.sink(event)
+        except Exception:  # a consumer's bug must not break the tick
+            log.exception("sink of request %r raised; cancelling it", run.request_id)
+            alive = False
+        if alive is False and isinstance(event, TokenEvent):
+            self._gone.append(run)
+
+    # --- leases (for workspace sessions) -------------------------------------------------------
+
+    def lease(self, cache_scope: str | None = None, cache_identity: str = "") -> int | None:
+        """Lease an idle slot for a session: it is never routed to other requests, purged or
+        evicted until :meth:`release`. Returns the lease id, or None when no slot is idle.
+        A cache under another key is dropped (offered to the RAM cache first)."""
+        self._check_open()
+        key = (cache_scope, cache_identity)
+        slot = self.pool.lease(key)
+        if slot is None:
+            return None
+        if slot.key != key:
+            self.prefix.discard(slot, 0)
+            slot.key = key
+        return slot.lease_id
+
+    def release(self, lease_id: int) -> None:
+        """End a lease; requests still running or queued on it are cancelled first. The KV
+        stays as an ordinary cached prefix in the lease's scope."""
+        slot = self.pool.leased_slot(lease_id)
+        for run in [r for r in self._runs.values() if r.request.lease_id == lease_id]:
+            self._finish(run, FinishReason.CANCELLED)
+        assert slot.is_free, "release: lease still running"
+        self.pool.release(lease_id)
+
+    def lease_seq_id(self, lease_id: int) -> int:
+        """The backend sequence of a leased slot (for ``state_seq_get/set``)."""
+        return self.pool.leased_slot(lease_id).seq_id
+
+    def slot_tokens(self, lease_id: int) -> list[int]:
+        """Tokens whose KV is resident in the leased slot."""
+        return list(self.pool.leased_slot(lease_id).cached)
+
+    def set_slot_tokens(self, lease_id: int, token_ids: list[int],
+                        cache_identity: str | None = None) -> None:
+        """Declare the leased slot's resident tokens after an external ``state_seq_set``
+        (or an empty list after clearing it). The slot must be free and its sequence must hold
+        exactly ``len(token_ids)`` positions. ``cache_identity``, if given, replaces the
+        identity the resident KV is filed under (its scope is kept)."""
+        slot = self.pool.leased_slot(lease_id)
+        if not slot.is_free:
+            raise InvalidOptionError("set_slot_tokens: a request is running on the lease",
+                                     option="lease_id")
+        if self.backend.seq_pos_max(slot.seq_id) != len(token_ids) - 1:
+            raise InvalidOptionError("set_slot_tokens: token count does not match the "
+                                     "sequence's KV", option="token_ids")
+        slot.cached = list(token_ids)
+        if cache_identity is not None:
+            scope = slot.key[0] if isinstance(slot.key, tuple) else None
+            slot.key = (scope, cache_identity)
+
+    # --- introspection and shutdown --------------------------------------------------------------
+
+    def stats(self) -> EngineStats:
+        """A snapshot of slots, queue, RAM cache and counters."""
+        return build_stats(self)
+
+    def check_integrity(self) -> None:
+        """Raise ``AssertionError`` if any engine invariant is broken."""
+        check_engine(self)
+
+    @property
+    def queue(self) -> list[Run]:
+        """Runs waiting for a slot (read-only use)."""
+        return list(self._queue)
+
+    @property
+    def runs(self) -> dict[Hashable, Run]:
+        """Active runs by request id (read-only use)."""
+        return dict(self._runs)
+
+    def close(self) -> None:
+        """End every active request with ``ClosedError`` and close their samplers; idempotent.
+        The backend is not closed (its owner does that)."""
+        if self._closed:
+            return
+        self._closed = True
+        for run in sorted(self._runs.values(), key=lambda r: r.serial):
+            self._finish(run, FinishReason.ERROR, ClosedError("engine closed"))
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError("engine is closed")
+
+
+def _check_backend(backend: Backend, config: EngineConfig) -> None:
+    if config.n_parallel > backend.n_seq_max:
+        raise InvalidOptionError(f"n_parallel={config.n_parallel} exceeds the backend's "
+                                 f"n_seq_max={backend.n_seq_max}", option="n_parallel")
+    if config.kv_unified != backend.kv_unified:
+        raise InvalidOptionError(f"kv_unified={config.kv_unified} but the backend was created "
+                                 f"with kv_unified={backend.kv_unified}", option="kv_unified")

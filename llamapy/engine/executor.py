@@ -1,0 +1,138 @@
+"""Decode a batch, handle KV pressure, then sample and emit.
+
+KV pressure (``KVCacheFullError``): purge idle slots' caches one at a time (least recently used
+first, each offered to the RAM cache) and retry; when nothing is left to purge, split the batch
+in halves and decode each; an entry that still does not fit alone fails its run with
+``ContextOverflowError`` while the others carry on. Any other decode error fails the runs of the
+batch with that error, after trimming whatever the backend wrote past each slot's known KV.
+
+Runs are only *marked* finished here (``run.finish``); the engine's reap phase sends the final
+event and frees the slot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from llamapy.engine.backend import Backend
+from llamapy.engine.planner import Batch, Entry
+from llamapy.engine.prefix import PrefixResolver
+from llamapy.engine.request import Event, FinishReason, TokenEvent
+from llamapy.engine.slots import Run, Slot
+from llamapy.engine.states import SlotState
+from llamapy.engine.stats import Counters
+from llamapy.errors import ContextOverflowError, DecodeError, KVCacheFullError
+
+__all__ = ["Executor"]
+
+
+class Executor:
+    """Runs batches against the backend."""
+
+    def __init__(self, backend: Backend, prefix: PrefixResolver, counters: Counters,
+                 clock: Callable[[], float], deliver: Callable[[Run, Event], None]) -> None:
+        self.backend = backend
+        self.prefix = prefix
+        self.counters = counters
+        self.clock = clock
+        self.deliver = deliver
+
+    def execute(self, batch: Batch) -> None:
+        """Decode ``batch`` (splitting it under KV pressure), then sample and emit."""
+        now = self.clock()
+        for entry in batch.entries:
+            if entry.run.prefill_started_at is None:
+                entry.run.prefill_started_at = now
+        while True:
+            try:
+                self.backend.decode(batch.plan())
+                break
+            except KVCacheFullError:
+                self.counters.num_kv_pressure_events += 1
+                if self.prefix.purge_one():
+                    continue
+                self._split_or_overflow(batch)
+                return
+            except DecodeError as exc:
+                self._fail(batch, exc)
+                return
+        self.counters.num_decode_calls += 1
+        self._commit(batch)
+
+    def _split_or_overflow(self, batch: Batch) -> None:
+        if len(batch.entries) > 1:
+            self.counters.num_batch_splits += 1
+            for half in batch.split():
+                self.execute(half)
+            return
+        entry = batch.entries[0]
+        unified = self.backend.kv_unified
+        self.counters.num_context_overflows += 1
+        entry.run.error = ContextOverflowError(
+            stage="prefill" if entry.prefill else "decode",
+            resident_tokens=len(entry.slot.cached), additional_tokens=len(entry.token_ids),
+            n_ctx=self.backend.n_ctx if unified else self.backend.n_ctx_seq)
+        entry.run.finish = FinishReason.ERROR
+
+    def _fail(self, batch: Batch, exc: DecodeError) -> None:
+        for entry in batch.entries:
+            self.resync(entry.slot)
+            entry.run.error = exc
+            entry.run.finish = FinishReason.ERROR
+
+    def resync(self, slot: Slot) -> None:
+        """Drop KV the backend may hold past ``slot.cached`` (after a failed decode)."""
+        seq, n = slot.seq_id, len(slot.cached)
+        if self.backend.seq_pos_max(seq) >= n and not self.backend.seq_rm(seq, n, -1):
+            self.backend.seq_rm(seq, 0, -1)
+            slot.cached.clear()
+
+    def _commit(self, batch: Batch) -> None:
+        rows = batch.plan().output_indices()
+        for entry, row in zip(batch.entries, rows, strict=True):
+            entry.slot.cached.extend(entry.token_ids)
+            run = entry.run
+            if entry.prefill:
+                self.counters.num_prefill_tokens += len(entry.token_ids)
+                run.timings.prefill_tokens += len(entry.token_ids)
+            if row is not None:
+                self._sample(entry, row)
+            elif run.prefill_only and entry.slot.remaining_prefill == 0:
+                run.timings.prefill_s = self.clock() - (run.prefill_started_at or 0.0)
+                run.finish = FinishReason.PREFILL
+
+    def _sample(self, entry: Entry, row: int) -> None:
+        run, slot = entry.run, entry.slot
+        assert run.sampler is not None, "sampling a prefill-only run"
+        token = run.sampler.sample(row)
+        n_probs = run.request.options.sampling.n_probs
+        logprobs = tuple(run.sampler.top_logprobs(row, n_probs)) if n_probs else None
+        run.tokens.append(token)
+        self.counters.num_generated_tokens += 1
+        self._time_token(run)
+        if slot.state is SlotState.PREFILLING:
+            slot.machine.fire("prefilled")
+        text, reason = self._text_for(run, token)
+        if reason is not None:
+            run.finish = reason
+        self.deliver(run, TokenEvent(run.request_id, token, text, logprobs))
+
+    def _time_token(self, run: Run) -> None:
+        now = self.clock()
+        timings = run.timings
+        if timings.ttft_s is None:
+            timings.ttft_s = now - run.submitted_at
+            timings.prefill_s = now - (run.prefill_started_at or now)
+        else:
+            timings.decode_s = now - (run.submitted_at + timings.ttft_s)
+        run.last_token_at = now
+
+    def _text_for(self, run: Run, token: int) -> tuple[str, FinishReason | None]:
+        if self.backend.is_eog(token):
+            return run.text.flush(), FinishReason.EOG
+        text, stopped = run.text.push(self.backend.token_to_piece(token))
+        if stopped:
+            return text, FinishReason.STOP
+        if run.num_generated >= run.request.options.max_tokens:
+            return text + run.text.flush(), FinishReason.MAX_TOKENS
+        return text, None

@@ -1,0 +1,376 @@
+"""``FakeBackend``: a pure-Python :class:`~llamapy.engine.backend.Backend` for tests and
+simulation (like httpcore's mock backend).
+
+- A pool of ``n_ctx`` simulated KV cells. Each records its position, token, the hash of the
+  history up to it, the ``tag`` (cache key) of the request that wrote it, and the set of
+  sequences sharing it (``seq_cp`` is metadata-only, as in llama.cpp's unified cache). With
+  ``kv_unified=False`` the pool is split into ``n_seq_max`` streams of ``n_ctx // n_seq_max``.
+- ``decode`` validates the batch like llama.cpp (consecutive positions, ``n_batch``), raises
+  ``KVCacheFullError`` (changing nothing) when a stream lacks free cells, and checks that every
+  cell a segment attends to was written under the segment's tag.
+- Next tokens come from :class:`~llamapy.engine.fake_model.FakeModel`, a pure function of the
+  history hash stored in the KV cells and the seed: wrong reuse changes the output.
+- Fault switches (:meth:`inject`), a cost model advancing a :class:`SimClock`, and
+  :meth:`check_integrity`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+from llamapy.engine.backend import BatchPlan, Segment
+from llamapy.engine.fake_model import ROOT_HASH, CostModel, FakeModel, SimClock, chain_hash
+from llamapy.engine.options import SamplingParams
+from llamapy.errors import (
+    DecodeAbortedError,
+    DecodeError,
+    GrammarError,
+    InvalidBatchError,
+    KVCacheFullError,
+)
+
+__all__ = ["Cell", "FakeBackend", "FakeSampler", "Fault"]
+
+_DECODE_FAULTS = {"decode_error", "abort", "invalid_batch", "kv_full", "slow"}
+_FAULT_KINDS = _DECODE_FAULTS | {"restore_fail"}
+_MAGIC = "FAKEKV1"
+
+
+@dataclass(slots=True)
+class Cell:
+    """One simulated KV cell."""
+
+    pos: int
+    token: int
+    hash: int
+    tag: Hashable
+    seqs: set[int] = field(default_factory=set)
+
+
+@dataclass(slots=True)
+class Fault:
+    """A pending fault: ``kind`` fires on decode call ``at_call`` (any call if None)."""
+
+    kind: str
+    at_call: int | None = None
+    times: int = 1
+    seconds: float = 0.0
+
+
+class FakeSampler:
+    """Draws from :class:`FakeModel`; records the tokens it accepted."""
+
+    def __init__(self, backend: FakeBackend, params: SamplingParams) -> None:
+        self._backend = backend
+        self.params = params
+        self.accepted: list[int] = []
+        self.closed = False
+
+    def sample(self, batch_index: int) -> int:
+        """Draw (and accept) the token of output row ``batch_index``."""
+        token = self._backend.model.next_token(self._backend.output_row(batch_index),
+                                               self.params)
+        self.accepted.append(token)
+        return token
+
+    def accept(self, token_id: int) -> None:
+        """Record a token not produced by :meth:`sample`."""
+        self.accepted.append(token_id)
+
+    def top_logprobs(self, batch_index: int, n: int) -> list[tuple[int, float]]:
+        """Deterministic top-``n`` pairs of row ``batch_index``."""
+        return self._backend.model.top_logprobs(self._backend.output_row(batch_index), n)
+
+    def close(self) -> None:
+        """Idempotent."""
+        if not self.closed:
+            self.closed = True
+            self._backend.open_samplers.discard(self)
+
+
+class FakeBackend:
+    """See the module docstring. ``sleep_s`` really sleeps per decode (for threaded tests);
+    the cost model only advances ``clock``."""
+
+    def __init__(self, *, n_ctx: int = 4096, n_seq_max: int = 4, n_batch: int = 2048,
+                 kv_unified: bool = True, supports_partial_removal: bool = True,
+                 model: FakeModel | None = None, cost: CostModel | None = None,
+                 clock: SimClock | None = None, state_bytes_per_token: int = 64,
+                 sleep_s: float = 0.0, record_plans: bool = False) -> None:
+        if n_seq_max < 1 or n_ctx < n_seq_max or n_batch < 1:
+            raise ValueError("FakeBackend needs n_ctx >= n_seq_max >= 1 and n_batch >= 1")
+        self.model = model or FakeModel()
+        self.cost = cost or CostModel()
+        self.clock = clock or SimClock()
+        self._n_ctx, self._n_seq_max, self._n_batch = n_ctx, n_seq_max, n_batch
+        self._kv_unified, self._partial = kv_unified, supports_partial_removal
+        self.state_bytes_per_token = state_bytes_per_token
+        self.sleep_s = sleep_s
+        self.record_plans = record_plans
+        self.plans: list[BatchPlan] = []
+        self.faults: list[Fault] = []
+        self.violations: list[str] = []
+        self.open_samplers: set[FakeSampler] = set()
+        self.num_decode_calls = 0
+        self.num_decoded_tokens = 0
+        self._cells: list[Cell | None] = [None] * n_ctx
+        n_streams = 1 if kv_unified else n_seq_max
+        size = n_ctx // n_streams
+        self._free = [list(range(s * size, (s + 1) * size))[::-1] for s in range(n_streams)]
+        self._seq: list[dict[int, int]] = [{} for _ in range(n_seq_max)]
+        self._tags: list[Counter[Hashable]] = [Counter() for _ in range(n_seq_max)]
+        self._rows: dict[int, int] = {}
+
+    # --- Backend properties ------------------------------------------------------------------
+
+    n_ctx = property(lambda self: self._n_ctx, doc="Total KV cells.")
+    n_seq_max = property(lambda self: self._n_seq_max, doc="Number of sequences.")
+    n_batch = property(lambda self: self._n_batch, doc="Max tokens per decode.")
+    kv_unified = property(lambda self: self._kv_unified, doc="One shared cell pool.")
+    supports_partial_removal = property(lambda self: self._partial, doc="False: recurrent.")
+    n_vocab = property(lambda self: self.model.n_vocab, doc="Vocabulary size.")
+
+    @property
+    def n_ctx_seq(self) -> int:
+        """Per-sequence limit."""
+        return self._n_ctx if self._kv_unified else self._n_ctx // self._n_seq_max
+
+    @property
+    def num_cells_used(self) -> int:
+        """Cells holding at least one sequence."""
+        return sum(c is not None for c in self._cells)
+
+    # --- faults --------------------------------------------------------------------------------
+
+    def inject(self, kind: str, *, at_call: int | None = None, times: int = 1,
+               seconds: float = 0.0) -> None:
+        """Arm a fault: ``decode_error``, ``abort``, ``invalid_batch``, ``kv_full``, ``slow``
+        (adds ``seconds`` of simulated time) on decode call ``at_call`` (1-based; None = the
+        next call), or ``restore_fail`` (the next ``state_seq_set`` fails)."""
+        if kind not in _FAULT_KINDS:
+            raise ValueError(f"unknown fault {kind!r}; valid: {sorted(_FAULT_KINDS)}")
+        self.faults.append(Fault(kind, at_call, times, seconds))
+
+    def _take_fault(self, kinds: set[str], call: int | None) -> Fault | None:
+        for fault in self.faults:
+            if fault.kind in kinds and (fault.at_call is None or fault.at_call == call):
+                fault.times -= 1
+                if fault.times <= 0:
+                    self.faults.remove(fault)
+                return fault
+        return None
+
+    # --- decode --------------------------------------------------------------------------------
+
+    def decode(self, plan: BatchPlan) -> None:
+        """See :meth:`Backend.decode`."""
+        self.num_decode_calls += 1
+        if self.sleep_s:
+            time.sleep(self.sleep_s)
+        self._validate(plan)
+        fault = self._take_fault(_DECODE_FAULTS, self.num_decode_calls)
+        if fault is not None and fault.kind == "slow":
+            self.clock.advance(fault.seconds)
+            fault = None
+        if fault is not None and fault.kind == "kv_full":
+            raise KVCacheFullError()
+        self._check_room(plan)
+        if fault is not None:  # llama.cpp keeps what earlier ubatches wrote: write segment 0
+            self._write(plan.segments[0], 0)
+            raise {"abort": DecodeAbortedError, "invalid_batch": InvalidBatchError}.get(
+                fault.kind, lambda: DecodeError(-3, "injected decode failure"))()
+        self._rows = {}
+        read = 0
+        for seg, off in zip(plan.segments, plan.offsets, strict=True):
+            self._write(seg, off)
+            read += seg.start_pos + len(seg.token_ids) if seg.logits else 0
+        self.num_decoded_tokens += plan.n_tokens
+        self.clock.advance(self.cost.decode_time(plan.n_tokens, read))
+        if self.record_plans:
+            self.plans.append(plan)
+
+    def output_row(self, batch_index: int) -> int:
+        """History hash at output row ``batch_index`` of the last decode."""
+        if batch_index not in self._rows:
+            raise IndexError(f"no logits at batch index {batch_index}")
+        return self._rows[batch_index]
+
+    def _validate(self, plan: BatchPlan) -> None:
+        n = plan.n_tokens
+        seqs = [s.seq_id for s in plan.segments]
+        ok = 0 < n <= self._n_batch and len(set(seqs)) == len(seqs)
+        for seg in plan.segments:
+            ok = ok and 0 <= seg.seq_id < self._n_seq_max and len(seg.token_ids) > 0
+            ok = ok and seg.start_pos == self.seq_pos_max(seg.seq_id) + 1
+            ok = ok and all(0 <= t < self.model.n_vocab for t in seg.token_ids)
+        if not ok:
+            raise InvalidBatchError()
+
+    def _stream(self, seq_id: int) -> int:
+        return 0 if self._kv_unified else seq_id
+
+    def _check_room(self, plan: BatchPlan) -> None:
+        need: Counter[int] = Counter()
+        for seg in plan.segments:
+            need[self._stream(seg.seq_id)] += len(seg.token_ids)
+        if any(len(self._free[s]) < n for s, n in need.items()):
+            raise KVCacheFullError()
+
+    def _write(self, seg: Segment, offset: int) -> None:
+        seq, pos = seg.seq_id, seg.start_pos
+        tags = set(self._tags[seq])
+        if tags - {seg.tag}:
+            self.violations.append(f"seq {seq} (tag {seg.tag!r}) attends to cells of {tags}")
+        h = self._cell(self._seq[seq][pos - 1]).hash if pos > 0 else ROOT_HASH
+        for i, token in enumerate(seg.token_ids):
+            h = chain_hash(h, token)
+            self._new_cell(seq, Cell(pos + i, token, h, seg.tag))
+        if seg.logits:
+            self._rows[offset + len(seg.token_ids) - 1] = h
+
+    def _cell(self, index: int) -> Cell:
+        cell = self._cells[index]
+        assert cell is not None, "fake backend: dangling cell index"
+        return cell
+
+    def _new_cell(self, seq: int, cell: Cell) -> None:
+        index = self._free[self._stream(seq)].pop()
+        cell.seqs.add(seq)
+        self._cells[index] = cell
+        self._seq[seq][cell.pos] = index
+        self._tags[seq][cell.tag] += 1
+
+    def _unlink(self, seq: int, pos: int) -> None:
+        index = self._seq[seq].pop(pos)
+        cell = self._cell(index)
+        cell.seqs.discard(seq)
+        self._tags[seq][cell.tag] -= 1
+        if not self._tags[seq][cell.tag]:
+            del self._tags[seq][cell.tag]
+        if not cell.seqs:
+            self._cells[index] = None
+            self._free[self._stream(seq)].append(index)
+
+    # --- sampling and vocabulary -------------------------------------------------------------
+
+    def new_sampler(self, params: SamplingParams) -> FakeSampler:
+        """A :class:`FakeSampler`; a grammar must define its root rule (``root ::= ...``)."""
+        if params.grammar and f"{params.grammar_root} ::=" not in params.grammar:
+            raise GrammarError(f"grammar does not define rule {params.grammar_root!r}")
+        sampler = FakeSampler(self, params)
+        self.open_samplers.add(sampler)
+        return sampler
+
+    def token_to_piece(self, token_id: int) -> bytes:
+        """The token's bytes (b"" for the EOG token)."""
+        return self.model.pieces[token_id]
+
+    def is_eog(self, token_id: int) -> bool:
+        """True for the model's EOG token."""
+        return token_id == self.model.eog_token
+
+    # --- KV ops --------------------------------------------------------------------------------
+
+    def seq_pos_max(self, seq_id: int) -> int:
+        """Largest position of ``seq_id`` or -1."""
+        return max(self._seq[seq_id], default=-1)
+
+    def seq_rm(self, seq_id: int, p0: int, p1: int) -> bool:
+        """Remove ``[p0, p1)``; partial ranges fail when partial removal is unsupported."""
+        p0 = max(p0, 0)
+        hit = [p for p in self._seq[seq_id] if p >= p0 and (p1 < 0 or p < p1)]
+        if hit and not self._partial and len(hit) != len(self._seq[seq_id]):
+            return False
+        for pos in hit:
+            self._unlink(seq_id, pos)
+        return True
+
+    def seq_cp(self, src: int, dst: int, p0: int, p1: int) -> None:
+        """Share ``src``'s cells in ``[p0, p1)`` with ``dst`` (same stream only)."""
+        if self._stream(src) != self._stream(dst):
+            raise ValueError("seq_cp across streams needs kv_unified")
+        for pos, index in sorted(self._seq[src].items()):
+            if pos >= max(p0, 0) and (p1 < 0 or pos < p1):
+                if pos in self._seq[dst]:
+                    raise ValueError(f"seq_cp: seq {dst} already has position {pos}")
+                cell = self._cell(index)
+                cell.seqs.add(dst)
+                self._seq[dst][pos] = index
+                self._tags[dst][cell.tag] += 1
+
+    def seq_keep(self, seq_id: int) -> None:
+        """Remove every other sequence."""
+        for seq in range(self._n_seq_max):
+            if seq != seq_id:
+                self.seq_rm(seq, 0, -1)
+
+    def clear(self) -> None:
+        """Remove everything."""
+        for seq in range(self._n_seq_max):
+            for pos in list(self._seq[seq]):
+                self._unlink(seq, pos)
+
+    # --- state ---------------------------------------------------------------------------------
+
+    def state_seq_get(self, seq_id: int) -> bytes:
+        """Serialise ``seq_id`` (padded to ``state_bytes_per_token`` per cell)."""
+        cells = [self._cell(i) for _, i in sorted(self._seq[seq_id].items())]
+        rows = [[c.pos, c.token, c.hash, _tag_out(c.tag)] for c in cells]
+        body = json.dumps([_MAGIC, rows]).encode()
+        pad = max(0, self.state_bytes_per_token * len(rows) - len(body) - 1)
+        return body + b"\n" + b"\0" * pad
+
+    def state_seq_set(self, seq_id: int, data: bytes) -> bool:
+        """Replace ``seq_id`` with ``data``; False (sequence left empty) on any failure."""
+        self.seq_rm(seq_id, 0, -1)
+        self.clock.advance(self.cost.restore_byte_s * len(data))
+        if self._take_fault({"restore_fail"}, None) is not None:
+            return False
+        try:
+            magic, rows = json.loads(data.split(b"\n", 1)[0])
+        except (ValueError, TypeError):
+            return False
+        if magic != _MAGIC or len(rows) > len(self._free[self._stream(seq_id)]):
+            return False
+        for pos, token, h, tag in rows:
+            self._new_cell(seq_id, Cell(pos, token, h, _tag_in(tag)))
+        return True
+
+    # --- inspection ----------------------------------------------------------------------------
+
+    def seq_tokens(self, seq_id: int) -> list[int]:
+        """Tokens of ``seq_id`` by position."""
+        return [self._cell(i).token for _, i in sorted(self._seq[seq_id].items())]
+
+    def seq_tags(self, seq_id: int) -> set[Hashable]:
+        """Tags of the cells ``seq_id`` attends to."""
+        return set(self._tags[seq_id])
+
+    def check_integrity(self) -> None:
+        """Raise ``AssertionError`` on broken bookkeeping or a cross-tag read."""
+        if self.violations:
+            raise AssertionError(f"fake backend: {self.violations[0]}")
+        free = {i for stream in self._free for i in stream}
+        for index, cell in enumerate(self._cells):
+            if (cell is None) != (index in free):
+                raise AssertionError(f"fake backend: cell {index} free-list mismatch")
+            if cell is not None and not cell.seqs:
+                raise AssertionError(f"fake backend: cell {index} has no sequence")
+        for seq, cells in enumerate(self._seq):
+            if sorted(cells) != list(range(len(cells))):
+                raise AssertionError(f"fake backend: seq {seq} positions not 0..n-1")
+            tags = Counter(self._cell(i).tag for i in cells.values())
+            if tags != self._tags[seq]:
+                raise AssertionError(f"fake backend: seq {seq} tag counts drifted")
+
+
+def _tag_out(tag: Hashable) -> object:
+    return list(tag) if isinstance(tag, tuple) else tag
+
+
+def _tag_in(tag: object) -> Hashable:
+    return tuple(tag) if isinstance(tag, list) else tag  # type: ignore[return-value]

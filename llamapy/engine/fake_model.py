@@ -1,0 +1,154 @@
+"""The fake backend's "model": deterministic next tokens, pieces, the reference oracle.
+
+The next token is a pure function of (the full token history, the sampling seed): the history
+enters through a hash chained cell by cell, so a wrong KV reuse changes every later token.
+:func:`reference` computes what a request must produce with no batching, chunking or reuse.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from llamapy.engine.options import SamplingParams
+
+__all__ = ["ROOT_HASH", "CostModel", "FakeModel", "SimClock", "chain_hash", "reference"]
+
+_MASK = (1 << 64) - 1
+ROOT_HASH = 0x6A09E667F3BCC908
+
+
+def _mix(x: int) -> int:
+    """splitmix64 finaliser."""
+    x = (x + 0x9E3779B97F4A7C15) & _MASK
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK
+    return x ^ (x >> 31)
+
+
+def chain_hash(prev: int, token: int) -> int:
+    """Hash of a history extended by ``token``."""
+    return _mix(prev ^ ((token + 1) * 0x100000001B3 & _MASK))
+
+
+def _piece(token: int) -> bytes:
+    if token % 13 == 1:
+        return b"\xe2\x82"  # first two bytes of the euro sign: needs the next token
+    if token % 13 == 2:
+        return b"\xac"
+    if token % 17 == 3:
+        return b"\n"
+    if token % 11 == 5:
+        return " é".encode()
+    return f" w{token}".encode()
+
+
+@dataclass(slots=True, frozen=True)
+class FakeModel:
+    """Vocabulary and next-token function of the fake backend.
+
+    Token ``eog_token`` is the only end-of-generation token; it is drawn with probability
+    ``eog_permille / 1000`` per step. Tokens with a ``logit_bias`` of ``-inf`` (or <= -100)
+    are never drawn. ``temp <= 0`` (greedy) draws with seed 0.
+    """
+
+    n_vocab: int = 64
+    eog_token: int = 0
+    eog_permille: int = 60
+    pieces: tuple[bytes, ...] = field(init=False, default=())
+
+    def __post_init__(self) -> None:
+        if self.n_vocab < 3:
+            raise ValueError("FakeModel needs n_vocab >= 3")
+        pieces = tuple(b"" if t == self.eog_token else _piece(t) for t in range(self.n_vocab))
+        object.__setattr__(self, "pieces", pieces)
+
+    def history_hash(self, token_ids: Sequence[int]) -> int:
+        """Hash of a whole history."""
+        h = ROOT_HASH
+        for t in token_ids:
+            h = chain_hash(h, t)
+        return h
+
+    def next_token(self, history: int, params: SamplingParams) -> int:
+        """The token drawn after a history with hash ``history``."""
+        seed = 0 if params.temp <= 0 else params.native_seed
+        u = _mix(history ^ _mix(seed + 1))
+        banned = _banned(params)
+        if u % 1000 < self.eog_permille and self.eog_token not in banned:
+            return self.eog_token
+        n_other = self.n_vocab - 1
+        for step in range(n_other):
+            token = 1 + ((u >> 10) + step) % n_other
+            token = token if token != self.eog_token else 0
+            if token not in banned:
+                return token
+        return self.eog_token
+
+    def top_logprobs(self, history: int, n: int) -> list[tuple[int, float]]:
+        """A deterministic top-``n`` list for a history."""
+        u = _mix(history ^ 0x5851F42D4C957F2D)
+        picks = [(u >> (4 * i)) % self.n_vocab for i in range(n)]
+        return [(t, -0.25 * (i + 1)) for i, t in enumerate(picks)]
+
+    def reference(self, prompt: Sequence[int], max_tokens: int,
+                  params: SamplingParams) -> list[int]:
+        """The tokens a request must produce: up to ``max_tokens``, ending at EOG inclusive."""
+        h = self.history_hash(prompt)
+        out: list[int] = []
+        while len(out) < max_tokens:
+            token = self.next_token(h, params)
+            out.append(token)
+            if token == self.eog_token:
+                break
+            h = chain_hash(h, token)
+        return out
+
+
+def _banned(params: SamplingParams) -> frozenset[int]:
+    if not params.logit_bias:
+        return frozenset()
+    return frozenset(t for t, b in params.logit_bias.items() if b <= -100 or math.isinf(b))
+
+
+def reference(prompt: Sequence[int], max_tokens: int, seed: int, *, temp: float = 0.8,
+              model: FakeModel | None = None) -> list[int]:
+    """The oracle: the correct output of ``prompt`` on the fake model, computed token by token
+    with no batching, chunking or reuse."""
+    params = SamplingParams(seed=seed, temp=temp)
+    return (model or FakeModel()).reference(prompt, max_tokens, params)
+
+
+@dataclass(slots=True)
+class SimClock:
+    """A simulated clock the fake backend advances by its cost model."""
+
+    t: float = 0.0
+
+    def now(self) -> float:
+        """Current simulated time in seconds."""
+        return self.t
+
+    def advance(self, seconds: float) -> None:
+        """Move time forward."""
+        self.t += max(0.0, seconds)
+
+
+@dataclass(slots=True, frozen=True)
+class CostModel:
+    """Simulated time of backend work.
+
+    One ``decode`` costs ``step_s`` (weights read once per pass) plus ``token_s`` per batch
+    token plus ``ctx_token_s`` per KV cell attended by the batch's output rows; restoring state
+    costs ``restore_byte_s`` per byte.
+    """
+
+    step_s: float = 0.0
+    token_s: float = 0.0
+    ctx_token_s: float = 0.0
+    restore_byte_s: float = 0.0
+
+    def decode_time(self, n_tokens: int, n_ctx_read: int = 0) -> float:
+        """Seconds one decode of ``n_tokens`` takes."""
+        return self.step_s + self.token_s * n_tokens + self.ctx_token_s * n_ctx_read

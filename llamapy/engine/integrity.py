@@ -1,0 +1,103 @@
+"""Engine invariants (:func:`check_engine`) and the stats snapshot (:func:`build_stats`)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from llamapy.engine.states import RequestState, SlotState
+from llamapy.engine.stats import Counters, EngineStats
+
+if TYPE_CHECKING:
+    from llamapy.engine.engine import Engine
+    from llamapy.engine.slots import Slot
+
+__all__ = ["build_stats", "check_engine"]
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise AssertionError(f"engine integrity: {message}")
+
+
+def check_engine(engine: Engine) -> None:
+    """Raise ``AssertionError`` if any invariant is broken: slot states and leases, KV
+    accounting against the backend, every request in exactly one place, queue bound, RAM cache
+    budget."""
+    for slot in engine.pool.slots:
+        _check_slot(engine, slot)
+    _check_leases(engine)
+    _check_places(engine)
+    engine.ram.check_integrity()
+
+
+def _check_slot(engine: Engine, slot: Slot) -> None:
+    sid = f"slot {slot.slot_id}"
+    _require(isinstance(slot.state, SlotState), f"{sid}: illegal state {slot.state!r}")
+    pos_max = engine.backend.seq_pos_max(slot.seq_id)
+    _require(pos_max == len(slot.cached) - 1,
+             f"{sid}: backend holds {pos_max + 1} positions, engine believes {len(slot.cached)}")
+    run = slot.run
+    _require((run is None) == slot.is_free, f"{sid}: run {run!r} in state {slot.state}")
+    if run is None:
+        return
+    _require(run.slot is slot and run.state is RequestState.RUNNING, f"{sid}: run not bound")
+    if not run.resolved:
+        return
+    _require(slot.key == run.key, f"{sid}: cache key {slot.key!r} != run's {run.key!r}")
+    n = len(slot.cached)
+    _require(slot.cached == run.tokens[:n], f"{sid}: KV is not a prefix of the run's tokens")
+    if slot.state is SlotState.DECODING and run.finish is None:
+        _require(n == len(run.tokens) - 1, f"{sid}: decoding with {n} of {len(run.tokens)}")
+    if slot.state is SlotState.PREFILLING:
+        _require(len(run.tokens) == len(run.prompt), f"{sid}: sampled while prefilling")
+
+
+def _check_leases(engine: Engine) -> None:
+    leases = engine.pool.leases
+    for slot in engine.pool.slots:
+        held = slot.lease_id is not None
+        _require(held == (slot.lease_id in leases and leases[slot.lease_id] == slot.slot_id),
+                 f"slot {slot.slot_id}: lease bookkeeping")
+        _require(held or slot.state is not SlotState.LEASED,
+                 f"slot {slot.slot_id}: LEASED without a lease")
+        _require(not held or slot.state is not SlotState.IDLE,
+                 f"slot {slot.slot_id}: IDLE while leased")
+
+
+def _check_places(engine: Engine) -> None:
+    queue = engine.queue
+    running = [s.run for s in engine.pool.slots if s.run is not None]
+    _require(all(r.state is RequestState.QUEUED and r.slot is None for r in queue),
+             "queued run not in QUEUED state")
+    placed = [r.request_id for r in (*queue, *running)]
+    _require(len(placed) == len(set(placed)), "a request is in two places")
+    _require(set(placed) == set(engine.runs), "active runs and queue/slots disagree")
+    max_queue = engine.config.max_queue
+    _require(max_queue == 0 or len(queue) <= max_queue,
+             f"queue {len(queue)} over max_queue {max_queue}")
+
+
+def build_stats(engine: Engine) -> EngineStats:
+    """The :class:`EngineStats` snapshot of ``engine``."""
+    slots = engine.pool.slots
+    count = {state: sum(s.state is state for s in slots) for state in SlotState}
+    backend = engine.backend
+    return EngineStats(
+        n_parallel=len(slots), n_batch=engine.n_batch, n_ctx=backend.n_ctx,
+        n_ctx_seq=backend.n_ctx_seq, chunk_size=engine.config.chunk_size,
+        max_queue=engine.config.max_queue,
+        batch_strategy=getattr(engine.strategy, "name", type(engine.strategy).__name__),
+        slots_active=count[SlotState.PREFILLING] + count[SlotState.DECODING],
+        slots_idle=count[SlotState.IDLE], slots_leased=count[SlotState.LEASED],
+        slots_prefilling=count[SlotState.PREFILLING], slots_decoding=count[SlotState.DECODING],
+        queue_depth=len(engine.queue), ram_cache_entries=len(engine.ram),
+        ram_cache_bytes=engine.ram.total_bytes, ram_cache_budget_bytes=engine.ram.budget_bytes,
+        ram_cache_evictions=engine.ram.num_evictions,
+        counters=_copy(engine.counters),
+        instability_events=list(engine.instability_events),
+    )
+
+
+def _copy(counters: Counters) -> Counters:
+    return replace(counters, finish_reasons=dict(counters.finish_reasons))

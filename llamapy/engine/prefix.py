@@ -1,0 +1,198 @@
+"""Prefix reuse: which KV a run starts from, and what happens to KV that is dropped.
+
+Sources for a newly admitted run, longest match wins, ties to the cheaper (own < donor < RAM):
+
+- **own**: the longest common prefix of the slot's cached tokens and the prompt;
+- **donor** (``kv_unified`` only): another slot's computed tokens, adopted by a metadata-only
+  ``seq_cp`` (an active slot counts with the tokens it has already computed);
+- **RAM**: a :class:`~llamapy.engine.ram_cache.PromptCache` entry restored with
+  ``state_seq_set`` and trimmed to the match (a failed restore clears the sequence and the run
+  prefills from scratch).
+
+Only the same ``(cache_scope, cache_identity)`` may reuse; reuse is capped at prompt length - 1
+(prompt length for prefill-only runs); ``cache_prompt=False`` neither reuses nor retains;
+backends without partial removal reuse only exact prefixes.
+
+**In-flight dedup** (:meth:`PrefixResolver.follow`, every tick, for prefilling runs): adopt
+whatever another slot has computed of our prompt since we last looked, and wait (skip this tick)
+while a slot admitted before us is still computing a shared part of at least
+``follow_min_tokens``: a wave of requests with one long shared prefix computes it once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from llamapy.engine.backend import Backend
+from llamapy.engine.options import EngineTuning
+from llamapy.engine.ram_cache import CacheEntry, PromptCache, common_prefix
+from llamapy.engine.slots import Run, Slot, SlotPool
+from llamapy.engine.states import SlotState
+from llamapy.engine.stats import Counters, InstabilityEvent
+
+__all__ = ["PrefixResolver"]
+
+_COST_ORDER = {"own": 0, "donor": 1, "ram": 2}
+
+
+class PrefixResolver:
+    """Applies reuse decisions to the backend and keeps ``slot.cached`` exact."""
+
+    def __init__(self, backend: Backend, pool: SlotPool, ram: PromptCache, counters: Counters,
+                 tuning: EngineTuning, on_instability: Callable[[InstabilityEvent], None]) -> None:
+        self.backend = backend
+        self.pool = pool
+        self.ram = ram
+        self.counters = counters
+        self.tuning = tuning
+        self.on_instability = on_instability
+        self.can_share = backend.kv_unified and backend.supports_partial_removal
+
+    # --- admission -----------------------------------------------------------------------------
+
+    def resolve(self, run: Run) -> None:
+        """Pick and apply the reuse source for a run just placed on ``run.slot``."""
+        slot = run.slot
+        assert slot is not None, "resolve: run has no slot"
+        run.resolved = True
+        if not run.cache_prompt:
+            self.discard(slot, 0)
+            slot.key = run.key
+            return
+        self._note_instability(run, slot)
+        source, n, donor, entry = self._choose(run, slot)
+        if source == "own":
+            self.discard(slot, n)
+        else:
+            self.discard(slot, 0)
+            if source == "donor" and donor is not None:
+                self.backend.seq_cp(donor.seq_id, slot.seq_id, 0, n)
+                slot.cached = run.prompt[:n]
+            elif source == "ram" and entry is not None:
+                n = self._restore(slot, entry, n)
+        slot.key = run.key
+        self._record(run, source if n else None, n)
+
+    def _choose(self, run: Run, slot: Slot) -> tuple[str, int, Slot | None, CacheEntry | None]:
+        own = self._own(run, slot)
+        donor, n_donor = self._best_donor(run, slot) if self.can_share else (None, 0)
+        exact = not self.backend.supports_partial_removal
+        entry, n_ram = self.ram.lookup(run.key, run.prompt, run.reuse_cap, exact=exact)
+        options = [("own", own), ("donor", n_donor), ("ram", n_ram)]
+        source, n = max(options, key=lambda o: (o[1], -_COST_ORDER[o[0]]))
+        return source, n, donor, entry
+
+    def _own(self, run: Run, slot: Slot) -> int:
+        if slot.key != run.key:
+            return 0
+        n = min(common_prefix(slot.cached, run.prompt), run.reuse_cap)
+        if n < len(slot.cached) and not self.backend.supports_partial_removal:
+            return 0
+        return n
+
+    def _best_donor(self, run: Run, slot: Slot, floor: int = 0) -> tuple[Slot | None, int]:
+        best, best_n = None, floor
+        for other in self.pool.slots:
+            if other is slot or other.key != run.key or len(other.cached) <= best_n:
+                continue
+            n = min(common_prefix(other.cached, run.prompt), run.reuse_cap)
+            if n > best_n:
+                best, best_n = other, n
+        return best, best_n
+
+    def _restore(self, slot: Slot, entry: CacheEntry, n: int) -> int:
+        ok = self.backend.state_seq_set(slot.seq_id, entry.data)
+        ok = ok and self.backend.seq_pos_max(slot.seq_id) == len(entry.token_ids) - 1
+        if not ok:
+            self.backend.seq_rm(slot.seq_id, 0, -1)
+            slot.cached = []
+            self.counters.num_ram_restore_failures += 1
+            return 0
+        self.ram.touch(entry)
+        self.counters.num_ram_restores += 1
+        slot.cached = list(entry.token_ids)
+        self.trim(slot, n)
+        return len(slot.cached)
+
+    def _record(self, run: Run, source: str | None, n: int) -> None:
+        run.timings.reused_tokens = n
+        run.timings.reuse_source = source
+        if source == "own":
+            self.counters.num_reused_own += n
+        elif source == "donor":
+            self.counters.num_reused_donor += n
+        elif source == "ram":
+            self.counters.num_reused_ram += n
+
+    def _note_instability(self, run: Run, slot: Slot) -> None:
+        history = len(slot.cached)
+        if slot.key != run.key or history < self.tuning.instability_min_history:
+            return
+        matched = common_prefix(slot.cached, run.prompt)
+        if 0.1 * history <= matched < 0.5 * history:
+            self.counters.num_instability_events += 1
+            self.on_instability(InstabilityEvent(run.request_id, slot.slot_id, history,
+                                                 matched, len(run.prompt)))
+
+    # --- in-flight dedup -----------------------------------------------------------------------
+
+    def follow(self, run: Run) -> bool:
+        """Adopt what other slots computed of ``run``'s prompt; True if ``run`` should wait
+        this tick for a slot that is computing more of it."""
+        slot = run.slot
+        if slot is None or not (self.tuning.inflight_dedup and self.can_share and run.cache_prompt):
+            return False
+        have = len(slot.cached)
+        if have >= run.reuse_cap:
+            return False
+        donor, n = self._best_donor(run, slot, floor=have)
+        if donor is not None:
+            self.backend.seq_cp(donor.seq_id, slot.seq_id, have, n)
+            slot.cached.extend(run.prompt[have:n])
+            self.counters.num_reused_inflight += n - have
+            run.timings.inflight_tokens += n - have
+            have = n
+        return self._leader_ahead(run, slot, have)
+
+    def _leader_ahead(self, run: Run, slot: Slot, have: int) -> bool:
+        for other in self.pool.slots:
+            lead = other.run
+            if lead is None or other is slot or other.state is not SlotState.PREFILLING:
+                continue
+            if other.key != run.key or len(other.cached) != have or lead.serial > run.serial:
+                continue
+            shared = min(common_prefix(lead.prompt, run.prompt), run.reuse_cap)
+            if shared - have >= self.tuning.follow_min_tokens:
+                return True
+        return False
+
+    # --- dropping KV ---------------------------------------------------------------------------
+
+    def discard(self, slot: Slot, keep: int) -> None:
+        """Shrink ``slot``'s KV to its first ``keep`` tokens, first offering a mostly
+        destroyed prefix to the RAM cache."""
+        if keep >= len(slot.cached):
+            return
+        if self.ram.enabled and keep < 0.5 * len(slot.cached):
+            seq = slot.seq_id
+            self.ram.offer(slot.key, slot.cached, lambda: self.backend.state_seq_get(seq))
+        self.trim(slot, keep)
+
+    def trim(self, slot: Slot, keep: int) -> None:
+        """Remove positions ``keep..`` (everything if partial removal is unsupported)."""
+        if keep >= len(slot.cached):
+            return
+        if keep == 0 or not self.backend.seq_rm(slot.seq_id, keep, -1):
+            self.backend.seq_rm(slot.seq_id, 0, -1)
+            keep = 0
+        del slot.cached[keep:]
+
+    def purge_one(self) -> bool:
+        """KV pressure: drop the least recently used idle slot's cache (offered to the RAM
+        cache first). False when no idle slot holds KV."""
+        for slot in self.pool.idle():
+            if slot.cached:
+                self.discard(slot, 0)
+                self.counters.num_purged_slots += 1
+                return True
+        return False

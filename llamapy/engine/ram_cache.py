@@ -1,0 +1,147 @@
+"""Level-2 prompt cache: serialised sequence state kept in RAM, byte-bounded, LRU.
+
+Contract:
+
+- An entry is ``(cache key, token ids, state bytes)``; it may only be restored for a request
+  with the same key (``(cache_scope, cache_identity)``).
+- ``offer`` stores a prefix that is about to be destroyed in the KV cache. It skips prefixes
+  shorter than ``min_tokens``, prefixes an existing entry already covers, and entries larger
+  than the whole budget (a small budget degrades to "disabled", never to OOM). Entries the new
+  one covers are dropped; then least-recently-used entries are evicted until it fits.
+- ``lookup`` finds the entry sharing the longest prefix with a prompt; it is only worth
+  restoring when at least ``min_fraction`` of the entry is reusable (the tail is trimmed).
+- ``total_bytes <= budget_bytes`` always; ``check_integrity`` verifies the bookkeeping.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+
+__all__ = ["CacheEntry", "PromptCache", "common_prefix"]
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix of two token sequences."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+@dataclass(slots=True, frozen=True, eq=False)
+class CacheEntry:
+    """One serialised prefix."""
+
+    key: Hashable
+    token_ids: tuple[int, ...]
+    data: bytes
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes charged against the budget (state + 4 bytes per token id)."""
+        return len(self.data) + 4 * len(self.token_ids)
+
+
+class PromptCache:
+    """A byte-bounded LRU of :class:`CacheEntry`."""
+
+    def __init__(self, budget_bytes: int, *, min_tokens: int = 32,
+                 min_fraction: float = 0.5) -> None:
+        self.budget_bytes = budget_bytes
+        self.min_tokens = min_tokens
+        self.min_fraction = min_fraction
+        self._entries: OrderedDict[int, CacheEntry] = OrderedDict()
+        self._next_id = 0
+        self.total_bytes = 0
+        self.num_evictions = 0
+        self.num_stored = 0
+        self.num_restores = 0
+
+    @property
+    def enabled(self) -> bool:
+        """False when the budget is 0."""
+        return self.budget_bytes > 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def entries(self) -> list[CacheEntry]:
+        """Entries, least recently used first."""
+        return list(self._entries.values())
+
+    def offer(self, key: Hashable, token_ids: Sequence[int],
+              get_data: Callable[[], bytes]) -> bool:
+        """Store a prefix about to be destroyed; ``get_data`` is only called when it will be
+        considered. Returns whether it was stored."""
+        if not self.enabled or len(token_ids) < self.min_tokens or self._covered(key, token_ids):
+            return False
+        entry = CacheEntry(key, tuple(token_ids), get_data())
+        if entry.nbytes > self.budget_bytes:
+            return False
+        self._drop_covered_by(entry)
+        while self.total_bytes + entry.nbytes > self.budget_bytes:
+            self._evict_lru()
+        self._entries[self._next_id] = entry
+        self._next_id += 1
+        self.total_bytes += entry.nbytes
+        self.num_stored += 1
+        return True
+
+    def lookup(self, key: Hashable, prompt: Sequence[int], cap: int, *,
+               exact: bool = False) -> tuple[CacheEntry | None, int]:
+        """The entry with the longest usable prefix of ``prompt`` (at most ``cap`` tokens) and
+        that length; ``(None, 0)`` if none is worth restoring. ``exact``: only entries usable
+        whole (backends that cannot trim a restored tail)."""
+        best: tuple[CacheEntry | None, int] = (None, 0)
+        for entry in self._entries.values():
+            if entry.key != key:
+                continue
+            size = len(entry.token_ids)
+            n = min(common_prefix(entry.token_ids, prompt), cap)
+            if exact and n < size:
+                continue
+            if n > best[1] and n >= max(1, self.min_fraction * size):
+                best = (entry, n)
+        return best
+
+    def touch(self, entry: CacheEntry) -> None:
+        """Mark ``entry`` most recently used."""
+        for entry_id, other in self._entries.items():
+            if other is entry:
+                self._entries.move_to_end(entry_id)
+                return
+
+    def clear(self) -> None:
+        """Drop every entry."""
+        self._entries.clear()
+        self.total_bytes = 0
+
+    def check_integrity(self) -> None:
+        """Raise ``AssertionError`` if the byte accounting or the budget is broken."""
+        total = sum(e.nbytes for e in self._entries.values())
+        if total != self.total_bytes:
+            raise AssertionError(f"ram cache: total_bytes {self.total_bytes} != {total}")
+        if total > max(self.budget_bytes, 0):
+            raise AssertionError(f"ram cache: {total} bytes over budget {self.budget_bytes}")
+
+    def _covered(self, key: Hashable, token_ids: Sequence[int]) -> bool:
+        n = len(token_ids)
+        return any(e.key == key and len(e.token_ids) >= n and
+                   common_prefix(e.token_ids, token_ids) == n for e in self._entries.values())
+
+    def _drop_covered_by(self, entry: CacheEntry) -> None:
+        for entry_id, other in list(self._entries.items()):
+            n = len(other.token_ids)
+            if other.key == entry.key and common_prefix(other.token_ids, entry.token_ids) == n:
+                self._remove(entry_id)
+
+    def _evict_lru(self) -> None:
+        entry_id = next(iter(self._entries))
+        self._remove(entry_id)
+        self.num_evictions += 1
+
+    def _remove(self, entry_id: int) -> None:
+        self.total_bytes -= self._entries.pop(entry_id).nbytes

@@ -1,0 +1,239 @@
+"""Slots (one KV sequence each), runs (a request in flight) and the slot pool: routing, LRU,
+session affinity and leases.
+
+Invariant: ``slot.cached`` lists exactly the tokens whose KV is resident in sequence
+``slot.seq_id``, by position (``backend.seq_pos_max(seq_id) == len(cached) - 1``). While a run
+is on the slot, ``cached`` is a prefix of ``run.tokens`` (prompt + generated).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+from llamapy.engine.backend import Sampler
+from llamapy.engine.ram_cache import common_prefix
+from llamapy.engine.request import FinishReason, Request, RequestTimings
+from llamapy.engine.states import (
+    FREE_SLOT_STATES,
+    RequestState,
+    SlotState,
+    StateMachine,
+    request_machine,
+    slot_machine,
+)
+from llamapy.engine.text import TextStream
+from llamapy.errors import LlamapyError, UnknownLeaseError
+
+__all__ = ["Run", "Slot", "SlotPool"]
+
+CacheKey = Hashable
+
+
+@dataclass(slots=True, eq=False)
+class Run:
+    """A submitted request and everything the engine tracks about it."""
+
+    request: Request
+    serial: int
+    cache_prompt: bool
+    sampler: Sampler | None
+    submitted_at: float
+    prompt: list[int] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    text: TextStream = field(default_factory=TextStream)
+    machine: StateMachine[RequestState] = field(default_factory=request_machine)
+    timings: RequestTimings = field(default_factory=RequestTimings)
+    slot: Slot | None = None
+    resolved: bool = False
+    admitted_at: float = 0.0
+    prefill_started_at: float | None = None
+    last_token_at: float | None = None
+    finish: FinishReason | None = None
+    error: LlamapyError | None = None
+
+    @property
+    def request_id(self) -> Hashable:
+        """The request's id."""
+        return self.request.request_id
+
+    @property
+    def key(self) -> CacheKey:
+        """``(cache_scope, cache_identity)``."""
+        return self.request.cache_key
+
+    @property
+    def prefill_only(self) -> bool:
+        """``max_tokens == 0``: compute the prompt's KV, sample nothing."""
+        return self.request.options.max_tokens == 0
+
+    @property
+    def reuse_cap(self) -> int:
+        """Most prompt tokens that may be reused: all but the last, whose logits are needed,
+        unless nothing will be sampled."""
+        return len(self.prompt) if self.prefill_only else max(0, len(self.prompt) - 1)
+
+    @property
+    def num_generated(self) -> int:
+        """Tokens sampled so far."""
+        return len(self.tokens) - len(self.prompt)
+
+    @property
+    def state(self) -> RequestState:
+        """Queued, running or finished."""
+        return self.machine.state
+
+
+@dataclass(slots=True, eq=False)
+class Slot:
+    """One KV sequence and the run using it (if any)."""
+
+    slot_id: int
+    machine: StateMachine[SlotState] = field(default_factory=slot_machine)
+    cached: list[int] = field(default_factory=list)
+    key: CacheKey = None
+    last_used: int = 0
+    session: Hashable | None = None
+    lease_id: int | None = None
+    run: Run | None = None
+
+    @property
+    def seq_id(self) -> int:
+        """The backend sequence of this slot."""
+        return self.slot_id
+
+    @property
+    def state(self) -> SlotState:
+        """Current state."""
+        return self.machine.state
+
+    @property
+    def is_free(self) -> bool:
+        """No run on the slot (IDLE or LEASED)."""
+        return self.state in FREE_SLOT_STATES
+
+    @property
+    def is_idle(self) -> bool:
+        """Free and not leased: may be routed to, purged and evicted."""
+        return self.state is SlotState.IDLE
+
+    @property
+    def remaining_prefill(self) -> int:
+        """Prompt tokens of the run still to compute."""
+        return len(self.run.prompt) - len(self.cached) if self.run else 0
+
+
+class SlotPool:
+    """The slots, with routing (session, longest cached prefix, LRU) and leases."""
+
+    def __init__(self, n_slots: int, *, min_route_share: float = 0.1) -> None:
+        self.slots = [Slot(slot_id=i) for i in range(n_slots)]
+        self.min_route_share = min_route_share
+        self._clock = 0
+        self._sessions: dict[Hashable, int] = {}
+        self._leases: dict[int, int] = {}
+        self._next_lease = 1
+
+    def touch(self, slot: Slot) -> None:
+        """Mark ``slot`` most recently used."""
+        self._clock += 1
+        slot.last_used = self._clock
+
+    def idle(self) -> list[Slot]:
+        """Routable slots, least recently used first."""
+        return sorted((s for s in self.slots if s.is_idle), key=lambda s: s.last_used)
+
+    def running(self) -> list[Slot]:
+        """Slots with a run."""
+        return [s for s in self.slots if not s.is_free]
+
+    # --- routing -------------------------------------------------------------------------------
+
+    def route(self, run: Run) -> Slot | None:
+        """The slot ``run`` should take now, or None if it must wait."""
+        lease_id = run.request.lease_id
+        if lease_id is not None:
+            slot = self.leased_slot(lease_id)
+            return slot if slot.state is SlotState.LEASED else None
+        idle = self.idle()
+        if not idle:
+            return None
+        return self._session_slot(run, idle) or self._prefix_slot(run, idle) or idle[0]
+
+    def session_slot_free(self, run: Run) -> bool:
+        """Whether ``run``'s session last ran on a slot that is routable now."""
+        session = run.request.options.session
+        slot_id = self._sessions.get(session) if session is not None else None
+        return slot_id is not None and self.slots[slot_id].is_idle
+
+    def _session_slot(self, run: Run, idle: list[Slot]) -> Slot | None:
+        session = run.request.options.session
+        if session is None or session not in self._sessions:
+            return None
+        slot = self.slots[self._sessions[session]]
+        return slot if slot in idle else None
+
+    def _prefix_slot(self, run: Run, idle: list[Slot]) -> Slot | None:
+        if not run.cache_prompt or not run.prompt:
+            return None
+        best, best_n = None, 0
+        for slot in idle:  # LRU first, so ties go to the least recently used
+            if slot.key == run.key:
+                n = common_prefix(slot.cached, run.prompt)
+                if n > best_n:
+                    best, best_n = slot, n
+        return best if best_n >= max(1, self.min_route_share * len(run.prompt)) else None
+
+    def assign(self, run: Run, slot: Slot) -> None:
+        """Put ``run`` on ``slot`` (IDLE/LEASED -> PREFILLING)."""
+        slot.machine.fire("assign")
+        slot.run, run.slot = run, slot
+        session = run.request.options.session
+        if session is not None:
+            self._sessions[session] = slot.slot_id
+            slot.session = session
+        self.touch(slot)
+
+    def unassign(self, slot: Slot) -> None:
+        """Take the run off ``slot`` (-> IDLE, or LEASED for a leased slot)."""
+        slot.machine.fire("finish" if slot.lease_id is None else "finish_leased")
+        if slot.run is not None:
+            slot.run.slot = None
+        slot.run = None
+        self.touch(slot)
+
+    # --- leases --------------------------------------------------------------------------------
+
+    def lease(self, key: CacheKey) -> Slot | None:
+        """Lease an idle slot, preferring one whose cache has ``key`` (most tokens), else LRU."""
+        idle = self.idle()
+        if not idle:
+            return None
+        same = [s for s in idle if s.key == key and s.cached]
+        slot = max(same, key=lambda s: len(s.cached)) if same else idle[0]
+        slot.machine.fire("lease")
+        slot.lease_id = self._next_lease
+        self._leases[slot.lease_id] = slot.slot_id
+        self._next_lease += 1
+        return slot
+
+    def leased_slot(self, lease_id: int) -> Slot:
+        """The slot held by ``lease_id``; ``UnknownLeaseError`` if there is none."""
+        slot_id = self._leases.get(lease_id)
+        if slot_id is None:
+            raise UnknownLeaseError(lease_id)
+        return self.slots[slot_id]
+
+    def release(self, lease_id: int) -> Slot:
+        """End a lease (the slot must be free): LEASED -> IDLE."""
+        slot = self.leased_slot(lease_id)
+        slot.machine.fire("release")
+        del self._leases[lease_id]
+        slot.lease_id = None
+        self.touch(slot)
+        return slot
+
+    @property
+    def leases(self) -> dict[int, int]:
+        """lease id -> slot id."""
+        return dict(self._leases)

@@ -1,0 +1,106 @@
+"""Engine counters and the stats snapshot."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Hashable
+from dataclasses import asdict, dataclass, field
+
+__all__ = ["Counters", "EngineStats", "InstabilityEvent"]
+
+
+@dataclass(slots=True, frozen=True)
+class InstabilityEvent:
+    """A prompt that matched only 10-50% of a long cached history of its own slot: usually a
+    chat template rewriting earlier turns, which defeats prefix reuse."""
+
+    request_id: Hashable
+    slot_id: int
+    cached_tokens: int
+    matched_tokens: int
+    prompt_tokens: int
+
+    @property
+    def matched_share(self) -> float:
+        """Matched share of the cached history."""
+        return self.matched_tokens / self.cached_tokens
+
+
+@dataclass(slots=True)
+class Counters:
+    """Monotonic engine counters (``num_*``)."""
+
+    num_ticks: int = 0
+    num_decode_calls: int = 0
+    num_submitted: int = 0
+    num_rejected: int = 0
+    num_finished: int = 0
+    num_cancelled: int = 0
+    num_errors: int = 0
+    num_prompt_tokens: int = 0
+    num_reused_own: int = 0
+    num_reused_donor: int = 0
+    num_reused_ram: int = 0
+    num_reused_inflight: int = 0
+    num_prefill_tokens: int = 0
+    num_generated_tokens: int = 0
+    num_ram_restores: int = 0
+    num_ram_restore_failures: int = 0
+    num_purged_slots: int = 0
+    num_kv_pressure_events: int = 0
+    num_batch_splits: int = 0
+    num_context_overflows: int = 0
+    num_instability_events: int = 0
+    finish_reasons: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def num_reused_tokens(self) -> int:
+        """Prompt tokens reused from any source."""
+        return (self.num_reused_own + self.num_reused_donor + self.num_reused_ram
+                + self.num_reused_inflight)
+
+    def count_finish(self, reason: str) -> None:
+        """Count one finished request by reason."""
+        self.finish_reasons[reason] = self.finish_reasons.get(reason, 0) + 1
+        self.num_finished += 1
+
+
+@dataclass(slots=True)
+class EngineStats:
+    """A snapshot of the engine (see :meth:`Engine.stats`)."""
+
+    n_parallel: int
+    n_batch: int
+    n_ctx: int
+    n_ctx_seq: int
+    chunk_size: int
+    max_queue: int
+    batch_strategy: str
+    slots_active: int
+    slots_idle: int
+    slots_leased: int
+    slots_prefilling: int
+    slots_decoding: int
+    queue_depth: int
+    ram_cache_entries: int
+    ram_cache_bytes: int
+    ram_cache_budget_bytes: int
+    ram_cache_evictions: int
+    counters: Counters
+    instability_events: list[InstabilityEvent]
+
+    def as_dict(self) -> dict[str, object]:
+        """A JSON-friendly dict (counters flattened in)."""
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__
+               if k not in ("counters", "instability_events")}
+        out.update(asdict(self.counters))
+        out["num_reused_tokens"] = self.counters.num_reused_tokens
+        out["instability_events"] = [
+            {**asdict(e), "request_id": repr(e.request_id)} for e in self.instability_events
+        ]
+        return out
+
+
+def recent_events(maxlen: int = 32) -> deque[InstabilityEvent]:
+    """A bounded buffer for the latest instability events."""
+    return deque(maxlen=maxlen)
