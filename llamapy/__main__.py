@@ -1,0 +1,52 @@
+"""``python -m llamapy "prompt"``: stream a completion from the default model to stdout."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from .errors import LlamapyError
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Generate from a prompt with the continuous-batching server, streaming to stdout."""
+    parser = argparse.ArgumentParser(prog="python -m llamapy", description=__doc__)
+    parser.add_argument("prompt", help="the prompt (sent through the model's chat template "
+                        "unless --raw)")
+    parser.add_argument("--model", help="GGUF path (default: SmolLM2-135M-Instruct, fetched "
+                        "into the cache if missing)")
+    parser.add_argument("--max-tokens", type=int, default=256)
+    parser.add_argument("--temp", type=float, default=0.8)
+    parser.add_argument("--seed", type=int, default=-1)
+    parser.add_argument("--raw", action="store_true", help="no chat template")
+    parser.add_argument("--verbose", action="store_true", help="show llama.cpp logs")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.ERROR)
+    from .models import default_model_path
+    from .server import Server
+
+    try:
+        path = args.model or default_model_path(fetch=True)
+        with Server(path, n_ctx=4096, n_parallel=1) as server:
+            model = server.wait_ready().model
+            prompt = args.prompt
+            if not args.raw:
+                from ._native import apply_chat_template
+
+                prompt = apply_chat_template(model, [{"role": "user", "content": prompt}])
+            for chunk in server.stream(prompt, max_tokens=args.max_tokens, temp=args.temp,
+                                       seed=args.seed):
+                sys.stdout.write(chunk)
+                sys.stdout.flush()
+            sys.stdout.write("\n")
+    except LlamapyError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

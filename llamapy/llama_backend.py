@@ -1,0 +1,208 @@
+"""``LlamaBackend``: the engine's :class:`~llamapy.engine.Backend` on libllama.
+
+Each method is one or two native calls; no policy. Batches are filled through the numpy views
+of a preallocated :class:`~llamapy._native.Batch`, so Python work per tick stays small next to
+the decode itself.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._native import Batch, Context, Model, SamplerChain
+from .engine.backend import BatchPlan
+from .engine.options import SamplingParams
+
+
+class LlamaSampler:
+    """A request's native sampler chain (the engine's ``Sampler``)."""
+
+    __slots__ = ("_chain", "_ctx")
+
+    def __init__(self, chain: SamplerChain, ctx: Context) -> None:
+        self._chain = chain
+        self._ctx = ctx
+
+    def sample(self, batch_index: int) -> int:
+        """Sample from row ``batch_index`` of the last decode (and accept the token)."""
+        return self._chain.sample(self._ctx, batch_index)
+
+    def accept(self, token_id: int) -> None:
+        """Feed a token that was not sampled (history replay)."""
+        self._chain.accept(token_id)
+
+    def top_logprobs(self, batch_index: int, n: int) -> list[tuple[int, float]]:
+        """The ``n`` most likely tokens of the row and their log-probabilities (raw logits)."""
+        return top_logprobs(self._ctx.logits(batch_index), n)
+
+    def close(self) -> None:
+        """Free the chain."""
+        self._chain.close()
+
+
+def top_logprobs(logits: np.ndarray, n: int) -> list[tuple[int, float]]:
+    """Top-``n`` ``(token, logprob)`` of a logits row, most likely first."""
+    n = min(n, logits.shape[0])
+    top = np.argpartition(logits, -n)[-n:]
+    top = top[np.argsort(logits[top])[::-1]]
+    m = float(logits.max())
+    log_z = m + float(np.log(np.exp(logits - m, dtype=np.float64).sum()))
+    return [(int(t), float(logits[t]) - log_z) for t in top]
+
+
+def build_chain(model: Model, p: SamplingParams) -> SamplerChain:
+    """A native chain for ``p`` in llama-server's default order.
+
+    grammar, logit bias, penalties, DRY, top-n-sigma, top-k, typical, top-p, min-p, XTC,
+    temperature (dynamic when ``dynatemp_range > 0``), then dist(seed); mirostat replaces the
+    truncation samplers; ``temp <= 0`` is greedy. Neutral samplers are left out.
+    """
+    chain = SamplerChain(model)
+    try:
+        if p.grammar:
+            chain.add_grammar(p.grammar, p.grammar_root)
+        if p.logit_bias:
+            chain.add_logit_bias(p.logit_bias)
+        if p.penalty_last_n != 0 and (
+            p.penalty_repeat != 1.0 or p.penalty_freq != 0.0 or p.penalty_present != 0.0
+        ):
+            chain.add_penalties(p.penalty_last_n, p.penalty_repeat, p.penalty_freq,
+                                p.penalty_present)
+        if p.dry_multiplier > 0.0:
+            chain.add_dry(p.dry_multiplier, p.dry_base, p.dry_allowed_length,
+                          p.dry_penalty_last_n, p.dry_sequence_breakers)
+        if p.temp <= 0.0:
+            return chain.add_greedy()
+        if p.mirostat:
+            chain.add_temp(p.temp)
+            if p.mirostat == 1:
+                return chain.add_mirostat(p.mirostat_tau, p.mirostat_eta, seed=p.native_seed)
+            return chain.add_mirostat_v2(p.mirostat_tau, p.mirostat_eta, seed=p.native_seed)
+        _add_truncation(chain, p)
+        return chain.add_dist(p.native_seed)
+    except BaseException:
+        chain.close()
+        raise
+
+
+def _add_truncation(chain: SamplerChain, p: SamplingParams) -> None:
+    if p.top_n_sigma >= 0.0:
+        chain.add_top_n_sigma(p.top_n_sigma)
+    if p.top_k > 0:
+        chain.add_top_k(p.top_k)
+    if p.typical_p < 1.0:
+        chain.add_typical(p.typical_p)
+    if p.top_p < 1.0:
+        chain.add_top_p(p.top_p)
+    if p.min_p > 0.0:
+        chain.add_min_p(p.min_p)
+    if p.xtc_probability > 0.0:
+        chain.add_xtc(p.xtc_probability, p.xtc_threshold, seed=p.native_seed)
+    if p.dynatemp_range > 0.0:
+        chain.add_temp_ext(p.temp, p.dynatemp_range, p.dynatemp_exponent)
+    else:
+        chain.add_temp(p.temp)
+
+
+class LlamaBackend:
+    """The engine's backend on a native model and context (one owner thread)."""
+
+    def __init__(self, model: Model, ctx: Context) -> None:
+        self.model = model
+        self.ctx = ctx
+        self._batch = Batch(ctx.n_batch)
+        self._partial = not model.is_recurrent
+
+    # --- limits -------------------------------------------------------------------------------
+
+    @property
+    def n_ctx(self) -> int:
+        """Total KV cells."""
+        return self.ctx.n_ctx
+
+    @property
+    def n_ctx_seq(self) -> int:
+        """Per-sequence limit."""
+        return self.ctx.n_ctx_seq
+
+    @property
+    def n_seq_max(self) -> int:
+        """Sequences (slots)."""
+        return self.ctx.n_seq_max
+
+    @property
+    def n_batch(self) -> int:
+        """Max tokens per decode."""
+        return self.ctx.n_batch
+
+    @property
+    def kv_unified(self) -> bool:
+        """One KV buffer for all sequences."""
+        return self.ctx.options.kv_unified
+
+    @property
+    def supports_partial_removal(self) -> bool:
+        """False for recurrent and hybrid models."""
+        return self._partial
+
+    @property
+    def n_vocab(self) -> int:
+        """Vocabulary size."""
+        return self.model.n_vocab
+
+    # --- compute ------------------------------------------------------------------------------
+
+    def decode(self, plan: BatchPlan) -> None:
+        """Fill the preallocated batch from the plan's segments and decode it."""
+        batch = self._batch
+        batch.clear()
+        for seg in plan.segments:
+            batch.add(seg.seq_id, seg.start_pos, seg.token_ids, seg.logits)
+        self.ctx.decode(batch)
+
+    def new_sampler(self, params: SamplingParams) -> LlamaSampler:
+        """A native chain for one request (``GrammarError`` for a bad grammar)."""
+        return LlamaSampler(build_chain(self.model, params), self.ctx)
+
+    # --- memory -------------------------------------------------------------------------------
+
+    def seq_rm(self, seq_id: int, p0: int, p1: int) -> bool:
+        """Remove ``[p0, p1)`` of a sequence."""
+        return self.ctx.seq_rm(seq_id, p0, p1)
+
+    def seq_cp(self, src: int, dst: int, p0: int, p1: int) -> None:
+        """Share ``src``'s cells with ``dst``."""
+        self.ctx.seq_cp(src, dst, p0, p1)
+
+    def seq_keep(self, seq_id: int) -> None:
+        """Drop every other sequence."""
+        self.ctx.seq_keep(seq_id)
+
+    def clear(self) -> None:
+        """Drop everything."""
+        self.ctx.clear()
+
+    def seq_pos_max(self, seq_id: int) -> int:
+        """Largest position of a sequence, -1 if empty."""
+        return self.ctx.seq_pos_max(seq_id)
+
+    def state_seq_get(self, seq_id: int) -> bytes:
+        """Serialise a sequence's KV."""
+        return self.ctx.state_seq_get(seq_id)
+
+    def state_seq_set(self, seq_id: int, data: bytes) -> bool:
+        """Restore a sequence's KV; on failure the sequence is left empty."""
+        if self.ctx.state_seq_set(seq_id, data):
+            return True
+        self.ctx.seq_rm(seq_id, -1, -1)
+        return False
+
+    # --- vocabulary ---------------------------------------------------------------------------
+
+    def token_to_piece(self, token_id: int) -> bytes:
+        """A token's bytes (special tokens not rendered)."""
+        return self.model.token_to_piece(token_id, special=False)
+
+    def is_eog(self, token_id: int) -> bool:
+        """End-of-generation token?"""
+        return self.model.is_eog(token_id)

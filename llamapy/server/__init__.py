@@ -1,0 +1,16 @@
+"""The threaded continuous-batching server (sync and asyncio API)."""
+
+from .._system import physical_cores
+from .handles import Completion, Usage
+from .options import call_option_keys, request_option_keys, start_option_keys
+from .server import Server
+
+__all__ = [
+    "Completion",
+    "Server",
+    "Usage",
+    "call_option_keys",
+    "physical_cores",
+    "request_option_keys",
+    "start_option_keys",
+]
