@@ -275,3 +275,29 @@ def test_llama_logs_go_to_logging(tmp_path: Path, caplog: pytest.LogCaptureFixtu
     with caplog.at_level("DEBUG", logger="llamapy.llama_cpp"), pytest.raises(ModelLoadError):
         Model(bad)
     assert any(r.name == "llamapy.llama_cpp" for r in caplog.records)
+
+
+def test_lora_adapter_changes_logits_and_detaches(model: Model, tmp_path: Path) -> None:
+    from llamapy._native import LoraAdapter
+    from llamapy.testing import write_random_lora
+
+    path = write_random_lora(model.path, tmp_path / "lora.gguf", rank=4, std=0.2, seed=1)
+    prompt = model.tokenize("The weather today is")
+
+    def last_logits(ctx: Context) -> np.ndarray:
+        ctx.clear()
+        batch = Batch(32)
+        row = batch.add(0, 0, prompt)
+        ctx.decode(batch)
+        return ctx.logits(row).copy()
+
+    with Context(model, n_ctx=256, n_batch=32, n_threads=2) as ctx, \
+            LoraAdapter(model, path) as adapter:
+        base = last_logits(ctx)
+        ctx.set_adapters([(adapter, 1.0)])
+        tuned = last_logits(ctx)
+        assert not np.allclose(base, tuned, atol=1e-3)
+        ctx.set_adapters([])
+        np.testing.assert_allclose(last_logits(ctx), base, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ModelLoadError):
+        LoraAdapter(model, tmp_path / "missing.gguf")
