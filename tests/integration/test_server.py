@@ -278,3 +278,26 @@ async def test_asyncio_api(server: Server) -> None:
             break
         await asyncio.sleep(0.02)
     assert server.stats()["slots_active"] == 0
+
+
+def test_logprobs_and_logit_bias(server: Server) -> None:
+    prompt = chat(server, "What is the capital of France?")
+    done = server.complete(prompt, max_tokens=6, n_probs=3, **GREEDY)
+    assert len(done.logprobs) == done.completion_tokens
+    for chosen, top in zip(done.token_ids, done.logprobs, strict=True):
+        assert len(top) == 3
+        assert top[0][0] == chosen  # greedy picks the most likely token
+        assert top[0][1] >= top[1][1] >= top[2][1] and top[0][1] <= 0.0
+    first = done.token_ids[0]
+    banned = server.complete(prompt, max_tokens=6, logit_bias={first: -1e9}, **GREEDY)
+    assert banned.token_ids[0] != first
+
+
+def test_utf8_is_never_split_in_streams(server: Server) -> None:
+    prompt = chat(server, "Write the word 'hello' in Japanese, Chinese and Korean, "
+                          "then three emoji.")
+    opts = {"max_tokens": 48, "temp": 0.0}
+    chunks = list(server.stream(prompt, **opts))
+    assert all("\ufffd" not in c for c in chunks)
+    assert "".join(chunks) == server.generate(prompt, **opts)
+    assert any(ord(ch) > 0x2E80 for ch in "".join(chunks))
