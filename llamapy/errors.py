@@ -279,3 +279,38 @@ class UnknownLeaseError(LlamapyError, KeyError):
 
     def __str__(self) -> str:  # KeyError would print the repr of the message
         return str(self.args[0])
+
+
+# --- HTTP ----------------------------------------------------------------------------------------
+
+
+class InvalidRequestError(LlamapyError, ValueError):
+    """An HTTP request is malformed (body is not JSON, wrong content)."""
+
+    http_status = 400
+    error_type = "invalid_request_error"
+
+
+class AuthenticationError(LlamapyError):
+    """A request to a key-protected server lacks a valid ``Authorization: Bearer`` key."""
+
+    http_status = 401
+    error_type = "authentication_error"
+
+
+class PayloadTooLargeError(LlamapyError):
+    """A request body exceeds the server's limit; ``limit`` is that limit in bytes."""
+
+    http_status = 413
+    error_type = "invalid_request_error"
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        super().__init__(f"request body exceeds the limit of {limit} bytes")
+
+
+class RouteNotFoundError(LlamapyError):
+    """No endpoint at the requested path (or not with that method)."""
+
+    http_status = 404
+    error_type = "invalid_request_error"

@@ -1,0 +1,50 @@
+"""OpenAI-shaped library functions on a ``Server`` (or a ``Model``): what the HTTP layer calls.
+
+- :func:`chat_completion` / :func:`stream_chat_completion` (and ``a*`` asyncio forms): chat
+  templates, tools (forced calls under a grammar), ``response_format``, reasoning, logprobs,
+  usage with ``prompt_tokens_details.cached_tokens``, and ``timings`` explaining prefix reuse.
+- :func:`completion` / :func:`stream_completion` (and ``a*``): text completions.
+
+``target`` is a :class:`~llamapy.server.Server`, a :class:`~llamapy._native.Model` (run
+through a private single-slot server) or a :class:`ServedModel` (a server with a public name,
+template override and timeout). Requests are dicts in the OpenAI shape; errors are llamapy's
+typed errors (each with ``http_status``).
+"""
+
+from .chat import (
+    ChatStream,
+    achat_completion,
+    astream_chat_completion,
+    chat_completion,
+    chat_response,
+    stream_chat_completion,
+)
+from .completions import (
+    acompletion,
+    astream_completion,
+    completion,
+    stream_completion,
+)
+from .params import ENGINE_ALIASES, ChatBody, CompletionBody
+from .prompt import ChatPlan, prepare_chat
+from .target import ServedModel, served
+
+__all__ = [
+    "ENGINE_ALIASES",
+    "ChatBody",
+    "ChatPlan",
+    "ChatStream",
+    "CompletionBody",
+    "ServedModel",
+    "achat_completion",
+    "acompletion",
+    "astream_chat_completion",
+    "astream_completion",
+    "chat_completion",
+    "chat_response",
+    "completion",
+    "prepare_chat",
+    "served",
+    "stream_chat_completion",
+    "stream_completion",
+]

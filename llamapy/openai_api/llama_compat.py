@@ -1,0 +1,216 @@
+"""llama-server's native API on a ``Server``, so existing llama-server clients work.
+
+``/completion`` (``n_predict``, ``cache_prompt``, ``n_probs``, ``timings``, ``stop_type``, ...),
+``/tokenize``, ``/detokenize``, ``/apply-template``, ``/props`` and ``/slots``: request and
+response fields as llama-server's README documents them. A few llama-server request fields
+that only tune its own bookkeeping are accepted and ignored (:data:`IGNORED_FIELDS`); any other
+unknown field is a 400.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from .._native import Model
+from ..engine import DoneEvent, TokenEvent
+from ..errors import InvalidOptionError
+from ..server import Completion
+from .completions import check_token_ids, prompt_list
+from .logprobs import MIN_CANDIDATES, sampled_logprob
+from .params import ChatBody, engine_extras, parse_body
+from .prompt import render_prompt
+from .report import timings_dict
+from .target import ServedModel
+
+#: llama-server request fields that only tune its own bookkeeping: accepted, ignored.
+IGNORED_FIELDS = ("id_slot", "n_keep", "timings_per_token", "return_progress",
+                  "post_sampling_probs", "samplers", "t_max_predict_ms", "n_indent",
+                  "response_fields", "n_cmpl")
+#: Fields of ``/completion`` handled here rather than passed to the engine.
+OWN_FIELDS = ("prompt", "n_predict", "max_tokens", "stream", "return_tokens", "model",
+              "json_schema")
+#: ``stop_type`` by engine finish reason.
+STOP_TYPES = {"eog": "eos", "stop": "word", "max_tokens": "limit", "prefill": "limit"}
+
+
+def _probabilities(model: Model, token_id: int, candidates: Any, n_probs: int
+                   ) -> dict[str, Any]:
+    def entry(token: int, logprob: float) -> dict[str, Any]:
+        piece = model.token_to_piece(token, True)
+        return {"id": token, "token": piece.decode("utf-8", "replace"), "logprob": logprob,
+                "bytes": list(piece)}
+
+    candidates = list(candidates or ())
+    out = entry(token_id, sampled_logprob(token_id, candidates))
+    out["top_logprobs"] = [entry(t, lp) for t, lp in candidates[:n_probs]]
+    return out
+
+
+def prepare_native(served: ServedModel, request: Mapping[str, Any]
+                   ) -> tuple[list[int], str, dict[str, Any], dict[str, Any]]:
+    """``(prompt ids, prompt text, engine call options, request)`` of a ``/completion``."""
+    if not isinstance(request, Mapping):
+        raise InvalidOptionError("request body must be a JSON object")
+    served.check_model(request.get("model"))
+    if "prompt" not in request:
+        raise InvalidOptionError("missing field 'prompt'", option="prompt")
+    pairs = prompt_list(served, request["prompt"])
+    if len(pairs) != 1:
+        raise InvalidOptionError("/completion takes one prompt", option="prompt")
+    ids, text = pairs[0]
+    extras = {k: v for k, v in request.items() if k not in OWN_FIELDS + IGNORED_FIELDS}
+    options = engine_extras(extras)
+    if request.get("json_schema") is not None:
+        from ..grammar.json_schema import schema_to_gbnf
+
+        options["grammar"] = schema_to_gbnf(request["json_schema"])
+    n_predict = request.get("n_predict", request.get("max_tokens", -1))
+    if not isinstance(n_predict, int) or isinstance(n_predict, bool):
+        raise InvalidOptionError("n_predict must be an integer", option="n_predict")
+    options["max_tokens"] = served.default_max_tokens(len(ids)) if n_predict < 0 else n_predict
+    if options.get("n_probs"):
+        options["n_probs"] = max(options["n_probs"], MIN_CANDIDATES)
+    options["timeout"] = served.request_timeout
+    return ids, text, options, dict(request)
+
+
+def _settings(served: ServedModel, options: Mapping[str, Any]) -> dict[str, Any]:
+    return {"n_predict": options.get("max_tokens"), "model": served.name,
+            **{k: v for k, v in options.items() if k not in ("timeout", "logit_bias")}}
+
+
+def native_response(served: ServedModel, ids: list[int], text: str, options: Mapping[str, Any],
+                    request: Mapping[str, Any], completion: Completion) -> dict[str, Any]:
+    """The ``/completion`` response of a finished generation."""
+    model = served.model
+    n_probs = int(request.get("n_probs") or 0)
+    out: dict[str, Any] = {
+        "index": 0, "content": completion.text,
+        "tokens": list(completion.token_ids) if request.get("return_tokens") else [],
+        "id_slot": -1, "stop": True, "model": served.name,
+        "tokens_predicted": completion.completion_tokens,
+        "tokens_evaluated": completion.usage.prompt_tokens,
+        "generation_settings": _settings(served, options), "prompt": text,
+        "has_new_line": "\n" in completion.text, "truncated": False,
+        "stop_type": STOP_TYPES.get(completion.finish_reason, "none"),
+        "stopping_word": completion.stop_word,
+        "tokens_cached": completion.usage.prompt_tokens + completion.completion_tokens,
+        "timings": timings_dict(completion.timings, model, ids),
+    }
+    if n_probs:
+        out["completion_probabilities"] = [
+            _probabilities(model, t, c, n_probs)
+            for t, c in zip(completion.token_ids, completion.logprobs, strict=False)]
+    return out
+
+
+def native_chunk(served: ServedModel, request: Mapping[str, Any], event: TokenEvent,
+                 n_done: int, n_prompt: int) -> dict[str, Any]:
+    """One streamed ``/completion`` chunk."""
+    out: dict[str, Any] = {"index": 0, "content": event.text, "tokens": [event.token_id],
+                           "stop": False, "id_slot": -1, "tokens_predicted": n_done,
+                           "tokens_evaluated": n_prompt}
+    n_probs = int(request.get("n_probs") or 0)
+    if n_probs:
+        out["completion_probabilities"] = [
+            _probabilities(served.model, event.token_id, event.logprobs, n_probs)]
+    return out
+
+
+def native_final(served: ServedModel, ids: list[int], text: str, options: Mapping[str, Any],
+                 event: DoneEvent) -> dict[str, Any]:
+    """The last streamed ``/completion`` chunk (``stop: true`` with timings)."""
+    return {
+        "index": 0, "content": "", "tokens": [], "id_slot": -1, "stop": True,
+        "model": served.name, "tokens_predicted": event.completion_tokens,
+        "tokens_evaluated": event.prompt_tokens, "generation_settings": _settings(served, options),
+        "prompt": text, "truncated": False,
+        "stop_type": STOP_TYPES.get(str(event.finish_reason), "none"),
+        "stopping_word": event.stop_word,
+        "tokens_cached": event.prompt_tokens + event.completion_tokens,
+        "timings": timings_dict(event.timings, served.model, ids),
+    }
+
+
+# --- small endpoints ------------------------------------------------------------------------
+
+
+def tokenize(served: ServedModel, request: Mapping[str, Any]) -> dict[str, Any]:
+    """``/tokenize``: ``content``, ``add_special`` (false), ``parse_special`` (true),
+    ``with_pieces``."""
+    content = request.get("content")
+    if not isinstance(content, str):
+        raise InvalidOptionError("content must be a string", option="content")
+    model = served.model
+    ids = model.tokenize(content, bool(request.get("add_special", False)),
+                         bool(request.get("parse_special", True)))
+    if not request.get("with_pieces"):
+        return {"tokens": ids}
+    pieces = []
+    for token in ids:
+        raw = model.token_to_piece(token, True)
+        try:
+            piece: str | list[int] = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            piece = list(raw)
+        pieces.append({"id": token, "piece": piece})
+    return {"tokens": pieces}
+
+
+def detokenize(served: ServedModel, request: Mapping[str, Any]) -> dict[str, Any]:
+    """``/detokenize``: ``tokens`` to ``content``."""
+    tokens = request.get("tokens")
+    if not isinstance(tokens, list):
+        raise InvalidOptionError("tokens must be a list of token ids", option="tokens")
+    ids = check_token_ids(served, tokens, where="tokens")
+    return {"content": served.model.detokenize(ids)}
+
+
+def apply_template(served: ServedModel, request: Mapping[str, Any]) -> dict[str, Any]:
+    """``/apply-template``: the prompt a chat request renders to."""
+    body = parse_body(ChatBody, request)
+    tools_active = bool(body.tools) and body.tool_choice != "none"
+    return {"prompt": render_prompt(served, body, tools_active)}
+
+
+def props(served: ServedModel) -> dict[str, Any]:
+    """``/props``: default generation settings, slot count, model and template."""
+    start = served.server.call_on_loop(lambda loop: loop.start)
+    defaults = start.engine.sampling
+    sampling = {f.name: getattr(defaults, f.name) for f in dataclasses.fields(defaults)}
+    sampling["logit_bias"] = dict(defaults.logit_bias)
+    model = served.model
+    template = served.template()
+    return {
+        "default_generation_settings": {"n_ctx": start.server.n_ctx, "params": sampling,
+                                        "model": served.name},
+        "total_slots": start.server.n_parallel,
+        "model_alias": served.name,
+        "model_path": served.server.model_path,
+        "chat_template": template.source,
+        "bos_token": template.bos_token,
+        "eos_token": template.eos_token,
+        "modalities": {"vision": False, "audio": False},
+        "build_info": model.description,
+    }
+
+
+def slots(served: ServedModel) -> list[dict[str, Any]]:
+    """``/slots``: each slot's state, cached tokens and current request."""
+
+    def read(loop: Any) -> list[dict[str, Any]]:
+        engine = loop.engine
+        n_ctx = engine.stats().n_ctx_seq
+        out = []
+        for slot in engine.pool.slots:
+            run = slot.run
+            out.append({"id": slot.slot_id, "id_task": -1 if run is None else run.request_id,
+                        "n_ctx": n_ctx, "is_processing": run is not None,
+                        "state": slot.state.value, "n_cached_tokens": len(slot.cached),
+                        "cache_scope": slot.key[0] if isinstance(slot.key, tuple) else None,
+                        "session": None if slot.session is None else repr(slot.session)})
+        return out
+
+    return served.server.call_on_loop(read)  # type: ignore[no-any-return]

@@ -1,0 +1,248 @@
+"""OpenAI request bodies (pydantic models) and their translation into engine request options.
+
+Field names and semantics follow the OpenAI API. Fields that are not OpenAI's ("extras") are
+accepted when they are engine request options (``top_k``, ``min_p``, ``grammar``,
+``cache_prompt``, ``cache_scope``, ``session``, ... as listed by
+:func:`llamapy.server.request_option_keys`) or llama-server's spelling of one
+(:data:`ENGINE_ALIASES`). Any other unknown field is a 400 naming it: nothing is silently
+dropped. A body that fails validation raises :class:`~llamapy.errors.InvalidOptionError` with
+``option`` set to the offending field's path.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..errors import InvalidOptionError, UnknownOptionError, UnsupportedFeatureError
+from ..server import request_option_keys
+
+#: llama-server / OpenAI names of engine request options that the engine spells differently.
+ENGINE_ALIASES: dict[str, str] = {
+    "temperature": "temp",
+    "presence_penalty": "penalty_present",
+    "frequency_penalty": "penalty_freq",
+    "repeat_penalty": "penalty_repeat",
+    "repeat_last_n": "penalty_last_n",
+}
+
+#: Extras that are ours, not engine options: handled by the API layer itself.
+API_EXTRAS = ("reasoning_format", "chat_template_kwargs", "json_schema")
+
+Body = TypeVar("Body", bound=BaseModel)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class StreamOptions(_Strict):
+    """``stream_options``."""
+
+    include_usage: bool = False
+
+
+class FunctionDef(_Strict):
+    """A tool's ``function``."""
+
+    name: str = Field(min_length=1, max_length=64)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class Tool(_Strict):
+    """One entry of ``tools``."""
+
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class FunctionName(_Strict):
+    """``{"name": ...}`` of a named tool choice."""
+
+    name: str
+
+
+class NamedToolChoice(_Strict):
+    """``tool_choice: {"type": "function", "function": {"name": ...}}``."""
+
+    type: Literal["function"]
+    function: FunctionName
+
+
+class JsonSchemaFormat(_Strict):
+    """``response_format.json_schema``."""
+
+    name: str = "response"
+    description: str | None = None
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(_Strict):
+    """``response_format``; llama.cpp's ``{"type": "json_object", "schema": ...}`` too."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+
+
+class Message(BaseModel):
+    """One chat message; extra keys (``name``, ``reasoning_content``, ...) pass through."""
+
+    model_config = ConfigDict(extra="allow")
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[dict[str, Any]] | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+
+
+class GenerationBody(BaseModel):
+    """Fields shared by chat and text completions."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    model: str | None = None
+    max_tokens: int | None = Field(default=None, ge=0)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, ge=0.0, le=1.0)
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    logit_bias: dict[str, float | bool] | list[list[Any]] | None = None
+    n: int = Field(default=1, ge=1)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    user: str | None = None
+
+    def include_usage(self) -> bool:
+        """Whether a streamed response ends with a usage chunk."""
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+
+class ChatBody(GenerationBody):
+    """``POST /v1/chat/completions``."""
+
+    messages: list[Message] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(default=None, ge=0)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    tools: list[Tool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    response_format: ResponseFormat | None = None
+
+    def token_budget(self) -> int | None:
+        """``max_completion_tokens`` or else ``max_tokens``."""
+        if self.max_completion_tokens is not None:
+            return self.max_completion_tokens
+        return self.max_tokens
+
+
+class CompletionBody(GenerationBody):
+    """``POST /v1/completions``."""
+
+    prompt: str | list[int] | list[str] | list[list[int]]
+    logprobs: int | None = Field(default=None, ge=0, le=20)
+    echo: bool = False
+    suffix: str | None = None
+    best_of: int | None = Field(default=None, ge=1)
+
+
+def parse_body(model: type[Body], body: object) -> Body:
+    """Validate a JSON body; a validation failure is an :class:`InvalidOptionError`."""
+    if not isinstance(body, Mapping):
+        raise InvalidOptionError("request body must be a JSON object")
+    try:
+        return model.model_validate(dict(body))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or None
+        raise InvalidOptionError(
+            f"invalid field {where!r}: {first['msg']}" if where else first["msg"], option=where
+        ) from None
+
+
+def check_unsupported(body: GenerationBody) -> None:
+    """Reject what we do not implement, clearly (``n`` > 1, ``best_of`` > 1, ``suffix``)."""
+    if body.n != 1:
+        raise UnsupportedFeatureError("n", "only n=1 is supported")
+    if isinstance(body, CompletionBody):
+        if body.best_of not in (None, 1):
+            raise UnsupportedFeatureError("best_of", "only best_of=1 is supported")
+        if body.suffix:
+            raise UnsupportedFeatureError("suffix", "suffix (fill-in-the-middle) is unsupported")
+
+
+def logit_bias(value: Mapping[str, float | bool] | list[list[Any]]) -> dict[int, float]:
+    """OpenAI ``{"token_id": bias}`` or llama-server ``[[token_id, bias], ...]``.
+
+    ``false`` bans a token (bias ``-inf``), as in llama-server.
+    """
+    pairs = value.items() if isinstance(value, Mapping) else value
+    out: dict[int, float] = {}
+    for pair in pairs:
+        if len(pair) != 2:
+            raise InvalidOptionError("logit_bias entries must be [token_id, bias]",
+                                     option="logit_bias")
+        token, bias = pair
+        try:
+            token_id = int(token)
+        except (TypeError, ValueError):
+            raise InvalidOptionError(f"logit_bias key {token!r} is not a token id",
+                                     option="logit_bias") from None
+        if bias is True:
+            raise InvalidOptionError("logit_bias value true is meaningless", option="logit_bias")
+        out[token_id] = -math.inf if bias is False else float(bias)
+    return out
+
+
+def engine_extras(extra: Mapping[str, Any]) -> dict[str, Any]:
+    """Engine options from a body's extra fields (aliases renamed); unknown names raise."""
+    engine_keys = set(request_option_keys())
+    out: dict[str, Any] = {}
+    unknown = []
+    for key, value in extra.items():
+        name = ENGINE_ALIASES.get(key, key)
+        if key in API_EXTRAS:
+            continue
+        if name in engine_keys:
+            out[name] = value
+        else:
+            unknown.append(key)
+    if unknown:
+        valid = engine_keys | set(ENGINE_ALIASES) | set(API_EXTRAS)
+        raise UnknownOptionError(unknown, valid, where="request")
+    if "logit_bias" in out:
+        out["logit_bias"] = logit_bias(out["logit_bias"])
+    if "session" in out and isinstance(out["session"], list):
+        out["session"] = tuple(out["session"])
+    return out
+
+
+def sampling_options(body: GenerationBody) -> dict[str, Any]:
+    """Engine request options for a body's OpenAI sampling fields plus its extras."""
+    out = engine_extras(body.model_extra or {})
+    fields = {
+        "temperature": body.temperature, "top_p": body.top_p, "seed": body.seed,
+        "presence_penalty": body.presence_penalty, "frequency_penalty": body.frequency_penalty,
+    }
+    for key, value in fields.items():
+        if value is not None:
+            out[ENGINE_ALIASES.get(key, key)] = value
+    if body.stop is not None:
+        out["stop"] = [body.stop] if isinstance(body.stop, str) else list(body.stop)
+    if body.logit_bias is not None:
+        out["logit_bias"] = logit_bias(body.logit_bias)
+    return out
+
+
+def api_extra(body: BaseModel, key: str, default: Any = None) -> Any:
+    """One of :data:`API_EXTRAS` from a body."""
+    return (body.model_extra or {}).get(key, default)

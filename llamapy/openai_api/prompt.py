@@ -1,0 +1,178 @@
+"""From a chat request to a prompt: messages through the chat template, tools, grammar.
+
+:func:`prepare_chat` renders the conversation with the model's chat template (tool
+instructions added to the system message when the template does not present ``tools``
+itself), picks the grammar (forced tool call, ``response_format``, raw ``grammar``) and
+collects the engine options. It does everything but generate, so the sync, async, streaming
+and non-streaming paths share it.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..chat import OutputParser
+from ..errors import InvalidOptionError
+from ..grammar.json_schema import json_object_grammar, schema_to_gbnf
+from .logprobs import MIN_CANDIDATES
+from .params import ChatBody, api_extra, check_unsupported, parse_body, sampling_options
+from .target import ServedModel
+from .tool_grammar import tool_call_grammar, tool_instructions
+
+#: ``reasoning_format`` values (llama-server's): ``none`` leaves ``<think>`` in the content.
+REASONING_FORMATS = ("auto", "deepseek", "none")
+
+
+def new_id(prefix: str) -> str:
+    """An OpenAI-style object id (``chatcmpl-...``, ``cmpl-...``)."""
+    return f"{prefix}-{secrets.token_hex(12)}"
+
+
+@dataclass(slots=True)
+class ChatPlan:
+    """A chat request ready to run: prompt tokens, engine options, how to parse the output."""
+
+    served: ServedModel
+    body: ChatBody
+    prompt: str
+    token_ids: list[int]
+    options: dict[str, Any]
+    tools_active: bool
+    reasoning: bool
+    reasoning_started: bool
+    id: str = field(default_factory=lambda: new_id("chatcmpl"))
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    @property
+    def model_name(self) -> str:
+        """The ``model`` field of responses."""
+        return self.served.name
+
+    @property
+    def top_logprobs(self) -> int | None:
+        """How many alternatives per token to report (None: no logprobs)."""
+        return (self.body.top_logprobs or 0) if self.body.logprobs else None
+
+    def parser(self) -> OutputParser:
+        """A fresh output parser for this request."""
+        return self.served.output_parser(tools=self.tools_active, reasoning=self.reasoning,
+                                         reasoning_started=self.reasoning_started)
+
+
+def template_messages(body: ChatBody) -> list[dict[str, Any]]:
+    """Messages as the template gets them (``developer`` becomes ``system``)."""
+    out = []
+    for message in body.messages:
+        item = message.model_dump(exclude_none=True)
+        if item["role"] == "developer":
+            item["role"] = "system"
+        out.append(item)
+    return out
+
+
+def _with_tool_instructions(messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+                            ) -> list[dict[str, Any]]:
+    section = tool_instructions(tools)
+    if messages and messages[0]["role"] == "system":
+        first = dict(messages[0])
+        content = first.get("content") or ""
+        if isinstance(content, list):
+            content = "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+        first["content"] = f"{content}\n\n{section}" if content else section
+        return [first, *messages[1:]]
+    return [{"role": "system", "content": section}, *messages]
+
+
+def render_prompt(served: ServedModel, body: ChatBody, tools_active: bool) -> str:
+    """The rendered prompt text (raises ``TemplateError`` with the template's message)."""
+    messages = template_messages(body)
+    tools = [tool.model_dump(exclude_none=True, by_alias=True) for tool in body.tools or []]
+    if tools_active and not served.template_renders_tools():
+        messages = _with_tool_instructions(messages, tools)
+    kwargs = api_extra(body, "chat_template_kwargs") or {}
+    if not isinstance(kwargs, Mapping):
+        raise InvalidOptionError("chat_template_kwargs must be an object",
+                                 option="chat_template_kwargs")
+    return served.template().render(messages, tools=tools if tools_active else None,
+                                    add_generation_prompt=True, **dict(kwargs))
+
+
+def _forced_tool(body: ChatBody) -> bool:
+    return bool(body.tools) and (body.tool_choice == "required"
+                                 or not isinstance(body.tool_choice, (str, type(None))))
+
+
+def response_grammar(served: ServedModel, body: ChatBody) -> str | None:
+    """The grammar a request implies: forced tool call or ``response_format`` (or None)."""
+    if body.tool_choice is not None and not isinstance(body.tool_choice, str) and not body.tools:
+        raise InvalidOptionError("tool_choice names a function but no tools were given",
+                                 option="tool_choice")
+    if body.tool_choice == "required" and not body.tools:
+        raise InvalidOptionError("tool_choice 'required' needs tools", option="tool_choice")
+    grammars = []
+    if _forced_tool(body):
+        tools = [tool.model_dump(exclude_none=True) for tool in body.tools or []]
+        choice = body.tool_choice
+        choice_value = choice if isinstance(choice, str) else choice.model_dump()  # type: ignore[union-attr]
+        grammars.append(tool_call_grammar(tools, choice_value, served.tool_protocol()))
+    fmt = body.response_format
+    if fmt is not None and fmt.type != "text":
+        schema = fmt.json_schema.schema_ if fmt.json_schema is not None else fmt.schema_
+        if fmt.type == "json_schema" and fmt.json_schema is None:
+            raise InvalidOptionError("response_format json_schema needs 'json_schema'",
+                                     option="response_format.json_schema")
+        grammars.append(schema_to_gbnf(schema) if schema is not None else json_object_grammar())
+    extra_schema = api_extra(body, "json_schema")
+    if extra_schema is not None:
+        grammars.append(schema_to_gbnf(extra_schema))
+    if len(grammars) > 1:
+        raise InvalidOptionError("a forced tool call, response_format and json_schema are "
+                                 "exclusive", option="response_format")
+    return grammars[0] if grammars else None
+
+
+def _reasoning(body: ChatBody) -> bool:
+    fmt = api_extra(body, "reasoning_format", "auto")
+    if fmt not in REASONING_FORMATS:
+        raise InvalidOptionError(f"reasoning_format must be one of {REASONING_FORMATS}",
+                                 option="reasoning_format")
+    return fmt != "none"
+
+
+def call_options(served: ServedModel, body: ChatBody | Any, budget: int | None,
+                 prompt_tokens: int) -> dict[str, Any]:
+    """Engine call options: sampling fields and extras, ``max_tokens`` and ``timeout``."""
+    options = sampling_options(body)
+    options["max_tokens"] = budget if budget is not None else served.default_max_tokens(
+        prompt_tokens)
+    options["timeout"] = served.request_timeout
+    return options
+
+
+def prepare_chat(served: ServedModel, request: Mapping[str, Any]) -> ChatPlan:
+    """Validate a chat request and turn it into a :class:`ChatPlan` (no generation yet)."""
+    body = parse_body(ChatBody, request)
+    check_unsupported(body)
+    served.check_model(body.model)
+    tools_active = bool(body.tools) and body.tool_choice != "none"
+    grammar = response_grammar(served, body)
+    prompt = render_prompt(served, body, tools_active)
+    token_ids = served.tokenize_prompt(prompt)
+    options = call_options(served, body, body.token_budget(), len(token_ids))
+    if grammar is not None:
+        if options.get("grammar"):
+            raise InvalidOptionError("grammar conflicts with tools/response_format",
+                                     option="grammar")
+        options["grammar"] = grammar
+    if body.logprobs:
+        options["n_probs"] = max(options.get("n_probs", 0), body.top_logprobs or 0, MIN_CANDIDATES)
+    reasoning = _reasoning(body)
+    return ChatPlan(
+        served=served, body=body, prompt=prompt, token_ids=token_ids, options=options,
+        tools_active=tools_active, reasoning=reasoning,
+        reasoning_started=reasoning and prompt.rstrip().endswith("<think>"),
+    )

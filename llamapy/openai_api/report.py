@@ -1,0 +1,87 @@
+"""Usage and timings of a response, with the cache explanation no peer gives.
+
+``timings`` keeps llama-server's keys (``prompt_n``, ``prompt_ms``, ``predicted_n``,
+``predicted_per_second``, ``cache_n``, ...) and adds where the reused prompt prefix came from
+(``cache_source``: ``own`` slot, ``donor`` slot, ``ram`` cache, ``inflight``) and where the
+prompt diverged from the best cached prefix (``cache_diverged_at``, the first prompt token
+that had to be computed, with a few tokens of text there in ``cache_diverged_text``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .._native import Model
+from ..engine import RequestTimings
+from ..server import Usage
+
+#: Prompt tokens shown around the divergence point.
+DIVERGED_TEXT_TOKENS = 8
+
+#: ``finish_reason`` by engine finish reason.
+FINISH_REASONS = {"eog": "stop", "stop": "stop", "max_tokens": "length", "prefill": "length",
+                  "cancelled": "stop", "error": "stop"}
+
+
+def finish_reason(engine_reason: str, tool_calls: bool = False) -> str:
+    """The OpenAI ``finish_reason`` (``tool_calls`` when the answer called tools)."""
+    if tool_calls and engine_reason in ("eog", "stop"):
+        return "tool_calls"
+    return FINISH_REASONS.get(str(engine_reason), "stop")
+
+
+def usage_dict(usage: Usage) -> dict[str, Any]:
+    """OpenAI ``usage`` with ``prompt_tokens_details.cached_tokens``."""
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.total_tokens,
+        "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
+    }
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1000.0
+
+
+def _per_token_ms(seconds: float, n: int) -> float | None:
+    return seconds * 1000.0 / n if n > 0 and seconds > 0 else None
+
+
+def diverged_at(timings: RequestTimings) -> int | None:
+    """First prompt token not served from cache, None when the whole prompt matched.
+
+    Reuse stops one token short of the prompt (its logits are needed), so a match of
+    ``prompt_tokens - 1`` is a full match.
+    """
+    if timings.prompt_tokens and timings.reused_tokens >= timings.prompt_tokens - 1:
+        return None
+    return timings.reused_tokens
+
+
+def timings_dict(timings: RequestTimings, model: Model | None = None,
+                 prompt_ids: Sequence[int] | None = None) -> dict[str, Any]:
+    """llama-server's ``timings`` plus the cache explanation."""
+    at = diverged_at(timings)
+    out: dict[str, Any] = {
+        "prompt_n": timings.prefill_tokens,
+        "prompt_ms": _ms(timings.prefill_s),
+        "prompt_per_token_ms": _per_token_ms(timings.prefill_s, timings.prefill_tokens),
+        "prompt_per_second": timings.prefill_tok_per_s,
+        "predicted_n": timings.completion_tokens,
+        "predicted_ms": _ms(timings.decode_s),
+        "predicted_per_token_ms": _per_token_ms(timings.decode_s,
+                                                max(0, timings.completion_tokens - 1)),
+        "predicted_per_second": timings.decode_tok_per_s,
+        "queued_ms": _ms(timings.queued_s),
+        "ttft_ms": _ms(timings.ttft_s),
+        "cache_n": timings.reused_tokens,
+        "cache_source": timings.reuse_source,
+        "cache_inflight_n": timings.inflight_tokens,
+        "cache_diverged_at": at,
+    }
+    if model is not None and prompt_ids is not None and at is not None:
+        window = list(prompt_ids[at:at + DIVERGED_TEXT_TOKENS])
+        out["cache_diverged_text"] = model.detokenize(window) if window else ""
+    return out

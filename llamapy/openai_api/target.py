@@ -1,0 +1,148 @@
+"""What the API functions run on: a :class:`ServedModel` (a ``Server`` plus how to present it).
+
+The API functions accept a :class:`~llamapy.server.Server`, a loaded
+:class:`~llamapy._native.Model` (run through a private single-slot ``Server`` on the same file,
+closed when the model is collected) or a :class:`ServedModel`, which adds what a bare server
+does not know: the public model name, a chat template override and the request timeout.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .._native import Model
+from ..chat import ChatTemplate, OutputParser
+from ..errors import ModelNotFoundError
+from ..server import Server
+
+#: Default per-request timeout of API calls (whole call; per token when streaming), seconds.
+DEFAULT_REQUEST_TIMEOUT = 600.0
+
+_private_servers: weakref.WeakKeyDictionary[Model, Server] = weakref.WeakKeyDictionary()
+_n_ctx_seq: weakref.WeakKeyDictionary[Server, int] = weakref.WeakKeyDictionary()
+
+#: Template markers that name the model's tool-call protocol (first match wins).
+_TOOL_MARKERS = (("<tool_call>", "hermes"), ("[TOOL_CALLS]", "mistral"),
+                 ("<|python_tag|>", "llama3_json"), ("ipython", "llama3_json"))
+
+
+@functools.lru_cache(maxsize=16)
+def compiled_template(source: str | None, bos_token: str, eos_token: str) -> ChatTemplate:
+    """A compiled chat template (cached: compiling Jinja costs milliseconds)."""
+    return ChatTemplate.from_metadata(source, bos_token=bos_token, eos_token=eos_token)
+
+
+def _special_text(model: Model, token: int) -> str:
+    return model.token_text(token) if token >= 0 else ""
+
+
+@dataclass(eq=False)
+class ServedModel:
+    """A server as the API presents it.
+
+    ``name`` is the public model id (default: the file's stem); requests naming another model
+    than one of :attr:`names` get :class:`~llamapy.errors.ModelNotFoundError`.
+    ``chat_template`` overrides the GGUF's template (Jinja source).
+    """
+
+    server: Server
+    name: str = ""
+    chat_template: str | None = None
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            self.name = Path(self.server.model_path).stem
+
+    @property
+    def names(self) -> frozenset[str]:
+        """Model ids a request may use for this model."""
+        path = Path(self.server.model_path)
+        return frozenset({self.name, path.stem, path.name, str(path)})
+
+    def check_model(self, requested: str | None) -> None:
+        """Raise :class:`ModelNotFoundError` unless ``requested`` is empty or one of ours."""
+        if requested and requested not in self.names:
+            raise ModelNotFoundError(
+                f"model {requested!r} is not served here (serving {self.name!r})"
+            )
+
+    @property
+    def model(self) -> Model:
+        """The loaded model (raises the server's typed error while loading or after failure)."""
+        return self.server.model
+
+    def template(self) -> ChatTemplate:
+        """The chat template: the override, else the GGUF's, else ChatML."""
+        model = self.model
+        source = self.chat_template if self.chat_template else model.chat_template()
+        return compiled_template(source, _special_text(model, model.bos),
+                                 _special_text(model, model.eos))
+
+    def tool_protocol(self) -> str:
+        """The tool-call protocol the template uses (``hermes`` when it names none)."""
+        source = self.template().source
+        for marker, name in _TOOL_MARKERS:
+            if marker in source:
+                return name
+        return "hermes"
+
+    def template_renders_tools(self) -> bool:
+        """Whether the template itself presents ``tools`` to the model."""
+        return "tools" in self.template().source
+
+    def output_parser(self, *, tools: bool, reasoning: bool, reasoning_started: bool = False
+                      ) -> OutputParser:
+        """A fresh parser for one response."""
+        protocols = ["think"] if reasoning else []
+        if tools:
+            protocols.append(self.tool_protocol())
+        return OutputParser.from_protocols(protocols, reasoning_started=reasoning_started)
+
+    def tokenize_prompt(self, text: str) -> list[int]:
+        """Tokenize rendered prompt text (special tokens parsed; BOS added once)."""
+        model = self.model
+        bos = _special_text(model, model.bos)
+        add_special = model.add_bos and not (bos and text.startswith(bos))
+        return model.tokenize(text, add_special, True)
+
+    def n_ctx_seq(self) -> int:
+        """Context tokens one request may use (asked once per server)."""
+        cached = _n_ctx_seq.get(self.server)
+        if cached is None:
+            stats = self.server.stats()
+            cached = int(stats.get("n_ctx_seq") or stats.get("n_ctx") or 0)
+            if cached:
+                _n_ctx_seq[self.server] = cached
+        return cached
+
+    def default_max_tokens(self, prompt_tokens: int) -> int:
+        """Generation budget when a request sets none: the rest of the context."""
+        n_ctx = self.n_ctx_seq()
+        return max(1, n_ctx - prompt_tokens) if n_ctx else 256
+
+
+def private_server(model: Model) -> Server:
+    """The single-slot server that runs API calls on a bare ``Model`` (one per model)."""
+    server = _private_servers.get(model)
+    if server is None:
+        server = Server(model.path, n_parallel=1)
+        _private_servers[model] = server
+        weakref.finalize(model, server.close)
+    return server
+
+
+def served(target: Server | Model | ServedModel) -> ServedModel:
+    """The :class:`ServedModel` of an API call's target."""
+    if isinstance(target, ServedModel):
+        return target
+    if isinstance(target, Server):
+        return ServedModel(target)
+    if isinstance(target, Model):
+        return ServedModel(private_server(target), name=target.path.stem)
+    raise TypeError(f"expected a Server, a Model or a ServedModel, got {type(target).__name__}")

@@ -1,0 +1,82 @@
+"""Grammars that force a tool call, and the tool instructions for templates without tools.
+
+With ``tool_choice`` ``"required"`` or a named function, generation is constrained to one call
+in the model's own tool-call framing (Hermes ``<tool_call>``, Mistral ``[TOOL_CALLS]``, Llama 3
+bare JSON), its ``arguments`` matching the function's ``parameters`` JSON schema, so even a
+small model emits a valid call. Built on :mod:`llamapy.grammar`'s schema converter.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..errors import InvalidOptionError
+from ..grammar.gbnf import GrammarBuilder, literal, sequence
+from ..grammar.json_schema import SchemaConverter
+
+#: Text around one call, by tool-call protocol.
+_FRAMES: dict[str, tuple[str, str, str]] = {
+    # protocol: (before the object, after it, arguments key)
+    "hermes": ("<tool_call>\n", "\n</tool_call>", "arguments"),
+    "qwen": ("<tool_call>\n", "\n</tool_call>", "arguments"),
+    "mistral": ("[TOOL_CALLS] [", "]", "arguments"),
+    "llama3_json": ("", "", "parameters"),
+}
+
+
+def _function(tool: Mapping[str, Any]) -> Mapping[str, Any]:
+    return tool.get("function") or {}
+
+
+def call_schema(tool: Mapping[str, Any], arguments_key: str = "arguments") -> dict[str, Any]:
+    """JSON schema of one call object of ``tool``: its name and schema-valid arguments."""
+    function = _function(tool)
+    parameters = function.get("parameters") or {"type": "object"}
+    return {
+        "type": "object",
+        "properties": {"name": {"const": function.get("name")}, arguments_key: parameters},
+        "required": ["name", arguments_key],
+        "additionalProperties": False,
+    }
+
+
+def select_tools(tools: Sequence[Mapping[str, Any]], choice: object) -> list[Mapping[str, Any]]:
+    """The tools a forced choice allows: all for ``"required"``, one for a named function."""
+    if choice == "required":
+        return list(tools)
+    name = choice.get("function", {}).get("name") if isinstance(choice, Mapping) else None
+    chosen = [tool for tool in tools if _function(tool).get("name") == name]
+    if not chosen:
+        raise InvalidOptionError(f"tool_choice names {name!r}, which is not in tools",
+                                 option="tool_choice")
+    return chosen
+
+
+def tool_call_grammar(tools: Sequence[Mapping[str, Any]], choice: object,
+                      protocol: str = "hermes") -> str:
+    """GBNF for exactly one call of the tools ``choice`` allows, framed per ``protocol``."""
+    before, after, arguments_key = _FRAMES.get(protocol, _FRAMES["hermes"])
+    chosen = select_tools(tools, choice)
+    schemas = [call_schema(tool, arguments_key) for tool in chosen]
+    schema: dict[str, Any] = schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
+    builder = GrammarBuilder()
+    call = SchemaConverter(builder).convert(schema, "call")
+    parts = [part for part in (literal(before) if before else "", call,
+                               literal(after) if after else "") if part]
+    builder.define(builder.reserve("root"), sequence(*parts))
+    return builder.render()
+
+
+def tool_instructions(tools: Sequence[Mapping[str, Any]]) -> str:
+    """A system-prompt section presenting ``tools`` in Hermes style (for templates that do
+    not render ``tools`` themselves)."""
+    listing = "\n".join(json.dumps(dict(tool), ensure_ascii=False) for tool in tools)
+    return (
+        "You may call one or more functions to assist with the user query. The available "
+        f"functions are, as JSON schemas:\n<tools>\n{listing}\n</tools>\n"
+        "To call a function, reply with a JSON object with its name and arguments inside "
+        "<tool_call></tool_call> tags, like:\n<tool_call>\n"
+        '{"name": "<function-name>", "arguments": {"<arg>": "<value>"}}\n</tool_call>'
+    )

@@ -1,0 +1,83 @@
+"""``create_app``: the FastAPI application serving one :class:`~llamapy.server.Server`."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+
+from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import FileResponse
+from fastapi.staticfiles import StaticFiles
+
+from ..openai_api.target import DEFAULT_REQUEST_TIMEOUT
+from ..server import Server
+from .context import CACHE_HEADERS, AppContext
+from .errors import BodyLimit, install_error_handlers
+from .host import Loader, ModelHost
+from .metrics import RequestCounter
+from .routes_llama import health_router, llama_router
+from .routes_openai import openai_router
+
+STATIC_DIR = Path(__file__).with_name("static")
+#: Default request body limit: generous for long prompts, small enough to stop abuse.
+DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
+
+
+def create_app(
+    target: Server | Loader,
+    *,
+    alias: str | None = None,
+    api_key: str | None = None,
+    cors_origins: Sequence[str] = (),
+    chat_template: str | None = None,
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    embeddings: bool = True,
+    own_server: bool = False,
+) -> FastAPI:
+    """The OpenAI-compatible app for ``target``.
+
+    ``target`` is a :class:`Server` (loading or ready) or a callable returning one, run in a
+    background thread (the app answers ``/health`` with 503 meanwhile). ``alias`` is the
+    public model id (default: the GGUF file's stem); ``api_key`` protects everything but
+    ``/health`` and the chat page; ``cors_origins`` are allowed browser origins;
+    ``chat_template`` is Jinja source overriding the GGUF's template. With ``own_server`` the
+    server is closed when the app shuts down.
+    """
+    host = ModelHost(target, name=alias or "", chat_template=chat_template,
+                     request_timeout=request_timeout)
+    ctx = AppContext(host, api_key=api_key, embeddings=embeddings)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        ctx.close()
+        if own_server:
+            host.close()
+
+    app = FastAPI(title="llamapy", summary="OpenAI-compatible llama.cpp server",
+                  lifespan=lifespan)
+    app.state.llamapy = ctx
+    install_error_handlers(app)
+    app.include_router(health_router(ctx))
+    app.include_router(openai_router(ctx))
+    app.include_router(llama_router(ctx))
+    _add_page(app)
+    app.add_middleware(RequestCounter, metrics=ctx.metrics)
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    if cors_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=list(cors_origins),
+                           allow_methods=["*"], allow_headers=["*"],
+                           expose_headers=list(CACHE_HEADERS))
+    return app
+
+
+def _add_page(app: FastAPI) -> None:
+    @app.get("/", include_in_schema=False)
+    async def page() -> FileResponse:
+        """The chat page."""
+        return FileResponse(STATIC_DIR / "index.html", media_type="text/html")
+
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

@@ -1,0 +1,128 @@
+"""What the route handlers share: the model host, metrics, the embedder, request helpers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import threading
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from fastapi import Request
+
+from ..errors import AuthenticationError, InvalidRequestError, LlamapyError
+from ..openai_api import ServedModel
+from .embeddings import Embedder
+from .host import ModelHost
+from .metrics import Metrics
+
+T = TypeVar("T")
+
+#: How often a non-streaming handler checks whether its client went away (seconds).
+DISCONNECT_POLL_S = 0.25
+
+#: Response headers explaining prefix reuse: header -> ``timings`` key.
+CACHE_HEADERS = {
+    "X-Llamapy-Cache-Tokens": "cache_n",
+    "X-Llamapy-Cache-Source": "cache_source",
+    "X-Llamapy-Cache-Diverged-At": "cache_diverged_at",
+    "X-Llamapy-Prompt-Computed": "prompt_n",
+}
+
+
+@dataclass(eq=False)
+class AppContext:
+    """State of one app: the host, its metrics and the lazily made embedder."""
+
+    host: ModelHost
+    api_key: str | None = None
+    embeddings: bool = True
+    metrics: Metrics = field(init=False)
+    _embedder: Embedder | None = field(default=None, init=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+
+    def __post_init__(self) -> None:
+        self.metrics = Metrics(self.engine_stats)
+
+    def engine_stats(self) -> Mapping[str, Any] | None:
+        """The engine's stats, or None while the model is unavailable."""
+        try:
+            return self.host.get().server.stats()
+        except LlamapyError:
+            return None
+
+    def served(self) -> ServedModel:
+        """The served model (503 while loading)."""
+        return self.host.get()
+
+    def embedder(self, served: ServedModel) -> Embedder:
+        """The embedder, created on first use."""
+        with self._lock:
+            if self._embedder is None:
+                self._embedder = Embedder(served.model)
+            return self._embedder
+
+    def close(self) -> None:
+        """Free the embeddings context."""
+        with self._lock:
+            embedder, self._embedder = self._embedder, None
+        if embedder is not None:
+            embedder.close()
+
+    def check_key(self, request: Request) -> None:
+        """Raise :class:`AuthenticationError` unless the request carries the API key."""
+        if self.api_key is None:
+            return
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not secrets.compare_digest(
+                token.strip().encode(), self.api_key.encode()):
+            raise AuthenticationError("missing or invalid API key (Authorization: Bearer ...)")
+
+
+async def read_json(request: Request) -> Any:
+    """The request body as JSON (400 when it is not)."""
+    raw = await request.body()
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InvalidRequestError(f"malformed JSON body: {exc}") from None
+
+
+async def cancel_on_disconnect(request: Request, work: Awaitable[T]) -> T:
+    """Await ``work``; cancel it (and so its engine request) if the client disconnects."""
+    task = asyncio.ensure_future(work)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+            if done:
+                return task.result()
+            if await request.is_disconnected():
+                task.cancel()
+                return await task
+    finally:
+        if not task.done():
+            task.cancel()
+
+
+def cache_headers(timings: Mapping[str, Any] | None) -> dict[str, str]:
+    """The cache explanation headers of a response's ``timings``."""
+    if not timings:
+        return {}
+    out = {}
+    for header, key in CACHE_HEADERS.items():
+        value = timings.get(key)
+        out[header] = "none" if value is None else str(value)
+    return out
+
+
+def final_timings(observe: Callable[[Mapping[str, Any]], None]
+                  ) -> Callable[[dict[str, Any]], None]:
+    """A chunk hook that passes the ``timings`` of a stream's final chunk to ``observe``."""
+    def hook(chunk: dict[str, Any]) -> None:
+        timings = chunk.get("timings")
+        if isinstance(timings, Mapping):
+            observe(timings)
+
+    return hook

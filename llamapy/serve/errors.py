@@ -1,0 +1,145 @@
+"""Errors in the OpenAI shape, mapped by exception type (never by message text).
+
+``{"error": {"message", "type", "param", "code"}}`` with the status of the exception's
+``http_status``; ``type`` is its ``error_type``; ``code`` comes from :data:`ERROR_CODES` by class.
+A context overflow adds its token counts; a full queue answers 429 with ``Retry-After``. Any
+other exception is a 500 with the same shape, and the server keeps serving.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..errors import (
+    AuthenticationError,
+    ContextOverflowError,
+    GrammarError,
+    LlamapyError,
+    ModelNotFoundError,
+    PayloadTooLargeError,
+    QueueFullError,
+    RouteNotFoundError,
+    TemplateError,
+    UnknownOptionError,
+    UnsupportedFeatureError,
+)
+
+#: OpenAI-style ``code`` by error class (the most specific class listed wins).
+ERROR_CODES: dict[type[LlamapyError], str] = {
+    ContextOverflowError: "context_length_exceeded",
+    ModelNotFoundError: "model_not_found",
+    QueueFullError: "rate_limit_exceeded",
+    AuthenticationError: "invalid_api_key",
+    UnknownOptionError: "unknown_parameter",
+    UnsupportedFeatureError: "unsupported_feature",
+    GrammarError: "invalid_grammar",
+    TemplateError: "chat_template_error",
+    PayloadTooLargeError: "payload_too_large",
+    RouteNotFoundError: "not_found",
+}
+
+#: Seconds a client should wait after a 429 before retrying.
+RETRY_AFTER_S = 1
+
+
+def error_code(exc: LlamapyError) -> str | None:
+    """The ``code`` for an error: the entry of its nearest class in :data:`ERROR_CODES`."""
+    for cls in type(exc).__mro__:
+        if cls in ERROR_CODES:
+            return ERROR_CODES[cls]  # type: ignore[index]
+    return None
+
+
+def error_body(exc: BaseException) -> tuple[int, dict[str, Any]]:
+    """``(status, body)`` for any exception."""
+    if not isinstance(exc, LlamapyError):
+        return 500, {"error": {"message": f"internal error: {type(exc).__name__}: {exc}",
+                               "type": "server_error", "param": None, "code": None}}
+    error: dict[str, Any] = {"message": str(exc), "type": exc.error_type,
+                             "param": getattr(exc, "option", None), "code": error_code(exc)}
+    if isinstance(exc, ContextOverflowError):
+        error.update(stage=exc.stage, resident_tokens=exc.resident_tokens,
+                     additional_tokens=exc.additional_tokens, n_ctx=exc.n_ctx)
+    if isinstance(exc, UnsupportedFeatureError) and error["param"] is None:
+        error["param"] = exc.feature
+    return exc.http_status, {"error": error}
+
+
+def error_headers(exc: BaseException) -> dict[str, str]:
+    """Extra response headers for an error (``Retry-After`` on a full queue)."""
+    if isinstance(exc, QueueFullError):
+        return {"Retry-After": str(RETRY_AFTER_S)}
+    if isinstance(exc, AuthenticationError):
+        return {"WWW-Authenticate": "Bearer"}
+    return {}
+
+
+def error_response(exc: BaseException) -> JSONResponse:
+    """The JSON response for an exception."""
+    status, body = error_body(exc)
+    return JSONResponse(body, status_code=status, headers=error_headers(exc))
+
+
+async def _llamapy_handler(request: Request, exc: Exception) -> JSONResponse:
+    return error_response(exc)
+
+
+async def _http_handler(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, HTTPException)
+    if exc.status_code in (404, 405):
+        error: LlamapyError = RouteNotFoundError(
+            f"no endpoint {request.method} {request.url.path}")
+        error.http_status = exc.status_code
+        return error_response(error)
+    _, body = error_body(LlamapyError(str(exc.detail)))
+    return JSONResponse(body, status_code=exc.status_code)
+
+
+async def _unexpected_handler(request: Request, exc: Exception) -> JSONResponse:
+    # Starlette re-raises after this response, so the server logs the traceback once.
+    return error_response(exc)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Answer every error of ``app`` in the OpenAI shape."""
+    app.add_exception_handler(LlamapyError, _llamapy_handler)
+    app.add_exception_handler(HTTPException, _http_handler)
+    app.add_exception_handler(Exception, _unexpected_handler)
+
+
+class BodyLimit:
+    """ASGI middleware: bodies over ``max_bytes`` get a 413 (by header or while reading)."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            await error_response(PayloadTooLargeError(self.max_bytes))(scope, receive, send)
+            return
+        await self.app(scope, self._counting(receive), send)
+
+    def _counting(self, receive: Receive) -> Callable[[], Awaitable[Message]]:
+        seen = 0
+
+        async def counted() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise PayloadTooLargeError(self.max_bytes)
+            return message
+
+        return counted

@@ -1,0 +1,110 @@
+"""llama-server's own endpoints, so its clients work: ``/completion``, ``/tokenize``,
+``/detokenize``, ``/apply-template``, ``/props``, ``/slots``, plus ``/health`` and ``/metrics``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+
+from ..engine import TokenEvent
+from ..openai_api import ServedModel
+from ..openai_api import llama_compat as compat
+from .context import AppContext, cache_headers, cancel_on_disconnect, final_timings, read_json
+from .errors import error_response
+from .sse import event_stream
+
+PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
+
+
+async def stream_native(served: ServedModel, body: Any) -> AsyncIterator[dict[str, Any]]:
+    """Streamed ``/completion`` chunks, then the final ``stop: true`` chunk with timings."""
+    ids, text, options, request = compat.prepare_native(served, body)
+    n_done = 0
+    async with aclosing(served.server.aevents(ids, **options)) as events:
+        async for event in events:
+            if isinstance(event, TokenEvent):
+                n_done += 1
+                yield compat.native_chunk(served, request, event, n_done, len(ids))
+            else:
+                yield compat.native_final(served, ids, text, options, event)
+
+
+async def complete_native(served: ServedModel, body: Any) -> dict[str, Any]:
+    """A whole ``/completion`` response."""
+    ids, text, options, request = compat.prepare_native(served, body)
+    completion = await served.server.acomplete_tokens(ids, **options)
+    return compat.native_response(served, ids, text, options, request, completion)
+
+
+def health_router(ctx: AppContext) -> APIRouter:
+    """``/health``: open even with an API key; 503 while the model loads."""
+    router = APIRouter()
+
+    @router.get("/health")
+    @router.get("/v1/health", include_in_schema=False)
+    async def health() -> Response:
+        """200 ``{"status": "ok"}`` when ready, else the 503 error saying why."""
+        try:
+            ctx.served()
+        except Exception as exc:
+            return error_response(exc)
+        return JSONResponse({"status": "ok"})
+
+    return router
+
+
+def llama_router(ctx: AppContext) -> APIRouter:
+    """The llama-server-compatible routes (behind the API key)."""
+    router = APIRouter(dependencies=[Depends(ctx.check_key)])
+
+    @router.post("/completion")
+    @router.post("/completions", include_in_schema=False)
+    async def completion(request: Request) -> Response:
+        """llama-server's native completion (``n_predict``, ``timings``, ...)."""
+        body = await read_json(request)
+        served = ctx.served()
+        if isinstance(body, dict) and body.get("stream"):
+            return await event_stream(stream_native(served, body), done_marker=False,
+                                      on_chunk=final_timings(ctx.metrics.observe))
+        result = await cancel_on_disconnect(request, complete_native(served, body))
+        ctx.metrics.observe(result["timings"])
+        return JSONResponse(result, headers=cache_headers(result["timings"]))
+
+    @router.post("/tokenize")
+    async def tokenize(request: Request) -> dict[str, Any]:
+        """Text to tokens (``with_pieces`` adds each token's text)."""
+        return compat.tokenize(ctx.served(), await read_json(request))
+
+    @router.post("/detokenize")
+    async def detokenize(request: Request) -> dict[str, Any]:
+        """Tokens to text."""
+        return compat.detokenize(ctx.served(), await read_json(request))
+
+    @router.post("/apply-template")
+    async def apply_template(request: Request) -> dict[str, Any]:
+        """The prompt a chat request renders to."""
+        return compat.apply_template(ctx.served(), await read_json(request))
+
+    @router.get("/props")
+    async def props() -> dict[str, Any]:
+        """Default generation settings, slot count, model and template."""
+        return await run_in_threadpool(compat.props, ctx.served())
+
+    @router.get("/slots")
+    async def slots() -> list[dict[str, Any]]:
+        """Each slot's state and cached tokens."""
+        return await run_in_threadpool(compat.slots, ctx.served())
+
+    @router.get("/metrics")
+    async def metrics() -> Response:
+        """Prometheus metrics."""
+        text = await run_in_threadpool(ctx.metrics.render)
+        return Response(text, media_type=PROMETHEUS_TEXT)
+
+    return router

@@ -1,0 +1,95 @@
+"""The OpenAI endpoints: chat completions, completions, models, embeddings.
+
+Handlers only read JSON, call the library functions of :mod:`llamapy.openai_api` and frame the
+result (JSON with cache headers, or SSE); errors propagate to the app's handlers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request, Response
+from fastapi.responses import JSONResponse
+
+from ..errors import UnsupportedFeatureError
+from ..openai_api import (
+    ChatBody,
+    CompletionBody,
+    ServedModel,
+    achat_completion,
+    acompletion,
+    astream_chat_completion,
+    astream_completion,
+)
+from .context import AppContext, cache_headers, cancel_on_disconnect, final_timings, read_json
+from .embeddings import embedding_response, parse_embedding_request
+from .sse import event_stream
+
+
+def _schema(model: type[ChatBody] | type[CompletionBody]) -> dict[str, Any]:
+    return {"requestBody": {"required": True, "content": {
+        "application/json": {"schema": model.model_json_schema()}}}}
+
+
+def model_card(served: ServedModel) -> dict[str, Any]:
+    """One entry of ``/v1/models``."""
+    model = served.model
+    return {"id": served.name, "object": "model", "created": served.created,
+            "owned_by": "llamapy",
+            "meta": {"n_ctx_train": model.n_ctx_train, "n_embd": model.n_embd,
+                     "n_params": model.n_params, "size": model.size, "n_vocab": model.n_vocab,
+                     "description": model.description}}
+
+
+def openai_router(ctx: AppContext) -> APIRouter:
+    """The ``/v1`` routes (and llama-server's unversioned chat alias)."""
+    router = APIRouter(dependencies=[Depends(ctx.check_key)])
+
+    async def generate(request: Request, body: Any, *, chat: bool) -> Response:
+        served = ctx.served()
+        if isinstance(body, dict) and body.get("stream"):
+            chunks = (astream_chat_completion if chat else astream_completion)(served, body)
+            return await event_stream(chunks, on_chunk=final_timings(ctx.metrics.observe))
+        run = achat_completion if chat else acompletion
+        result = await cancel_on_disconnect(request, run(served, body))
+        ctx.metrics.observe(result.get("timings"))
+        return JSONResponse(result, headers=cache_headers(result.get("timings")))
+
+    @router.post("/v1/chat/completions", openapi_extra=_schema(ChatBody))
+    @router.post("/chat/completions", include_in_schema=False)
+    async def chat_completions(request: Request) -> Response:
+        """OpenAI chat completions (SSE when ``stream``)."""
+        return await generate(request, await read_json(request), chat=True)
+
+    @router.post("/v1/completions", openapi_extra=_schema(CompletionBody))
+    async def completions(request: Request) -> Response:
+        """OpenAI text completions (SSE when ``stream``)."""
+        return await generate(request, await read_json(request), chat=False)
+
+    @router.get("/v1/models")
+    @router.get("/models", include_in_schema=False)
+    async def models() -> dict[str, Any]:
+        """The served model."""
+        return {"object": "list", "data": [model_card(ctx.served())]}
+
+    @router.get("/v1/models/{model_id:path}")
+    async def model(model_id: str) -> dict[str, Any]:
+        """One model by id (404 unless served here)."""
+        served = ctx.served()
+        served.check_model(model_id)
+        return model_card(served)
+
+    @router.post("/v1/embeddings")
+    @router.post("/embeddings", include_in_schema=False)
+    async def embeddings(request: Request) -> dict[str, Any]:
+        """Mean-pooled, normalised embeddings on a dedicated context."""
+        body = await read_json(request)
+        served = ctx.served()
+        if not ctx.embeddings:
+            raise UnsupportedFeatureError("embeddings", "embeddings are disabled on this server")
+        inputs, fmt = parse_embedding_request(served, body)
+        vectors = await ctx.embedder(served).aembed(inputs)
+        return embedding_response(served, inputs, vectors, fmt)
+
+    return router
+

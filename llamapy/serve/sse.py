@@ -1,0 +1,77 @@
+"""Server-sent events out of the API's async chunk iterators, with cancellation on disconnect.
+
+:func:`event_stream` waits for the first chunk before answering, so a request the engine
+rejects (queue full, context overflow) gets its proper status instead of a 200 stream. After
+that, an error becomes an ``error`` event. When the client goes away the response is
+cancelled; the chunk iterator is then closed in a shielded scope, which cancels the request on
+the server and frees its slot at once.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import anyio
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from .errors import error_body
+
+Chunks = AsyncIterator[dict[str, Any]]
+
+
+def encode(data: object) -> bytes:
+    """One SSE ``data:`` event."""
+    return b"data: " + json.dumps(data, ensure_ascii=False).encode("utf-8") + b"\n\n"
+
+
+class EventStreamResponse(StreamingResponse):
+    """A streaming response that always closes its chunk source, disconnect or not."""
+
+    def __init__(self, body: AsyncIterator[bytes], source: Chunks) -> None:
+        super().__init__(body, media_type="text/event-stream",
+                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        self._source = source
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._source.aclose()
+
+
+async def event_stream(chunks: Chunks, *, done_marker: bool = True,
+                       on_chunk: Callable[[dict[str, Any]], None] | None = None
+                       ) -> EventStreamResponse:
+    """An SSE response for ``chunks``; raises what the first chunk raises (before any byte).
+
+    ``done_marker`` ends the stream with ``data: [DONE]`` (OpenAI; llama-server's native
+    ``/completion`` sends none). ``on_chunk`` sees every chunk (metrics).
+    """
+    try:
+        first: dict[str, Any] | None = await anext(chunks)
+    except StopAsyncIteration:
+        first = None
+    except BaseException:
+        await chunks.aclose()
+        raise
+
+    async def body() -> AsyncIterator[bytes]:
+        try:
+            if first is not None:
+                if on_chunk:
+                    on_chunk(first)
+                yield encode(first)
+                async for chunk in chunks:
+                    if on_chunk:
+                        on_chunk(chunk)
+                    yield encode(chunk)
+        except Exception as exc:  # headers are out: report the error in the stream
+            yield encode(error_body(exc)[1])
+        if done_marker:
+            yield b"data: [DONE]\n\n"
+
+    return EventStreamResponse(body(), chunks)
