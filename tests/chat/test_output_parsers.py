@@ -262,7 +262,7 @@ def outputs_and_cuts(draw: st.DrawFn) -> tuple[str, list[int]]:
     return text, cuts
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=5 * settings.default.max_examples, deadline=None)  # cheap: 5x profile
 @given(
     case=outputs_and_cuts(),
     protocols=st.sampled_from(
