@@ -4,9 +4,13 @@ Never imports cffi or ``llamapy._native``: it drives any :class:`Backend`.
 """
 
 from llamapy.engine.backend import Backend, BatchPlan, Sampler, Segment
+from llamapy.engine.engine import Engine
+from llamapy.engine.fake import FakeBackend, FakeSampler
+from llamapy.engine.fake_model import CostModel, FakeModel, SimClock, reference
 from llamapy.engine.options import (
     LLAMA_DEFAULT_SEED,
     EngineConfig,
+    EngineTuning,
     RequestOptions,
     SamplingParams,
     engine_option_keys,
@@ -25,6 +29,7 @@ from llamapy.engine.request import (
     Sink,
     TokenEvent,
 )
+from llamapy.engine.stats import Counters, EngineStats, InstabilityEvent
 from llamapy.engine.strategies import (
     Balanced,
     BaseStrategy,
@@ -47,12 +52,21 @@ __all__ = [
     "BatchPlan",
     "BatchStrategy",
     "BatchView",
+    "CostModel",
+    "Counters",
     "DecodeMaximal",
     "DoneEvent",
+    "Engine",
     "EngineConfig",
+    "EngineStats",
+    "EngineTuning",
     "ErrorEvent",
     "Event",
+    "FakeBackend",
+    "FakeModel",
+    "FakeSampler",
     "FinishReason",
+    "InstabilityEvent",
     "PrefillPriority",
     "QueuedView",
     "Request",
@@ -61,11 +75,13 @@ __all__ = [
     "Sampler",
     "SamplingParams",
     "Segment",
+    "SimClock",
     "Sink",
     "SlotView",
     "TokenEvent",
     "engine_option_keys",
     "make_engine_config",
+    "reference",
     "request_option_keys",
     "resolve_request_options",
     "resolve_strategy",

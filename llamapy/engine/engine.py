@@ -175,8 +175,12 @@ class Engine:
 
     @property
     def has_work(self) -> bool:
-        """Whether :meth:`tick` has anything to do."""
-        return bool(self._queue) or any(not s.is_free for s in self.pool.slots)
+        """Whether :meth:`tick` can make progress: a slot is running or a queued request can
+        take a slot now. (Requests waiting for a leased slot or for slots held by leases do not
+        count: a server should block until the next submission, cancel or release.)"""
+        if any(not s.is_free for s in self.pool.slots):
+            return True
+        return any(self.pool.route(r) is not None for r in self._queue)
 
     def tick(self) -> bool:
         """Run one scheduling step; False (doing nothing) when there is no work."""

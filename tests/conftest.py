@@ -1,0 +1,18 @@
+"""Shared test configuration: hypothesis profiles.
+
+``dev`` (default) is fast; ``ci`` is thorough. Select with ``HYPOTHESIS_PROFILE=ci``.
+"""
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "dev", max_examples=60, stateful_step_count=50, deadline=None, print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "ci", max_examples=300, stateful_step_count=100, deadline=None, print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))

@@ -1,0 +1,330 @@
+"""Stateful property test of the engine on the fake backend.
+
+Rules submit (tiny token alphabet so prefixes collide; random scope, identity, session,
+cache_prompt, max_tokens, stop strings), cancel, drop a consumer, tick, inject faults, and
+lease / use / release slots. Invariants are checked after every step; every finished request is
+compared with the reference oracle; teardown ticks to idle and checks liveness.
+"""
+
+from __future__ import annotations
+
+import codecs
+from dataclasses import dataclass, field
+
+from hypothesis import event
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    consumes,
+    initialize,
+    invariant,
+    multiple,
+    precondition,
+    rule,
+)
+
+from llamapy.engine import (
+    BatchDecision,
+    BatchView,
+    DecodeMaximal,
+    EngineConfig,
+    EngineTuning,
+    Request,
+    RequestOptions,
+    SamplingParams,
+)
+from llamapy.engine.engine import Engine
+from llamapy.engine.fake import FakeBackend
+from llamapy.engine.states import SlotState
+from llamapy.engine.testing import Recorder, drain
+from llamapy.errors import (
+    ContextOverflowError,
+    DecodeError,
+    LlamapyError,
+    QueueFullError,
+)
+
+PREFIXES = ([], [1, 2, 3, 1, 2, 3, 1, 2], [1, 2, 3, 3, 2, 1, 1, 2, 3, 3, 2, 1],
+            [1, 2, 3, 3, 2, 1, 1, 2, 3, 3, 2, 1, 2, 2], [2, 2, 1])
+SCOPES = (None, None, "a", "b")
+IDENTITIES = ("", "", "lora")
+STRATEGIES = ("decode_maximal", "prefill_priority", "balanced", "shortest_prompt_first")
+STOPS = ((), (), ("w1",), ("\n", "é"), ("w3 w",))
+FAULTS = ("decode_error", "abort", "kv_full", "restore_fail", "slow", "invalid_batch")
+
+
+class ShortestPromptFirst(DecodeMaximal):
+    """A user strategy: admit and prefill the shortest prompts first."""
+
+    name = "shortest_prompt_first"
+
+    def admission_order(self, queue, now):
+        return sorted(range(len(queue)), key=lambda i: (queue[i].prompt_tokens, i))
+
+    def allocate(self, view: BatchView) -> BatchDecision:
+        decision = BatchDecision(decode=[s.slot_id for s in view.decoding][: view.n_batch])
+        budget = view.n_batch - len(decision.decode)
+        for slot in sorted(view.prefilling, key=lambda s: (s.remaining_prefill, s.serial)):
+            n = min(budget, view.chunk_for(slot))
+            if n <= 0:
+                break
+            decision.prefill[slot.slot_id] = n
+            budget -= n
+        return decision
+
+
+@dataclass
+class Shadow:
+    """What the test expects of one submitted request."""
+
+    rid: int
+    prompt: list[int]
+    max_tokens: int
+    params: SamplingParams
+    stop: tuple[str, ...]
+    key: tuple
+    sink: Recorder = field(default_factory=Recorder)
+
+
+@st.composite
+def engine_setups(draw: st.DrawFn) -> dict:
+    n_parallel = draw(st.integers(1, 3))
+    unified = draw(st.sampled_from([True, True, False]))
+    per_seq = draw(st.sampled_from([16, 28, 48, 96]))
+    return dict(
+        n_parallel=n_parallel, unified=unified, partial=draw(st.sampled_from([True, True, False])),
+        n_ctx=per_seq if unified else per_seq * n_parallel,
+        n_batch=draw(st.integers(3, 40)), chunk_size=draw(st.integers(1, 16)),
+        max_queue=draw(st.integers(0, 4)), ram_mb=draw(st.sampled_from([0, 0.0008, 0.004])),
+        strategy=draw(st.sampled_from(STRATEGIES)),
+        cache_prompt=draw(st.sampled_from([True, True, False])),
+        dedup=draw(st.sampled_from([True, True, False])),
+    )
+
+
+class EngineMachine(RuleBasedStateMachine):
+    """See the module docstring."""
+
+    requests = Bundle("requests")
+    leases = Bundle("leases")
+
+    @initialize(setup=engine_setups())
+    def start(self, setup: dict) -> None:
+        self.setup = setup
+        self.backend = FakeBackend(
+            n_ctx=setup["n_ctx"], n_seq_max=setup["n_parallel"], n_batch=64,
+            kv_unified=setup["unified"], supports_partial_removal=setup["partial"],
+            state_bytes_per_token=32, record_plans=True)
+        strategy = setup["strategy"]
+        config = EngineConfig(
+            n_parallel=setup["n_parallel"], n_batch=setup["n_batch"],
+            chunk_size=setup["chunk_size"], max_queue=setup["max_queue"],
+            cache_prompt=setup["cache_prompt"], kv_unified=setup["unified"],
+            prompt_cache_ram_mb=setup["ram_mb"],
+            batch_strategy=ShortestPromptFirst() if strategy == "shortest_prompt_first"
+            else strategy)
+        tuning = EngineTuning(ram_min_tokens=4, follow_min_tokens=2, instability_min_history=12,
+                              inflight_dedup=setup["dedup"])
+        self.engine = Engine(self.backend, config, tuning=tuning)
+        self.shadows: dict[int, Shadow] = {}
+        self.next_id = 0
+        self.num_faults = 0
+
+    # --- rules ---------------------------------------------------------------------------------
+
+    @rule(target=requests, prefix=st.sampled_from(PREFIXES),
+          tail=st.lists(st.integers(1, 3), max_size=10), max_tokens=st.integers(0, 7),
+          seed=st.integers(0, 3), greedy=st.booleans(), scope=st.sampled_from(SCOPES),
+          identity=st.sampled_from(IDENTITIES), session=st.sampled_from([None, 1, 2]),
+          cache_prompt=st.sampled_from([None, None, True, False]), stop=st.sampled_from(STOPS))
+    def submit(self, prefix, tail, max_tokens, seed, greedy, scope, identity, session,
+               cache_prompt, stop):
+        prompt = prefix + tail
+        if not prompt:
+            prompt = [1]
+        options = RequestOptions(max_tokens=max_tokens, cache_scope=scope, session=session,
+                                 cache_prompt=cache_prompt, stop=stop,
+                                 sampling=SamplingParams(seed=seed, temp=0.0 if greedy else 0.8))
+        return self._submit(prompt, options, identity, None)
+
+    @rule(target=requests, prefix=st.sampled_from(PREFIXES[1:]), n=st.integers(2, 4),
+          tails=st.lists(st.integers(1, 3), min_size=4, max_size=4),
+          max_tokens=st.integers(1, 4), scope=st.sampled_from(SCOPES))
+    def submit_wave(self, prefix, n, tails, max_tokens, scope):
+        """Several requests sharing a prefix at once (in-flight dedup)."""
+        ids = []
+        for i in range(n):
+            options = RequestOptions(max_tokens=max_tokens, cache_scope=scope,
+                                     sampling=SamplingParams(seed=i))
+            ids.extend(self._submit(prefix + tails[: i + 1], options, "", None).values)
+        return multiple(*ids)
+
+    @rule(target=requests, lease=leases, extra=st.lists(st.integers(1, 3), max_size=6),
+          keep=st.integers(0, 30), max_tokens=st.sampled_from([0, 0, 2, 5]))
+    def submit_on_lease(self, lease, extra, keep, max_tokens):
+        lease_id, scope, identity = lease
+        if lease_id not in self.engine.pool.leases:
+            return multiple()
+        resident = self.engine.slot_tokens(lease_id)[:keep]
+        prompt = resident + extra or [2]
+        options = RequestOptions(max_tokens=max_tokens, cache_scope=scope,
+                                 sampling=SamplingParams(seed=7, temp=0.8))
+        return self._submit(prompt, options, identity, lease_id)
+
+    def _submit(self, prompt, options, identity, lease_id):
+        rid, self.next_id = self.next_id, self.next_id + 1
+        shadow = Shadow(rid, prompt, options.max_tokens, options.sampling, options.stop,
+                        (options.cache_scope, identity))
+        overflow = len(prompt) + options.max_tokens > self.backend.n_ctx_seq
+        full = self._queue_full_for(lease_id)
+        request = Request(rid, prompt, options, shadow.sink, identity, lease_id)
+        try:
+            self.engine.submit(request)
+        except ContextOverflowError as exc:
+            assert overflow and exc.stage == "admit"
+            return multiple()
+        except QueueFullError:
+            assert full and not overflow, "QueueFullError although the queue is not full"
+            return multiple()
+        assert not overflow and not full, "accepted although it had to be rejected"
+        self.shadows[rid] = shadow
+        return multiple(rid)
+
+    def _queue_full_for(self, lease_id) -> bool:
+        engine = self.engine
+        max_queue = engine.config.max_queue
+        if max_queue == 0 or len(engine.queue) < max_queue:
+            return False
+        if any(r.request.lease_id == lease_id for r in engine.queue):
+            return True
+        if lease_id is not None:
+            return engine.pool.leased_slot(lease_id).state is not SlotState.LEASED
+        return not engine.pool.idle()
+
+    @rule(rid=requests)
+    def cancel(self, rid):
+        was_active = rid in self.engine.runs
+        assert self.engine.cancel(rid) == was_active
+        assert rid not in self.engine.runs
+        if was_active:
+            assert self.shadows[rid].sink.finish_reason == "cancelled"
+
+    @rule(rid=requests)
+    def drop_consumer(self, rid):
+        self.shadows[rid].sink.gone = True
+
+    @rule(n=st.integers(1, 4))
+    def tick(self, n):
+        for _ in range(n):
+            self.engine.tick()
+            self._check_batches()
+
+    @precondition(lambda self: self.num_faults < 2)
+    @rule(kind=st.sampled_from(FAULTS), later=st.integers(0, 3))
+    def inject_fault(self, kind, later):
+        self.num_faults += 1
+        at = None if kind == "restore_fail" else self.backend.num_decode_calls + 1 + later
+        self.backend.inject(kind, at_call=at, seconds=1.0)
+
+    @rule(target=leases, scope=st.sampled_from([None, "a"]), identity=st.sampled_from(["", "x"]))
+    def lease(self, scope, identity):
+        idle_before = len(self.engine.pool.idle())
+        lease_id = self.engine.lease(scope, identity)
+        assert (lease_id is None) == (idle_before == 0)
+        if lease_id is None:
+            return multiple()
+        return (lease_id, scope, identity)
+
+    @rule(lease=consumes(leases))
+    def release(self, lease):
+        lease_id = lease[0]
+        if lease_id in self.engine.pool.leases:
+            self.engine.release(lease_id)
+            assert lease_id not in self.engine.pool.leases
+
+    # --- invariants ----------------------------------------------------------------------------
+
+    @invariant()
+    def integrity(self):
+        if not hasattr(self, "engine"):
+            return
+        self.engine.check_integrity()
+        self.backend.check_integrity()
+        for slot in self.engine.pool.slots:
+            assert self.backend.seq_tokens(slot.seq_id) == slot.cached, "KV tokens drifted"
+            run = slot.run
+            if run is not None and run.resolved:
+                tags = self.backend.seq_tags(slot.seq_id)
+                assert tags <= {run.key}, f"slot {slot.slot_id} reads KV of {tags} as {run.key}"
+        assert self.engine.ram.total_bytes <= self.engine.ram.budget_bytes
+        for shadow in self.shadows.values():
+            if shadow.sink.final is not None:
+                assert shadow.rid not in self.engine.runs
+                self._check_oracle(shadow)
+
+    def _check_batches(self):
+        for plan in self.backend.plans:
+            assert plan.n_tokens <= self.engine.n_batch
+            for seg in plan.segments:
+                assert len(seg.token_ids) <= self.engine.config.chunk_size
+        self.backend.plans.clear()
+
+    def _check_oracle(self, shadow: Shadow) -> None:
+        sink = shadow.sink
+        reason = sink.finish_reason
+        expected = self.backend.model.reference(shadow.prompt, shadow.max_tokens, shadow.params)
+        got = sink.tokens
+        if reason in ("eog", "max_tokens"):
+            assert got == expected, f"request {shadow.rid}: {got} != reference {expected}"
+        else:
+            assert got == expected[: len(got)], f"request {shadow.rid}: not a prefix of reference"
+        if reason == "prefill":
+            assert shadow.max_tokens == 0 and not got
+        if reason in ("eog", "max_tokens", "stop"):
+            self._check_text(shadow, reason)
+
+    def _check_text(self, shadow: Shadow, reason: str) -> None:
+        pieces = b"".join(self.backend.token_to_piece(t) for t in shadow.sink.tokens)
+        full = codecs.decode(pieces, "utf-8", errors="replace")
+        text = shadow.sink.text
+        if reason == "stop":
+            word = shadow.sink.final.stop_word
+            assert word in shadow.stop and text == full[: full.find(word)]
+        else:
+            assert text == full
+            assert not any(word in text for word in shadow.stop)
+
+    def teardown(self):
+        if not hasattr(self, "engine"):
+            return
+        drain(self.engine, max_ticks=5000, each=self._check_batches)
+        self.integrity()
+        for lease_id in list(self.engine.pool.leases):
+            self.engine.release(lease_id)
+        drain(self.engine, max_ticks=5000, each=self._check_batches)
+        self.integrity()
+        for shadow in self.shadows.values():
+            final = shadow.sink.final
+            assert final is not None, f"request {shadow.rid} never finished"
+            if str(final.finish_reason) == "error":
+                assert isinstance(final.exc, DecodeError | ContextOverflowError | LlamapyError)
+        assert all(s.state is SlotState.IDLE for s in self.engine.pool.slots)
+        assert not self.engine.runs and not self.engine.queue
+        assert not self.backend.open_samplers, "a sampler was not closed"
+        self._report()
+
+    def _report(self):
+        """Label what this example exercised (shown by --hypothesis-show-statistics)."""
+        counters = self.engine.counters
+        for reason in counters.finish_reasons:
+            event(f"finish {reason}")
+        for name in ("num_reused_own", "num_reused_donor", "num_reused_ram",
+                     "num_reused_inflight", "num_kv_pressure_events", "num_purged_slots",
+                     "num_batch_splits", "num_context_overflows", "num_ram_restores",
+                     "num_ram_restore_failures", "num_instability_events"):
+            if getattr(counters, name):
+                event(name)
+
+
+TestEngineMachine = EngineMachine.TestCase
