@@ -60,6 +60,18 @@ def reasoning_parser(name: str, *, started: bool = False) -> ReasoningParser:
     return ReasoningParser(start, end, started=started)
 
 
+def prompt_opens_reasoning(prompt: str, name: str = "think") -> bool:
+    """True when a rendered prompt ends inside an opened reasoning block.
+
+    Some templates end the generation prompt with the start marker (DeepSeek-R1 writes
+    ``<think>\n``); then the output starts inside reasoning: pass the result as
+    ``reasoning_started``.
+    """
+    if protocol_kind(name) != "reasoning":
+        raise InvalidOptionError(f"{name!r} is not a reasoning protocol", option=name)
+    return prompt.rstrip().endswith(REASONING_PROTOCOLS[name][0])
+
+
 def tool_call_parser(
     name: str, *, id_factory: Callable[[], str] = new_tool_call_id
 ) -> ToolCallParser:

@@ -17,6 +17,7 @@ from llamapy.chat import (
     ReasoningParser,
     ToolCall,
     new_tool_call_id,
+    prompt_opens_reasoning,
     protocol_kind,
     reasoning_parser,
     tool_call_parser,
@@ -59,6 +60,14 @@ def test_reasoning_opened_by_the_template() -> None:
     assert message == ParsedMessage(content="Yes.", reasoning_content="Hmm.")
     message, _ = parse(["think"], "<think>Hmm.</think>Yes.", started=True)
     assert message == ParsedMessage(content="Yes.", reasoning_content="Hmm.")
+
+
+def test_prompt_opens_reasoning() -> None:
+    assert prompt_opens_reasoning("<|im_start|>assistant\n<think>\n")
+    assert not prompt_opens_reasoning("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert not prompt_opens_reasoning("<|im_start|>assistant\n")
+    with pytest.raises(InvalidOptionError):
+        prompt_opens_reasoning("x", "hermes")
 
 
 def test_no_reasoning_and_late_markers_are_content() -> None:
