@@ -3,7 +3,7 @@
 KV pressure (``KVCacheFullError``): purge idle slots' caches one at a time (least recently used
 first, each offered to the RAM cache) and retry; when nothing is left to purge, split the batch
 in halves and decode each; an entry that still does not fit alone fails its run with
-``ContextOverflowError`` while the others carry on. Any other decode error fails the runs of the
+``ContextOverflowError`` and gives up its KV, so the others carry on. Any other decode error fails the runs of the
 batch with that error, after trimming whatever the backend wrote past each slot's known KV.
 
 Runs are only *marked* finished here (``run.finish``); the engine's reap phase sends the final
@@ -73,6 +73,7 @@ class Executor:
             resident_tokens=len(entry.slot.cached), additional_tokens=len(entry.token_ids),
             n_ctx=self.backend.n_ctx if unified else self.backend.n_ctx_seq)
         entry.run.finish = FinishReason.ERROR
+        self.prefix.discard(entry.slot, 0)  # its cells go to the requests that carry on
 
     def _fail(self, batch: Batch, exc: DecodeError) -> None:
         for entry in batch.entries:

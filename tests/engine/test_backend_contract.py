@@ -1,0 +1,174 @@
+"""The Backend contract, on the fake backend.
+
+Written against the protocol only (except the tests marked fake-specific at the bottom), so a
+real backend can be run through the same tests by parametrising the ``backend`` fixture.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from llamapy.engine import Backend, BatchPlan, FakeBackend, Sampler, SamplingParams, Segment
+from llamapy.errors import GrammarError, InvalidBatchError, KVCacheFullError
+
+
+@pytest.fixture
+def backend() -> Backend:
+    return FakeBackend(n_ctx=64, n_seq_max=4, n_batch=32)
+
+
+def decode(backend: Backend, *segments: Segment) -> BatchPlan:
+    plan = BatchPlan(list(segments))
+    backend.decode(plan)
+    return plan
+
+
+def test_is_a_backend_with_limits(backend):
+    assert isinstance(backend, Backend)
+    assert (backend.n_ctx, backend.n_seq_max, backend.n_batch) == (64, 4, 32)
+    assert backend.n_ctx_seq == (64 if backend.kv_unified else 16)
+    assert backend.n_vocab > 2
+
+
+def test_batch_plan_output_indices():
+    plan = BatchPlan([Segment(0, 0, [1, 2, 3], True), Segment(1, 0, [4], False),
+                      Segment(2, 5, [5, 6], True)])
+    assert plan.n_tokens == 6 and plan.offsets == [0, 3, 4]
+    assert [plan.output_index(i) for i in range(3)] == [2, 3, 5]
+    assert plan.output_indices() == [2, None, 5]
+
+
+def test_decode_then_positions_advance(backend):
+    decode(backend, Segment(0, 0, [1, 2, 3], True), Segment(1, 0, [3], True))
+    assert (backend.seq_pos_max(0), backend.seq_pos_max(1), backend.seq_pos_max(2)) == (2, 0, -1)
+    decode(backend, Segment(0, 3, [4], True))
+    assert backend.seq_pos_max(0) == 3
+
+
+@pytest.mark.parametrize("segment", [
+    Segment(0, 1, [1], True),          # positions must continue at pos_max + 1
+    Segment(0, 0, [1] * 33, True),     # more than n_batch
+    Segment(9, 0, [1], True),          # unknown sequence
+])
+def test_invalid_batches(backend, segment):
+    with pytest.raises(InvalidBatchError):
+        decode(backend, segment)
+    assert backend.seq_pos_max(0) == -1
+
+
+def test_kv_full_changes_nothing():
+    backend = FakeBackend(n_ctx=8, n_seq_max=2, n_batch=8)
+    decode(backend, Segment(0, 0, [1] * 6, True))
+    with pytest.raises(KVCacheFullError):
+        decode(backend, Segment(0, 6, [1], True), Segment(1, 0, [1, 1, 1], True))
+    assert (backend.seq_pos_max(0), backend.seq_pos_max(1)) == (5, -1)
+
+
+def test_seq_rm_partial_and_whole(backend):
+    decode(backend, Segment(0, 0, [1, 2, 3, 4], True))
+    assert backend.seq_rm(0, 2, -1) and backend.seq_pos_max(0) == 1
+    assert backend.seq_rm(0, 0, -1) and backend.seq_pos_max(0) == -1
+
+
+def test_seq_cp_shares_a_prefix_then_sequences_diverge(backend):
+    decode(backend, Segment(0, 0, [1, 2, 3, 4], True))
+    backend.seq_cp(0, 1, 0, 3)
+    assert backend.seq_pos_max(1) == 2
+    decode(backend, Segment(1, 3, [4], True))
+    params = SamplingParams(seed=3)
+    s0, s1 = backend.new_sampler(params), backend.new_sampler(params)
+    decode(backend, Segment(0, 4, [5], True), Segment(1, 4, [5], True))
+    assert s0.sample(0) == s1.sample(1)  # same history, same seed: same token
+
+
+def test_seq_keep_and_clear(backend):
+    decode(backend, Segment(0, 0, [1, 2], True), Segment(1, 0, [1], True))
+    backend.seq_keep(1)
+    assert (backend.seq_pos_max(0), backend.seq_pos_max(1)) == (-1, 0)
+    backend.clear()
+    assert backend.seq_pos_max(1) == -1
+
+
+def test_state_roundtrip_gives_the_same_next_token(backend):
+    decode(backend, Segment(0, 0, [3, 1, 4, 1, 5], True))
+    token = backend.new_sampler(SamplingParams(seed=9)).sample(4)
+    data = backend.state_seq_get(0)
+    assert backend.state_seq_set(2, data) and backend.seq_pos_max(2) == 4
+    backend.seq_rm(2, 4, -1)
+    decode(backend, Segment(2, 4, [5], True))
+    assert backend.new_sampler(SamplingParams(seed=9)).sample(0) == token
+
+
+def test_state_set_rejects_garbage_and_leaves_the_sequence_empty(backend):
+    decode(backend, Segment(1, 0, [1, 2], True))
+    assert backend.state_seq_set(1, b"not a state") is False
+    assert backend.seq_pos_max(1) == -1
+
+
+def test_sampler_is_deterministic_per_seed_and_closable(backend):
+    decode(backend, Segment(0, 0, [1, 2, 3], True))
+    a = backend.new_sampler(SamplingParams(seed=1))
+    assert isinstance(a, Sampler)
+    t = a.sample(2)
+    assert t == backend.new_sampler(SamplingParams(seed=1)).sample(2)
+    assert len(a.top_logprobs(2, 3)) == 3
+    a.close()
+    a.close()
+
+
+def test_bad_grammar_raises_grammar_error(backend):
+    with pytest.raises(GrammarError):
+        backend.new_sampler(SamplingParams(grammar="this is not gbnf"))
+    backend.new_sampler(SamplingParams(grammar='root ::= "a"'))
+
+
+def test_pieces_and_eog(backend):
+    eog = [t for t in range(backend.n_vocab) if backend.is_eog(t)]
+    assert eog and all(backend.token_to_piece(t) == b"" for t in eog)
+    assert all(isinstance(backend.token_to_piece(t), bytes) for t in range(backend.n_vocab))
+
+
+# --- fake-specific -----------------------------------------------------------------------------
+
+
+def test_split_cache_is_per_sequence():
+    backend = FakeBackend(n_ctx=8, n_seq_max=2, n_batch=8, kv_unified=False)
+    assert backend.n_ctx_seq == 4
+    decode(backend, Segment(0, 0, [1] * 4, True))
+    with pytest.raises(KVCacheFullError):
+        decode(backend, Segment(0, 4, [1], True))
+    decode(backend, Segment(1, 0, [1] * 4, True))
+
+
+def test_no_partial_removal_on_recurrent_backends():
+    backend = FakeBackend(n_ctx=16, n_seq_max=1, supports_partial_removal=False)
+    decode(backend, Segment(0, 0, [1, 2, 3], True))
+    assert backend.seq_rm(0, 1, -1) is False and backend.seq_pos_max(0) == 2
+    assert backend.seq_rm(0, 0, -1) and backend.seq_pos_max(0) == -1
+
+
+def test_reading_cells_of_another_tag_is_recorded():
+    backend = FakeBackend(n_ctx=16, n_seq_max=2)
+    decode(backend, Segment(0, 0, [1, 2], True, tag=("a", "")))
+    backend.seq_cp(0, 1, 0, 2)
+    decode(backend, Segment(1, 2, [3], True, tag=("b", "")))
+    with pytest.raises(AssertionError, match="attends to cells"):
+        backend.check_integrity()
+
+
+def test_faults_fire_on_the_chosen_call():
+    backend = FakeBackend(n_ctx=16, n_seq_max=1)
+    backend.inject("kv_full", at_call=2)
+    decode(backend, Segment(0, 0, [1], True))
+    with pytest.raises(KVCacheFullError):
+        decode(backend, Segment(0, 1, [1], True))
+    decode(backend, Segment(0, 1, [1], True))
+    backend.check_integrity()
+
+
+def test_cost_model_advances_the_sim_clock():
+    from llamapy.engine import CostModel
+
+    backend = FakeBackend(n_ctx=16, n_seq_max=1, cost=CostModel(step_s=0.01, token_s=0.001))
+    decode(backend, Segment(0, 0, [1] * 10, True))
+    assert backend.clock.now() == pytest.approx(0.02)

@@ -1,0 +1,149 @@
+"""Batch strategies: the built-ins, validation of decisions, user strategies."""
+
+from __future__ import annotations
+
+import pytest
+from engine_helpers import make_engine, ref, submit
+
+from llamapy.engine import (
+    Balanced,
+    BaseStrategy,
+    BatchDecision,
+    BatchView,
+    DecodeMaximal,
+    PrefillPriority,
+    SlotView,
+    resolve_strategy,
+)
+from llamapy.engine.testing import drain
+from llamapy.errors import InvalidOptionError
+
+
+def slot(slot_id: int, remaining: int = 0, serial: int | None = None,
+         last: float | None = None) -> SlotView:
+    return SlotView(slot_id=slot_id, request_id=slot_id, prompt_tokens=remaining + 1,
+                    num_computed=0, remaining_prefill=remaining, num_generated=0,
+                    submitted_at=0.0, admitted_at=0.0, last_token_at=last,
+                    serial=slot_id if serial is None else serial)
+
+
+def view(decoding=(), prefilling=(), n_batch=16, chunk=8) -> BatchView:
+    return BatchView(now=1.0, n_batch=n_batch, chunk_size=chunk, decoding=tuple(decoding),
+                     prefilling=tuple(prefilling))
+
+
+def test_decode_maximal_decodes_everyone_then_prefills_fifo():
+    d = DecodeMaximal().allocate(view([slot(0), slot(1)], [slot(3, 20, serial=9),
+                                                           slot(2, 5, serial=4)]))
+    assert sorted(d.decode) == [0, 1]
+    assert d.prefill == {2: 5, 3: 8 - 0} and d.n_tokens == 15
+
+
+def test_decode_maximal_budget_is_n_batch():
+    d = DecodeMaximal().allocate(view([slot(0)], [slot(1, 30), slot(2, 30)], n_batch=10))
+    assert d.decode == [0] and d.prefill == {1: 8, 2: 1}
+
+
+def test_prefill_priority_prefills_first():
+    d = PrefillPriority().allocate(view([slot(0), slot(1)], [slot(2, 30)], n_batch=9))
+    assert d.prefill == {2: 8} and len(d.decode) == 1
+
+
+def test_prefill_priority_prefers_the_decoder_that_waited_longest():
+    d = PrefillPriority().allocate(view([slot(0, last=5.0), slot(1, last=2.0)], [slot(2, 30)],
+                                        n_batch=9))
+    assert d.decode == [1]
+
+
+def test_balanced_caps_prefill_while_decoding_and_shares_it():
+    d = Balanced(prefill_share=0.25).allocate(view([slot(0)], [slot(1, 30), slot(2, 30)],
+                                                   n_batch=32, chunk=16))
+    assert d.decode == [0] and d.prefill == {1: 4, 2: 4}
+
+
+def test_balanced_uses_the_whole_budget_without_decoders():
+    d = Balanced().allocate(view([], [slot(1, 30), slot(2, 3)], n_batch=16, chunk=16))
+    assert d.prefill == {1: 13, 2: 3}
+
+
+def test_balanced_rejects_bad_share():
+    with pytest.raises(InvalidOptionError):
+        Balanced(prefill_share=0)
+
+
+@pytest.mark.parametrize("spec", ["decode_maximal", "DecodeMaximal", DecodeMaximal,
+                                  DecodeMaximal(), "balanced", "prefill_priority"])
+def test_resolve_strategy(spec):
+    assert callable(resolve_strategy(spec).allocate)
+
+
+@pytest.mark.parametrize("spec", ["nope", 3, object(), Balanced.__init__])
+def test_resolve_strategy_rejects(spec):
+    with pytest.raises(InvalidOptionError):
+        resolve_strategy(spec)
+
+
+class Greedy(BaseStrategy):
+    """Breaks the rules on purpose: prefills more than the budget."""
+
+    name = "greedy"
+
+    def allocate(self, view: BatchView) -> BatchDecision:
+        return BatchDecision(prefill={s.slot_id: s.remaining_prefill for s in view.prefilling})
+
+
+class Lazy(BaseStrategy):
+    name = "lazy"
+
+    def allocate(self, view: BatchView) -> BatchDecision:
+        return BatchDecision()
+
+
+@pytest.mark.parametrize("strategy", [Greedy(), Lazy()])
+def test_engine_rejects_invalid_decisions(strategy):
+    engine, _ = make_engine(batch_strategy=strategy, n_batch=8, chunk_size=4)
+    submit(engine, 1, list(range(1, 20)), max_tokens=2)
+    with pytest.raises(InvalidOptionError, match="batch_strategy"):
+        engine.tick()
+
+
+class Recording(DecodeMaximal):
+    """A user strategy: shortest prompt admitted first; remembers what it saw."""
+
+    name = "recording"
+
+    def __init__(self) -> None:
+        self.views: list[BatchView] = []
+
+    def admission_order(self, queue, now):
+        return sorted(range(len(queue)), key=lambda i: queue[i].prompt_tokens)
+
+    def allocate(self, view: BatchView) -> BatchDecision:
+        self.views.append(view)
+        return super().allocate(view)
+
+
+def test_user_strategy_sees_queue_and_orders_admission():
+    strategy = Recording()
+    engine, backend = make_engine(n_parallel=1, batch_strategy=strategy)
+    sinks = {rid: submit(engine, rid, [1] * n, max_tokens=1, temp=0.0)
+             for rid, n in [("long0", 9), ("long", 30), ("short", 3), ("mid", 10)]}
+    engine.tick()
+    first = strategy.views[0]
+    assert first.queue_depth == 3 and {q.prompt_tokens for q in first.queue} == {30, 3, 10}
+    drain(engine)
+    order = [v.prefilling[0].request_id for v in strategy.views if v.prefilling]
+    assert order == ["long0", "short", "mid", "long"]
+    assert sinks["long"].tokens == ref(backend, [1] * 30, 1, temp=0.0)
+
+
+@pytest.mark.parametrize("name", ["decode_maximal", "prefill_priority", "balanced"])
+def test_every_strategy_gives_reference_results(name):
+    engine, backend = make_engine(n_parallel=3, batch_strategy=name, n_batch=12, chunk_size=5)
+    prompts = {i: [1, 2, 3] * (i + 2) + [i] for i in range(6)}
+    sinks = {i: submit(engine, i, p, max_tokens=6, seed=i) for i, p in prompts.items()}
+    drain(engine, each=engine.check_integrity)
+    for plan in backend.plans:
+        assert plan.n_tokens <= 12 and all(len(s.token_ids) <= 5 for s in plan.segments)
+    for i, p in prompts.items():
+        assert sinks[i].tokens == ref(backend, p, 6, seed=i)
