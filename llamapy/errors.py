@@ -281,6 +281,23 @@ class UnknownLeaseError(LlamapyError, KeyError):
         return str(self.args[0])
 
 
+# --- sessions ------------------------------------------------------------------------------------
+
+
+class SessionBusyError(LlamapyError):
+    """A session primitive was called while a decode stream of the session is still open."""
+
+    http_status = 409
+    error_type = "invalid_request_error"
+
+
+class SnapshotFormatError(LlamapyError, ValueError):
+    """A session snapshot file is not in the documented format (magic, version, checksum)."""
+
+    http_status = 400
+    error_type = "invalid_request_error"
+
+
 # --- HTTP ----------------------------------------------------------------------------------------
 
 

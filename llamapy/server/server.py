@@ -311,6 +311,15 @@ class Server:
         self.wait_ready()
         return self._loop.call(fn).result(timeout)
 
+    def open_session(self, config: Any = None) -> Any:
+        """Open a workspace :class:`~llamapy.session.Session` on a leased slot of this server
+        (waits up to ``config.lease_timeout`` for a free slot, then ``LeaseTimeoutError``)."""
+        from ..session import ServerHost, Session, SessionConfig
+
+        config = config or SessionConfig()
+        self._check_running()
+        return Session(ServerHost(self, self._start, config.adapters), config)
+
     def __repr__(self) -> str:
         return f"<Server {os.path.basename(self.model_path)} {self._loop.state.value}>"
 
