@@ -17,13 +17,14 @@ from collections import deque
 from collections.abc import Callable, Hashable
 from itertools import chain
 
+from llamapy.engine.admission import check_request
 from llamapy.engine.backend import Backend, Sampler
 from llamapy.engine.executor import Executor
 from llamapy.engine.integrity import build_stats, check_engine
-from llamapy.engine.options import EngineConfig, EngineTuning, RequestOptions
+from llamapy.engine.options import EngineConfig, EngineTuning
 from llamapy.engine.planner import Batch, Planner, queued_view
 from llamapy.engine.prefix import PrefixResolver
-from llamapy.engine.ram_cache import PromptCache, common_prefix
+from llamapy.engine.ram_cache import PromptCache
 from llamapy.engine.request import (
     DoneEvent,
     ErrorEvent,
@@ -39,7 +40,6 @@ from llamapy.engine.strategies import resolve_strategy
 from llamapy.engine.text import TextStream
 from llamapy.errors import (
     ClosedError,
-    ContextOverflowError,
     InvalidOptionError,
     LlamapyError,
     QueueFullError,
@@ -89,50 +89,22 @@ class Engine:
         ``GrammarError`` (from the backend's sampler).
         """
         self._check_open()
-        self._validate(request)
-        slot = self._placement(request)
+        prompt = check_request(request, self.backend, self.pool, self._runs)
+        slot = self._placement(request, prompt)
         sampler = None if request.options.max_tokens == 0 else \
             self.backend.new_sampler(request.options.sampling)
-        run = self._new_run(request, sampler)
+        run = self._new_run(request, prompt, sampler)
         self._runs[request.request_id] = run
         self._queue.append(run)
         if slot is not None:
             self._start(run, slot)
 
-    def _validate(self, request: Request) -> None:
-        if not isinstance(request.options, RequestOptions):
-            raise InvalidOptionError("request.options must be RequestOptions", option="options")
-        if request.request_id in self._runs:
-            raise InvalidOptionError(f"request id {request.request_id!r} is already active",
-                                     option="request_id")
-        n_vocab = self.backend.n_vocab
-        tokens = request.token_ids
-        if not all(isinstance(t, int) and 0 <= t < n_vocab for t in tokens):
-            raise InvalidOptionError(f"token ids must be ints in [0, {n_vocab})",
-                                     option="token_ids")
-        if not tokens and request.options.max_tokens > 0:
-            raise InvalidOptionError("empty prompt", option="token_ids")
-        self._check_fits(request)
-
-    def _check_fits(self, request: Request) -> None:
-        total = len(request.token_ids) + request.options.max_tokens
-        resident = 0
-        if request.lease_id is not None:
-            slot = self.pool.leased_slot(request.lease_id)
-            if slot.key == request.cache_key:
-                resident = common_prefix(slot.cached, request.token_ids)
-        if total > self.backend.n_ctx_seq:
-            raise ContextOverflowError(stage="admit", resident_tokens=resident,
-                                       additional_tokens=total - resident,
-                                       n_ctx=self.backend.n_ctx_seq)
-
-    def _placement(self, request: Request) -> Slot | None:
+    def _placement(self, request: Request, prompt: list[int]) -> Slot | None:
         """The slot a new request takes right away, None to queue it; QueueFullError."""
-        probe = Run(request, -1, self._cache_prompt(request), None, 0.0,
-                    prompt=list(request.token_ids))
+        probe = Run(request, -1, self._cache_prompt(request), None, 0.0, prompt=prompt)
         fifo_blocked = any(r.request.lease_id == request.lease_id for r in self._queue)
         slot = None if fifo_blocked else self.pool.route(probe)
-        if slot is None and 0 < self.config.max_queue <= self._num_waiting():
+        if slot is None and 0 < self.config.max_queue <= len(self._queue):
             self.counters.num_rejected += 1
             raise QueueFullError(self.config.max_queue)
         return slot
@@ -144,14 +116,11 @@ class Engine:
         value = request.options.cache_prompt
         return self.config.cache_prompt if value is None else value
 
-    def _num_waiting(self) -> int:
-        return sum(r.state is RequestState.QUEUED for r in self._queue)
-
-    def _new_run(self, request: Request, sampler: Sampler | None) -> Run:
+    def _new_run(self, request: Request, prompt: list[int], sampler: Sampler | None) -> Run:
         self._serial += 1
         now = self.clock()
         run = Run(request, self._serial, self._cache_prompt(request), sampler, now,
-                  prompt=list(request.token_ids), tokens=list(request.token_ids),
+                  prompt=prompt, tokens=list(prompt),
                   text=TextStream(stop=request.options.stop))
         run.timings.submitted_at = now
         run.timings.prompt_tokens = len(run.prompt)

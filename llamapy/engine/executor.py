@@ -3,8 +3,9 @@
 KV pressure (``KVCacheFullError``): purge idle slots' caches one at a time (least recently used
 first, each offered to the RAM cache) and retry; when nothing is left to purge, split the batch
 in halves and decode each; an entry that still does not fit alone fails its run with
-``ContextOverflowError`` and gives up its KV, so the others carry on. Any other decode error fails the runs of the
-batch with that error, after trimming whatever the backend wrote past each slot's known KV.
+``ContextOverflowError`` and gives up its KV, so the others carry on. Any other decode error
+fails the runs of the batch with that error, after trimming whatever the backend wrote past
+each slot's known KV.
 
 Runs are only *marked* finished here (``run.finish``); the engine's reap phase sends the final
 event and frees the slot.
@@ -43,9 +44,10 @@ class Executor:
         for entry in batch.entries:
             if entry.run.prefill_started_at is None:
                 entry.run.prefill_started_at = now
+        plan = batch.plan()
         while True:
             try:
-                self.backend.decode(batch.plan())
+                self.backend.decode(plan)
                 break
             except KVCacheFullError:
                 self.counters.num_kv_pressure_events += 1
@@ -57,7 +59,7 @@ class Executor:
                 self._fail(batch, exc)
                 return
         self.counters.num_decode_calls += 1
-        self._commit(batch)
+        self._commit(batch, plan.output_indices())
 
     def _split_or_overflow(self, batch: Batch) -> None:
         if len(batch.entries) > 1:
@@ -88,8 +90,7 @@ class Executor:
             self.backend.seq_rm(seq, 0, -1)
             slot.cached.clear()
 
-    def _commit(self, batch: Batch) -> None:
-        rows = batch.plan().output_indices()
+    def _commit(self, batch: Batch, rows: list[int | None]) -> None:
         for entry, row in zip(batch.entries, rows, strict=True):
             entry.slot.cached.extend(entry.token_ids)
             run = entry.run

@@ -22,13 +22,23 @@ from dataclasses import dataclass
 __all__ = ["CacheEntry", "PromptCache", "common_prefix"]
 
 
+_BLOCK = 256
+
+
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """Length of the longest common prefix of two token sequences."""
+    """Length of the longest common prefix of two token sequences (block-wise slice compares
+    run at C speed; only the mismatching block is scanned token by token)."""
     n = min(len(a), len(b))
     i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
+    while i < n:
+        j = min(i + _BLOCK, n)
+        if a[i:j] != b[i:j]:  # (also true for a list against a tuple: then scan the block)
+            while i < j and a[i] == b[i]:
+                i += 1
+            if i < j:
+                return i
+        i = j
+    return n
 
 
 @dataclass(slots=True, frozen=True, eq=False)
@@ -76,9 +86,10 @@ class PromptCache:
               get_data: Callable[[], bytes]) -> bool:
         """Store a prefix about to be destroyed; ``get_data`` is only called when it will be
         considered. Returns whether it was stored."""
+        token_ids = tuple(token_ids)
         if not self.enabled or len(token_ids) < self.min_tokens or self._covered(key, token_ids):
             return False
-        entry = CacheEntry(key, tuple(token_ids), get_data())
+        entry = CacheEntry(key, token_ids, get_data())
         if entry.nbytes > self.budget_bytes:
             return False
         self._drop_covered_by(entry)
@@ -96,6 +107,7 @@ class PromptCache:
         that length; ``(None, 0)`` if none is worth restoring. ``exact``: only entries usable
         whole (backends that cannot trim a restored tail)."""
         best: tuple[CacheEntry | None, int] = (None, 0)
+        prompt = tuple(prompt)
         for entry in self._entries.values():
             if entry.key != key:
                 continue

@@ -236,10 +236,11 @@ def resolve_strategy(spec: object) -> BatchStrategy:
             )
         return _BUILTIN[name]()
     if isinstance(spec, type):
+        cls = spec
         try:
-            spec = spec()
+            spec = cls()
         except TypeError as exc:
-            raise InvalidOptionError(f"batch_strategy class {spec.__name__} needs no-arg "
+            raise InvalidOptionError(f"batch_strategy class {cls.__name__} needs no-arg "
                                      f"construction: {exc}", option="batch_strategy") from exc
     if not callable(getattr(spec, "allocate", None)):
         raise InvalidOptionError(f"batch_strategy {spec!r} has no allocate(view) method",

@@ -1,0 +1,58 @@
+"""Submission checks: everything that must fail before a request changes any engine state."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Container, Hashable
+
+from llamapy.engine.backend import Backend
+from llamapy.engine.options import RequestOptions
+from llamapy.engine.ram_cache import common_prefix
+from llamapy.engine.request import Request
+from llamapy.engine.slots import SlotPool
+from llamapy.errors import ContextOverflowError, InvalidOptionError
+
+__all__ = ["check_request"]
+
+
+def check_request(request: Request, backend: Backend, pool: SlotPool,
+                  active: Container[Hashable]) -> list[int]:
+    """Validate ``request``; return its prompt as a list of Python ints.
+
+    Raises ``InvalidOptionError`` (bad options type, duplicate active id, token ids that are not
+    integers in ``[0, n_vocab)``, an empty prompt for a request that samples),
+    ``UnknownLeaseError`` and ``ContextOverflowError`` (stage ``"admit"``: prompt plus
+    ``max_tokens`` exceeds the per-sequence context).
+    """
+    if not isinstance(request.options, RequestOptions):
+        raise InvalidOptionError("request.options must be RequestOptions", option="options")
+    if request.request_id in active:
+        raise InvalidOptionError(f"request id {request.request_id!r} is already active",
+                                 option="request_id")
+    prompt = _tokens(request, backend.n_vocab)
+    if not prompt and request.options.max_tokens > 0:
+        raise InvalidOptionError("empty prompt", option="token_ids")
+    _check_fits(request, prompt, backend, pool)
+    return prompt
+
+
+def _tokens(request: Request, n_vocab: int) -> list[int]:
+    try:
+        prompt = list(map(operator.index, request.token_ids))
+    except TypeError as exc:
+        raise InvalidOptionError("token ids must be integers", option="token_ids") from exc
+    if prompt and (min(prompt) < 0 or max(prompt) >= n_vocab):
+        raise InvalidOptionError(f"token ids must be in [0, {n_vocab})", option="token_ids")
+    return prompt
+
+
+def _check_fits(request: Request, prompt: list[int], backend: Backend, pool: SlotPool) -> None:
+    total = len(prompt) + request.options.max_tokens
+    resident = 0
+    if request.lease_id is not None:
+        slot = pool.leased_slot(request.lease_id)
+        if slot.key == request.cache_key:
+            resident = common_prefix(slot.cached, prompt)
+    if total > backend.n_ctx_seq:
+        raise ContextOverflowError(stage="admit", resident_tokens=resident,
+                                   additional_tokens=total - resident, n_ctx=backend.n_ctx_seq)
