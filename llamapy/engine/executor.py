@@ -22,7 +22,7 @@ from llamapy.engine.request import Event, FinishReason, TokenEvent
 from llamapy.engine.slots import Run, Slot
 from llamapy.engine.states import SlotState
 from llamapy.engine.stats import Counters
-from llamapy.errors import ContextOverflowError, DecodeError, KVCacheFullError
+from llamapy.errors import ContextOverflowError, DecodeError, KVCacheFullError, LlamapyError
 
 __all__ = ["Executor"]
 
@@ -106,9 +106,13 @@ class Executor:
     def _sample(self, entry: Entry, row: int) -> None:
         run, slot = entry.run, entry.slot
         assert run.sampler is not None, "sampling a prefill-only run"
-        token = run.sampler.sample(row)
-        n_probs = run.request.options.sampling.n_probs
-        logprobs = tuple(run.sampler.top_logprobs(row, n_probs)) if n_probs else None
+        try:
+            token = run.sampler.sample(row)
+            n_probs = run.request.options.sampling.n_probs
+            logprobs = tuple(run.sampler.top_logprobs(row, n_probs)) if n_probs else None
+        except LlamapyError as exc:  # e.g. a grammar with no allowed token: this run only
+            run.error, run.finish = exc, FinishReason.ERROR
+            return
         run.tokens.append(token)
         self.counters.num_generated_tokens += 1
         self._time_token(run)

@@ -36,7 +36,7 @@ from llamapy.errors import (
 __all__ = ["Cell", "FakeBackend", "FakeSampler", "Fault"]
 
 _DECODE_FAULTS = {"decode_error", "abort", "invalid_batch", "kv_full", "slow"}
-_FAULT_KINDS = _DECODE_FAULTS | {"restore_fail"}
+_FAULT_KINDS = _DECODE_FAULTS | {"restore_fail", "sample_error"}
 _MAGIC = "FAKEKV1"
 
 
@@ -72,6 +72,8 @@ class FakeSampler:
 
     def sample(self, batch_index: int) -> int:
         """Draw (and accept) the token of output row ``batch_index``."""
+        if self._backend._take_fault({"sample_error"}, None) is not None:
+            raise GrammarError("injected: no token satisfies the grammar")
         token = self._backend.model.next_token(self._backend.output_row(batch_index),
                                                self.params)
         self.accepted.append(token)
@@ -150,7 +152,8 @@ class FakeBackend:
                seconds: float = 0.0) -> None:
         """Arm a fault: ``decode_error``, ``abort``, ``invalid_batch``, ``kv_full``, ``slow``
         (adds ``seconds`` of simulated time) on decode call ``at_call`` (1-based; None = the
-        next call), or ``restore_fail`` (the next ``state_seq_set`` fails)."""
+        next call), ``restore_fail`` (the next ``state_seq_set`` fails) or ``sample_error``
+        (the next ``Sampler.sample`` raises ``GrammarError``)."""
         if kind not in _FAULT_KINDS:
             raise ValueError(f"unknown fault {kind!r}; valid: {sorted(_FAULT_KINDS)}")
         self.faults.append(Fault(kind, at_call, times, seconds))

@@ -189,7 +189,10 @@ class PrefixResolver:
 
     def purge_one(self) -> bool:
         """KV pressure: drop the least recently used idle slot's cache (offered to the RAM
-        cache first). False when no idle slot holds KV."""
+        cache first). False when no idle slot holds KV, or when the KV is split per sequence
+        (another sequence's cells could not make room)."""
+        if not self.backend.kv_unified:
+            return False
         for slot in self.pool.idle():
             if slot.cached:
                 self.discard(slot, 0)

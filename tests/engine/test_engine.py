@@ -120,19 +120,41 @@ def test_finish_reasons_eog_and_max_tokens():
     assert a.events[-2].text == "" or not backend.token_to_piece(a.tokens[-1])
 
 
-def test_stop_string_ends_generation_without_leaking():
+def test_stop_string_spanning_tokens_ends_generation_without_leaking():
     engine, backend = make_engine()
-    seed = first_seed_with(backend, P, 8, lambda t: len(t) >= 4 and backend.model.eog_token
-                           not in t[:4])
+
+    def word(t: int) -> bool:
+        return backend.token_to_piece(t).startswith(b" w")
+
+    seed = first_seed_with(backend, P, 8, lambda t: len(t) > 3 and all(map(word, t[:3])))
     tokens = ref(backend, P, 8, seed=seed)
-    stop = backend.token_to_piece(tokens[3]).decode("utf-8", "replace").strip()[:3] or "w"
-    sink = submit(engine, 1, P, max_tokens=8, seed=seed, stop=(stop,))
+    first, second = (backend.token_to_piece(t).decode() for t in tokens[1:3])
+    stop = first[2:] + second[:3]  # "<n1> w<n2 prefix>": spans tokens 2 and 3
+    sink = submit(engine, 1, P, max_tokens=8, seed=seed, stop=("zzz", stop))
     drain(engine)
-    if sink.finish_reason == "stop":
-        assert stop not in sink.text and sink.final.stop_word == stop
-        assert sink.tokens == tokens[: len(sink.tokens)]
-    else:  # the stop text was split by a replacement character; then it never matched
-        assert stop not in sink.text
+    assert sink.finish_reason == "stop" and sink.final.stop_word == stop
+    assert sink.tokens == tokens[:3]
+    expected = backend.token_to_piece(tokens[0]).decode() + first[:2]
+    assert sink.text == expected and stop not in sink.text
+
+
+def test_numpy_token_ids_are_accepted():
+    import numpy as np
+
+    engine, backend = make_engine()
+    sink = submit(engine, 1, np.array(P, dtype=np.int32), max_tokens=2)
+    drain(engine)
+    assert sink.tokens == ref(backend, P, 2)
+
+
+def test_engine_config_must_match_the_backend():
+    from llamapy.engine import Engine, EngineConfig, FakeBackend
+
+    with pytest.raises(InvalidOptionError):
+        Engine(FakeBackend(n_seq_max=2), EngineConfig(n_parallel=3))
+    with pytest.raises(InvalidOptionError):
+        Engine(FakeBackend(kv_unified=False), EngineConfig(kv_unified=True))
+    assert Engine(FakeBackend(n_batch=64), EngineConfig(n_batch=2048)).n_batch == 64
 
 
 def test_prefill_only_request_computes_kv_and_samples_nothing():
@@ -304,3 +326,16 @@ def test_recorder_rejects_events_after_the_final_one():
     rec(DoneEvent(1, "eog", 0, 0, None))  # type: ignore[arg-type]
     with pytest.raises(AssertionError):
         rec(TokenEvent(1, 1, ""))
+
+
+def test_sampler_failure_fails_only_that_request():
+    engine, backend = make_engine(n_parallel=2)
+    a = submit(engine, "a", P, max_tokens=4, seed=1)
+    b = submit(engine, "b", [*P, 1], max_tokens=4, seed=2)
+    engine.tick()
+    backend.inject("sample_error")
+    drain(engine, each=engine.check_integrity)
+    failed = [s for s in (a, b) if s.finish_reason == "error"]
+    assert len(failed) == 1 and isinstance(failed[0].final.exc, GrammarError)
+    ok = b if failed[0] is a else a
+    assert ok.finish_reason in ("eog", "max_tokens") and not backend.open_samplers

@@ -51,7 +51,8 @@ SCOPES = (None, None, "a", "b")
 IDENTITIES = ("", "", "lora")
 STRATEGIES = ("decode_maximal", "prefill_priority", "balanced", "shortest_prompt_first")
 STOPS = ((), (), ("w1",), ("\n", "é"), ("w3 w",))
-FAULTS = ("decode_error", "abort", "kv_full", "restore_fail", "slow", "invalid_batch")
+FAULTS = ("decode_error", "abort", "kv_full", "restore_fail", "slow", "invalid_batch",
+          "sample_error")
 
 
 class ShortestPromptFirst(DecodeMaximal):
@@ -224,7 +225,8 @@ class EngineMachine(RuleBasedStateMachine):
     @rule(kind=st.sampled_from(FAULTS), later=st.integers(0, 3))
     def inject_fault(self, kind, later):
         self.num_faults += 1
-        at = None if kind == "restore_fail" else self.backend.num_decode_calls + 1 + later
+        at = None if kind in ("restore_fail", "sample_error") else \
+            self.backend.num_decode_calls + 1 + later
         self.backend.inject(kind, at_call=at, seconds=1.0)
 
     @rule(target=leases, scope=st.sampled_from([None, "a"]), identity=st.sampled_from(["", "x"]))
