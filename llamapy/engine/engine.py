@@ -166,12 +166,12 @@ class Engine:
         return True
 
     def _admit(self) -> None:
-        queued = [r for r in self._queue if r.state is RequestState.QUEUED]
-        if not queued:
+        """Place queued runs: lease-bound and session-affine first, then strategy order."""
+        if not self._queue:
             return
-        first = [r for r in queued if r.request.lease_id is not None
+        first = [r for r in self._queue if r.request.lease_id is not None
                  or self.pool.session_slot_free(r)]
-        rest = [r for r in queued if r not in first]
+        rest = [r for r in self._queue if r not in first]
         order = self._admission_order(rest)
         for run in chain(first, order):
             slot = self.pool.route(run)
@@ -196,21 +196,22 @@ class Engine:
         run.timings.queued_s = run.admitted_at - run.submitted_at
 
     def _resolve_prefixes(self) -> set[int]:
-        running = sorted(self.pool.running(), key=lambda s: s.run.serial)  # type: ignore[union-attr]
-        for slot in running:
-            run = slot.run
-            assert run is not None
+        """Apply reuse for newly placed runs, then in-flight dedup; returns the slots that wait
+        this tick for another slot to compute their prefix."""
+        runs = sorted((s.run for s in self.pool.slots if s.run is not None),
+                      key=lambda r: r.serial)
+        for run in runs:
             if not run.resolved:
                 self.prefix.resolve(run)
         waiting = set()
-        for slot in running:
-            run = slot.run
-            assert run is not None
-            if slot.state is SlotState.PREFILLING and run.finish is None:
-                if self.prefix.follow(run):
-                    waiting.add(slot.slot_id)
-                elif run.prefill_only and slot.remaining_prefill == 0:
-                    run.finish = FinishReason.PREFILL
+        for run in runs:
+            slot = run.slot
+            if slot is None or slot.state is not SlotState.PREFILLING or run.finish is not None:
+                continue
+            if self.prefix.follow(run):
+                waiting.add(slot.slot_id)
+            elif run.prefill_only and slot.remaining_prefill == 0:
+                run.finish = FinishReason.PREFILL
         return waiting
 
     def _plan_batch(self, waiting: set[int]) -> Batch | None:
@@ -222,8 +223,7 @@ class Engine:
                 decoding.append(slot)
             elif slot.slot_id not in waiting and slot.remaining_prefill > 0:
                 prefilling.append(slot)
-        queued = [r for r in self._queue if r.state is RequestState.QUEUED]
-        return self.planner.plan(decoding, prefilling, queued, self.clock())
+        return self.planner.plan(decoding, prefilling, self._queue, self.clock())
 
     def _reap(self) -> None:
         for slot in self.pool.running():
