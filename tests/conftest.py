@@ -12,7 +12,7 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.register_profile(
-    "ci", max_examples=300, stateful_step_count=100, deadline=None, print_blob=True,
+    "ci", max_examples=300, stateful_step_count=150, deadline=None, print_blob=True,
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
