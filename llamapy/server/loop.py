@@ -16,8 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._native import Context, Model
-from ..engine import ErrorEvent, Request, RequestTimings
-from ..engine.engine import Engine
+from ..engine import Engine, ErrorEvent, Request, RequestTimings
 from ..errors import ClosedError, LlamapyError, LoadFailedError
 from ..llama_backend import LlamaBackend
 from .options import ResolvedStart

@@ -1,0 +1,252 @@
+#!/usr/bin/env python3
+"""llamapy's Server (in-process) against llama-server from the same llama.cpp build.
+
+Same model, threads, n_ctx, n_parallel and n_batch; greedy sampling; one run, side by side:
+
+1. concurrency 1/4/8/16: ~100-token prompts (unique per request), 64 tokens out, streaming;
+   aggregate generated tok/s and time to first token (mean/p50/p99)
+2. a wave of 8 requests sharing a ~500-token prefix (distinct tails), cold then warm
+3. Python time per tick as a share of tick time (llamapy, during the concurrency-8 run)
+
+Needs ``python build_lib.py --with-server``. Usage: ``python bench/bench_server.py``
+(``--quick`` for fewer levels).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from llamapy._paths import current_build
+from llamapy._system import physical_cores
+from llamapy.engine import TokenEvent
+from llamapy.models import default_model_path
+from llamapy.server import Server
+
+WORDS = tuple(
+    "river mountain quantum garden lantern copper violet harbor meadow signal canvas orbit "
+    "pepper marble thunder cedar falcon ember glacier velvet prism comet".split()
+)
+
+
+def text_of(rng: random.Random, n_words: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(n_words))
+
+
+@dataclass
+class Result:
+    wall_s: float
+    ttfts: list[float]
+    tokens: int
+
+    @property
+    def tok_per_s(self) -> float:
+        return self.tokens / self.wall_s
+
+    def ttft(self, q: float) -> float:
+        xs = sorted(self.ttfts)
+        return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+Runner = Callable[[str, int], tuple[float, int]]
+
+
+def run_wave(runner: Runner, prompts: list[str], n_out: int) -> Result:
+    start = time.perf_counter()
+    with ThreadPoolExecutor(len(prompts)) as pool:
+        results = list(pool.map(lambda p: runner(p, n_out), prompts))
+    wall = time.perf_counter() - start
+    return Result(wall, [r[0] for r in results], sum(r[1] for r in results))
+
+
+def llamapy_runner(server: Server) -> Runner:
+    def run(prompt: str, n_out: int) -> tuple[float, int]:
+        tokens = server.tokenize(prompt)
+        t0 = time.perf_counter()
+        ttft, n = 0.0, 0
+        for event in server.events(tokens, max_tokens=n_out, temp=0.0, timeout=300):
+            if isinstance(event, TokenEvent):
+                if n == 0:
+                    ttft = time.perf_counter() - t0
+                n += 1
+        return ttft, n
+    return run
+
+
+def llama_server_runner(url: str) -> Runner:
+    def run(prompt: str, n_out: int) -> tuple[float, int]:
+        body = {"prompt": prompt, "n_predict": n_out, "temperature": 0.0, "stream": True,
+                "cache_prompt": True, "ignore_eos": False}
+        t0 = time.perf_counter()
+        ttft, n = 0.0, 0
+        with httpx.stream("POST", f"{url}/completion", json=body, timeout=300) as resp:
+            for line in resp.iter_lines():
+                if not line.startswith("data: "):
+                    continue
+                data = json.loads(line[6:])
+                if data.get("content") or (n == 0 and not data.get("stop")):
+                    if n == 0:
+                        ttft = time.perf_counter() - t0
+                    n += 1
+                if data.get("stop"):
+                    n = data.get("tokens_predicted", n)
+                    break
+        return ttft, n
+    return run
+
+
+def start_llama_server(args: argparse.Namespace, port: int) -> subprocess.Popen[bytes]:
+    build = current_build()
+    assert build, "run python build_lib.py --with-server"
+    exe = Path(build["lib_dir"]) / "llama-server"
+    cmd = [str(exe), "-m", str(default_model_path()), "-c", str(args.n_ctx), "-np",
+           str(args.n_parallel), "-b", str(args.n_batch), "-t", str(args.threads), "-tb",
+           str(args.threads), "--port", str(port), "--host", "127.0.0.1", "-kvu", "-fa", "auto"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(300):
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("llama-server did not start")
+
+
+class TickTimer:
+    """Measures engine tick time and the backend decode time inside it (tick thread only)."""
+
+    def __init__(self, server: Server) -> None:
+        self.tick_s = self.decode_s = 0.0
+        self.ticks = 0
+        self.on = False
+
+        def install(loop: object) -> None:
+            engine, backend = loop.engine, loop.backend  # type: ignore[attr-defined]
+            tick, decode = engine.tick, backend.decode
+
+            def timed_tick() -> bool:
+                t = time.perf_counter()
+                out = tick()
+                if self.on:
+                    self.tick_s += time.perf_counter() - t
+                    self.ticks += 1
+                return out
+
+            def timed_decode(plan: object) -> None:
+                t = time.perf_counter()
+                try:
+                    decode(plan)
+                finally:
+                    if self.on:
+                        self.decode_s += time.perf_counter() - t
+
+            engine.tick, backend.decode = timed_tick, timed_decode
+
+        server.call_on_loop(install)
+
+    @property
+    def python_share(self) -> float:
+        return (self.tick_s - self.decode_s) / self.tick_s if self.tick_s else 0.0
+
+
+def concurrency_levels(name: str, runner: Runner, levels: list[int], seed: int
+                       ) -> dict[int, Result]:
+    out = {}
+    for c in levels:
+        rng = random.Random(seed * 100 + c)
+        prompts = [f"Request {rng.random():.6f}: " + text_of(rng, 70) for _ in range(c)]
+        out[c] = run_wave(runner, prompts, 64)
+        r = out[c]
+        print(f"{name:10s} c={c:2d} {r.tok_per_s:7.1f} tok/s  TTFT mean "
+              f"{statistics.mean(r.ttfts):.3f} p50 {r.ttft(0.5):.3f} p99 {r.ttft(0.99):.3f}",
+              flush=True)
+    return out
+
+
+def prefix_wave(name: str, runner: Runner, seed: int) -> tuple[Result, Result]:
+    rng = random.Random(seed)
+    prefix = f"Shared context {seed}: " + text_of(rng, 420)
+    prompts = [f"{prefix}\nQuestion {i}: " + text_of(rng, 12) for i in range(8)]
+    cold = run_wave(runner, prompts, 32)
+    rng2 = random.Random(seed + 1)
+    warm_prompts = [f"{prefix}\nQuestion {i}b: " + text_of(rng2, 12) for i in range(8)]
+    warm = run_wave(runner, warm_prompts, 32)
+    for label, r in (("cold", cold), ("warm", warm)):
+        print(f"{name:10s} prefix wave {label}: wall {r.wall_s:.2f}s  TTFT mean "
+              f"{statistics.mean(r.ttfts):.3f} p50 {r.ttft(0.5):.3f}", flush=True)
+    return cold, warm
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--n-ctx", type=int, default=8192)
+    p.add_argument("--n-parallel", type=int, default=8)
+    p.add_argument("--n-batch", type=int, default=2048)
+    p.add_argument("--threads", type=int, default=physical_cores())
+    p.add_argument("--port", type=int, default=18181)
+    p.add_argument("--quick", action="store_true")
+    args = p.parse_args()
+    levels = [1, 8] if args.quick else [1, 4, 8, 16]
+    results: dict[str, dict] = {}
+
+    proc = start_llama_server(args, args.port)
+    try:
+        runner = llama_server_runner(f"http://127.0.0.1:{args.port}")
+        runner("warm up", 4)
+        results["llama-server"] = {"levels": concurrency_levels("llama-srv", runner, levels, 1),
+                                   "wave": prefix_wave("llama-srv", runner, 7)}
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+    with Server(default_model_path(), n_ctx=args.n_ctx, n_parallel=args.n_parallel,
+                n_batch=args.n_batch, n_threads=args.threads, prompt_cache_ram_mb=256) as server:
+        server.wait_ready(120)
+        runner = llamapy_runner(server)
+        runner("warm up", 4)
+        timer = TickTimer(server)
+        timer.on = True
+        levels_out = concurrency_levels("llamapy", runner, levels, 1)
+        timer.on = False
+        results["llamapy"] = {"levels": levels_out, "wave": prefix_wave("llamapy", runner, 7)}
+        print(f"llamapy python share of tick time: {100 * timer.python_share:.2f}% over "
+              f"{timer.ticks} ticks")
+        stats = server.stats()
+        print(f"llamapy reuse: own={stats['num_reused_own']} donor={stats['num_reused_donor']} "
+              f"inflight={stats['num_reused_inflight']} ram={stats['num_reused_ram']}")
+
+    print("\n| load | llama-server | llamapy | ratio |\n|---|---|---|---|")
+    ref, ours = results["llama-server"], results["llamapy"]
+    for c in levels:
+        a, b = ref["levels"][c], ours["levels"][c]
+        print(f"| c={c} tok/s | {a.tok_per_s:.1f} | {b.tok_per_s:.1f} | "
+              f"{b.tok_per_s / a.tok_per_s:.2f}x |")
+        print(f"| c={c} TTFT mean/p50/p99 s | {statistics.mean(a.ttfts):.3f} / "
+              f"{a.ttft(0.5):.3f} / {a.ttft(0.99):.3f} | {statistics.mean(b.ttfts):.3f} / "
+              f"{b.ttft(0.5):.3f} / {b.ttft(0.99):.3f} | "
+              f"{statistics.mean(a.ttfts) / statistics.mean(b.ttfts):.2f}x faster |")
+    for i, label in enumerate(("cold", "warm")):
+        a, b = ref["wave"][i], ours["wave"][i]
+        print(f"| prefix wave {label} wall s | {a.wall_s:.2f} | {b.wall_s:.2f} | "
+              f"{a.wall_s / b.wall_s:.2f}x faster |")
+        print(f"| prefix wave {label} TTFT mean s | {statistics.mean(a.ttfts):.3f} | "
+              f"{statistics.mean(b.ttfts):.3f} | "
+              f"{statistics.mean(a.ttfts) / statistics.mean(b.ttfts):.2f}x faster |")
+
+
+if __name__ == "__main__":
+    threading.current_thread().name = "bench"
+    main()
