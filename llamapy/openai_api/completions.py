@@ -71,7 +71,7 @@ def prompt_list(served: ServedModel, prompt: object) -> list[tuple[list[int], st
             out.append((served.tokenize_prompt(item), item))
         else:
             ids = check_token_ids(served, item)
-            out.append((ids, served.model.detokenize(ids)))
+            out.append((ids, served.model.detokenize(ids, False, True)))
     return out
 
 

@@ -165,7 +165,7 @@ def detokenize(served: ServedModel, request: Mapping[str, Any]) -> dict[str, Any
     if not isinstance(tokens, list):
         raise InvalidOptionError("tokens must be a list of token ids", option="tokens")
     ids = check_token_ids(served, tokens, where="tokens")
-    return {"content": served.model.detokenize(ids)}
+    return {"content": served.model.detokenize(ids, False, True)}
 
 
 def apply_template(served: ServedModel, request: Mapping[str, Any]) -> dict[str, Any]:

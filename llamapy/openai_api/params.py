@@ -12,6 +12,7 @@ dropped. A body that fails validation raises :class:`~llamapy.errors.InvalidOpti
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from typing import Any, Literal, TypeVar
 
@@ -155,6 +156,16 @@ class CompletionBody(GenerationBody):
     best_of: int | None = Field(default=None, ge=1)
 
 
+_TYPE_TAGS = frozenset({"str", "int", "float", "bool", "list", "dict", "none"})
+
+
+def _is_field(part: object) -> bool:
+    """Whether a pydantic error location part names a field or index (not a union tag)."""
+    if isinstance(part, int):
+        return True
+    return bool(re.fullmatch(r"[a-z_][a-z0-9_]*", str(part))) and part not in _TYPE_TAGS
+
+
 def parse_body(model: type[Body], body: object) -> Body:
     """Validate a JSON body; a validation failure is an :class:`InvalidOptionError`."""
     if not isinstance(body, Mapping):
@@ -163,7 +174,7 @@ def parse_body(model: type[Body], body: object) -> Body:
         return model.model_validate(dict(body))
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or None
+        where = ".".join(str(part) for part in first["loc"] if _is_field(part)) or None
         raise InvalidOptionError(
             f"invalid field {where!r}: {first['msg']}" if where else first["msg"], option=where
         ) from None
@@ -210,7 +221,7 @@ def engine_extras(extra: Mapping[str, Any]) -> dict[str, Any]:
     unknown = []
     for key, value in extra.items():
         name = ENGINE_ALIASES.get(key, key)
-        if key in API_EXTRAS:
+        if key in API_EXTRAS or value is None:  # null means "not set"
             continue
         if name in engine_keys:
             out[name] = value

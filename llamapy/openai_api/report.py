@@ -83,5 +83,5 @@ def timings_dict(timings: RequestTimings, model: Model | None = None,
     }
     if model is not None and prompt_ids is not None and at is not None:
         window = list(prompt_ids[at:at + DIVERGED_TEXT_TOKENS])
-        out["cache_diverged_text"] = model.detokenize(window) if window else ""
+        out["cache_diverged_text"] = model.detokenize(window, False, True) if window else ""
     return out

@@ -19,6 +19,9 @@ from ..chat import ChatTemplate, OutputParser
 from ..errors import ModelNotFoundError
 from ..server import Server
 
+#: Start options of the private server that runs API calls on a bare ``Model`` (adjustable).
+PRIVATE_SERVER_OPTIONS: dict[str, object] = {"n_parallel": 1}
+
 #: Default per-request timeout of API calls (whole call; per token when streaming), seconds.
 DEFAULT_REQUEST_TIMEOUT = 600.0
 
@@ -58,6 +61,8 @@ class ServedModel:
     def __post_init__(self) -> None:
         if not self.name:
             self.name = Path(self.server.model_path).stem
+        if self.chat_template:  # a broken override fails here, at startup
+            compiled_template(self.chat_template, "", "")
 
     @property
     def names(self) -> frozenset[str]:
@@ -131,7 +136,7 @@ def private_server(model: Model) -> Server:
     """The single-slot server that runs API calls on a bare ``Model`` (one per model)."""
     server = _private_servers.get(model)
     if server is None:
-        server = Server(model.path, n_parallel=1)
+        server = Server(model.path, **PRIVATE_SERVER_OPTIONS)
         _private_servers[model] = server
         weakref.finalize(model, server.close)
     return server

@@ -14,7 +14,7 @@ from fastapi.staticfiles import StaticFiles
 from ..openai_api.target import DEFAULT_REQUEST_TIMEOUT
 from ..server import Server
 from .context import CACHE_HEADERS, AppContext
-from .errors import BodyLimit, install_error_handlers
+from .errors import BodyLimit, CatchAll, install_error_handlers
 from .host import Loader, ModelHost
 from .metrics import RequestCounter
 from .routes_llama import health_router, llama_router
@@ -65,6 +65,7 @@ def create_app(
     app.include_router(openai_router(ctx))
     app.include_router(llama_router(ctx))
     _add_page(app)
+    app.add_middleware(CatchAll)
     app.add_middleware(RequestCounter, metrics=ctx.metrics)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     if cors_origins:

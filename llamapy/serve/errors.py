@@ -8,6 +8,7 @@ other exception is a 500 with the same shape, and the server keeps serving.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -29,6 +30,8 @@ from ..errors import (
     UnknownOptionError,
     UnsupportedFeatureError,
 )
+
+log = logging.getLogger("llamapy.serve")
 
 #: OpenAI-style ``code`` by error class (the most specific class listed wins).
 ERROR_CODES: dict[type[LlamapyError], str] = {
@@ -101,16 +104,11 @@ async def _http_handler(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(body, status_code=exc.status_code)
 
 
-async def _unexpected_handler(request: Request, exc: Exception) -> JSONResponse:
-    # Starlette re-raises after this response, so the server logs the traceback once.
-    return error_response(exc)
-
-
 def install_error_handlers(app: FastAPI) -> None:
-    """Answer every error of ``app`` in the OpenAI shape."""
+    """Answer llamapy and routing errors of ``app`` in the OpenAI shape (see also
+    :class:`CatchAll` for the rest)."""
     app.add_exception_handler(LlamapyError, _llamapy_handler)
     app.add_exception_handler(HTTPException, _http_handler)
-    app.add_exception_handler(Exception, _unexpected_handler)
 
 
 class BodyLimit:
@@ -143,3 +141,32 @@ class BodyLimit:
             return message
 
         return counted
+
+
+class CatchAll:
+    """ASGI middleware: an unexpected exception becomes a logged 500 in the OpenAI shape.
+
+    Unlike Starlette's last-resort handler it does not re-raise, so the connection stays
+    usable. After the response has started nothing can be sent: the error is only logged.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def watch(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watch)
+        except Exception as exc:
+            log.exception("unexpected error on %s %s", scope.get("method"), scope.get("path"))
+            if not started:
+                await error_response(exc)(scope, receive, send)

@@ -42,7 +42,7 @@ class ModelHost:
             server = loader()
         except Exception as exc:  # a foreign error while fetching: report, never die silently
             log.error("model load failed: %s", exc)
-            error = exc if isinstance(exc, LlamapyError) else LoadFailedError(exc)
+            error = exc if isinstance(exc, LoadFailedError) else LoadFailedError(exc)
             with self._lock:
                 self._error = error
             return

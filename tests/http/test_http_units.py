@@ -1,0 +1,189 @@
+"""Unit tests of the HTTP layer's pure parts (no model): request mapping, errors, flags."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import pytest
+
+from llamapy.engine import RequestTimings
+from llamapy.errors import (
+    ContextOverflowError,
+    InvalidOptionError,
+    LlamapyError,
+    ModelNotFoundError,
+    QueueFullError,
+    UnknownOptionError,
+    UnsupportedFeatureError,
+)
+from llamapy.openai_api.params import (
+    ENGINE_ALIASES,
+    ChatBody,
+    CompletionBody,
+    check_unsupported,
+    engine_extras,
+    logit_bias,
+    parse_body,
+    sampling_options,
+)
+from llamapy.openai_api.report import diverged_at, finish_reason, timings_dict
+from llamapy.openai_api.tool_grammar import select_tools, tool_call_grammar
+from llamapy.serve.__main__ import build_parser
+from llamapy.serve.context import cache_headers
+from llamapy.serve.errors import error_body, error_headers
+from llamapy.serve.flags import option_specs, start_options
+from llamapy.server import request_option_keys, start_option_keys
+
+MESSAGES = [{"role": "user", "content": "hi"}]
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                   "required": ["city"]}}}]
+
+
+def test_openai_fields_map_to_engine_options() -> None:
+    body = parse_body(ChatBody, {
+        "messages": MESSAGES, "temperature": 0.5, "top_p": 0.9, "seed": 7, "stop": "END",
+        "presence_penalty": 0.1, "frequency_penalty": 0.2, "logit_bias": {"15": -100},
+        "top_k": 5, "min_p": 0.1, "repeat_penalty": 1.1, "cache_prompt": False,
+        "cache_scope": "tenant", "session": "conv-1", "grammar": 'root ::= "x"',
+    })
+    options = sampling_options(body)
+    assert options == {
+        "temp": 0.5, "top_p": 0.9, "seed": 7, "stop": ["END"], "penalty_present": 0.1,
+        "penalty_freq": 0.2, "logit_bias": {15: -100.0}, "top_k": 5, "min_p": 0.1,
+        "penalty_repeat": 1.1, "cache_prompt": False, "cache_scope": "tenant",
+        "session": "conv-1", "grammar": 'root ::= "x"',
+    }
+    assert set(options) <= set(request_option_keys())
+
+
+def test_every_engine_request_option_is_accepted_as_an_extra() -> None:
+    for key in request_option_keys():
+        assert key in engine_extras({key: {} if key == "logit_bias" else 1})
+    for alias, name in ENGINE_ALIASES.items():
+        assert name in request_option_keys()
+        assert name in engine_extras({alias: 1})
+    assert engine_extras({"top_k": None}) == {}
+
+
+def test_unknown_field_is_rejected_by_name() -> None:
+    with pytest.raises(UnknownOptionError) as info:
+        sampling_options(parse_body(ChatBody, {"messages": MESSAGES, "temprature": 1}))
+    assert info.value.option == "temprature"
+    assert info.value.http_status == 400
+
+
+@pytest.mark.parametrize(("body", "param"), [
+    ({"messages": []}, "messages"),
+    ({"messages": [{"role": "robot", "content": "x"}]}, "messages.0.role"),
+    ({"messages": MESSAGES, "temperature": 3}, "temperature"),
+    ({"messages": MESSAGES, "max_tokens": -1}, "max_tokens"),
+    ({"messages": MESSAGES, "top_logprobs": 21}, "top_logprobs"),
+    ({"messages": MESSAGES, "tool_choice": "sometimes"}, "tool_choice"),
+    ({"messages": MESSAGES, "response_format": {"type": "yaml"}}, "response_format.type"),
+    ({}, "messages"),
+])
+def test_invalid_bodies_name_the_field(body: dict, param: str) -> None:
+    with pytest.raises(InvalidOptionError) as info:
+        parse_body(ChatBody, body)
+    assert info.value.option == param
+
+
+def test_body_must_be_an_object() -> None:
+    with pytest.raises(InvalidOptionError):
+        parse_body(ChatBody, [1, 2])
+
+
+def test_n_and_best_of_and_suffix_are_rejected_clearly() -> None:
+    with pytest.raises(UnsupportedFeatureError, match="n=1"):
+        check_unsupported(parse_body(ChatBody, {"messages": MESSAGES, "n": 2}))
+    with pytest.raises(UnsupportedFeatureError, match="best_of"):
+        check_unsupported(parse_body(CompletionBody, {"prompt": "x", "best_of": 3}))
+    with pytest.raises(UnsupportedFeatureError, match="suffix"):
+        check_unsupported(parse_body(CompletionBody, {"prompt": "x", "suffix": "y"}))
+
+
+def test_logit_bias_forms() -> None:
+    assert logit_bias({"1": 2, "3": False}) == {1: 2.0, 3: -math.inf}
+    assert logit_bias([[1, -1.5], [2, False]]) == {1: -1.5, 2: -math.inf}
+    with pytest.raises(InvalidOptionError):
+        logit_bias({"abc": 1})
+
+
+def test_errors_map_by_type_to_the_openai_shape() -> None:
+    status, body = error_body(ContextOverflowError(stage="admit", resident_tokens=0,
+                                                   additional_tokens=5000, n_ctx=4096))
+    assert status == 400
+    error = body["error"]
+    assert error["code"] == "context_length_exceeded"
+    assert (error["additional_tokens"], error["n_ctx"]) == (5000, 4096)
+    assert set(error) >= {"message", "type", "param", "code"}
+    assert error_body(ModelNotFoundError("nope"))[0] == 404
+    status, body = error_body(QueueFullError(4))
+    assert (status, body["error"]["type"]) == (429, "rate_limit_error")
+    assert error_headers(QueueFullError(4)) == {"Retry-After": "1"}
+    status, body = error_body(RuntimeError("boom"))
+    assert (status, body["error"]["type"]) == (500, "server_error")
+    # the status comes from the class, whatever the message says
+    assert error_body(LlamapyError("queue is full, context overflow, 404"))[0] == 500
+
+
+def test_finish_reasons() -> None:
+    assert finish_reason("eog") == "stop"
+    assert finish_reason("stop") == "stop"
+    assert finish_reason("max_tokens") == "length"
+    assert finish_reason("eog", tool_calls=True) == "tool_calls"
+
+
+def test_cache_explanation() -> None:
+    partial = RequestTimings(prompt_tokens=100, reused_tokens=40, reuse_source="donor")
+    assert diverged_at(partial) == 40
+    full = RequestTimings(prompt_tokens=100, reused_tokens=99, reuse_source="own")
+    assert diverged_at(full) is None
+    timings = timings_dict(partial)
+    assert (timings["cache_n"], timings["cache_source"]) == (40, "donor")
+    headers = cache_headers(timings)
+    assert headers["X-Llamapy-Cache-Tokens"] == "40"
+    assert headers["X-Llamapy-Cache-Source"] == "donor"
+    assert headers["X-Llamapy-Cache-Diverged-At"] == "40"
+
+
+def test_tool_call_grammar_frames_one_call() -> None:
+    grammar = tool_call_grammar(TOOLS, "required", "hermes")
+    root = next(line for line in grammar.splitlines() if line.startswith("root ::="))
+    assert '"<tool_call>\\n"' in root and '"\\n</tool_call>"' in root
+    assert '\\"get_weather\\"' in grammar
+    llama3 = tool_call_grammar(TOOLS, {"type": "function", "function": {"name": "get_weather"}},
+                               "llama3_json")
+    assert "parameters" in llama3 and "<tool_call>" not in llama3
+    with pytest.raises(InvalidOptionError):
+        select_tools(TOOLS, {"type": "function", "function": {"name": "missing"}})
+
+
+def test_every_start_option_has_a_flag() -> None:
+    parser = build_parser()
+    text = parser.format_help()
+    for key in start_option_keys():
+        if key == "model_path":
+            continue
+        assert "--" + key.replace("_", "-") in text, key
+    for flag in ("--model", "--alias", "--host", "--port", "--api-key", "--cors-origin",
+                 "--log-level", "--chat-template", "--threads", "--no-cache-prompt",
+                 "--no-kv-unified"):
+        assert flag in text
+
+
+def test_flags_parse_to_start_options() -> None:
+    parser = build_parser()
+    args = parser.parse_args(["--n-ctx", "1024", "--no-kv-unified", "--threads", "2",
+                              "--batch-strategy", "balanced", "--tensor-split", "0.5,0.5",
+                              "--logit-bias", '{"5": -1}', "--flash-attn", "off"])
+    assert start_options(args) == {
+        "n_ctx": 1024, "kv_unified": False, "n_threads": 2, "batch_strategy": "balanced",
+        "tensor_split": (0.5, 0.5), "logit_bias": {5: -1}, "flash_attn": False,
+    }
+    assert start_options(parser.parse_args([])) == {}
+    assert {spec.name for spec in option_specs()} == set(start_option_keys()) - {"model_path"}
+    assert isinstance(parser, argparse.ArgumentParser)
