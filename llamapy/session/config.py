@@ -26,7 +26,7 @@ __all__ = [
 ]
 
 REASONING_FORMATS = ("auto", "none")
-STRUCTURED_KINDS = ("none", "json_schema", "json_schema_tool_calls")
+STRUCTURED_KINDS = ("none", "json_schema", "json_schema_tool_calls", "grammar")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -119,15 +119,24 @@ class SuffixInput:
 class StructuredOutput:
     """Constrained output: ``kind="json_schema"`` constrains to ``schema``;
     ``"json_schema_tool_calls"`` also parses the JSON (``{"name", "arguments"}`` or a list of
-    them) into tool calls."""
+    them) into tool calls; ``"grammar"`` constrains to the GBNF text ``grammar`` (root rule
+    ``root``), as llama-server's ``grammar`` field does."""
 
     kind: str = "none"
     schema: Mapping[str, Any] | bool | None = None
+    grammar: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in STRUCTURED_KINDS:
             raise UnsupportedFeatureError(f"structured_output:{self.kind}")
-        if self.kind != "none" and self.schema is None:
+        if self.kind == "grammar":
+            if not self.grammar or self.schema is not None:
+                raise InvalidOptionError("structured_output grammar needs grammar (and no "
+                                         "schema)", option="structured_output")
+        elif self.grammar is not None:
+            raise InvalidOptionError(f"structured_output {self.kind} takes no grammar",
+                                     option="structured_output")
+        elif self.kind != "none" and self.schema is None:
             raise InvalidOptionError(f"structured_output {self.kind} needs a schema",
                                      option="structured_output")
 
@@ -136,8 +145,10 @@ class StructuredOutput:
 class DecodeConfig:
     """One decode pass. ``max_tokens=None`` decodes until EOG or the context is full; unset
     sampling fields take the server's defaults. ``parser_protocols``: e.g. ``("think",
-    "hermes")``. ``reasoning_format``: ``"auto"`` (reasoning goes to ``thinking``) or ``"none"``
-    (left in ``text``)."""
+    "hermes")``; when the resident text ends with the reasoning start marker (a suffix that
+    opens ``<think>``), the output is parsed as starting inside reasoning.
+    ``reasoning_format``: ``"auto"`` (reasoning goes to ``thinking``) or ``"none"`` (left in
+    ``text``)."""
 
     max_tokens: int | None = 256
     temperature: float | None = None

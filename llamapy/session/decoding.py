@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import AsyncIterator, Generator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from llamapy.chat.delta import ToolCall, new_tool_call_id
-from llamapy.chat.parsers import OutputParser, protocol_kind
+from llamapy.chat.parsers import OutputParser, prompt_opens_reasoning, protocol_kind
 from llamapy.engine.backend import BatchPlan, Segment
 from llamapy.engine.engine import Engine
 from llamapy.engine.options import SamplingParams
@@ -17,7 +20,7 @@ from llamapy.errors import InvalidOptionError, UnsupportedFeatureError
 from llamapy.grammar.json_schema import schema_to_gbnf
 from llamapy.session.config import DecodeConfig, StreamChunk
 
-__all__ = ["DecodeRun", "next_token_logits"]
+__all__ = ["DecodeRun", "async_stream", "next_token_logits"]
 
 
 class DecodeRun:
@@ -25,9 +28,12 @@ class DecodeRun:
 
     Raises at construction (before anything is submitted): ``UnsupportedFeatureError`` for an
     unknown parser protocol, ``InvalidOptionError`` / ``GrammarError`` for bad values.
+    ``prompt_tail`` is the text the resident tokens end with: when it ends with the reasoning
+    protocol's start marker (a suffix that opens ``<think>``), output begins inside reasoning.
     """
 
-    def __init__(self, config: DecodeConfig, defaults: SamplingParams) -> None:
+    def __init__(self, config: DecodeConfig, defaults: SamplingParams,
+                 prompt_tail: str = "") -> None:
         self.config = config
         self.tool_json = config.structured_output.kind == "json_schema_tool_calls"
         self.sampling = self._sampling(config, defaults)
@@ -36,7 +42,9 @@ class DecodeRun:
             protocol_kind(name)  # unknown names raise UnsupportedFeatureError
         if config.reasoning_format == "none":
             protocols = [p for p in protocols if protocol_kind(p) != "reasoning"]
-        self.parser = OutputParser.from_protocols(protocols)
+        started = any(protocol_kind(p) == "reasoning" and prompt_opens_reasoning(prompt_tail, p)
+                      for p in protocols)
+        self.parser = OutputParser.from_protocols(protocols, reasoning_started=started)
         self._json: list[str] = []
 
     @staticmethod
@@ -51,7 +59,9 @@ class DecodeRun:
         if config.seed is not None:
             changes["seed"] = config.seed
         structured = config.structured_output
-        if structured.kind != "none":
+        if structured.kind == "grammar":
+            changes["grammar"] = structured.grammar
+        elif structured.kind != "none":
             assert structured.schema is not None
             changes["grammar"] = schema_to_gbnf(structured.schema)
         return replace(defaults, **changes)
@@ -111,3 +121,18 @@ def next_token_logits(engine: Engine, lease_id: int, resident: list[int]) -> np.
     out = np.array(ctx.logits(0), copy=True)
     engine.set_slot_tokens(lease_id, resident)
     return out
+
+
+async def async_stream(stream: Generator[StreamChunk, None, None]) -> AsyncIterator[StreamChunk]:
+    """``stream`` as an async iterator, run on its own worker thread so that waiting for the
+    engine never blocks the event loop. Closing or cancelling early closes ``stream`` on that
+    thread after the step in flight (one thread serialises them, so a generator is never
+    closed while it runs)."""
+    loop = asyncio.get_running_loop()
+    worker = ThreadPoolExecutor(1, thread_name_prefix="llamapy-adecode")
+    try:
+        while (chunk := await loop.run_in_executor(worker, next, stream, None)) is not None:
+            yield chunk
+    finally:
+        await asyncio.shield(loop.run_in_executor(worker, stream.close))
+        worker.shutdown(wait=False)

@@ -61,6 +61,8 @@ class SessionHost(Protocol):
 
     def tokenize(self, text: str, add_special: bool) -> list[int]: ...
 
+    def detokenize(self, token_ids: list[int]) -> str: ...
+
     def lease(self, scope: str | None, identity: str, timeout: float) -> int: ...
 
     def release(self, lease_id: int) -> None: ...
@@ -118,6 +120,10 @@ class ServerHost:
         """Tokenize with the served model (special tokens parsed)."""
         return self.server.model.tokenize(text, add_special, True)
 
+    def detokenize(self, token_ids: list[int]) -> str:
+        """Token ids to text (special tokens rendered)."""
+        return self.server.model.detokenize(token_ids, False, True)
+
     def lease(self, scope: str | None, identity: str, timeout: float) -> int:
         """Lease a slot, polling until ``timeout``."""
         deadline = time.monotonic() + timeout
@@ -160,11 +166,13 @@ class ServerHost:
 class InlineHost:
     """A session on an engine driven in the caller's thread (ticks run while it waits).
 
-    ``owned`` objects (a private context, adapters) are closed with the host.
+    ``owned`` objects (a private context, adapters) are closed with the host. Without
+    ``detokenize`` the host renders no text (a suffix opening ``<think>`` is not detected).
     """
 
     def __init__(self, engine: Engine, base_manifest: ContextManifest, *,
-                 tokenize: Callable[[str, bool], list[int]] | None = None, add_bos: bool = True,
+                 tokenize: Callable[[str, bool], list[int]] | None = None,
+                 detokenize: Callable[[list[int]], str] | None = None, add_bos: bool = True,
                  sampling: SamplingParams | None = None, owned: tuple[Any, ...] = ()) -> None:
         self.engine = engine
         self.base_manifest = base_manifest
@@ -172,6 +180,7 @@ class InlineHost:
         self.sampling = sampling or engine.config.sampling
         self.add_bos = add_bos
         self._tokenize = tokenize
+        self._detokenize = detokenize
         self._owned = owned
 
     def tokenize(self, text: str, add_special: bool) -> list[int]:
@@ -180,6 +189,10 @@ class InlineHost:
             raise UnsupportedFeatureError("text_input", "this host has no tokenizer; pass "
                                           "token_ids")
         return self._tokenize(text, add_special)
+
+    def detokenize(self, token_ids: list[int]) -> str:
+        """Token ids to text with the host's detokenizer ("" without one)."""
+        return self._detokenize(token_ids) if self._detokenize is not None else ""
 
     def lease(self, scope: str | None, identity: str, timeout: float) -> int:
         """Lease a slot, ticking the engine until one is free or ``timeout`` passes."""

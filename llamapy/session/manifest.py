@@ -43,6 +43,8 @@ __all__ = [
 MANIFEST_VERSION = 1
 IDENTITY_FIELDS = ("model_digest", "tokenizer", "chat_template_digest", "runtime_digest",
                    "bos_policy", "adapters")
+#: Identity fields a host can verify; a declared manifest must match them.
+VERIFIED_FIELDS = ("model_digest", "tokenizer", "runtime_digest", "adapters")
 
 _digest_lock = threading.Lock()
 _digest_cache: dict[tuple[str, int, int], str] = {}
@@ -164,6 +166,20 @@ class ContextManifest:
         if stored is not None and stored != manifest.identity_digest:
             raise ManifestMismatchError("identity_digest", stored, manifest.identity_digest)
         return manifest
+
+
+def declared_identity(base: ContextManifest, declared: ContextManifest | None,
+                      bos_policy: str | None) -> ContextManifest:
+    """The identity of a prefix: ``base`` (the host's) with the caller's fields of ``declared``
+    (chat template digest, BOS policy) once its verifiable fields match, else ``base`` with an
+    explicit ``bos_policy``. ``ManifestMismatchError(field, host's, declared)`` otherwise."""
+    if declared is None:
+        return base if bos_policy is None else base.replace(bos_policy=bos_policy)
+    for name in VERIFIED_FIELDS:
+        if getattr(base, name) != getattr(declared, name):
+            raise ManifestMismatchError(name, getattr(base, name), getattr(declared, name))
+    return base.replace(chat_template_digest=declared.chat_template_digest,
+                        bos_policy=declared.bos_policy)
 
 
 def segments_for(parts: Sequence[tuple[str, str, Sequence[int]]]) -> tuple[ManifestSegment, ...]:

@@ -11,11 +11,9 @@ Overflow is checked before anything changes; a failed prefill makes the session 
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import itertools
-from collections.abc import AsyncIterator, Iterator
-from dataclasses import replace
+from collections.abc import AsyncIterator, Generator
 
 import numpy as np
 
@@ -44,9 +42,9 @@ from llamapy.session.config import (
     SuffixInput,
     SuffixStatus,
 )
-from llamapy.session.decoding import DecodeRun, next_token_logits
+from llamapy.session.decoding import DecodeRun, async_stream, next_token_logits
 from llamapy.session.host import EventQueue, SessionHost
-from llamapy.session.manifest import ContextManifest, segments_for
+from llamapy.session.manifest import ContextManifest, declared_identity, segments_for
 from llamapy.session.snapshot import SessionSnapshot
 
 __all__ = ["Session"]
@@ -55,7 +53,8 @@ _ids = itertools.count(1)
 #: Errors an engine raises at submission, changing nothing (the session stays usable).
 _SUBMIT_ERRORS = (InvalidOptionError, ContextOverflowError, QueueFullError)
 _DECODE_SUBMIT_ERRORS = (*_SUBMIT_ERRORS, GrammarError)
-_VERIFIED = ("model_digest", "tokenizer", "runtime_digest", "adapters")
+#: Resident tokens rendered to see whether the prompt opened a reasoning block.
+_TAIL_TOKENS = 16
 
 
 class Session:
@@ -173,7 +172,7 @@ class Session:
                             prefilled_tokens=timings.prefill_tokens,
                             dropped_tokens=len(old) - n_prefix - reused, timings=timings)
 
-    def decode(self, config: DecodeConfig | None = None) -> Iterator[StreamChunk]:
+    def decode(self, config: DecodeConfig | None = None) -> Generator[StreamChunk, None, None]:
         """Stream the answer from the resident state (validated now, run while iterated).
 
         Generated tokens stay resident: a second ``decode`` continues after them. Closing the
@@ -190,27 +189,16 @@ class Session:
         if max_tokens > room or room <= 0:
             raise ContextOverflowError(stage="decode", resident_tokens=len(resident),
                                        additional_tokens=max(1, max_tokens), n_ctx=self.n_ctx)
-        run = DecodeRun(config, self._host.sampling)
+        run = DecodeRun(config, self._host.sampling, self._prompt_tail(config, resident))
         options = RequestOptions(max_tokens=max_tokens, cache_scope=self.config.cache_scope,
                                  sampling=run.sampling)
         return self._stream(resident, options, run)
 
     def adecode(self, config: DecodeConfig | None = None) -> AsyncIterator[StreamChunk]:
-        """Async :meth:`decode` (each chunk is awaited off the event loop)."""
-        stream = self.decode(config)
-
-        async def chunks() -> AsyncIterator[StreamChunk]:
-            loop = asyncio.get_running_loop()
-            try:
-                while True:
-                    chunk = await loop.run_in_executor(None, next, stream, None)
-                    if chunk is None:
-                        return
-                    yield chunk
-            finally:
-                stream.close()
-
-        return chunks()
+        """Async :meth:`decode` (validated now). The stream runs on its own worker thread, so
+        waiting never blocks the event loop; closing or cancelling early cancels the rest
+        after the step in flight (the thread serialises them)."""
+        return async_stream(self.decode(config))
 
     # --- observability, snapshots -------------------------------------------------------------
     def explain_context(self) -> ContextReport:
@@ -288,23 +276,19 @@ class Session:
         if prefix.token_ids is not None:
             parts = [("tokens", "", list(prefix.token_ids))]
         else:
-            named = prefix.segments or ((("text", prefix.text or "")),)
-            pieces = [(s.kind, s.text) for s in named] if prefix.segments else list(named)
+            pieces = [(s.kind, s.text) for s in prefix.segments] or [("text", prefix.text or "")]
             parts = [(kind, text, self._host.tokenize(text, add_bos and i == 0))
                      for i, (kind, text) in enumerate(pieces)]
-        tokens = [t for _, _, ids in parts for t in ids]
-        base = self._host.base_manifest
-        declared = prefix.manifest
-        if declared is not None:
-            for name in _VERIFIED:
-                if getattr(base, name) != getattr(declared, name):
-                    raise ManifestMismatchError(name, getattr(base, name),
-                                                getattr(declared, name))
-            base = replace(base, chat_template_digest=declared.chat_template_digest,
-                           bos_policy=declared.bos_policy)
-        elif prefix.add_bos is not None:
-            base = replace(base, bos_policy="bos" if add_bos else "no_bos")
-        return tokens, replace(base, segments=segments_for(parts))
+        bos_policy = None if prefix.add_bos is None else ("bos" if add_bos else "no_bos")
+        manifest = declared_identity(self._host.base_manifest, prefix.manifest, bos_policy)
+        return [t for *_, ids in parts for t in ids], manifest.replace(
+            segments=segments_for(parts))
+
+    def _prompt_tail(self, config: DecodeConfig, resident: list[int]) -> str:
+        """The text the resident tokens end with, when a reasoning parser needs it."""
+        if not config.parser_protocols or config.reasoning_format == "none":
+            return ""
+        return self._host.detokenize(resident[-_TAIL_TOKENS:])
 
     def _wipe(self, identity: str) -> None:
         """Drop the resident KV and re-file the slot under ``identity`` (a new manifest
@@ -344,7 +328,7 @@ class Session:
         return event.timings
 
     def _stream(self, resident: list[int], options: RequestOptions,
-                run: DecodeRun) -> Iterator[StreamChunk]:
+                run: DecodeRun) -> Generator[StreamChunk, None, None]:
         self._check()
         self._busy = True
         events = EventQueue()

@@ -41,7 +41,8 @@ def open_standalone(model: Model, config: SessionConfig | None = None) -> Sessio
         identity = tuple((file_digest(s.path), float(s.scale)) for s in config.adapters)
         manifest = model_manifest(model, runtime_of(options, backend.n_ctx_seq), identity)
         host = InlineHost(engine, manifest, add_bos=model.add_bos, owned=tuple(owned),
-                          tokenize=lambda text, special: model.tokenize(text, special, True))
+                          tokenize=lambda text, special: model.tokenize(text, special, True),
+                          detokenize=lambda ids: model.detokenize(ids, False, True))
         return Session(host, config)
     except BaseException:
         for obj in reversed(owned):

@@ -2,27 +2,54 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
 import subprocess
 import sys
 import threading
 from dataclasses import replace
 from pathlib import Path
 
+import jsonschema
 import numpy as np
 import pytest
 
-from llamapy.errors import ContextOverflowError, ManifestMismatchError
+from llamapy.errors import ContextOverflowError, ManifestMismatchError, UnsupportedFeatureError
 from llamapy.server import Server
-from llamapy.session import DecodeConfig, PrefixInput, SessionSnapshot, SuffixInput
+from llamapy.session import (
+    DecodeConfig,
+    PrefixInput,
+    Session,
+    SessionSnapshot,
+    StreamChunk,
+    StructuredOutput,
+    SuffixInput,
+)
 
 STABLE = "You are a careful coding assistant. Repository map: src/a.py src/b.py tests/t.py. " * 3
 GREEDY = DecodeConfig(max_tokens=8, temperature=0.0)
 
 
-def answer(session: object, config: DecodeConfig = GREEDY) -> str:
-    chunks = list(session.decode(config))  # type: ignore[attr-defined]
+WEATHER = {"type": "object", "additionalProperties": False, "required": ["city", "days"],
+           "properties": {"city": {"enum": ["Paris", "Berlin", "Rome"]},
+                          "days": {"type": "integer", "minimum": 1, "maximum": 7}}}
+
+
+def answer(session: Session, config: DecodeConfig = GREEDY) -> str:
+    return "".join(c.text for c in chunks_of(session, config))
+
+
+def chunks_of(session: Session, config: DecodeConfig) -> list[StreamChunk]:
+    chunks = list(session.decode(config))
     assert all(c.error is None for c in chunks), chunks
-    return "".join(c.text for c in chunks)
+    return chunks
+
+
+def turn(session: Session, user: str, assistant: str = "") -> None:
+    """The stable prefix (warm after the first call), a user turn, the answer's start."""
+    session.ensure_prefix(PrefixInput(text=STABLE))
+    session.prefill_suffix(SuffixInput(text=f"\nUser: {user}\nAssistant:{assistant}"))
 
 
 def test_warm_hit_and_divergence(server: Server) -> None:
@@ -136,3 +163,100 @@ def test_session_and_plain_requests_concurrently(server: Server) -> None:
     worker.join(60)
     assert together == solo
     assert len(plain) == 2
+
+
+# --- decode paths ---------------------------------------------------------------------------------
+
+
+def test_adecode_same_text_as_decode(server: Server) -> None:
+    config = DecodeConfig(max_tokens=12, temperature=0.0)
+
+    async def collect(s: Session) -> list[StreamChunk]:
+        return [chunk async for chunk in s.adecode(config)]
+
+    with server.open_session() as s:
+        turn(s, "hi")
+        expected = answer(s, config)
+        turn(s, "hi")
+        chunks = asyncio.run(collect(s))
+        assert "".join(c.text for c in chunks) == expected and expected.strip()
+        assert chunks[-1].finish_reason == "max_tokens"
+        assert s.explain_context().generated_tokens == 12
+
+
+def test_adecode_closed_early_frees_the_session(server: Server) -> None:
+    async def first_chunk(s: Session) -> StreamChunk:
+        async with contextlib.aclosing(s.adecode(DecodeConfig(max_tokens=32))) as stream:
+            async for chunk in stream:
+                return chunk
+        raise AssertionError("no chunk")
+
+    with server.open_session() as s:
+        turn(s, "tell me a story")
+        assert asyncio.run(first_chunk(s)).error is None
+        assert 1 <= s.explain_context().generated_tokens < 32
+        assert answer(s, DecodeConfig(max_tokens=2, temperature=0.0)) is not None
+
+
+def test_json_schema_output_validates(server: Server) -> None:
+    structured = StructuredOutput(kind="json_schema", schema=WEATHER)
+    with server.open_session() as s:
+        turn(s, "the weather in Rome for three days, as JSON")
+        chunks = chunks_of(s, DecodeConfig(max_tokens=48, temperature=0.0,
+                                           structured_output=structured))
+        jsonschema.validate(json.loads("".join(c.text for c in chunks)), WEATHER)
+        assert chunks[-1].finish_reason == "eog"
+
+
+def test_json_schema_tool_calls_parsed(server: Server) -> None:
+    schema = {"type": "object", "additionalProperties": False, "required": ["name", "arguments"],
+              "properties": {"name": {"const": "get_weather"}, "arguments": WEATHER}}
+    structured = StructuredOutput(kind="json_schema_tool_calls", schema=schema)
+    with server.open_session() as s:
+        turn(s, "what is the weather in Berlin?")
+        chunks = chunks_of(s, DecodeConfig(max_tokens=64, temperature=0.0,
+                                           structured_output=structured))
+    assert "".join(c.text for c in chunks) == ""
+    calls = [call for c in chunks for call in c.tool_calls]
+    assert [call.name for call in calls] == ["get_weather"]
+    jsonschema.validate(json.loads(calls[0].arguments), WEATHER)
+    assert calls[0].id
+
+
+def split_think(raw: str, started: bool) -> tuple[str, str]:
+    """The reference split of raw output into (reasoning, answer)."""
+    body = raw if started else raw.lstrip().removeprefix("<think>")
+    thinking, closed, rest = body.partition("</think>")
+    assert closed, raw
+    return thinking.strip(), rest.lstrip()
+
+
+@pytest.mark.parametrize(("opens", "grammar"), [
+    ("", 'root ::= "<think>" [a-z ]{4,40} "</think>" [A-Za-z ,.]{4,40}'),
+    (" <think>", 'root ::= [a-z ]{4,40} "</think>" [A-Za-z ,.]{4,40}'),
+], ids=["output-opens", "suffix-opens"])
+def test_think_protocol_splits_reasoning(server: Server, opens: str, grammar: str) -> None:
+    """A GBNF grammar forces the shape ``[<think>]...</think>...`` (the model picks the words);
+    the raw output, decoded with reasoning left in the text, is the reference for the split."""
+    forced = StructuredOutput(kind="grammar", grammar=grammar)
+    raw_config = DecodeConfig(max_tokens=64, temperature=0.0, parser_protocols=("think",),
+                              reasoning_format="none", structured_output=forced)
+    with server.open_session() as s:
+        turn(s, "why is the sky blue?", opens)
+        raw = answer(s, raw_config)
+        turn(s, "why is the sky blue?", opens)
+        chunks = chunks_of(s, replace(raw_config, reasoning_format="auto"))
+    thinking, text = "".join(c.thinking for c in chunks), "".join(c.text for c in chunks)
+    assert (thinking, text) == split_think(raw, started=bool(opens))
+    assert thinking and text and "think>" not in thinking + text
+
+
+def test_unknown_protocol_raises_before_anything_runs(server: Server) -> None:
+    with server.open_session() as s:
+        turn(s, "hi")
+        before = s.explain_context()
+        with pytest.raises(UnsupportedFeatureError) as info:
+            s.decode(DecodeConfig(parser_protocols=("think", "no-such-protocol")))
+        assert info.value.feature == "no-such-protocol"
+        assert s.explain_context() == before
+        assert answer(s, DecodeConfig(max_tokens=2, temperature=0.0)) is not None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -10,8 +11,10 @@ import pytest
 from session_fakes import fake_manifest, make_engine, open_fake
 
 from llamapy.engine.engine import Engine
+from llamapy.engine.options import SamplingParams
 from llamapy.errors import (
     ContextOverflowError,
+    InvalidOptionError,
     LeaseTimeoutError,
     ManifestMismatchError,
     SessionClosedError,
@@ -26,8 +29,11 @@ from llamapy.session import (
     Session,
     SessionConfig,
     SessionSnapshot,
+    StreamChunk,
+    StructuredOutput,
     SuffixInput,
 )
+from llamapy.session.decoding import DecodeRun
 
 Factory = Callable[..., Session]
 PREFIX = tuple(range(2, 60)) * 3  # 174 tokens
@@ -232,3 +238,54 @@ def test_manifest_roundtrip() -> None:
     m = fake_manifest(adapters=(("abc", 0.5),))
     assert m.from_dict(m.to_dict()) == m
     assert m.identity_digest != fake_manifest().identity_digest
+
+
+def test_structured_output_validation() -> None:
+    assert StructuredOutput(kind="grammar", grammar='root ::= "a"').schema is None
+    for bad in ({"kind": "grammar"}, {"kind": "grammar", "grammar": "", "schema": {}},
+                {"kind": "json_schema", "schema": {}, "grammar": 'root ::= "a"'},
+                {"kind": "json_schema"}):
+        with pytest.raises(InvalidOptionError):
+            StructuredOutput(**bad)  # type: ignore[arg-type]
+    with pytest.raises(UnsupportedFeatureError):
+        StructuredOutput(kind="regex")
+    run = DecodeRun(DecodeConfig(structured_output=StructuredOutput(
+        kind="grammar", grammar='root ::= "a"')), SamplingParams())
+    assert run.sampling.grammar == 'root ::= "a"'
+
+
+@pytest.mark.parametrize(("tail", "fmt", "expected"), [
+    ("Assistant: <think>\n", "auto", ("why", "answer")),
+    ("Assistant:", "auto", ("", "why</think>answer")),
+    ("Assistant: <think>", "none", ("", "why</think>answer")),
+])
+def test_prompt_that_opens_reasoning(tail: str, fmt: str, expected: tuple[str, str]) -> None:
+    run = DecodeRun(DecodeConfig(parser_protocols=("think",), reasoning_format=fmt),
+                    SamplingParams(), prompt_tail=tail)
+    chunks = [run.feed("why</thi"), run.feed("nk>answer"), run.finish("eog")]
+    got = [c for c in chunks if c is not None]
+    assert ("".join(c.thinking for c in got), "".join(c.text for c in got)) == expected
+
+
+def test_adecode_matches_decode_and_cancel_frees(session_factory: Factory) -> None:
+    async def collect(s: Session, limit: int | None = None) -> list[StreamChunk]:
+        out: list[StreamChunk] = []
+        stream = s.adecode(DecodeConfig(max_tokens=12, temperature=0.8, seed=3))
+        async for chunk in stream:
+            out.append(chunk)
+            if len(out) == limit:
+                await stream.aclose()  # type: ignore[attr-defined]
+                break
+        return out
+
+    with session_factory() as s:
+        s.ensure_prefix(PrefixInput(token_ids=PREFIX))
+        expected = decoded(s, 12)
+        s.ensure_prefix(PrefixInput(token_ids=PREFIX))
+        chunks = asyncio.run(collect(s))
+        assert s.resident[len(PREFIX):] == expected
+        assert chunks[-1].finish_reason in ("max_tokens", "eog")
+        s.ensure_prefix(PrefixInput(token_ids=PREFIX))
+        assert len(asyncio.run(collect(s, limit=1))) == 1
+        assert 1 <= s.explain_context().generated_tokens < 12
+        assert decoded(s, 2)  # not busy, not fatal
