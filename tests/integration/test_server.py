@@ -301,3 +301,16 @@ def test_utf8_is_never_split_in_streams(server: Server) -> None:
     assert all("\ufffd" not in c for c in chunks)
     assert "".join(chunks) == server.generate(prompt, **opts)
     assert any(ord(ch) > 0x2E80 for ch in "".join(chunks))
+
+
+def test_garbage_collected_stream_cancels_its_request(server: Server) -> None:
+    import gc
+
+    stream = server.stream(chat(server, "Write a long poem about autumn."), max_tokens=400,
+                           **GREEDY)
+    next(stream)
+    assert server.stats()["slots_active"] == 1
+    del stream
+    gc.collect()
+    stats = wait_idle(server)
+    assert stats["num_cancelled"] >= 1
