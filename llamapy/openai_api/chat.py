@@ -13,7 +13,7 @@ A stream yields nothing before the engine's first event, so an error that reject
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncGenerator, Iterator, Mapping
 from contextlib import aclosing, closing
 from typing import Any
 
@@ -151,7 +151,7 @@ def stream_chat_completion(target: Target, request: Mapping[str, Any]
 
 def _stream(plan: ChatPlan) -> Iterator[dict[str, Any]]:
     stream = ChatStream(plan)
-    with closing(plan.served.server.events(plan.token_ids, **plan.options)) as events:
+    with closing(plan.served.events(plan.token_ids, plan.options)) as events:
         for event in events:
             yield from stream.on_event(event)
 
@@ -167,11 +167,11 @@ async def achat_completion(target: Target, request: Mapping[str, Any]) -> dict[s
 
 
 async def astream_chat_completion(target: Target, request: Mapping[str, Any]
-                                  ) -> AsyncIterator[dict[str, Any]]:
+                                  ) -> AsyncGenerator[dict[str, Any], None]:
     """Async :func:`stream_chat_completion`; closing the iterator cancels the request."""
     plan = prepare_chat(await aready(target), request)
     stream = ChatStream(plan)
-    async with aclosing(plan.served.server.aevents(plan.token_ids, **plan.options)) as events:
+    async with aclosing(plan.served.aevents(plan.token_ids, plan.options)) as events:
         async for event in events:
             for chunk in stream.on_event(event):
                 yield chunk

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
 from contextlib import aclosing, closing
 from dataclasses import dataclass, field
 from typing import Any
@@ -183,7 +183,7 @@ def _stream(plan: CompletionPlan) -> Iterator[dict[str, Any]]:
     stream = CompletionStream(plan)
     for index, (ids, opts) in enumerate(zip(plan.prompts, plan.options, strict=True)):
         yield from stream.begin(index)
-        with closing(plan.served.server.events(ids, **opts)) as events:
+        with closing(plan.served.events(ids, opts)) as events:
             for event in events:
                 yield from stream.on_event(index, event)
     yield from stream.end()
@@ -199,14 +199,14 @@ async def acompletion(target: Target, request: Mapping[str, Any]) -> dict[str, A
 
 
 async def astream_completion(target: Target, request: Mapping[str, Any]
-                             ) -> AsyncIterator[dict[str, Any]]:
+                             ) -> AsyncGenerator[dict[str, Any], None]:
     """Async :func:`stream_completion`; closing the iterator cancels the running request."""
     plan = prepare_completion(await aready(target), request)
     stream = CompletionStream(plan)
     for index, (ids, opts) in enumerate(zip(plan.prompts, plan.options, strict=True)):
         for chunk in stream.begin(index):
             yield chunk
-        async with aclosing(plan.served.server.aevents(ids, **opts)) as events:
+        async with aclosing(plan.served.aevents(ids, opts)) as events:
             async for event in events:
                 for chunk in stream.on_event(index, event):
                     yield chunk

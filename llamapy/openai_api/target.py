@@ -11,13 +11,19 @@ from __future__ import annotations
 import functools
 import time
 import weakref
+from collections.abc import AsyncGenerator, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, cast
 
 from .._native import Model
 from ..chat import ChatTemplate, OutputParser
+from ..engine import DoneEvent, TokenEvent
 from ..errors import ModelNotFoundError
 from ..server import Server
+
+SyncEvents = Generator[TokenEvent | DoneEvent, None, None]
+AsyncEvents = AsyncGenerator[TokenEvent | DoneEvent, None]
 
 #: Start options of the private server that runs API calls on a bare ``Model`` (adjustable).
 PRIVATE_SERVER_OPTIONS: dict[str, object] = {"n_parallel": 1}
@@ -115,6 +121,14 @@ class ServedModel:
         bos = _special_text(model, model.bos)
         add_special = model.add_bos and not (bos and text.startswith(bos))
         return model.tokenize(text, add_special, True)
+
+    def events(self, token_ids: Sequence[int], options: Mapping[str, Any]) -> SyncEvents:
+        """:meth:`Server.events` (typed as the generator it is, so it can be closed)."""
+        return cast(SyncEvents, self.server.events(token_ids, **options))
+
+    def aevents(self, token_ids: Sequence[int], options: Mapping[str, Any]) -> AsyncEvents:
+        """:meth:`Server.aevents` (typed as the async generator it is)."""
+        return cast(AsyncEvents, self.server.aevents(token_ids, **options))
 
     def n_ctx_seq(self) -> int:
         """Context tokens one request may use (asked once per server)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import secrets
 import threading
@@ -12,7 +13,7 @@ from typing import Any, TypeVar
 
 from fastapi import Request
 
-from ..errors import AuthenticationError, InvalidRequestError, LlamapyError
+from ..errors import AuthenticationError, CancelledError, InvalidRequestError, LlamapyError
 from ..openai_api import ServedModel
 from .embeddings import Embedder
 from .host import ModelHost
@@ -91,7 +92,8 @@ async def read_json(request: Request) -> Any:
 
 
 async def cancel_on_disconnect(request: Request, work: Awaitable[T]) -> T:
-    """Await ``work``; cancel it (and so its engine request) if the client disconnects."""
+    """Await ``work``; cancel it (and so its engine request) if the client disconnects, then
+    raise :class:`~llamapy.errors.CancelledError` (499, answered to nobody)."""
     task = asyncio.ensure_future(work)
     try:
         while True:
@@ -100,7 +102,9 @@ async def cancel_on_disconnect(request: Request, work: Awaitable[T]) -> T:
                 return task.result()
             if await request.is_disconnected():
                 task.cancel()
-                return await task
+                with contextlib.suppress(BaseException):
+                    await task
+                raise CancelledError("the client disconnected")
     finally:
         if not task.done():
             task.cancel()

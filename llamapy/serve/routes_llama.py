@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from typing import Any
 
@@ -22,11 +22,11 @@ from .sse import event_stream
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 
 
-async def stream_native(served: ServedModel, body: Any) -> AsyncIterator[dict[str, Any]]:
+async def stream_native(served: ServedModel, body: Any) -> AsyncGenerator[dict[str, Any], None]:
     """Streamed ``/completion`` chunks, then the final ``stop: true`` chunk with timings."""
     ids, text, options, request = compat.prepare_native(served, body)
     n_done = 0
-    async with aclosing(served.server.aevents(ids, **options)) as events:
+    async with aclosing(served.aevents(ids, options)) as events:
         async for event in events:
             if isinstance(event, TokenEvent):
                 n_done += 1
@@ -70,7 +70,7 @@ def llama_router(ctx: AppContext) -> APIRouter:
         body = await read_json(request)
         served = ctx.served()
         if isinstance(body, dict) and body.get("stream"):
-            return await event_stream(stream_native(served, body), done_marker=False,
+            return await event_stream(request, stream_native(served, body), done_marker=False,
                                       on_chunk=final_timings(ctx.metrics.observe))
         result = await cancel_on_disconnect(request, complete_native(served, body))
         ctx.metrics.observe(result["timings"])

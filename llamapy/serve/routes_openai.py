@@ -49,7 +49,7 @@ def openai_router(ctx: AppContext) -> APIRouter:
         served = ctx.served()
         if isinstance(body, dict) and body.get("stream"):
             chunks = (astream_chat_completion if chat else astream_completion)(served, body)
-            return await event_stream(chunks, on_chunk=final_timings(ctx.metrics.observe))
+            return await event_stream(request, chunks, on_chunk=final_timings(ctx.metrics.observe))
         run = achat_completion if chat else acompletion
         result = await cancel_on_disconnect(request, run(served, body))
         ctx.metrics.observe(result.get("timings"))

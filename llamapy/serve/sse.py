@@ -10,16 +10,18 @@ the server and frees its slot at once.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 import anyio
+from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from .context import cancel_on_disconnect
 from .errors import error_body
 
-Chunks = AsyncIterator[dict[str, Any]]
+Chunks = AsyncGenerator[dict[str, Any], None]
 
 
 def encode(data: object) -> bytes:
@@ -43,20 +45,27 @@ class EventStreamResponse(StreamingResponse):
                 await self._source.aclose()
 
 
-async def event_stream(chunks: Chunks, *, done_marker: bool = True,
+async def _first(chunks: Chunks) -> dict[str, Any] | None:
+    try:
+        return await anext(chunks)
+    except StopAsyncIteration:
+        return None
+
+
+async def event_stream(request: Request, chunks: Chunks, *, done_marker: bool = True,
                        on_chunk: Callable[[dict[str, Any]], None] | None = None
                        ) -> EventStreamResponse:
     """An SSE response for ``chunks``; raises what the first chunk raises (before any byte).
 
-    ``done_marker`` ends the stream with ``data: [DONE]`` (OpenAI; llama-server's native
-    ``/completion`` sends none). ``on_chunk`` sees every chunk (metrics).
+    A client that leaves while the request waits for its first token (queued, prefilling)
+    cancels it too. ``done_marker`` ends the stream with ``data: [DONE]`` (OpenAI;
+    llama-server's native ``/completion`` sends none). ``on_chunk`` sees every chunk.
     """
     try:
-        first: dict[str, Any] | None = await anext(chunks)
-    except StopAsyncIteration:
-        first = None
+        first = await cancel_on_disconnect(request, _first(chunks))
     except BaseException:
-        await chunks.aclose()
+        with anyio.CancelScope(shield=True):
+            await chunks.aclose()
         raise
 
     async def body() -> AsyncIterator[bytes]:

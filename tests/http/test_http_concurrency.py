@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import time
+from pathlib import Path
 
 import httpx
 import openai
+import pytest
 from http_helpers import MODEL_ALIAS, chat, wait_slots_free
 from live import LiveApp
 
+from llamapy.serve import create_app
 from llamapy.server import Server
 
 TOPICS = ["cats", "rivers", "stars", "bread", "trains", "snow", "music", "forests"]
@@ -78,3 +82,24 @@ def test_disconnect_during_a_plain_request_cancels_it(live: LiveApp, http: httpx
             raise AssertionError("a 1000-token request answered within a second")
     wait_slots_free(http, timeout=10)
     assert metric(http, "llamapy_cancelled_total") == cancelled + 1
+
+
+def test_disconnect_while_queued_cancels_the_queued_request(model_path: Path) -> None:
+    with Server(model_path, n_ctx=2048, n_parallel=1, max_queue=4, n_threads=1) as server, \
+            LiveApp(create_app(server)) as live, \
+            httpx.Client(base_url=live.url, timeout=60) as http:
+        server.wait_ready(60)
+        with http.stream("POST", "/v1/chat/completions",
+                         json=endless(server, model=None, stream=True)) as running:
+            lines = running.iter_lines()
+            next(lines)  # the only slot is busy from now on
+            impatient = httpx.Client(base_url=live.url, timeout=httpx.Timeout(60, read=1.0))
+            with impatient, pytest.raises(httpx.ReadTimeout):  # queued: no first byte
+                impatient.post("/v1/chat/completions",
+                               json=chat("hi", model=None, stream=True, max_tokens=4))
+            deadline = time.monotonic() + 5  # well before the running request could end
+            while (stats := server.stats())["queue_depth"] or not stats["num_cancelled"]:
+                assert time.monotonic() < deadline, stats
+                time.sleep(0.02)
+            assert stats["slots_active"] == 1  # the running stream is untouched
+        wait_slots_free(http, timeout=10)
