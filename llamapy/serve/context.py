@@ -59,10 +59,11 @@ class AppContext:
         return self.host.get()
 
     def embedder(self, served: ServedModel) -> Embedder:
-        """The embedder, created on first use."""
+        """The embedder, created on first use (with the server's thread count)."""
         with self._lock:
             if self._embedder is None:
-                self._embedder = Embedder(served.model)
+                threads = served.server.call_on_loop(lambda loop: loop.start.context.n_threads)
+                self._embedder = Embedder(served.model, n_threads=threads)
             return self._embedder
 
     def close(self) -> None:

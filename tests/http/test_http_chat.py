@@ -131,6 +131,21 @@ def test_named_tool_choice_streams_call_deltas(client: openai.OpenAI) -> None:
     jsonschema.validate(json.loads(arguments), TIME["function"]["parameters"])
 
 
+def test_tool_choice_auto_parses_a_call_the_model_writes(client: openai.OpenAI) -> None:
+    # a grammar stands for a model that decides to call a tool in its own (Hermes) format
+    grammar = (r'root ::= "<tool_call>\n{\"name\": \"get_time\", \"arguments\": '
+               r'{\"zone\": \"UTC\"}}\n</tool_call>"')
+    result = client.chat.completions.create(
+        model=MODEL_ALIAS, temperature=0, max_tokens=40, tools=[WEATHER, TIME],
+        tool_choice="auto", extra_body={"grammar": grammar},
+        messages=[{"role": "user", "content": "What time is it in UTC?"}])
+    choice = result.choices[0]
+    assert choice.finish_reason == "tool_calls" and not choice.message.content
+    call = choice.message.tool_calls[0]
+    assert (call.function.name, json.loads(call.function.arguments)) == ("get_time",
+                                                                         {"zone": "UTC"})
+
+
 def test_tool_conversation_round_trip(client: openai.OpenAI) -> None:
     messages = [
         {"role": "user", "content": "Weather in Oslo?"},

@@ -184,3 +184,19 @@ def test_template_errors_are_400_with_the_template_message(server: Server) -> No
         assert ok.status_code == 200
     with pytest.raises(TemplateError):
         create_app(server, chat_template="{% for %}")
+
+
+def test_cors_allows_configured_origins_only(server: Server) -> None:
+    app = create_app(server, alias=MODEL_ALIAS, cors_origins=["http://ui.example"])
+    with LiveApp(app) as live, httpx.Client(base_url=live.url, timeout=60) as http:
+        preflight = http.options("/v1/chat/completions", headers={
+            "Origin": "http://ui.example", "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization, content-type"})
+        assert preflight.status_code == 200
+        assert preflight.headers["access-control-allow-origin"] == "http://ui.example"
+        response = http.post("/v1/chat/completions", json=chat("hi", max_tokens=1),
+                             headers={"Origin": "http://ui.example"})
+        assert response.headers["access-control-allow-origin"] == "http://ui.example"
+        assert "x-llamapy-cache-tokens" in response.headers["access-control-expose-headers"].lower()
+        other = http.get("/health", headers={"Origin": "http://evil.example"})
+        assert "access-control-allow-origin" not in other.headers
