@@ -69,9 +69,12 @@ def prompt_list(served: ServedModel, prompt: object) -> list[tuple[list[int], st
     for item in items:
         if isinstance(item, str):
             out.append((served.tokenize_prompt(item), item))
-        else:
+        elif isinstance(item, list):
             ids = check_token_ids(served, item)
             out.append((ids, served.model.detokenize(ids, False, True)))
+        else:
+            raise InvalidOptionError("prompt must be a string, token ids, or a list of them",
+                                     option="prompt")
     return out
 
 

@@ -53,6 +53,16 @@ def test_unknown_field_unsupported_n_and_bad_tool_choice_are_400(http: httpx.Cli
     error_of(http.post("/v1/chat/completions", json={"messages": [image]}), 400)
 
 
+def test_bad_prompts_are_400(http: httpx.Client) -> None:
+    for prompt in ([12, "mixed", 7], [], [[99999999]], [1.5]):
+        error = error_of(http.post("/completion", json={"prompt": prompt}), 400)
+        assert error["param"] == "prompt"
+    error_of(http.post("/v1/completions", json={"prompt": [[1, 2], [99999999]]}), 400)
+    error_of(http.post("/detokenize", json={"tokens": [-1]}), 400)
+    error_of(http.post("/v1/embeddings", json={"input": ""}), 400)
+    error_of(http.post("/v1/embeddings", json={"input": "x", "encoding_format": "hex"}), 400)
+
+
 def test_bad_grammar_and_unsupported_schema_are_400(http: httpx.Client) -> None:
     error = error_of(http.post("/v1/chat/completions", json=chat("hi", grammar="root ::= (")),
                      400)
