@@ -19,7 +19,14 @@ from ..chat import OutputParser
 from ..errors import InvalidOptionError
 from ..grammar.json_schema import json_object_grammar, schema_to_gbnf
 from .logprobs import MIN_CANDIDATES
-from .params import ChatBody, api_extra, check_unsupported, parse_body, sampling_options
+from .params import (
+    ChatBody,
+    ResponseFormat,
+    api_extra,
+    check_unsupported,
+    parse_body,
+    sampling_options,
+)
 from .target import ServedModel
 from .tool_grammar import tool_call_grammar, tool_instructions
 
@@ -101,34 +108,36 @@ def render_prompt(served: ServedModel, body: ChatBody, tools_active: bool) -> st
                                     add_generation_prompt=True, **dict(kwargs))
 
 
-def _forced_tool(body: ChatBody) -> bool:
-    return bool(body.tools) and (body.tool_choice == "required"
-                                 or not isinstance(body.tool_choice, (str, type(None))))
+def _tool_grammar(served: ServedModel, body: ChatBody) -> str | None:
+    """The forced-call grammar of ``tool_choice`` ``required`` or a named function."""
+    choice = body.tool_choice
+    if choice is None or choice in ("auto", "none"):
+        return None
+    if not body.tools:
+        raise InvalidOptionError("tool_choice needs tools", option="tool_choice")
+    tools = [tool.model_dump(exclude_none=True) for tool in body.tools]
+    choice_value = choice if isinstance(choice, str) else choice.model_dump()
+    return tool_call_grammar(tools, choice_value, served.tool_protocol())
+
+
+def _format_grammar(fmt: ResponseFormat | None) -> str | None:
+    """The grammar of ``response_format`` ``json_object`` / ``json_schema``."""
+    if fmt is None or fmt.type == "text":
+        return None
+    if fmt.type == "json_schema" and fmt.json_schema is None:
+        raise InvalidOptionError("response_format json_schema needs 'json_schema'",
+                                 option="response_format.json_schema")
+    schema = fmt.json_schema.schema_ if fmt.json_schema is not None else fmt.schema_
+    return schema_to_gbnf(schema) if schema is not None else json_object_grammar()
 
 
 def response_grammar(served: ServedModel, body: ChatBody) -> str | None:
-    """The grammar a request implies: forced tool call or ``response_format`` (or None)."""
-    if body.tool_choice is not None and not isinstance(body.tool_choice, str) and not body.tools:
-        raise InvalidOptionError("tool_choice names a function but no tools were given",
-                                 option="tool_choice")
-    if body.tool_choice == "required" and not body.tools:
-        raise InvalidOptionError("tool_choice 'required' needs tools", option="tool_choice")
-    grammars = []
-    if _forced_tool(body):
-        tools = [tool.model_dump(exclude_none=True) for tool in body.tools or []]
-        choice = body.tool_choice
-        choice_value = choice if isinstance(choice, str) else choice.model_dump()  # type: ignore[union-attr]
-        grammars.append(tool_call_grammar(tools, choice_value, served.tool_protocol()))
-    fmt = body.response_format
-    if fmt is not None and fmt.type != "text":
-        schema = fmt.json_schema.schema_ if fmt.json_schema is not None else fmt.schema_
-        if fmt.type == "json_schema" and fmt.json_schema is None:
-            raise InvalidOptionError("response_format json_schema needs 'json_schema'",
-                                     option="response_format.json_schema")
-        grammars.append(schema_to_gbnf(schema) if schema is not None else json_object_grammar())
+    """The grammar a request implies: a forced tool call, ``response_format`` or llama.cpp's
+    ``json_schema`` field (at most one of them), or None."""
     extra_schema = api_extra(body, "json_schema")
-    if extra_schema is not None:
-        grammars.append(schema_to_gbnf(extra_schema))
+    grammars = [g for g in (
+        _tool_grammar(served, body), _format_grammar(body.response_format),
+        schema_to_gbnf(extra_schema) if extra_schema is not None else None) if g is not None]
     if len(grammars) > 1:
         raise InvalidOptionError("a forced tool call, response_format and json_schema are "
                                  "exclusive", option="response_format")
