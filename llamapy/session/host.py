@@ -15,8 +15,11 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+import numpy as np
+
 from llamapy import __version__
 from llamapy._pins import LLAMA_CPP_COMMIT
+from llamapy.embeddings import Embedder
 from llamapy.engine.engine import Engine
 from llamapy.engine.options import SamplingParams
 from llamapy.engine.request import Event, Request
@@ -28,7 +31,8 @@ if TYPE_CHECKING:
     from llamapy._native import Model
     from llamapy.server import Server
 
-__all__ = ["EventQueue", "InlineHost", "ServerHost", "SessionHost", "model_manifest"]
+__all__ = ["EventQueue", "InlineHost", "LazyEmbedder", "ServerHost", "SessionHost",
+           "model_manifest"]
 
 T = TypeVar("T")
 _LEASE_POLL_S = 0.02
@@ -49,6 +53,29 @@ class EventQueue:
         """Called on the engine's owner thread."""
         self.events.put(event)
         return True
+
+
+class LazyEmbedder:
+    """A host's :class:`~llamapy.embeddings.Embedder`, created on first use (its context costs
+    memory only for sessions that embed) and closed with the host."""
+
+    def __init__(self, factory: Callable[[], Embedder] | None) -> None:
+        self._factory = factory
+        self._embedder: Embedder | None = None
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """An ``(n, n_embd)`` matrix of L2-normalised float32 rows."""
+        if self._factory is None:
+            raise UnsupportedFeatureError("embeddings", "this session host has no model to "
+                                          "embed with")
+        if self._embedder is None:
+            self._embedder = self._factory()
+        return self._embedder.embed(texts)
+
+    def close(self) -> None:
+        """Free the embeddings context (if one was made); idempotent."""
+        if self._embedder is not None:
+            self._embedder.close()
 
 
 class SessionHost(Protocol):
@@ -74,6 +101,8 @@ class SessionHost(Protocol):
     def cancel(self, request_id: Any) -> None: ...
 
     def call(self, fn: Callable[[Engine], T]) -> T: ...
+
+    def embed(self, texts: list[str]) -> np.ndarray: ...
 
     def close(self) -> None: ...
 
@@ -115,6 +144,8 @@ class ServerHost:
         model = server.model
         self.add_bos = model.add_bos
         self.base_manifest = model_manifest(model, runtime_of(start.context, self.n_ctx))
+        self._embeddings = LazyEmbedder(lambda: Embedder(model,
+                                                         n_threads=start.context.n_threads))
 
     def tokenize(self, text: str, add_special: bool) -> list[int]:
         """Tokenize with the served model (special tokens parsed)."""
@@ -159,21 +190,28 @@ class ServerHost:
         """Run ``fn(engine)`` on the tick thread."""
         return self.server.call_on_loop(lambda loop: fn(loop.engine))  # type: ignore[no-any-return]
 
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """Embeddings on the session's own embeddings context (the server's model)."""
+        return self._embeddings.embed(texts)
+
     def close(self) -> None:
-        """Nothing to free: the server owns the model."""
+        """Free the embeddings context; the server owns the model."""
+        self._embeddings.close()
 
 
 class InlineHost:
     """A session on an engine driven in the caller's thread (ticks run while it waits).
 
     ``owned`` objects (a private context, adapters) are closed with the host. Without
-    ``detokenize`` the host renders no text (a suffix opening ``<think>`` is not detected).
+    ``detokenize`` the host renders no text (a suffix opening ``<think>`` is not detected);
+    without ``embedder`` (a factory) it cannot embed.
     """
 
     def __init__(self, engine: Engine, base_manifest: ContextManifest, *,
                  tokenize: Callable[[str, bool], list[int]] | None = None,
                  detokenize: Callable[[list[int]], str] | None = None, add_bos: bool = True,
-                 sampling: SamplingParams | None = None, owned: tuple[Any, ...] = ()) -> None:
+                 sampling: SamplingParams | None = None, owned: tuple[Any, ...] = (),
+                 embedder: Callable[[], Embedder] | None = None) -> None:
         self.engine = engine
         self.base_manifest = base_manifest
         self.n_ctx = engine.backend.n_ctx_seq
@@ -181,6 +219,7 @@ class InlineHost:
         self.add_bos = add_bos
         self._tokenize = tokenize
         self._detokenize = detokenize
+        self._embeddings = LazyEmbedder(embedder)
         self._owned = owned
 
     def tokenize(self, text: str, add_special: bool) -> list[int]:
@@ -228,7 +267,13 @@ class InlineHost:
         """Run ``fn(engine)`` now (this thread owns the engine)."""
         return fn(self.engine)
 
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """Embeddings with the host's embedder factory."""
+        return self._embeddings.embed(texts)
+
     def close(self) -> None:
-        """Close what the host owns (a private context, adapters), last first."""
+        """Close the embedder, then what the host owns (a private context, adapters), last
+        first."""
+        self._embeddings.close()
         for obj in reversed(self._owned):
             obj.close()

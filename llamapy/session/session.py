@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-from collections.abc import AsyncIterator, Generator
+from collections.abc import AsyncIterator, Generator, Sequence
 
 import numpy as np
 
@@ -199,6 +199,16 @@ class Session:
         waiting never blocks the event loop; closing or cancelling early cancels the rest
         after the step in flight (the thread serialises them)."""
         return async_stream(self.decode(config))
+
+    def embed(self, text: str | Sequence[str]) -> np.ndarray:
+        """Mean-pooled, L2-normalised float32 embeddings of the session's model (with its
+        adapters): ``(n_embd,)`` for a string, ``(n, n_embd)`` for a list, computed in batches
+        on a private embeddings context (made on first use) that never touches the KV."""
+        if self._closed:
+            raise SessionClosedError("session is closed")
+        if isinstance(text, str):
+            return self._host.embed([text])[0]
+        return self._host.embed(list(text))
 
     # --- observability, snapshots -------------------------------------------------------------
     def explain_context(self) -> ContextReport:

@@ -8,6 +8,7 @@ from typing import Any
 from llamapy._native import Context, Model
 from llamapy._native.context import ContextOptions
 from llamapy._native.model import LoraAdapter
+from llamapy.embeddings import Embedder
 from llamapy.engine.engine import Engine
 from llamapy.engine.options import EngineConfig
 from llamapy.llama_backend import LlamaBackend
@@ -41,6 +42,8 @@ def open_standalone(model: Model, config: SessionConfig | None = None) -> Sessio
         identity = tuple((file_digest(s.path), float(s.scale)) for s in config.adapters)
         manifest = model_manifest(model, runtime_of(options, backend.n_ctx_seq), identity)
         host = InlineHost(engine, manifest, add_bos=model.add_bos, owned=tuple(owned),
+                          embedder=lambda: Embedder(model, n_threads=options.n_threads,
+                                                    adapters=adapters),
                           tokenize=lambda text, special: model.tokenize(text, special, True),
                           detokenize=lambda ids: model.detokenize(ids, False, True))
         return Session(host, config)

@@ -15,7 +15,12 @@ import jsonschema
 import numpy as np
 import pytest
 
-from llamapy.errors import ContextOverflowError, ManifestMismatchError, UnsupportedFeatureError
+from llamapy.errors import (
+    ContextOverflowError,
+    ManifestMismatchError,
+    SessionClosedError,
+    UnsupportedFeatureError,
+)
 from llamapy.server import Server
 from llamapy.session import (
     DecodeConfig,
@@ -260,3 +265,26 @@ def test_unknown_protocol_raises_before_anything_runs(server: Server) -> None:
         assert info.value.feature == "no-such-protocol"
         assert s.explain_context() == before
         assert answer(s, DecodeConfig(max_tokens=2, temperature=0.0)) is not None
+
+
+# --- embeddings -----------------------------------------------------------------------------------
+
+TEXTS = ["The cat sat on the mat.", "A kitten is sitting on a rug.",
+         "Quarterly revenue grew by four percent.", "def add(a, b): return a + b"]
+
+
+def test_session_embed(server: Server) -> None:
+    with server.open_session() as s:
+        turn(s, "hi")
+        before = s.explain_context()
+        matrix = s.embed(TEXTS)
+        rows = np.stack([s.embed(text) for text in TEXTS])
+        assert s.explain_context() == before  # the KV is not touched
+    assert matrix.shape == rows.shape == (4, server.model.n_embd)
+    assert matrix.dtype == rows.dtype == np.float32
+    assert np.allclose(np.linalg.norm(matrix, axis=1), 1.0, atol=1e-5)
+    assert np.allclose(matrix, rows, atol=1e-5), np.abs(matrix - rows).max()
+    sims = matrix @ matrix[0]
+    assert sims[1] > max(sims[2], sims[3]), sims
+    with pytest.raises(SessionClosedError):
+        s.embed("after close")

@@ -289,3 +289,9 @@ def test_adecode_matches_decode_and_cancel_frees(session_factory: Factory) -> No
         assert len(asyncio.run(collect(s, limit=1))) == 1
         assert 1 <= s.explain_context().generated_tokens < 12
         assert decoded(s, 2)  # not busy, not fatal
+
+
+def test_embed_needs_a_model(session_factory: Factory) -> None:
+    with session_factory() as s, pytest.raises(UnsupportedFeatureError) as info:
+        s.embed("no model behind the fake engine")
+    assert info.value.feature == "embeddings"

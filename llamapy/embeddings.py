@@ -1,0 +1,170 @@
+"""``Embedder``: mean-pooled, L2-normalised float32 embeddings of a loaded ``Model``.
+
+An embeddings context (``embeddings=True``, mean pooling, unified KV) is private to the
+embedder and is only ever touched by the embedder's own single worker thread: it is created
+there on first use and freed there by :meth:`Embedder.close`. Inputs are batched: as many
+sequences as fit ``n_ctx`` tokens and ``n_seq_max`` sequences go into one decode (each
+sequence must fit one ubatch for pooling, so ``n_batch == n_ubatch == n_ctx``).
+
+The generation context of a ``Server`` or a session is never used; both share the ``Model``
+(weights are loaded once). LoRA ``adapters`` (``(LoraAdapter, scale)`` pairs the caller owns and
+keeps alive) can be attached to the embeddings context.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from llamapy._native import Batch, Context, LoraAdapter, Model
+from llamapy.errors import ClosedError, ContextOverflowError, InvalidOptionError
+
+__all__ = ["Embedder"]
+
+
+class Embedder:
+    """Embeddings of one model on a private context and worker thread (a context manager).
+
+    ``embed(text)`` gives a ``(n_embd,)`` vector, ``embed([texts])`` an ``(n, n_embd)`` matrix;
+    rows are L2-normalised float32. Safe to call from any thread; calls run one at a time.
+    """
+
+    def __init__(self, model: Model, *, n_ctx: int = 2048, n_seq_max: int = 16,
+                 n_threads: int = 0,
+                 adapters: Sequence[tuple[LoraAdapter, float]] = ()) -> None:
+        if n_ctx < 1 or n_seq_max < 1:
+            raise InvalidOptionError("n_ctx and n_seq_max must be >= 1", option="n_ctx")
+        self.model = model
+        self.n_ctx = n_ctx
+        self.n_seq_max = n_seq_max
+        self.n_threads = n_threads
+        self.adapters = tuple(adapters)
+        self._ctx: Context | None = None
+        self._batch: Batch | None = None
+        self._closed = False
+        self._worker_thread: threading.Thread | None = None
+        self._worker = ThreadPoolExecutor(1, thread_name_prefix="llamapy-embed",
+                                          initializer=self._mark_worker)
+
+    @property
+    def n_embd(self) -> int:
+        """Width of the vectors."""
+        return self.model.n_embd
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    # --- public API ---------------------------------------------------------------------------
+    def tokenize(self, text: str) -> list[int]:
+        """``text`` as the model tokenizes an embedding input (BOS as the model wants, special
+        tokens not parsed)."""
+        return self.model.tokenize(text, True, False)
+
+    def embed(self, text: str | Sequence[str]) -> np.ndarray:
+        """One vector for a string, a matrix (one row per input) for a list of strings."""
+        if isinstance(text, str):
+            return self.embed_tokens([self.tokenize(text)])[0]
+        texts = list(text)
+        if not all(isinstance(t, str) for t in texts):
+            raise InvalidOptionError("embed takes a string or a list of strings", option="text")
+        return self.embed_tokens([self.tokenize(t) for t in texts])
+
+    def embed_tokens(self, inputs: Sequence[Sequence[int]]) -> np.ndarray:
+        """A ``(len(inputs), n_embd)`` float32 matrix of token lists (blocks; runs on the
+        embedder's thread)."""
+        groups = self._groups(inputs)  # validate on the caller's thread
+        return self._run(lambda: self._embed_groups(inputs, groups))
+
+    async def aembed(self, text: str | Sequence[str]) -> np.ndarray:
+        """:meth:`embed`, awaited (the event loop is never blocked)."""
+        if self._closed:
+            raise ClosedError("the embedder is closed")
+        return await asyncio.wrap_future(self._worker.submit(self.embed, text))
+
+    def close(self) -> None:
+        """Free the context on its thread and stop the thread; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._worker.submit(self._free).result()
+        self._worker.shutdown(wait=True)
+
+    def __enter__(self) -> Embedder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- worker side --------------------------------------------------------------------------
+    def _mark_worker(self) -> None:
+        self._worker_thread = threading.current_thread()
+
+    def _run(self, fn: Callable[[], np.ndarray]) -> np.ndarray:
+        if self._closed:
+            raise ClosedError("the embedder is closed")
+        if threading.current_thread() is self._worker_thread:
+            return fn()
+        return self._worker.submit(fn).result()
+
+    def _context(self) -> tuple[Context, Batch]:
+        if self._ctx is None:
+            ctx = Context(self.model, n_ctx=self.n_ctx, n_batch=self.n_ctx, n_ubatch=self.n_ctx,
+                          n_seq_max=self.n_seq_max, embeddings=True, pooling_type="mean",
+                          kv_unified=True, n_threads=self.n_threads)
+            try:
+                if self.adapters:
+                    ctx.set_adapters(self.adapters)
+                self._batch = Batch(self.n_ctx)
+            except BaseException:
+                ctx.close()
+                raise
+            self._ctx = ctx
+        assert self._batch is not None
+        return self._ctx, self._batch
+
+    def _groups(self, inputs: Sequence[Sequence[int]]) -> list[list[int]]:
+        """Indexes of ``inputs`` per decode: within ``n_ctx`` tokens and ``n_seq_max``."""
+        groups: list[list[int]] = [[]]
+        used = 0
+        for index, ids in enumerate(inputs):
+            if not ids:
+                raise InvalidOptionError(f"input {index} has no tokens", option="text")
+            if len(ids) > self.n_ctx:
+                raise ContextOverflowError(stage="embed", resident_tokens=0,
+                                           additional_tokens=len(ids), n_ctx=self.n_ctx)
+            if used + len(ids) > self.n_ctx or len(groups[-1]) == self.n_seq_max:
+                groups.append([])
+                used = 0
+            groups[-1].append(index)
+            used += len(ids)
+        return [g for g in groups if g]
+
+    def _embed_groups(self, inputs: Sequence[Sequence[int]],
+                      groups: list[list[int]]) -> np.ndarray:
+        ctx, batch = self._context()
+        out = np.zeros((len(inputs), self.n_embd), dtype=np.float32)
+        try:
+            for group in groups:
+                ctx.clear()
+                batch.clear()
+                for seq_id, index in enumerate(group):
+                    last = batch.add(seq_id, 0, list(inputs[index]), logits_last=True)
+                    batch.logits[last + 1 - len(inputs[index]):last] = 1  # pooling reads all
+                ctx.decode(batch)
+                for seq_id, index in enumerate(group):
+                    out[index] = ctx.sequence_embeddings(seq_id)
+        finally:
+            ctx.clear()
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return np.divide(out, norms, out=out, where=norms > 0)
+
+    def _free(self) -> None:
+        if self._ctx is not None:
+            self._ctx.close()
+            self._ctx = None
