@@ -24,6 +24,9 @@ T = TypeVar("T")
 #: How often a non-streaming handler checks whether its client went away (seconds).
 DISCONNECT_POLL_S = 0.25
 
+#: Re-cancellations of a request whose client left before giving up on it.
+CANCEL_ATTEMPTS = 40
+
 #: Response headers explaining prefix reuse: header -> ``timings`` key.
 CACHE_HEADERS = {
     "X-Llamapy-Cache-Tokens": "cache_n",
@@ -102,13 +105,24 @@ async def cancel_on_disconnect(request: Request, work: Awaitable[T]) -> T:
             if done:
                 return task.result()
             if await request.is_disconnected():
-                task.cancel()
-                with contextlib.suppress(BaseException):
-                    await task
+                await _cancel(task)
                 raise CancelledError("the client disconnected")
     finally:
         if not task.done():
             task.cancel()
+
+
+async def _cancel(task: asyncio.Future[Any]) -> None:
+    """Cancel ``task`` and wait for it, cancelling again while it runs: on Python < 3.12
+    ``asyncio.wait_for`` swallows a cancellation that races with its result (the engine's
+    token events arrive all the time), so one ``cancel()`` may not land."""
+    for _ in range(CANCEL_ATTEMPTS):
+        task.cancel()
+        await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+        if task.done():
+            with contextlib.suppress(BaseException):
+                task.result()
+            return
 
 
 def cache_headers(timings: Mapping[str, Any] | None) -> dict[str, str]:
