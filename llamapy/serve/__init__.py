@@ -1,4 +1,20 @@
-"""The OpenAI-compatible HTTP server: ``python -m llamapy.serve`` or :func:`create_app`."""
+"""The OpenAI-compatible HTTP server: ``python -m llamapy.serve`` or :func:`create_app`.
+
+``python -m llamapy.serve [--model PATH] [--port 8080] [--api-key KEY] [--n-parallel 4] ...``
+serves one model (the default one when ``--model`` is omitted); ``--help`` lists a flag for
+every ``Server`` start option. Endpoints:
+
+- OpenAI: ``POST /v1/chat/completions`` (tools, ``response_format``, logprobs, SSE streams),
+  ``POST /v1/completions``, ``POST /v1/embeddings``, ``GET /v1/models``.
+- llama-server: ``POST /completion``, ``/tokenize``, ``/detokenize``, ``/apply-template``,
+  ``GET /props``, ``/slots``.
+- Operations: ``GET /health`` (503 while loading; open without the API key), ``GET /metrics``
+  (Prometheus, with the prompt-cache metrics), and a chat page at ``/``.
+
+Every response of a generation carries the cache explanation: ``timings.cache_n``,
+``cache_source`` and ``cache_diverged_at`` (and ``X-Llamapy-Cache-*`` headers). The handlers
+call the library functions of :mod:`llamapy.openai_api`, which also work without HTTP.
+"""
 
 from .app import create_app
 
