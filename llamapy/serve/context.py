@@ -13,9 +13,9 @@ from typing import Any, TypeVar
 
 from fastapi import Request
 
+from ..embeddings import Embedder
 from ..errors import AuthenticationError, CancelledError, InvalidRequestError, LlamapyError
 from ..openai_api import ServedModel
-from .embeddings import Embedder
 from .host import ModelHost
 from .metrics import Metrics
 

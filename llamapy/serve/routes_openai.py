@@ -22,7 +22,7 @@ from ..openai_api import (
     astream_completion,
 )
 from .context import AppContext, cache_headers, cancel_on_disconnect, final_timings, read_json
-from .embeddings import embedding_response, parse_embedding_request
+from .embeddings import aembed, embedding_response, parse_embedding_request
 from .sse import event_stream
 
 
@@ -88,7 +88,7 @@ def openai_router(ctx: AppContext) -> APIRouter:
         if not ctx.embeddings:
             raise UnsupportedFeatureError("embeddings", "embeddings are disabled on this server")
         inputs, fmt = parse_embedding_request(served, body)
-        vectors = await ctx.embedder(served).aembed(inputs)
+        vectors = await aembed(ctx.embedder(served), inputs)
         return embedding_response(served, inputs, vectors, fmt)
 
     return router
