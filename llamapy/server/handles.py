@@ -104,8 +104,22 @@ class AsyncHandle:
         return not self.gone
 
     async def get(self, timeout: float | None) -> Event:
-        """Next event; ``TimeoutError`` on timeout."""
-        return await asyncio.wait_for(self.events.get(), timeout)
+        """Next event; ``TimeoutError`` on timeout.
+
+        Not ``asyncio.wait_for``: before Python 3.12 it can swallow a cancellation that
+        arrives together with an event, and a cancelled consumer must always cancel.
+        """
+        if timeout is None:
+            return await self.events.get()
+        getter = asyncio.ensure_future(self.events.get())
+        try:
+            done, _ = await asyncio.wait({getter}, timeout=timeout)
+        finally:
+            if not getter.done():
+                getter.cancel()
+        if getter not in done:
+            raise TimeoutError
+        return getter.result()
 
 
 def is_final(event: Event) -> bool:
