@@ -21,8 +21,8 @@ from pathlib import Path
 
 from llamapy._native import Batch, Context, Model, SamplerChain
 from llamapy._paths import current_build
-from llamapy.models import default_model_path
 from llamapy._system import physical_cores
+from llamapy.models import default_model_path
 
 
 def llama_bench(model: Path, threads: int, reps: int) -> list[float]:
