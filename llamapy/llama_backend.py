@@ -3,15 +3,29 @@
 Each method is one or two native calls; no policy. Batches are filled through the numpy views
 of a preallocated :class:`~llamapy._native.Batch`, so Python work per tick stays small next to
 the decode itself.
+
+LoRA: an adapter set is ``((path, scale), ...)``. :meth:`LlamaBackend.load_adapters` loads each
+file once (cached by resolved path, shared by every set that names it); ``decode`` calls
+``llama_set_adapters_lora`` only when a plan's set differs from the one applied last;
+:meth:`LlamaBackend.close` frees the adapters.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Hashable
+from pathlib import Path
+
 import numpy as np
 
-from ._native import Batch, Context, Model, SamplerChain
+from ._native import Batch, Context, LoraAdapter, Model, SamplerChain
 from .engine.backend import BatchPlan
 from .engine.options import SamplingParams
+from .errors import DecodeError, InvalidOptionError, LlamapyError
+
+#: ``DecodeError.code`` when a plan's adapter set cannot be applied (the batch is invalid for
+#: this context, as ``llama_decode``'s -1).
+ADAPTER_ERROR_CODE = -1
 
 
 class LlamaSampler:
@@ -112,6 +126,8 @@ class LlamaBackend:
         self.ctx = ctx
         self._batch = Batch(ctx.n_batch)
         self._partial = not model.is_recurrent
+        self._adapters: dict[str, LoraAdapter] = {}
+        self._adapter_set: Hashable = ()
 
     # --- limits -------------------------------------------------------------------------------
 
@@ -153,12 +169,65 @@ class LlamaBackend:
     # --- compute ------------------------------------------------------------------------------
 
     def decode(self, plan: BatchPlan) -> None:
-        """Fill the preallocated batch from the plan's segments and decode it."""
+        """Apply the plan's adapter set if it is not the current one, fill the preallocated
+        batch from the plan's segments and decode it."""
+        if plan.adapter_set != self._adapter_set:
+            self._apply_adapters(plan.adapter_set)
         batch = self._batch
         batch.clear()
         for seg in plan.segments:
             batch.add(seg.seq_id, seg.start_pos, seg.token_ids, seg.logits)
         self.ctx.decode(batch)
+
+    # --- LoRA adapters ------------------------------------------------------------------------
+
+    @property
+    def adapter_set(self) -> Hashable:
+        """The adapter set applied to the context by the last ``decode``."""
+        return self._adapter_set
+
+    @property
+    def loaded_adapters(self) -> tuple[str, ...]:
+        """Resolved paths of the adapters loaded so far."""
+        return tuple(sorted({str(a.path) for a in self._adapters.values()}))
+
+    def load_adapters(self, adapter_set: Hashable) -> None:
+        """Load every adapter of ``adapter_set`` not loaded yet (call it on the owner thread).
+
+        Raises ``InvalidOptionError`` when the set is not ``((path, scale), ...)`` and
+        ``ModelLoadError`` for a missing file or one that is no LoRA for this model.
+        """
+        for path, _ in _adapter_pairs(adapter_set):
+            self._adapter(path)
+
+    def _adapter(self, path: str) -> LoraAdapter:
+        adapter = self._adapters.get(path)
+        if adapter is None:
+            resolved = str(Path(path).expanduser().resolve())
+            adapter = self._adapters.get(resolved) or LoraAdapter(self.model, resolved)
+            self._adapters[resolved] = self._adapters[path] = adapter
+        return adapter
+
+    def _apply_adapters(self, adapter_set: Hashable) -> None:
+        try:
+            pairs = [(self._adapter(p), s) for p, s in _adapter_pairs(adapter_set)]
+            self.ctx.set_adapters(pairs)
+        except LlamapyError as exc:
+            raise DecodeError(ADAPTER_ERROR_CODE,
+                              f"cannot apply adapter set {adapter_set!r}: {exc}") from exc
+        self._adapter_set = adapter_set
+
+    def close(self) -> None:
+        """Detach (if the context is still open) and free the loaded adapters; idempotent.
+        The context and the model stay their owner's."""
+        if not self.ctx.closed:
+            self.ctx.set_adapters([])
+        for adapter in {id(a): a for a in self._adapters.values()}.values():
+            adapter.close()
+        self._adapters.clear()
+        self._adapter_set = ()
+
+    # --- sampling -----------------------------------------------------------------------------
 
     def new_sampler(self, params: SamplingParams) -> LlamaSampler:
         """A native chain for one request (``GrammarError`` for a bad grammar)."""
@@ -206,3 +275,18 @@ class LlamaBackend:
     def is_eog(self, token_id: int) -> bool:
         """End-of-generation token?"""
         return self.model.is_eog(token_id)
+
+
+def _adapter_pairs(adapter_set: Hashable) -> list[tuple[str, float]]:
+    """``adapter_set`` as ``[(path, scale), ...]``; ``InvalidOptionError`` if malformed."""
+    if not isinstance(adapter_set, tuple):
+        raise InvalidOptionError("adapters: expected a tuple of (path, scale)", option="adapters")
+    pairs = []
+    for item in adapter_set:
+        ok = isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str)
+        ok = ok and isinstance(item[1], int | float) and not isinstance(item[1], bool)
+        if not ok or not math.isfinite(item[1]):
+            raise InvalidOptionError(f"adapters: {item!r} is not a (path, scale) pair",
+                                     option="adapters")
+        pairs.append((item[0], float(item[1])))
+    return pairs

@@ -17,6 +17,12 @@ libllama so that each method is one or two native calls:
 =========================  ====================================================================
 
 Policy (which tokens to decode, which prefix to keep) lives in the engine, never in a backend.
+
+Adapter sets: llama.cpp applies LoRA adapters to a whole context, not per sequence, so every
+:class:`BatchPlan` carries one ``adapter_set`` (an opaque hashable; ``()`` = the base model) and
+the backend applies it before decoding (``llama_set_adapters_lora``, only when it differs from
+the set already applied). The engine guarantees that all of a plan's segments belong to runs of
+that set and that they only attend to KV computed under it.
 """
 
 from __future__ import annotations
@@ -38,9 +44,9 @@ class Segment:
     The tokens occupy positions ``start_pos .. start_pos + len(token_ids) - 1`` of sequence
     ``seq_id``; ``start_pos`` is always ``seq_pos_max(seq_id) + 1`` (positions stay
     consecutive). ``logits=True`` asks for an output row for the segment's *last* token only.
-    ``tag`` is an opaque label (the ``(cache_scope, cache_identity)`` of the request that owns
-    the tokens); real backends ignore it, the fake backend records it in every KV cell it writes
-    so tests can prove reuse never crosses scopes.
+    ``tag`` is an opaque label (the ``(cache_scope, cache_identity, adapter_set)`` of the request
+    that owns the tokens); real backends ignore it, the fake backend records it in every KV cell
+    it writes so tests can prove reuse never crosses scopes.
     """
 
     seq_id: int
@@ -56,10 +62,12 @@ class BatchPlan:
 
     Segment ``i`` occupies batch rows ``offsets[i] .. offsets[i] + len(token_ids) - 1``;
     :meth:`output_index` is the row of its last token, the index a backend passes to
-    ``llama_sampler_sample`` / ``llama_get_logits_ith``.
+    ``llama_sampler_sample`` / ``llama_get_logits_ith``. ``adapter_set`` is the one adapter set
+    the whole call runs under (see the module docstring).
     """
 
     segments: list[Segment] = field(default_factory=list)
+    adapter_set: Hashable = ()
 
     @property
     def n_tokens(self) -> int:
@@ -164,7 +172,9 @@ class Backend(Protocol):
         ...
 
     def decode(self, plan: BatchPlan) -> None:
-        """Run the model on ``plan``; output rows are kept until the next ``decode``."""
+        """Apply ``plan.adapter_set`` (if it is not the current one), then run the model on
+        ``plan``; output rows are kept until the next ``decode``. A set the backend cannot apply
+        raises ``DecodeError`` (the engine fails the batch's runs)."""
         ...
 
     def new_sampler(self, params: SamplingParams) -> Sampler:

@@ -283,12 +283,15 @@ class Engine:
 
     # --- leases (for workspace sessions) -------------------------------------------------------
 
-    def lease(self, cache_scope: str | None = None, cache_identity: str = "") -> int | None:
+    def lease(self, cache_scope: str | None = None, cache_identity: str = "",
+              adapter_set: tuple[Hashable, ...] = ()) -> int | None:
         """Lease an idle slot for a session: it is never routed to other requests, purged or
         evicted until :meth:`release`. Returns the lease id, or None when no slot is idle.
-        A cache under another key is dropped (offered to the RAM cache first)."""
+        A cache under another key is dropped (offered to the RAM cache first). Requests on the
+        lease should carry the same key (``cache_scope``, ``cache_identity`` and
+        ``options.adapters == adapter_set``); one that does not finds no KV to reuse."""
         self._check_open()
-        key = (cache_scope, cache_identity)
+        key = (cache_scope, cache_identity, tuple(adapter_set))
         slot = self.pool.lease(key)
         if slot is None:
             return None
@@ -319,7 +322,7 @@ class Engine:
         """Declare the leased slot's resident tokens after an external ``state_seq_set``
         (or an empty list after clearing it). The slot must be free and its sequence must hold
         exactly ``len(token_ids)`` positions. ``cache_identity``, if given, replaces the
-        identity the resident KV is filed under (its scope is kept)."""
+        identity the resident KV is filed under (its scope and adapter set are kept)."""
         slot = self.pool.leased_slot(lease_id)
         if not slot.is_free:
             raise InvalidOptionError("set_slot_tokens: a request is running on the lease",
@@ -329,8 +332,8 @@ class Engine:
                                      "sequence's KV", option="token_ids")
         slot.cached = list(token_ids)
         if cache_identity is not None:
-            scope = slot.key[0] if isinstance(slot.key, tuple) else None
-            slot.key = (scope, cache_identity)
+            scope, _, adapter_set = slot.key if isinstance(slot.key, tuple) else (None, "", ())
+            slot.key = (scope, cache_identity, adapter_set)
 
     # --- introspection and shutdown --------------------------------------------------------------
 

@@ -13,7 +13,7 @@ event and frees the slot.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 
 from llamapy.engine.backend import Backend
 from llamapy.engine.planner import Batch, Entry
@@ -37,6 +37,7 @@ class Executor:
         self.counters = counters
         self.clock = clock
         self.deliver = deliver
+        self._adapter_set: Hashable = ()
 
     def execute(self, batch: Batch) -> None:
         """Decode ``batch`` (splitting it under KV pressure), then sample and emit."""
@@ -45,6 +46,9 @@ class Executor:
             if entry.run.prefill_started_at is None:
                 entry.run.prefill_started_at = now
         plan = batch.plan()
+        if plan.adapter_set != self._adapter_set:  # the backend switches the context's LoRA
+            self._adapter_set = plan.adapter_set
+            self.counters.num_adapter_switches += 1
         while True:
             try:
                 self.backend.decode(plan)

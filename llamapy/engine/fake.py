@@ -2,28 +2,38 @@
 simulation (like httpcore's mock backend).
 
 - A pool of ``n_ctx`` simulated KV cells. Each records its position, token, the hash of the
-  history up to it, the ``tag`` (cache key) of the request that wrote it, and the set of
-  sequences sharing it (``seq_cp`` is metadata-only, as in llama.cpp's unified cache). With
-  ``kv_unified=False`` the pool is split into ``n_seq_max`` streams of ``n_ctx // n_seq_max``.
-- ``decode`` validates the batch like llama.cpp (consecutive positions, ``n_batch``), raises
-  ``KVCacheFullError`` (changing nothing) when a stream lacks free cells, and checks that every
-  cell a segment attends to was written under the segment's tag.
+  history up to it, the ``tag`` (cache key) of the request that wrote it, the adapter set it was
+  computed under, and the set of sequences sharing it (``seq_cp`` is metadata-only, as in
+  llama.cpp's unified cache). With ``kv_unified=False`` the pool is split into ``n_seq_max``
+  streams of ``n_ctx // n_seq_max``.
+- ``decode`` applies ``plan.adapter_set`` (counting switches), validates the batch like
+  llama.cpp (consecutive positions, ``n_batch``), raises ``KVCacheFullError`` (changing nothing)
+  when a stream lacks free cells, and records a violation when a segment attends to a cell
+  written under another tag or computed under another adapter set.
 - Next tokens come from :class:`~llamapy.engine.fake_model.FakeModel`, a pure function of the
-  history hash stored in the KV cells and the seed: wrong reuse changes the output.
+  history hash stored in the KV cells (salted by each cell's adapter set) and the seed: wrong
+  reuse or wrong batching across adapter sets changes the output.
 - Fault switches (:meth:`inject`), a cost model advancing a :class:`SimClock`, and
   :meth:`check_integrity`.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections import Counter
 from collections.abc import Hashable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from llamapy.engine.backend import BatchPlan, Segment
-from llamapy.engine.fake_model import ROOT_HASH, CostModel, FakeModel, SimClock, chain_hash
+from llamapy.engine.fake_kv import Cell, decode_cells, encode_cells
+from llamapy.engine.fake_model import (
+    ROOT_HASH,
+    CostModel,
+    FakeModel,
+    SimClock,
+    adapter_salt,
+    chain_hash,
+)
 from llamapy.engine.options import SamplingParams
 from llamapy.errors import (
     DecodeAbortedError,
@@ -37,18 +47,6 @@ __all__ = ["Cell", "FakeBackend", "FakeSampler", "Fault"]
 
 _DECODE_FAULTS = {"decode_error", "abort", "invalid_batch", "kv_full", "slow"}
 _FAULT_KINDS = _DECODE_FAULTS | {"restore_fail", "sample_error"}
-_MAGIC = "FAKEKV1"
-
-
-@dataclass(slots=True)
-class Cell:
-    """One simulated KV cell."""
-
-    pos: int
-    token: int
-    hash: int
-    tag: Hashable
-    seqs: set[int] = field(default_factory=set)
 
 
 @dataclass(slots=True)
@@ -96,7 +94,8 @@ class FakeSampler:
 
 class FakeBackend:
     """See the module docstring. ``sleep_s`` really sleeps per decode (for threaded tests);
-    the cost model only advances ``clock``."""
+    the cost model only advances ``clock``. ``adapter_set`` is the set applied by the last
+    ``decode``."""
 
     def __init__(self, *, n_ctx: int = 4096, n_seq_max: int = 4, n_batch: int = 2048,
                  kv_unified: bool = True, supports_partial_removal: bool = True,
@@ -119,12 +118,15 @@ class FakeBackend:
         self.open_samplers: set[FakeSampler] = set()
         self.num_decode_calls = 0
         self.num_decoded_tokens = 0
+        self.adapter_set: Hashable = ()
+        self.num_adapter_switches = 0
         self._cells: list[Cell | None] = [None] * n_ctx
         n_streams = 1 if kv_unified else n_seq_max
         size = n_ctx // n_streams
         self._free = [list(range(s * size, (s + 1) * size))[::-1] for s in range(n_streams)]
         self._seq: list[dict[int, int]] = [{} for _ in range(n_seq_max)]
-        self._tags: list[Counter[Hashable]] = [Counter() for _ in range(n_seq_max)]
+        self._marks: list[Counter[tuple[Hashable, Hashable]]] = \
+            [Counter() for _ in range(n_seq_max)]
         self._rows: dict[int, int] = {}
 
     # --- Backend properties ------------------------------------------------------------------
@@ -175,6 +177,9 @@ class FakeBackend:
         if self.sleep_s:
             time.sleep(self.sleep_s)
         self._validate(plan)
+        if plan.adapter_set != self.adapter_set:
+            self.adapter_set = plan.adapter_set
+            self.num_adapter_switches += 1
         fault = self._take_fault(_DECODE_FAULTS, self.num_decode_calls)
         if fault is not None and fault.kind == "slow":
             self.clock.advance(fault.seconds)
@@ -224,14 +229,18 @@ class FakeBackend:
             raise KVCacheFullError()
 
     def _write(self, seg: Segment, offset: int) -> None:
-        seq, pos = seg.seq_id, seg.start_pos
-        tags = set(self._tags[seq])
+        seq, pos, adapters = seg.seq_id, seg.start_pos, self.adapter_set
+        tags, sets = self.seq_tags(seq), self.seq_adapter_sets(seq)
         if tags - {seg.tag}:
             self.violations.append(f"seq {seq} (tag {seg.tag!r}) attends to cells of {tags}")
+        if sets - {adapters}:
+            self.violations.append(f"seq {seq} decoded under adapter set {adapters!r} attends "
+                                   f"to cells computed under {sets}")
         h = self._cell(self._seq[seq][pos - 1]).hash if pos > 0 else ROOT_HASH
+        salt = adapter_salt(adapters)
         for i, token in enumerate(seg.token_ids):
-            h = chain_hash(h, token)
-            self._new_cell(seq, Cell(pos + i, token, h, seg.tag))
+            h = chain_hash(h, token, salt)
+            self._new_cell(seq, Cell(pos + i, token, h, seg.tag, adapters))
         if seg.logits:
             self._rows[offset + len(seg.token_ids) - 1] = h
 
@@ -245,15 +254,15 @@ class FakeBackend:
         cell.seqs.add(seq)
         self._cells[index] = cell
         self._seq[seq][cell.pos] = index
-        self._tags[seq][cell.tag] += 1
+        self._marks[seq][cell.mark] += 1
 
     def _unlink(self, seq: int, pos: int) -> None:
         index = self._seq[seq].pop(pos)
         cell = self._cell(index)
         cell.seqs.discard(seq)
-        self._tags[seq][cell.tag] -= 1
-        if not self._tags[seq][cell.tag]:
-            del self._tags[seq][cell.tag]
+        self._marks[seq][cell.mark] -= 1
+        if not self._marks[seq][cell.mark]:
+            del self._marks[seq][cell.mark]
         if not cell.seqs:
             self._cells[index] = None
             self._free[self._stream(seq)].append(index)
@@ -303,7 +312,7 @@ class FakeBackend:
                 cell = self._cell(index)
                 cell.seqs.add(dst)
                 self._seq[dst][pos] = index
-                self._tags[dst][cell.tag] += 1
+                self._marks[dst][cell.mark] += 1
 
     def seq_keep(self, seq_id: int) -> None:
         """Remove every other sequence."""
@@ -322,10 +331,7 @@ class FakeBackend:
     def state_seq_get(self, seq_id: int) -> bytes:
         """Serialise ``seq_id`` (padded to ``state_bytes_per_token`` per cell)."""
         cells = [self._cell(i) for _, i in sorted(self._seq[seq_id].items())]
-        rows = [[c.pos, c.token, c.hash, _tag_out(c.tag)] for c in cells]
-        body = json.dumps([_MAGIC, rows]).encode()
-        pad = max(0, self.state_bytes_per_token * len(rows) - len(body) - 1)
-        return body + b"\n" + b"\0" * pad
+        return encode_cells(cells, self.state_bytes_per_token)
 
     def state_seq_set(self, seq_id: int, data: bytes) -> bool:
         """Replace ``seq_id`` with ``data``; False (sequence left empty) on any failure."""
@@ -333,14 +339,11 @@ class FakeBackend:
         self.clock.advance(self.cost.restore_byte_s * len(data))
         if self._take_fault({"restore_fail"}, None) is not None:
             return False
-        try:
-            magic, rows = json.loads(data.split(b"\n", 1)[0])
-        except (ValueError, TypeError):
+        cells = decode_cells(data)
+        if cells is None or len(cells) > len(self._free[self._stream(seq_id)]):
             return False
-        if magic != _MAGIC or len(rows) > len(self._free[self._stream(seq_id)]):
-            return False
-        for pos, token, h, tag in rows:
-            self._new_cell(seq_id, Cell(pos, token, h, _tag_in(tag)))
+        for cell in cells:
+            self._new_cell(seq_id, cell)
         return True
 
     # --- inspection ----------------------------------------------------------------------------
@@ -351,7 +354,11 @@ class FakeBackend:
 
     def seq_tags(self, seq_id: int) -> set[Hashable]:
         """Tags of the cells ``seq_id`` attends to."""
-        return set(self._tags[seq_id])
+        return {tag for tag, _ in self._marks[seq_id]}
+
+    def seq_adapter_sets(self, seq_id: int) -> set[Hashable]:
+        """Adapter sets the cells ``seq_id`` attends to were computed under."""
+        return {adapters for _, adapters in self._marks[seq_id]}
 
     def check_integrity(self) -> None:
         """Raise ``AssertionError`` on broken bookkeeping or a cross-tag read."""
@@ -366,14 +373,7 @@ class FakeBackend:
         for seq, cells in enumerate(self._seq):
             if sorted(cells) != list(range(len(cells))):
                 raise AssertionError(f"fake backend: seq {seq} positions not 0..n-1")
-            tags = Counter(self._cell(i).tag for i in cells.values())
-            if tags != self._tags[seq]:
+            marks = Counter(self._cell(i).mark for i in cells.values())
+            if marks != self._marks[seq]:
                 raise AssertionError(f"fake backend: seq {seq} tag counts drifted")
 
-
-def _tag_out(tag: Hashable) -> object:
-    return list(tag) if isinstance(tag, tuple) else tag
-
-
-def _tag_in(tag: object) -> Hashable:
-    return tuple(tag) if isinstance(tag, list) else tag  # type: ignore[return-value]

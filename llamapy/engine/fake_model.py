@@ -1,19 +1,23 @@
 """The fake backend's "model": deterministic next tokens, pieces, the reference oracle.
 
-The next token is a pure function of (the full token history, the sampling seed): the history
-enters through a hash chained cell by cell, so a wrong KV reuse changes every later token.
-:func:`reference` computes what a request must produce with no batching, chunking or reuse.
+The next token is a pure function of (the full token history, the adapter set each cell was
+computed under, the sampling seed): the history enters through a hash chained cell by cell, each
+link salted by its cell's adapter set (the base model, ``()``, adds no salt), so a wrong KV reuse
+or a cell computed under the wrong adapter set changes every later token. :func:`reference`
+computes what a request must produce with no batching, chunking or reuse.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
 from llamapy.engine.options import SamplingParams
 
-__all__ = ["ROOT_HASH", "CostModel", "FakeModel", "SimClock", "chain_hash", "reference"]
+__all__ = ["ROOT_HASH", "CostModel", "FakeModel", "SimClock", "adapter_salt", "chain_hash",
+           "reference"]
 
 _MASK = (1 << 64) - 1
 ROOT_HASH = 0x6A09E667F3BCC908
@@ -27,9 +31,17 @@ def _mix(x: int) -> int:
     return x ^ (x >> 31)
 
 
-def chain_hash(prev: int, token: int) -> int:
-    """Hash of a history extended by ``token``."""
-    return _mix(prev ^ ((token + 1) * 0x100000001B3 & _MASK))
+def chain_hash(prev: int, token: int, salt: int = 0) -> int:
+    """Hash of a history extended by ``token`` computed under the adapter set with ``salt``."""
+    return _mix(prev ^ ((token + 1) * 0x100000001B3 & _MASK) ^ salt)
+
+
+def adapter_salt(adapter_set: Hashable) -> int:
+    """A stable 64-bit salt for an adapter set; 0 for the base model (``()``)."""
+    if adapter_set == ():
+        return 0
+    digest = hashlib.blake2b(repr(adapter_set).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") | 1
 
 
 def _piece(token: int) -> bytes:
@@ -64,11 +76,11 @@ class FakeModel:
         pieces = tuple(b"" if t == self.eog_token else _piece(t) for t in range(self.n_vocab))
         object.__setattr__(self, "pieces", pieces)
 
-    def history_hash(self, token_ids: Sequence[int]) -> int:
-        """Hash of a whole history."""
-        h = ROOT_HASH
+    def history_hash(self, token_ids: Sequence[int], adapter_set: Hashable = ()) -> int:
+        """Hash of a whole history computed under ``adapter_set``."""
+        h, salt = ROOT_HASH, adapter_salt(adapter_set)
         for t in token_ids:
-            h = chain_hash(h, t)
+            h = chain_hash(h, t, salt)
         return h
 
     def next_token(self, history: int, params: SamplingParams) -> int:
@@ -92,17 +104,18 @@ class FakeModel:
         picks = [(u >> (4 * i)) % self.n_vocab for i in range(n)]
         return [(t, -0.25 * (i + 1)) for i, t in enumerate(picks)]
 
-    def reference(self, prompt: Sequence[int], max_tokens: int,
-                  params: SamplingParams) -> list[int]:
-        """The tokens a request must produce: up to ``max_tokens``, ending at EOG inclusive."""
-        h = self.history_hash(prompt)
+    def reference(self, prompt: Sequence[int], max_tokens: int, params: SamplingParams,
+                  adapter_set: Hashable = ()) -> list[int]:
+        """The tokens a request must produce under ``adapter_set``: up to ``max_tokens``,
+        ending at EOG inclusive."""
+        h, salt = self.history_hash(prompt, adapter_set), adapter_salt(adapter_set)
         out: list[int] = []
         while len(out) < max_tokens:
             token = self.next_token(h, params)
             out.append(token)
             if token == self.eog_token:
                 break
-            h = chain_hash(h, token)
+            h = chain_hash(h, token, salt)
         return out
 
 
@@ -113,11 +126,11 @@ def _banned(params: SamplingParams) -> frozenset[int]:
 
 
 def reference(prompt: Sequence[int], max_tokens: int, seed: int, *, temp: float = 0.8,
-              model: FakeModel | None = None) -> list[int]:
-    """The oracle: the correct output of ``prompt`` on the fake model, computed token by token
-    with no batching, chunking or reuse."""
+              model: FakeModel | None = None, adapter_set: Hashable = ()) -> list[int]:
+    """The oracle: the correct output of ``prompt`` under ``adapter_set`` on the fake model,
+    computed token by token with no batching, chunking or reuse."""
     params = SamplingParams(seed=seed, temp=temp)
-    return (model or FakeModel()).reference(prompt, max_tokens, params)
+    return (model or FakeModel()).reference(prompt, max_tokens, params, adapter_set)
 
 
 @dataclass(slots=True)

@@ -11,7 +11,7 @@ ones. Callers that forward user options select them with :func:`sampling_option_
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Any
@@ -140,12 +140,16 @@ class RequestOptions:
     ``cache_prompt=None`` means the server's default. ``session`` routes requests of one
     conversation to the slot that served it; ``cache_scope`` is the trust boundary for prefix
     reuse (None: one shared pool). ``stop`` strings end generation and are never emitted.
+    ``adapters`` is the request's adapter set (``()`` = the base model), opaque to the engine:
+    any hashable items, kept in order; the backend interprets it (``LlamaBackend``:
+    ``((path, scale), ...)``). Runs of different sets never share a decode call or any KV.
     """
 
     max_tokens: int = 256
     cache_prompt: bool | None = None
     session: Hashable | None = None
     cache_scope: str | None = None
+    adapters: tuple[Hashable, ...] = ()
     stop: tuple[str, ...] = ()
     sampling: SamplingParams = field(default_factory=SamplingParams)
 
@@ -161,7 +165,20 @@ class RequestOptions:
         _check(all(isinstance(s, str) and s for s in stop), "stop",
                "must be non-empty strings")
         object.__setattr__(self, "stop", stop)
+        object.__setattr__(self, "adapters", _adapter_set(self.adapters))
         _check(isinstance(self.sampling, SamplingParams), "sampling", "must be SamplingParams")
+
+
+def _adapter_set(value: object) -> tuple[Hashable, ...]:
+    """``value`` as a hashable tuple (``InvalidOptionError`` otherwise)."""
+    _check(isinstance(value, Iterable) and not isinstance(value, str | bytes | Mapping),
+           "adapters", "must be a sequence")
+    items = tuple(value)  # type: ignore[arg-type]
+    try:
+        hash(items)
+    except TypeError:
+        _check(False, "adapters", "items must be hashable")
+    return items
 
 
 @dataclass(slots=True, frozen=True, kw_only=True)

@@ -4,11 +4,15 @@
 returned :class:`~llamapy.engine.strategies.BatchDecision` (``n_batch``, ``chunk_size``, known
 slots, progress) and lays it out as a :class:`Batch`: one :class:`Entry` per slot, in the same
 order as the segments of its :class:`~llamapy.engine.backend.BatchPlan`.
+
+One decode runs under one adapter set (llama.cpp applies LoRA per context), so the planner first
+picks the set this tick serves (:class:`AdapterRotation`) and shows the strategy only the slots
+of that set; the other sets' slots wait for a later tick.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 from llamapy.engine.backend import BatchPlan, Segment
@@ -16,7 +20,7 @@ from llamapy.engine.slots import Run, Slot
 from llamapy.engine.strategies import BatchDecision, BatchStrategy, BatchView, QueuedView, SlotView
 from llamapy.errors import InvalidOptionError
 
-__all__ = ["Batch", "Entry", "Planner"]
+__all__ = ["AdapterRotation", "Batch", "Entry", "Planner"]
 
 
 @dataclass(slots=True)
@@ -33,14 +37,15 @@ class Entry:
 
 @dataclass(slots=True)
 class Batch:
-    """Entries of one decode call."""
+    """Entries of one decode call, all of runs of ``adapter_set``."""
 
     entries: list[Entry]
+    adapter_set: Hashable = ()
 
     def plan(self) -> BatchPlan:
         """The backend's view of this batch."""
         return BatchPlan([Segment(e.slot.seq_id, e.start_pos, e.token_ids, e.samples, e.run.key)
-                          for e in self.entries])
+                          for e in self.entries], self.adapter_set)
 
     @property
     def n_tokens(self) -> int:
@@ -50,7 +55,8 @@ class Batch:
     def split(self) -> tuple[Batch, Batch]:
         """Two halves (by entries) for retrying under KV pressure."""
         mid = len(self.entries) // 2
-        return Batch(self.entries[:mid]), Batch(self.entries[mid:])
+        return (Batch(self.entries[:mid], self.adapter_set),
+                Batch(self.entries[mid:], self.adapter_set))
 
 
 def slot_view(slot: Slot) -> SlotView:
@@ -72,6 +78,34 @@ def queued_view(run: Run) -> QueuedView:
                       session=run.request.options.session, lease_id=run.request.lease_id)
 
 
+class AdapterRotation:
+    """Which adapter set a tick serves.
+
+    Policy: the set served least recently goes first (a set not served yet counts as the
+    oldest); ties go to the set holding the oldest run (submission order). With ``k`` sets that
+    have work, each is served at least once every ``k`` ticks: no set starves, and a decoding
+    stream waits at most ``k - 1`` ticks for its next token (one tick with two sets). With a
+    single set (the usual case) every tick serves it, as before. Sets without work are forgotten.
+    """
+
+    def __init__(self) -> None:
+        self._tick = 0
+        self._served: dict[Hashable, int] = {}
+
+    def choose(self, slots: Sequence[Slot]) -> Hashable:
+        """The set to serve this tick among the runs on ``slots`` (at least one)."""
+        oldest: dict[Hashable, int] = {}
+        for slot in slots:
+            run = slot.run
+            assert run is not None, "choose: free slot"
+            oldest[run.adapter_set] = min(oldest.get(run.adapter_set, run.serial), run.serial)
+        chosen = min(oldest, key=lambda s: (self._served.get(s, 0), oldest[s]))
+        self._tick += 1
+        self._served = {s: self._served.get(s, 0) for s in oldest}
+        self._served[chosen] = self._tick
+        return chosen
+
+
 class Planner:
     """Asks the strategy for a decision and builds the batch."""
 
@@ -79,12 +113,16 @@ class Planner:
         self.strategy = strategy
         self.n_batch = n_batch
         self.chunk_size = chunk_size
+        self.rotation = AdapterRotation()
 
     def plan(self, decoding: Sequence[Slot], prefilling: Sequence[Slot], queue: Sequence[Run],
              now: float) -> Batch | None:
-        """The next batch, or None when no slot can take tokens."""
+        """The next batch (runs of one adapter set), or None when no slot can take tokens."""
         if not decoding and not prefilling:
             return None
+        adapter_set = self.rotation.choose([*decoding, *prefilling])
+        decoding = [s for s in decoding if _adapter_set(s) == adapter_set]
+        prefilling = [s for s in prefilling if _adapter_set(s) == adapter_set]
         view = BatchView(now=now, n_batch=self.n_batch, chunk_size=self.chunk_size,
                          decoding=tuple(slot_view(s) for s in decoding),
                          prefilling=tuple(slot_view(s) for s in prefilling),
@@ -94,7 +132,7 @@ class Planner:
         by_id = {s.slot_id: s for s in (*decoding, *prefilling)}
         entries = [self._decode_entry(by_id[i]) for i in decision.decode]
         entries += [self._prefill_entry(by_id[i], n) for i, n in decision.prefill.items()]
-        return Batch(entries)
+        return Batch(entries, adapter_set)
 
     def validate(self, decision: BatchDecision, view: BatchView) -> None:
         """Raise ``InvalidOptionError`` if ``decision`` breaks the batch rules."""
@@ -131,3 +169,8 @@ class Planner:
         end = start + n
         samples = end == len(run.prompt) and not run.prefill_only
         return Entry(slot, run, run.prompt[start:end], start, prefill=True, samples=samples)
+
+
+def _adapter_set(slot: Slot) -> Hashable:
+    assert slot.run is not None, "adapter set of a free slot"
+    return slot.run.adapter_set

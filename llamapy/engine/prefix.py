@@ -9,9 +9,11 @@ Sources for a newly admitted run, longest match wins, ties to the cheaper (own <
   ``state_seq_set`` and trimmed to the match (a failed restore clears the sequence and the run
   prefills from scratch).
 
-Only the same ``(cache_scope, cache_identity)`` may reuse; reuse is capped at prompt length - 1
-(prompt length for prefill-only runs); ``cache_prompt=False`` neither reuses nor retains;
-backends without partial removal reuse only exact prefixes.
+Only the same key ``(cache_scope, cache_identity, adapter_set)`` may reuse, on every path above
+and in in-flight dedup (so KV computed under one adapter set is never read under another);
+reuse is capped at prompt length - 1 (prompt length for prefill-only runs);
+``cache_prompt=False`` neither reuses nor retains; backends without partial removal reuse only
+exact prefixes.
 
 **In-flight dedup** (:meth:`PrefixResolver.follow`, every tick, for prefilling runs): adopt
 whatever another slot has computed of our prompt since we last looked, and wait (skip this tick)

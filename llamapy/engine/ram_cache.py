@@ -3,7 +3,7 @@
 Contract:
 
 - An entry is ``(cache key, token ids, state bytes)``; it may only be restored for a request
-  with the same key (``(cache_scope, cache_identity)``).
+  with the same key (``(cache_scope, cache_identity, adapter_set)``).
 - ``offer`` stores a prefix that is about to be destroyed in the KV cache. It skips prefixes
   shorter than ``min_tokens``, prefixes an existing entry already covers, and entries larger
   than the whole budget (a small budget degrades to "disabled", never to OOM). Entries the new

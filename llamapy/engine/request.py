@@ -138,9 +138,9 @@ class Request:
 
     ``token_ids`` is the prompt (for a leased slot: the whole intended resident sequence).
     ``options`` are resolved (see :func:`~llamapy.engine.options.resolve_request_options`).
-    ``cache_identity`` is an opaque key (model / LoRA set / manifest identity): KV is reused only
-    between equal ``(options.cache_scope, cache_identity)``. ``lease_id`` runs the request on a
-    leased slot (see :meth:`Engine.lease`).
+    ``cache_identity`` is an opaque key (model / manifest identity): KV is reused only between
+    equal :attr:`cache_key` ``(options.cache_scope, cache_identity, adapter_set)``. ``lease_id``
+    runs the request on a leased slot (see :meth:`Engine.lease`).
     """
 
     request_id: Hashable
@@ -151,6 +151,11 @@ class Request:
     lease_id: int | None = None
 
     @property
-    def cache_key(self) -> tuple[str | None, str]:
-        """``(cache_scope, cache_identity)``: reuse requires equal keys."""
-        return (self.options.cache_scope, self.cache_identity)
+    def adapter_set(self) -> tuple[Hashable, ...]:
+        """``options.adapters``: the adapter set every decode of this request runs under."""
+        return self.options.adapters
+
+    @property
+    def cache_key(self) -> tuple[str | None, str, tuple[Hashable, ...]]:
+        """``(cache_scope, cache_identity, adapter_set)``: reuse requires equal keys."""
+        return (self.options.cache_scope, self.cache_identity, self.options.adapters)

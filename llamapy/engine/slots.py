@@ -59,8 +59,13 @@ class Run:
 
     @property
     def key(self) -> CacheKey:
-        """``(cache_scope, cache_identity)``."""
+        """``(cache_scope, cache_identity, adapter_set)``."""
         return self.request.cache_key
+
+    @property
+    def adapter_set(self) -> Hashable:
+        """The adapter set every decode of this run uses."""
+        return self.request.adapter_set
 
     @property
     def prefill_only(self) -> bool:

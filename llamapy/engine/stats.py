@@ -51,6 +51,7 @@ class Counters:
     num_batch_splits: int = 0
     num_context_overflows: int = 0
     num_instability_events: int = 0
+    num_adapter_switches: int = 0
     finish_reasons: dict[str, int] = field(default_factory=dict)
 
     @property

@@ -164,6 +164,7 @@ class TickLoop:
         assert engine is not None
         if isinstance(item, _Submit):
             try:
+                self._load_adapters(item.request)
                 engine.submit(item.request)
             except LlamapyError as exc:
                 _deliver_error(item.request, exc)
@@ -178,6 +179,12 @@ class TickLoop:
         elif isinstance(item, _Close):
             return False
         return True
+
+    def _load_adapters(self, request: Request) -> None:
+        """Load the request's LoRA adapters here, on the tick thread (once per server)."""
+        if request.adapter_set:
+            assert self.backend is not None
+            self.backend.load_adapters(request.adapter_set)
 
     def _shutdown(self) -> None:
         self.state = LoopState.CLOSED
@@ -214,8 +221,11 @@ class TickLoop:
             item.future.set_exception(error)
 
     def _free_native(self) -> None:
+        """Context first, then the adapters it used, then the model."""
         if self.ctx is not None:
             self.ctx.close()
+        if self.backend is not None:
+            self.backend.close()
         if self.model is not None:
             self.model.close()
 

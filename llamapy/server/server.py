@@ -23,6 +23,7 @@ from ..errors import (
     RequestTimeoutError,
     UnknownOptionError,
 )
+from .adapters import resolve_adapters
 from .handles import AsyncHandle, Collector, Completion, SyncHandle, raise_for
 from .loop import LoopState, TickLoop
 from .options import (
@@ -45,6 +46,10 @@ class Server:
     (0 = unlimited), ``cache_prompt`` True, ``kv_unified`` True, ``prompt_cache_ram_mb`` 0,
     ``batch_strategy`` ``"decode_maximal"``, sampling defaults, context tuning and model loading
     options (``n_threads`` defaults to the physical core count).
+
+    Per request, ``adapters`` runs it under a LoRA adapter set (see
+    :func:`~llamapy.server.adapters.resolve_adapters`): files are loaded once per server on the
+    tick thread; requests of different sets never share a decode call or reuse each other's KV.
 
     Use as a context manager or call :meth:`close`: in-flight requests then end with
     :class:`~llamapy.errors.ClosedError`, the thread joins and native memory is freed.
@@ -118,6 +123,8 @@ class Server:
         if unknown:
             raise UnknownOptionError(unknown, call_option_keys(), where="request")
         opts = {k: v for k, v in options.items() if k != "timeout"}
+        if "adapters" in opts:
+            opts["adapters"] = resolve_adapters(opts["adapters"])
         resolved = resolve_request_options(opts, defaults=self._start.engine.sampling)
         return Request(request_id=next(_ids), token_ids=list(token_ids), options=resolved,
                        sink=sink, **extra)
@@ -134,6 +141,8 @@ class Server:
         """Low-level: submit a request whose events go to ``sink``; returns its request id.
 
         Used by the blocking/async calls below and by :class:`~llamapy.session.Session`.
+        Raises at once for unknown or invalid options and for a missing ``adapters`` file
+        (``ModelLoadError``); later errors arrive at ``sink`` as an ``ErrorEvent``.
         """
         self._check_running()
         request = self._request(token_ids, options, sink)
@@ -141,7 +150,8 @@ class Server:
         return request.request_id
 
     def submit_request(self, request: Request) -> None:
-        """Low-level: submit a fully built engine request."""
+        """Low-level: submit a fully built engine request (its ``options.adapters`` as built by
+        :func:`~llamapy.server.adapters.resolve_adapters`)."""
         self._check_running()
         self._loop.submit(request)
 

@@ -41,7 +41,8 @@ def submit(engine: Engine, rid: object, prompt: Sequence[int], *, identity: str 
     return sink
 
 
-def ref(backend: FakeBackend, prompt: Sequence[int], max_tokens: int, **sampling) -> list[int]:
-    """The oracle's output for a request."""
+def ref(backend: FakeBackend, prompt: Sequence[int], max_tokens: int, *,
+        adapters: tuple = (), **sampling) -> list[int]:
+    """The oracle's output for a request (under adapter set ``adapters``)."""
     sampling.setdefault("seed", 1)
-    return backend.model.reference(prompt, max_tokens, SamplingParams(**sampling))
+    return backend.model.reference(prompt, max_tokens, SamplingParams(**sampling), adapters)

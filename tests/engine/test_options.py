@@ -37,8 +37,8 @@ def test_sampling_defaults_match_llama_server():
 
 def test_request_and_engine_defaults():
     r = RequestOptions()
-    assert (r.max_tokens, r.cache_prompt, r.session, r.cache_scope, r.stop) == \
-        (256, None, None, None, ())
+    assert (r.max_tokens, r.cache_prompt, r.session, r.cache_scope, r.stop, r.adapters) == \
+        (256, None, None, None, (), ())
     c = EngineConfig()
     assert (c.n_parallel, c.n_batch, c.chunk_size, c.max_queue) == (4, 2048, 512, 64)
     assert (c.cache_prompt, c.kv_unified, c.prompt_cache_ram_mb) == (True, True, 0)
@@ -49,7 +49,7 @@ def test_keys_derive_from_the_dataclasses():
     sampling = {f.name for f in dataclasses.fields(SamplingParams)}
     assert set(sampling_option_keys()) == sampling
     assert set(request_option_keys()) == sampling | {"max_tokens", "cache_prompt", "session",
-                                                     "cache_scope", "stop"}
+                                                     "cache_scope", "adapters", "stop"}
     assert set(engine_option_keys()) >= sampling | {"n_parallel", "max_queue", "batch_strategy"}
     assert "sampling" not in request_option_keys() + engine_option_keys()
 
@@ -83,7 +83,7 @@ def test_unknown_option_names_the_valid_keys():
     {"top_k": 1.5}, {"top_p": 2.0}, {"temp": "hot"}, {"seed": -2}, {"mirostat": 3},
     {"n_probs": -1}, {"logit_bias": {"a": 1.0}}, {"dry_sequence_breakers": "ab"},
     {"max_tokens": -1}, {"stop": [""]}, {"cache_prompt": "yes"}, {"cache_scope": 3},
-    {"session": []},
+    {"session": []}, {"adapters": "a.gguf"}, {"adapters": [{"path": "a"}]}, {"adapters": 3},
 ])
 def test_invalid_values_raise_typed_errors(bad):
     with pytest.raises(InvalidOptionError) as info:

@@ -1,9 +1,11 @@
 """Stateful property test of the engine on the fake backend.
 
-Rules submit (tiny token alphabet so prefixes collide; random scope, identity, session,
-cache_prompt, max_tokens, stop strings), cancel, drop a consumer, tick, inject faults, and
-lease / use / release slots. Invariants are checked after every step; every finished request is
-compared with the reference oracle; teardown ticks to idle and checks liveness.
+Rules submit (tiny token alphabet so prefixes collide; random scope, identity, adapter set,
+session, cache_prompt, max_tokens, stop strings), cancel, drop a consumer, tick, inject faults,
+and lease / use / release slots. Invariants are checked after every step (every plan runs one
+adapter set; every slot reads only KV written under its run's key and computed under its run's
+adapter set); every finished request is compared with the reference oracle for its adapter set;
+teardown ticks to idle and checks liveness.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ PREFIXES = ([], [1, 2, 3, 1, 2, 3, 1, 2], [1, 2, 3, 3, 2, 1, 1, 2, 3, 3, 2, 1],
             [1, 2, 3, 3, 2, 1, 1, 2, 3, 3, 2, 1, 2, 2], [2, 2, 1])
 SCOPES = (None, None, "a", "b")
 IDENTITIES = ("", "", "lora")
+ADAPTER_SETS = ((), (), (("a.gguf", 1.0),), (("b.gguf", 0.5),),
+                (("a.gguf", 1.0), ("b.gguf", 0.5)))
 STRATEGIES = ("decode_maximal", "prefill_priority", "balanced", "shortest_prompt_first")
 STOPS = ((), (), ("w1",), ("\n", "é"), ("w3 w",))
 FAULTS = ("decode_error", "abort", "kv_full", "restore_fail", "slow", "invalid_batch",
@@ -84,6 +88,7 @@ class Shadow:
     max_tokens: int
     params: SamplingParams
     stop: tuple[str, ...]
+    adapters: tuple
     key: tuple
     sink: Recorder = field(default_factory=Recorder)
 
@@ -137,46 +142,52 @@ class EngineMachine(RuleBasedStateMachine):
     @rule(target=requests, prefix=st.sampled_from(PREFIXES),
           tail=st.lists(st.integers(1, 3), max_size=10), max_tokens=st.integers(0, 7),
           seed=st.integers(0, 3), greedy=st.booleans(), scope=st.sampled_from(SCOPES),
-          identity=st.sampled_from(IDENTITIES), session=st.sampled_from([None, 1, 2]),
+          identity=st.sampled_from(IDENTITIES), adapters=st.sampled_from(ADAPTER_SETS),
+          session=st.sampled_from([None, 1, 2]),
           cache_prompt=st.sampled_from([None, None, True, False]), stop=st.sampled_from(STOPS))
-    def submit(self, prefix, tail, max_tokens, seed, greedy, scope, identity, session,
+    def submit(self, prefix, tail, max_tokens, seed, greedy, scope, identity, adapters, session,
                cache_prompt, stop):
         prompt = prefix + tail
         if not prompt:
             prompt = [1]
         options = RequestOptions(max_tokens=max_tokens, cache_scope=scope, session=session,
-                                 cache_prompt=cache_prompt, stop=stop,
+                                 cache_prompt=cache_prompt, stop=stop, adapters=adapters,
                                  sampling=SamplingParams(seed=seed, temp=0.0 if greedy else 0.8))
         return self._submit(prompt, options, identity, None)
 
     @rule(target=requests, prefix=st.sampled_from(PREFIXES[1:]), n=st.integers(2, 4),
           tails=st.lists(st.integers(1, 3), min_size=4, max_size=4),
-          max_tokens=st.integers(1, 4), scope=st.sampled_from(SCOPES))
-    def submit_wave(self, prefix, n, tails, max_tokens, scope):
-        """Several requests sharing a prefix at once (in-flight dedup)."""
+          max_tokens=st.integers(1, 4), scope=st.sampled_from(SCOPES),
+          adapters=st.lists(st.sampled_from(ADAPTER_SETS), min_size=4, max_size=4))
+    def submit_wave(self, prefix, n, tails, max_tokens, scope, adapters):
+        """Several requests sharing a prefix at once (in-flight dedup, possibly across adapter
+        sets, which must not share KV)."""
         ids = []
         for i in range(n):
             options = RequestOptions(max_tokens=max_tokens, cache_scope=scope,
-                                     sampling=SamplingParams(seed=i))
+                                     adapters=adapters[i], sampling=SamplingParams(seed=i))
             ids.extend(self._submit(prefix + tails[: i + 1], options, "", None).values)
         return multiple(*ids)
 
     @rule(target=requests, lease=leases, extra=st.lists(st.integers(1, 3), max_size=6),
-          keep=st.integers(0, 30), max_tokens=st.sampled_from([0, 0, 2, 5]))
-    def submit_on_lease(self, lease, extra, keep, max_tokens):
-        lease_id, scope, identity = lease
+          keep=st.integers(0, 30), max_tokens=st.sampled_from([0, 0, 2, 5]),
+          other_set=st.sampled_from([None, None, None, (("b.gguf", 0.5),)]))
+    def submit_on_lease(self, lease, extra, keep, max_tokens, other_set):
+        """A request on a lease, usually under the lease's adapter set."""
+        lease_id, scope, identity, adapters = lease
         if lease_id not in self.engine.pool.leases:
             return multiple()
         resident = self.engine.slot_tokens(lease_id)[:keep]
         prompt = resident + extra or [2]
         options = RequestOptions(max_tokens=max_tokens, cache_scope=scope,
+                                 adapters=adapters if other_set is None else other_set,
                                  sampling=SamplingParams(seed=7, temp=0.8))
         return self._submit(prompt, options, identity, lease_id)
 
     def _submit(self, prompt, options, identity, lease_id):
         rid, self.next_id = self.next_id, self.next_id + 1
         shadow = Shadow(rid, prompt, options.max_tokens, options.sampling, options.stop,
-                        (options.cache_scope, identity))
+                        options.adapters, (options.cache_scope, identity, options.adapters))
         overflow = len(prompt) + options.max_tokens > self.backend.n_ctx_seq
         full = self._queue_full_for(lease_id)
         request = Request(rid, prompt, options, shadow.sink, identity, lease_id)
@@ -229,14 +240,15 @@ class EngineMachine(RuleBasedStateMachine):
             self.backend.num_decode_calls + 1 + later
         self.backend.inject(kind, at_call=at, seconds=1.0)
 
-    @rule(target=leases, scope=st.sampled_from([None, "a"]), identity=st.sampled_from(["", "x"]))
-    def lease(self, scope, identity):
+    @rule(target=leases, scope=st.sampled_from([None, "a"]), identity=st.sampled_from(["", "x"]),
+          adapters=st.sampled_from(ADAPTER_SETS))
+    def lease(self, scope, identity, adapters):
         idle_before = len(self.engine.pool.idle())
-        lease_id = self.engine.lease(scope, identity)
+        lease_id = self.engine.lease(scope, identity, adapters)
         assert (lease_id is None) == (idle_before == 0)
         if lease_id is None:
             return multiple()
-        return (lease_id, scope, identity)
+        return (lease_id, scope, identity, adapters)
 
     @rule(lease=consumes(leases))
     def release(self, lease):
@@ -259,6 +271,9 @@ class EngineMachine(RuleBasedStateMachine):
             if run is not None and run.resolved:
                 tags = self.backend.seq_tags(slot.seq_id)
                 assert tags <= {run.key}, f"slot {slot.slot_id} reads KV of {tags} as {run.key}"
+                sets = self.backend.seq_adapter_sets(slot.seq_id)
+                assert sets <= {run.adapter_set}, \
+                    f"slot {slot.slot_id} reads KV computed under {sets} as {run.adapter_set}"
         assert self.engine.ram.total_bytes <= self.engine.ram.budget_bytes
         for shadow in self.shadows.values():
             if shadow.sink.final is not None:
@@ -270,12 +285,14 @@ class EngineMachine(RuleBasedStateMachine):
             assert plan.n_tokens <= self.engine.n_batch
             for seg in plan.segments:
                 assert len(seg.token_ids) <= self.engine.config.chunk_size
+                assert seg.tag[2] == plan.adapter_set, "a plan mixes adapter sets"
         self.backend.plans.clear()
 
     def _check_oracle(self, shadow: Shadow) -> None:
         sink = shadow.sink
         reason = sink.finish_reason
-        expected = self.backend.model.reference(shadow.prompt, shadow.max_tokens, shadow.params)
+        expected = self.backend.model.reference(shadow.prompt, shadow.max_tokens, shadow.params,
+                                                shadow.adapters)
         got = sink.tokens
         if reason in ("eog", "max_tokens"):
             assert got == expected, f"request {shadow.rid}: {got} != reference {expected}"
@@ -321,6 +338,8 @@ class EngineMachine(RuleBasedStateMachine):
         counters = self.engine.counters
         for reason in counters.finish_reasons:
             event(f"finish {reason}")
+        if self.backend.num_adapter_switches > 1:
+            event("adapter sets interleaved")
         for name in ("num_reused_own", "num_reused_donor", "num_reused_ram",
                      "num_reused_inflight", "num_kv_pressure_events", "num_purged_slots",
                      "num_batch_splits", "num_context_overflows", "num_ram_restores",
