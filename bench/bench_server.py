@@ -1,15 +1,19 @@
 #!/usr/bin/env python3
-"""llamapy's Server (in-process) against llama-server from the same llama.cpp build.
+"""llamapy against llama-server from the same llama.cpp build, in one run.
 
-Same model, threads, n_ctx, n_parallel and n_batch; greedy sampling; one run, side by side:
+Targets: ``llama-server`` (HTTP), ``llamapy`` (the Server in-process) and ``llamapy-http``
+(``python -m llamapy.serve``), with the same model, threads, n_ctx, n_parallel and n_batch;
+greedy sampling. Workloads, side by side:
 
 1. concurrency 1/4/8/16: ~100-token prompts (unique per request), 64 tokens out, streaming;
    aggregate generated tok/s and time to first token (mean/p50/p99)
 2. a wave of 8 requests sharing a ~500-token prefix (distinct tails), cold then warm
-3. Python time per tick as a share of tick time (llamapy, during the concurrency-8 run)
+3. (HTTP targets) interleaved multi-turn chats: 12 conversations of 4 turns on 8 slots, through
+   ``/v1/chat/completions``; TTFT of the later turns
+4. Python time per tick as a share of tick time (in-process llamapy, concurrency-8 run)
 
 Needs ``python build_lib.py --with-server``. Usage: ``python bench/bench_server.py``
-(``--quick`` for fewer levels).
+(``--quick`` for fewer levels, ``--targets llama-server,llamapy-http`` to choose).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import json
 import random
 import statistics
 import subprocess
-import threading
+import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -87,10 +91,11 @@ def llamapy_runner(server: Server) -> Runner:
 def llama_server_runner(url: str) -> Runner:
     def run(prompt: str, n_out: int) -> tuple[float, int]:
         body = {"prompt": prompt, "n_predict": n_out, "temperature": 0.0, "stream": True,
-                "cache_prompt": True, "ignore_eos": False}
+                "cache_prompt": True}
         t0 = time.perf_counter()
         ttft, n = 0.0, 0
         with httpx.stream("POST", f"{url}/completion", json=body, timeout=300) as resp:
+            resp.raise_for_status()
             for line in resp.iter_lines():
                 if not line.startswith("data: "):
                     continue
@@ -106,15 +111,52 @@ def llama_server_runner(url: str) -> Runner:
     return run
 
 
-def start_llama_server(args: argparse.Namespace, port: int) -> subprocess.Popen[bytes]:
-    build = current_build()
-    assert build, "run python build_lib.py --with-server"
-    exe = Path(build["lib_dir"]) / "llama-server"
-    cmd = [str(exe), "-m", str(default_model_path()), "-c", str(args.n_ctx), "-np",
-           str(args.n_parallel), "-b", str(args.n_batch), "-t", str(args.threads), "-tb",
-           str(args.threads), "--port", str(port), "--host", "127.0.0.1", "-kvu", "-fa", "auto"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(300):
+def chat_turn(url: str, messages: list[dict[str, str]], n_out: int) -> tuple[float, str]:
+    """One streamed chat turn; returns (TTFT, reply text)."""
+    body = {"messages": messages, "max_tokens": n_out, "temperature": 0.0, "stream": True,
+            "cache_prompt": True}
+    t0 = time.perf_counter()
+    ttft, parts = 0.0, []
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=300) as resp:
+        resp.raise_for_status()
+        for line in resp.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            choices = json.loads(line[6:]).get("choices") or [{}]
+            piece = (choices[0].get("delta") or {}).get("content")
+            if piece:
+                if not parts:
+                    ttft = time.perf_counter() - t0
+                parts.append(piece)
+    return ttft, "".join(parts)
+
+
+def multi_turn(name: str, url: str, n_conv: int = 12, turns: int = 4) -> Result:
+    """Concurrent conversations, each turn after the previous reply; TTFT of turns 2..n."""
+    def conversation(i: int) -> list[float]:
+        rng = random.Random(1000 + i)
+        messages = [{"role": "system", "content": f"Persona {i}: " + text_of(rng, 250)}]
+        ttfts = []
+        for turn in range(turns):
+            messages.append({"role": "user", "content": f"Turn {turn}: " + text_of(rng, 25)})
+            ttft, reply = chat_turn(url, messages, 32)
+            messages.append({"role": "assistant", "content": reply})
+            if turn:
+                ttfts.append(ttft)
+        return ttfts
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(n_conv) as pool:
+        ttfts = [t for ts in pool.map(conversation, range(n_conv)) for t in ts]
+    r = Result(time.perf_counter() - start, ttfts, 0)
+    print(f"{name:10s} multi-turn: wall {r.wall_s:.2f}s  later-turn TTFT mean "
+          f"{statistics.mean(ttfts):.3f} p50 {r.ttft(0.5):.3f} p99 {r.ttft(0.99):.3f}",
+          flush=True)
+    return r
+
+
+def wait_healthy(proc: subprocess.Popen[bytes], port: int) -> subprocess.Popen[bytes]:
+    for _ in range(600):
         try:
             if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
                 return proc
@@ -122,7 +164,27 @@ def start_llama_server(args: argparse.Namespace, port: int) -> subprocess.Popen[
             pass
         time.sleep(0.1)
     proc.kill()
-    raise RuntimeError("llama-server did not start")
+    raise RuntimeError(f"server on port {port} did not start")
+
+
+def start_llama_server(args: argparse.Namespace, port: int) -> subprocess.Popen[bytes]:
+    build = current_build()
+    assert build, "run python build_lib.py --with-server"
+    exe = Path(build["lib_dir"]) / "llama-server"
+    cmd = [str(exe), "-m", str(default_model_path()), "-c", str(args.n_ctx), "-np",
+           str(args.n_parallel), "-b", str(args.n_batch), "-t", str(args.threads), "-tb",
+           str(args.threads), "--port", str(port), "--host", "127.0.0.1", "-kvu", "-fa", "auto"]
+    return wait_healthy(subprocess.Popen(cmd, stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.DEVNULL), port)
+
+
+def start_llamapy_http(args: argparse.Namespace, port: int) -> subprocess.Popen[bytes]:
+    cmd = [sys.executable, "-m", "llamapy.serve", "--model", str(default_model_path()),
+           "--n-ctx", str(args.n_ctx), "--n-parallel", str(args.n_parallel), "--n-batch",
+           str(args.n_batch), "--threads", str(args.threads), "--port", str(port),
+           "--prompt-cache-ram-mb", "256", "--log-level", "warning"]
+    return wait_healthy(subprocess.Popen(cmd, stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.DEVNULL), port)
 
 
 class TickTimer:
@@ -190,28 +252,20 @@ def prefix_wave(name: str, runner: Runner, seed: int) -> tuple[Result, Result]:
     return cold, warm
 
 
-def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("--n-ctx", type=int, default=8192)
-    p.add_argument("--n-parallel", type=int, default=8)
-    p.add_argument("--n-batch", type=int, default=2048)
-    p.add_argument("--threads", type=int, default=physical_cores())
-    p.add_argument("--port", type=int, default=18181)
-    p.add_argument("--quick", action="store_true")
-    args = p.parse_args()
-    levels = [1, 8] if args.quick else [1, 4, 8, 16]
-    results: dict[str, dict] = {}
-
-    proc = start_llama_server(args, args.port)
+def run_http_target(name: str, proc: subprocess.Popen[bytes], port: int, levels: list[int]
+                    ) -> dict:
+    url = f"http://127.0.0.1:{port}"
     try:
-        runner = llama_server_runner(f"http://127.0.0.1:{args.port}")
+        runner = llama_server_runner(url)
         runner("warm up", 4)
-        results["llama-server"] = {"levels": concurrency_levels("llama-srv", runner, levels, 1),
-                                   "wave": prefix_wave("llama-srv", runner, 7)}
+        return {"levels": concurrency_levels(name, runner, levels, 1),
+                "wave": prefix_wave(name, runner, 7), "multi": multi_turn(name, url)}
     finally:
         proc.terminate()
-        proc.wait(10)
+        proc.wait(20)
 
+
+def run_in_process(args: argparse.Namespace, levels: list[int]) -> dict:
     with Server(default_model_path(), n_ctx=args.n_ctx, n_parallel=args.n_parallel,
                 n_batch=args.n_batch, n_threads=args.threads, prompt_cache_ram_mb=256) as server:
         server.wait_ready(120)
@@ -221,32 +275,68 @@ def main() -> None:
         timer.on = True
         levels_out = concurrency_levels("llamapy", runner, levels, 1)
         timer.on = False
-        results["llamapy"] = {"levels": levels_out, "wave": prefix_wave("llamapy", runner, 7)}
+        out = {"levels": levels_out, "wave": prefix_wave("llamapy", runner, 7)}
         print(f"llamapy python share of tick time: {100 * timer.python_share:.2f}% over "
               f"{timer.ticks} ticks")
         stats = server.stats()
         print(f"llamapy reuse: own={stats['num_reused_own']} donor={stats['num_reused_donor']} "
               f"inflight={stats['num_reused_inflight']} ram={stats['num_reused_ram']}")
+    return out
 
-    print("\n| load | llama-server | llamapy | ratio |\n|---|---|---|---|")
-    ref, ours = results["llama-server"], results["llamapy"]
+
+def mean(r: Result) -> float:
+    return statistics.mean(r.ttfts)
+
+
+def table(ref: dict, ours: dict, name: str, levels: list[int]) -> None:
+    print(f"\n| load | llama-server | {name} | ratio |\n|---|---|---|---|")
     for c in levels:
         a, b = ref["levels"][c], ours["levels"][c]
         print(f"| c={c} tok/s | {a.tok_per_s:.1f} | {b.tok_per_s:.1f} | "
               f"{b.tok_per_s / a.tok_per_s:.2f}x |")
-        print(f"| c={c} TTFT mean/p50/p99 s | {statistics.mean(a.ttfts):.3f} / "
-              f"{a.ttft(0.5):.3f} / {a.ttft(0.99):.3f} | {statistics.mean(b.ttfts):.3f} / "
-              f"{b.ttft(0.5):.3f} / {b.ttft(0.99):.3f} | "
-              f"{statistics.mean(a.ttfts) / statistics.mean(b.ttfts):.2f}x faster |")
+        print(f"| c={c} TTFT mean/p50/p99 s | {mean(a):.3f} / {a.ttft(0.5):.3f} / "
+              f"{a.ttft(0.99):.3f} | {mean(b):.3f} / {b.ttft(0.5):.3f} / {b.ttft(0.99):.3f} | "
+              f"{mean(a) / mean(b):.2f}x faster |")
     for i, label in enumerate(("cold", "warm")):
         a, b = ref["wave"][i], ours["wave"][i]
         print(f"| prefix wave {label} wall s | {a.wall_s:.2f} | {b.wall_s:.2f} | "
               f"{a.wall_s / b.wall_s:.2f}x faster |")
-        print(f"| prefix wave {label} TTFT mean s | {statistics.mean(a.ttfts):.3f} | "
-              f"{statistics.mean(b.ttfts):.3f} | "
-              f"{statistics.mean(a.ttfts) / statistics.mean(b.ttfts):.2f}x faster |")
+        print(f"| prefix wave {label} TTFT mean s | {mean(a):.3f} | {mean(b):.3f} | "
+              f"{mean(a) / mean(b):.2f}x faster |")
+    if "multi" in ref and "multi" in ours:
+        a, b = ref["multi"], ours["multi"]
+        print(f"| multi-turn later-turn TTFT mean/p99 s | {mean(a):.3f} / {a.ttft(0.99):.3f} | "
+              f"{mean(b):.3f} / {b.ttft(0.99):.3f} | {mean(a) / mean(b):.2f}x faster |")
+        print(f"| multi-turn wall s | {a.wall_s:.2f} | {b.wall_s:.2f} | "
+              f"{a.wall_s / b.wall_s:.2f}x faster |")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--n-ctx", type=int, default=8192)
+    p.add_argument("--n-parallel", type=int, default=8)
+    p.add_argument("--n-batch", type=int, default=2048)
+    p.add_argument("--threads", type=int, default=physical_cores())
+    p.add_argument("--port", type=int, default=18181)
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--targets", default="llama-server,llamapy,llamapy-http")
+    args = p.parse_args()
+    levels = [1, 8] if args.quick else [1, 4, 8, 16]
+    targets = args.targets.split(",")
+    results: dict[str, dict] = {}
+    if "llama-server" in targets:
+        results["llama-server"] = run_http_target(
+            "llama-srv", start_llama_server(args, args.port), args.port, levels)
+    if "llamapy" in targets:
+        results["llamapy"] = run_in_process(args, levels)
+    if "llamapy-http" in targets:
+        port = args.port + 1
+        results["llamapy-http"] = run_http_target(
+            "llamapy-h", start_llamapy_http(args, port), port, levels)
+    for name in ("llamapy", "llamapy-http"):
+        if name in results and "llama-server" in results:
+            table(results["llama-server"], results[name], name, levels)
 
 
 if __name__ == "__main__":
-    threading.current_thread().name = "bench"
     main()
