@@ -61,7 +61,7 @@ def prepare_native(served: ServedModel, request: Mapping[str, Any]
         raise InvalidOptionError("/completion takes one prompt", option="prompt")
     ids, text = pairs[0]
     extras = {k: v for k, v in request.items() if k not in OWN_FIELDS + IGNORED_FIELDS}
-    options = engine_extras(extras)
+    options = served.select_adapters(engine_extras(extras))
     if request.get("json_schema") is not None:
         from ..grammar.json_schema import schema_to_gbnf
 

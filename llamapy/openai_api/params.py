@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -31,7 +31,9 @@ ENGINE_ALIASES: dict[str, str] = {
 }
 
 #: Extras that are ours, not engine options: handled by the API layer itself.
-API_EXTRAS = ("reasoning_format", "chat_template_kwargs", "json_schema")
+API_EXTRAS = ("reasoning_format", "chat_template_kwargs", "json_schema", "lora")
+#: Engine options a client may not set over HTTP (file paths on the server's disk).
+SERVER_ONLY = ("adapters",)
 
 Body = TypeVar("Body", bound=BaseModel)
 
@@ -223,6 +225,10 @@ def engine_extras(extra: Mapping[str, Any]) -> dict[str, Any]:
         name = ENGINE_ALIASES.get(key, key)
         if key in API_EXTRAS or value is None:  # null means "not set"
             continue
+        if name in SERVER_ONLY:
+            raise InvalidOptionError(
+                f"{key} cannot be set over HTTP; start the server with --lora PATH and select "
+                "adapters with lora: [{\"id\": N, \"scale\": S}]", option=key)
         if name in engine_keys:
             out[name] = value
         else:
@@ -234,7 +240,28 @@ def engine_extras(extra: Mapping[str, Any]) -> dict[str, Any]:
         out["logit_bias"] = logit_bias(out["logit_bias"])
     if "session" in out and isinstance(out["session"], list):
         out["session"] = tuple(out["session"])
+    if extra.get("lora") is not None:
+        out["lora"] = extra["lora"]
     return out
+
+
+def lora_adapters(selection: Any, loaded: Sequence[str]) -> tuple[tuple[str, float], ...]:
+    """llama-server's ``lora: [{"id": N, "scale": S}]`` as an adapter set over ``loaded``."""
+    if not isinstance(selection, list):
+        raise InvalidOptionError("lora must be a list of {id, scale}", option="lora")
+    out = []
+    for item in selection:
+        if not isinstance(item, dict) or not isinstance(item.get("id"), int):
+            raise InvalidOptionError("each lora entry needs an integer id", option="lora")
+        index, scale = item["id"], item.get("scale", 1.0)
+        if not 0 <= index < len(loaded):
+            raise InvalidOptionError(f"lora id {index} is not loaded ({len(loaded)} adapters)",
+                                     option="lora")
+        if not isinstance(scale, (int, float)) or isinstance(scale, bool):
+            raise InvalidOptionError("lora scale must be a number", option="lora")
+        if scale != 0:
+            out.append((loaded[index], float(scale)))
+    return tuple(out)
 
 
 def sampling_options(body: GenerationBody) -> dict[str, Any]:

@@ -155,7 +155,7 @@ def _reasoning(body: ChatBody) -> bool:
 def call_options(served: ServedModel, body: ChatBody | Any, budget: int | None,
                  prompt_tokens: int) -> dict[str, Any]:
     """Engine call options: sampling fields and extras, ``max_tokens`` and ``timeout``."""
-    options = sampling_options(body)
+    options = served.select_adapters(sampling_options(body))
     options["max_tokens"] = budget if budget is not None else served.default_max_tokens(
         prompt_tokens)
     options["timeout"] = served.request_timeout

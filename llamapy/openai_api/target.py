@@ -21,6 +21,7 @@ from ..chat import ChatTemplate, OutputParser
 from ..engine import DoneEvent, TokenEvent
 from ..errors import ModelNotFoundError
 from ..server import Server
+from .params import lora_adapters
 
 SyncEvents = Generator[TokenEvent | DoneEvent, None, None]
 AsyncEvents = AsyncGenerator[TokenEvent | DoneEvent, None]
@@ -129,6 +130,12 @@ class ServedModel:
     def aevents(self, token_ids: Sequence[int], options: Mapping[str, Any]) -> AsyncEvents:
         """:meth:`Server.aevents` (typed as the async generator it is)."""
         return cast(AsyncEvents, self.server.aevents(token_ids, **options))
+
+    def select_adapters(self, options: dict[str, Any]) -> dict[str, Any]:
+        """Map llama-server's ``lora`` selection (in place) to the preloaded adapter files."""
+        if "lora" in options:
+            options["adapters"] = lora_adapters(options.pop("lora"), self.server.lora_adapters)
+        return options
 
     def n_ctx_seq(self) -> int:
         """Context tokens one request may use (asked once per server)."""

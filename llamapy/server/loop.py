@@ -123,6 +123,7 @@ class TickLoop:
         self.model = Model(start.server.model_path, start.model)
         self.ctx = Context(self.model, start.context)
         self.backend = LlamaBackend(self.model, self.ctx)
+        self.backend.load_adapters(tuple((path, 1.0) for path in start.server.lora))
         self.engine = Engine(self.backend, start.engine)
 
     def _fail_load(self, exc: BaseException) -> None:

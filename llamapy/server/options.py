@@ -37,13 +37,19 @@ DEFAULT_STREAM_TIMEOUT = 30.0
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ServerOptions:
-    """The server's own options. ``n_batch=None`` means ``min(n_ctx, 2048)``."""
+    """The server's own options. ``n_batch=None`` means ``min(n_ctx, 2048)``.
+
+    ``lora`` lists LoRA adapter files loaded at start (a load failure fails the start);
+    requests select them by index (the HTTP ``lora: [{"id", "scale"}]`` field) or pass
+    ``adapters`` directly in-process.
+    """
 
     model_path: str
     n_ctx: int = 8192
     n_parallel: int = 4
     n_batch: int | None = None
     name: str | None = None
+    lora: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.n_ctx, int) or self.n_ctx < 1:
@@ -96,6 +102,10 @@ def resolve_start_options(model_path: str | os.PathLike[str], options: Mapping[s
     if unknown or "model_path" in options:
         raise UnknownOptionError(unknown or {"model_path"}, start_option_keys(), where="start")
     own = {k: v for k, v in options.items() if k in _own_keys()}
+    if "lora" in own:
+        if isinstance(own["lora"], (str, os.PathLike)):
+            raise InvalidOptionError("lora must be a sequence of paths", option="lora")
+        own["lora"] = tuple(str(Path(p).expanduser().resolve()) for p in own["lora"])
     server = ServerOptions(model_path=str(Path(model_path)), **own)
     engine_keys = set(engine_option_keys())
     engine_opts = {k: v for k, v in options.items() if k in engine_keys and k != "n_batch"}

@@ -99,6 +99,11 @@ class Server:
         """Whether the model is loaded and the server accepts work."""
         return self._loop.state is LoopState.READY and not self._closed
 
+    @property
+    def lora_adapters(self) -> tuple[str, ...]:
+        """The LoRA adapter files loaded at start (select them by index)."""
+        return self._start.server.lora
+
     def close(self, timeout: float | None = 30.0) -> None:
         """Stop serving; idempotent."""
         self._closed = True

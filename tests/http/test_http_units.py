@@ -19,6 +19,7 @@ from llamapy.errors import (
 )
 from llamapy.openai_api.params import (
     ENGINE_ALIASES,
+    SERVER_ONLY,
     ChatBody,
     CompletionBody,
     check_unsupported,
@@ -61,6 +62,10 @@ def test_openai_fields_map_to_engine_options() -> None:
 
 def test_every_engine_request_option_is_accepted_as_an_extra() -> None:
     for key in request_option_keys():
+        if key in SERVER_ONLY:
+            with pytest.raises(InvalidOptionError, match="cannot be set over HTTP"):
+                engine_extras({key: 1})
+            continue
         assert key in engine_extras({key: {} if key == "logit_bias" else 1})
     for alias, name in ENGINE_ALIASES.items():
         assert name in request_option_keys()

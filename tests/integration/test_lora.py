@@ -191,3 +191,27 @@ def test_a_bad_adapter_fails_only_its_request(lora_server: Server, loras: tuple[
     assert tokens(lora_server, n=6, cache_prompt=False, adapters=[(a, 1.0)]) == expected
     stats = lora_server.stats()
     assert stats["slots_active"] == 0 and stats["queue_depth"] == 0
+
+
+def test_preloaded_lora_selected_by_id_through_the_openai_api(
+        model_path: Path, loras: tuple[Path, Path], tmp_path: Path) -> None:
+    from llamapy.errors import LoadFailedError
+    from llamapy.openai_api import chat_completion
+
+    body = {"messages": [{"role": "user", "content": "What is the capital of France?"}],
+            "max_tokens": 12, "temperature": 0.0, "cache_prompt": False}
+    with Server(model_path, n_ctx=1024, n_parallel=2, lora=[str(loras[0])]) as server:
+        server.wait_ready(60)
+        assert server.lora_adapters == (str(loras[0].resolve()),)
+        base = chat_completion(server, body)["choices"][0]["message"]["content"]
+        tuned = chat_completion(server, {**body, "lora": [{"id": 0, "scale": 1.0}]})
+        assert tuned["choices"][0]["message"]["content"] != base
+        off = chat_completion(server, {**body, "lora": [{"id": 0, "scale": 0.0}]})
+        assert off["choices"][0]["message"]["content"] == base
+        with pytest.raises(InvalidOptionError, match="not loaded"):
+            chat_completion(server, {**body, "lora": [{"id": 3, "scale": 1.0}]})
+        with pytest.raises(InvalidOptionError, match="cannot be set over HTTP"):
+            chat_completion(server, {**body, "adapters": [[str(loras[1]), 1.0]]})
+    with Server(model_path, n_ctx=512, lora=[str(tmp_path / "missing.gguf")]) as broken, \
+            pytest.raises(LoadFailedError):
+        broken.wait_ready(60)
