@@ -6,7 +6,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from llamapy.engine.states import RequestState, SlotState
-from llamapy.engine.stats import Counters, EngineStats
+from llamapy.engine.stats import Counters, EngineStats, SlotInfo
 
 if TYPE_CHECKING:
     from llamapy.engine.engine import Engine
@@ -96,6 +96,18 @@ def build_stats(engine: Engine) -> EngineStats:
         ram_cache_evictions=engine.ram.num_evictions,
         counters=_copy(engine.counters),
         instability_events=list(engine.instability_events),
+        slots=[_slot_info(slot) for slot in slots],
+    )
+
+
+def _slot_info(slot: Slot) -> SlotInfo:
+    run, key = slot.run, slot.key
+    return SlotInfo(
+        slot_id=slot.slot_id, state=slot.state.value, cached_tokens=len(slot.cached),
+        cache_scope=key[0] if isinstance(key, tuple) else None, session=slot.session,
+        lease_id=slot.lease_id, request_id=None if run is None else run.request_id,
+        prompt_tokens=0 if run is None else len(run.prompt),
+        generated_tokens=0 if run is None else run.num_generated,
     )
 
 

@@ -6,7 +6,7 @@ from collections import deque
 from collections.abc import Hashable
 from dataclasses import asdict, dataclass, field
 
-__all__ = ["Counters", "EngineStats", "InstabilityEvent"]
+__all__ = ["Counters", "EngineStats", "InstabilityEvent", "SlotInfo"]
 
 
 @dataclass(slots=True, frozen=True)
@@ -24,6 +24,28 @@ class InstabilityEvent:
     def matched_share(self) -> float:
         """Matched share of the cached history."""
         return self.matched_tokens / self.cached_tokens
+
+
+@dataclass(slots=True, frozen=True)
+class SlotInfo:
+    """One slot in a stats snapshot: its state, cached prefix and current request."""
+
+    slot_id: int
+    state: str
+    cached_tokens: int
+    cache_scope: str | None
+    session: Hashable | None
+    lease_id: int | None
+    request_id: Hashable | None
+    prompt_tokens: int
+    generated_tokens: int
+
+    def as_dict(self) -> dict[str, object]:
+        """A JSON-friendly dict (session and request id as ``repr``)."""
+        out = asdict(self)
+        for key in ("session", "request_id"):
+            out[key] = None if out[key] is None else repr(out[key])
+        return out
 
 
 @dataclass(slots=True)
@@ -89,13 +111,15 @@ class EngineStats:
     ram_cache_evictions: int
     counters: Counters
     instability_events: list[InstabilityEvent]
+    slots: list[SlotInfo] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, object]:
         """A JSON-friendly dict (counters flattened in)."""
         out = {k: getattr(self, k) for k in self.__dataclass_fields__
-               if k not in ("counters", "instability_events")}
+               if k not in ("counters", "instability_events", "slots")}
         out.update(asdict(self.counters))
         out["num_reused_tokens"] = self.counters.num_reused_tokens
+        out["slots"] = [slot.as_dict() for slot in self.slots]
         out["instability_events"] = [
             {**asdict(e), "request_id": repr(e.request_id)} for e in self.instability_events
         ]

@@ -177,7 +177,7 @@ def apply_template(served: ServedModel, request: Mapping[str, Any]) -> dict[str,
 
 def props(served: ServedModel) -> dict[str, Any]:
     """``/props``: default generation settings, slot count, model and template."""
-    start = served.server.call_on_loop(lambda loop: loop.start)
+    start = served.server.start_options
     defaults = start.engine.sampling
     sampling = {f.name: getattr(defaults, f.name) for f in dataclasses.fields(defaults)}
     sampling["logit_bias"] = dict(defaults.logit_bias)
@@ -199,18 +199,10 @@ def props(served: ServedModel) -> dict[str, Any]:
 
 def slots(served: ServedModel) -> list[dict[str, Any]]:
     """``/slots``: each slot's state, cached tokens and current request."""
-
-    def read(loop: Any) -> list[dict[str, Any]]:
-        engine = loop.engine
-        n_ctx = engine.stats().n_ctx_seq
-        out = []
-        for slot in engine.pool.slots:
-            run = slot.run
-            out.append({"id": slot.slot_id, "id_task": -1 if run is None else run.request_id,
-                        "n_ctx": n_ctx, "is_processing": run is not None,
-                        "state": slot.state.value, "n_cached_tokens": len(slot.cached),
-                        "cache_scope": slot.key[0] if isinstance(slot.key, tuple) else None,
-                        "session": None if slot.session is None else repr(slot.session)})
-        return out
-
-    return served.server.call_on_loop(read)  # type: ignore[no-any-return]
+    server = served.server
+    n_ctx = server.start_options.context.n_ctx
+    if not server.start_options.engine.kv_unified:
+        n_ctx //= server.start_options.server.n_parallel
+    return [{"id": slot["slot_id"], "id_task": slot["request_id"] or -1, "n_ctx": n_ctx,
+             "is_processing": slot["request_id"] is not None, **slot}
+            for slot in server.slots()]

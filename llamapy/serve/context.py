@@ -65,7 +65,7 @@ class AppContext:
         """The embedder, created on first use (with the server's thread count)."""
         with self._lock:
             if self._embedder is None:
-                threads = served.server.call_on_loop(lambda loop: loop.start.context.n_threads)
+                threads = served.server.start_options.context.n_threads
                 self._embedder = Embedder(served.model, n_threads=threads)
             return self._embedder
 

@@ -29,6 +29,7 @@ from .loop import LoopState, TickLoop
 from .options import (
     DEFAULT_CALL_TIMEOUT,
     DEFAULT_STREAM_TIMEOUT,
+    ResolvedStart,
     call_option_keys,
     resolve_start_options,
 )
@@ -98,6 +99,11 @@ class Server:
     def ready(self) -> bool:
         """Whether the model is loaded and the server accepts work."""
         return self._loop.state is LoopState.READY and not self._closed
+
+    @property
+    def start_options(self) -> ResolvedStart:
+        """The resolved start options, split by owner (server, engine, context, model)."""
+        return self._start
 
     @property
     def lora_adapters(self) -> tuple[str, ...]:
@@ -319,6 +325,10 @@ class Server:
             return {"state": self._loop.state.value}
         stats = self._loop.call(lambda loop: loop.engine.stats().as_dict()).result(timeout)
         return {"state": self._loop.state.value, **stats}
+
+    def slots(self, timeout: float = 10.0) -> list[dict[str, Any]]:
+        """Each slot's state, cached tokens, scope, session, lease and current request."""
+        return list(self.stats(timeout).get("slots", []))
 
     def call_on_loop(self, fn: Any, timeout: float | None = 60.0) -> Any:
         """Run ``fn(loop)`` on the tick thread between ticks (for sessions and snapshots)."""
