@@ -49,6 +49,11 @@ class LlamaSampler:
         """The ``n`` most likely tokens of the row and their log-probabilities (raw logits)."""
         return top_logprobs(self._ctx.logits(batch_index), n)
 
+    def token_logprob(self, batch_index: int, token_id: int) -> float:
+        """One token's log-probability in the row (raw logits)."""
+        logits = self._ctx.logits(batch_index)
+        return float(logits[token_id]) - log_normalizer(logits)
+
     def close(self) -> None:
         """Free the chain."""
         self._chain.close()
@@ -59,9 +64,14 @@ def top_logprobs(logits: np.ndarray, n: int) -> list[tuple[int, float]]:
     n = min(n, logits.shape[0])
     top = np.argpartition(logits, -n)[-n:]
     top = top[np.argsort(logits[top])[::-1]]
-    m = float(logits.max())
-    log_z = m + float(np.log(np.exp(logits - m, dtype=np.float64).sum()))
+    log_z = log_normalizer(logits)
     return [(int(t), float(logits[t]) - log_z) for t in top]
+
+
+def log_normalizer(logits: np.ndarray) -> float:
+    """``log(sum(exp(logits)))``, computed stably."""
+    m = float(logits.max())
+    return m + float(np.log(np.exp(logits - m, dtype=np.float64).sum()))
 
 
 def build_chain(model: Model, p: SamplingParams) -> SamplerChain:

@@ -110,6 +110,8 @@ class Sampler(Protocol):
     - ``top_logprobs(i, n)`` may be called right after ``sample(i)`` (before the next decode):
       the ``n`` most likely tokens of row ``i`` as ``(token_id, log_probability)``, most likely
       first, computed from the raw logits (before sampling transforms).
+    - ``token_logprob(i, token_id)``: that token's log-probability in row ``i`` (same basis as
+      ``top_logprobs``); the engine asks for the sampled token when it is not in the top ``n``.
     - ``close()`` frees native resources; idempotent. The engine closes every sampler it got.
     """
 
@@ -118,6 +120,8 @@ class Sampler(Protocol):
     def accept(self, token_id: int) -> None: ...
 
     def top_logprobs(self, batch_index: int, n: int) -> list[tuple[int, float]]: ...
+
+    def token_logprob(self, batch_index: int, token_id: int) -> float: ...
 
     def close(self) -> None: ...
 

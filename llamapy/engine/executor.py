@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 
-from llamapy.engine.backend import Backend
+from llamapy.engine.backend import Backend, Sampler
 from llamapy.engine.planner import Batch, Entry
 from llamapy.engine.prefix import PrefixResolver
 from llamapy.engine.request import Event, FinishReason, TokenEvent
@@ -113,7 +113,7 @@ class Executor:
         try:
             token = run.sampler.sample(row)
             n_probs = run.request.options.sampling.n_probs
-            logprobs = tuple(run.sampler.top_logprobs(row, n_probs)) if n_probs else None
+            logprobs = _logprobs(run.sampler, row, token, n_probs) if n_probs else None
         except LlamapyError as exc:  # e.g. a grammar with no allowed token: this run only
             run.error, run.finish = exc, FinishReason.ERROR
             return
@@ -146,3 +146,11 @@ class Executor:
         if run.num_generated >= run.request.options.max_tokens:
             return text + run.text.flush(), FinishReason.MAX_TOKENS
         return text, None
+
+
+def _logprobs(sampler: Sampler, row: int, token: int, n: int) -> tuple[tuple[int, float], ...]:
+    """The top ``n`` pairs of ``row``, plus the sampled token's own when it is not among them."""
+    top = list(sampler.top_logprobs(row, n))
+    if all(t != token for t, _ in top):
+        top.append((token, sampler.token_logprob(row, token)))
+    return tuple(top)

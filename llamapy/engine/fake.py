@@ -85,6 +85,14 @@ class FakeSampler:
         """Deterministic top-``n`` pairs of row ``batch_index``."""
         return self._backend.model.top_logprobs(self._backend.output_row(batch_index), n)
 
+    def token_logprob(self, batch_index: int, token_id: int) -> float:
+        """The token's pair in a long deterministic top list, else a low constant."""
+        row = self._backend.output_row(batch_index)
+        for token, logprob in self._backend.model.top_logprobs(row, 16):
+            if token == token_id:
+                return logprob
+        return -8.0
+
     def close(self) -> None:
         """Idempotent."""
         if not self.closed:

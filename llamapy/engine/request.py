@@ -88,7 +88,8 @@ class RequestTimings:
 class TokenEvent:
     """One generated token. ``text`` is the newly complete UTF-8 text it released (possibly
     "", e.g. half a character, a possible stop-string prefix, or an EOG token).
-    ``logprobs`` holds ``n_probs`` ``(token_id, logprob)`` pairs when asked for."""
+    ``logprobs`` holds ``n_probs`` ``(token_id, logprob)`` pairs when asked for, most likely
+    first, plus the sampled token's own pair at the end when it is not among them."""
 
     request_id: Hashable
     token_id: int

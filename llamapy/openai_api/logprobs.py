@@ -1,9 +1,8 @@
 """Token log-probabilities in the OpenAI shapes (chat ``logprobs.content``, legacy completions).
 
 The engine reports, per generated token, the ``n_probs`` most likely ``(token_id, logprob)``
-pairs of the raw distribution; the API asks for at least :data:`MIN_CANDIDATES` so the sampled
-token is almost always among them. When it is not (a rare draw beyond them), its logprob is
-reported as the smallest listed one: an upper bound.
+pairs of the raw distribution, plus the sampled token's own pair when it is not among them, so
+the sampled token's logprob is always exact.
 """
 
 from __future__ import annotations
@@ -13,8 +12,8 @@ from typing import Any
 
 from .._native import Model
 
-#: Candidates requested per token so the sampled token's own logprob is known.
-MIN_CANDIDATES = 20
+#: Candidates requested per token at least (the sampled token's pair always comes along).
+MIN_CANDIDATES = 1
 
 Candidates = Sequence[tuple[int, float]]
 
@@ -30,7 +29,8 @@ def _entry(model: Model, token_id: int, logprob: float) -> dict[str, Any]:
 
 
 def sampled_logprob(token_id: int, candidates: Candidates) -> float:
-    """The sampled token's logprob among ``candidates`` (an upper bound when absent)."""
+    """The sampled token's logprob among ``candidates`` (the engine always includes it; the
+    smallest listed one is only a fallback for candidates from elsewhere)."""
     for candidate, logprob in candidates:
         if candidate == token_id:
             return logprob

@@ -179,7 +179,11 @@ def test_logprobs_when_n_probs():
     sink = submit(engine, 1, P, max_tokens=3, n_probs=4)
     drain(engine)
     for event in sink.events[:-1]:
-        assert len(event.logprobs) == 4 and all(isinstance(t, int) for t, _ in event.logprobs)
+        top = event.logprobs
+        assert all(isinstance(t, int) for t, _ in top)
+        # the top 4, plus the sampled token's own pair when it is not among them
+        assert event.token_id in [t for t, _ in top]
+        assert len(top) == (4 if event.token_id in [t for t, _ in top[:4]] else 5)
 
 
 # --- cancellation ----------------------------------------------------------------------------

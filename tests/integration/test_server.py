@@ -288,6 +288,12 @@ def test_logprobs_and_logit_bias(server: Server) -> None:
         assert len(top) == 3
         assert top[0][0] == chosen  # greedy picks the most likely token
         assert top[0][1] >= top[1][1] >= top[2][1] and top[0][1] <= 0.0
+    sampled = server.complete(prompt, max_tokens=12, n_probs=1, temp=1.5, seed=5)
+    for chosen, top in zip(sampled.token_ids, sampled.logprobs, strict=True):
+        assert top[0][0] == chosen or (len(top) == 2 and top[1][0] == chosen)
+        assert all(lp <= 0.0 for _, lp in top)
+        if len(top) == 2:
+            assert top[1][1] <= top[0][1]  # the sampled token's own logprob, below the top one
     first = done.token_ids[0]
     banned = server.complete(prompt, max_tokens=6, logit_bias={first: -1e9}, **GREEDY)
     assert banned.token_ids[0] != first
