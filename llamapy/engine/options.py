@@ -14,7 +14,7 @@ import math
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
-from typing import Any
+from typing import Any, cast
 
 from llamapy.errors import InvalidOptionError, UnknownOptionError
 
@@ -173,7 +173,7 @@ def _adapter_set(value: object) -> tuple[Hashable, ...]:
     """``value`` as a hashable tuple (``InvalidOptionError`` otherwise)."""
     _check(isinstance(value, Iterable) and not isinstance(value, str | bytes | Mapping),
            "adapters", "must be a sequence")
-    items = tuple(value)  # type: ignore[arg-type]
+    items = tuple(cast("Iterable[Hashable]", value))
     try:
         hash(items)
     except TypeError:

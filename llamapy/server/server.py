@@ -323,7 +323,7 @@ class Server:
         self._check_running()
         if not self._loop.ready.is_set():
             return {"state": self._loop.state.value}
-        stats = self._loop.call(lambda loop: loop.engine.stats().as_dict()).result(timeout)
+        stats = self._loop.call(_engine_stats).result(timeout)
         return {"state": self._loop.state.value, **stats}
 
     def slots(self, timeout: float = 10.0) -> list[dict[str, Any]]:
@@ -348,3 +348,7 @@ class Server:
     def __repr__(self) -> str:
         return f"<Server {os.path.basename(self.model_path)} {self._loop.state.value}>"
 
+
+def _engine_stats(loop: TickLoop) -> dict[str, Any]:
+    assert loop.engine is not None  # the loop is ready
+    return loop.engine.stats().as_dict()
