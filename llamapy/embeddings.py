@@ -87,6 +87,12 @@ class Embedder:
             raise ClosedError("the embedder is closed")
         return await asyncio.wrap_future(self._worker.submit(self.embed, text))
 
+    async def aembed_tokens(self, inputs: Sequence[Sequence[int]]) -> np.ndarray:
+        """:meth:`embed_tokens`, awaited."""
+        if self._closed:
+            raise ClosedError("the embedder is closed")
+        return await asyncio.wrap_future(self._worker.submit(self.embed_tokens, inputs))
+
     def close(self) -> None:
         """Free the context on its thread and stop the thread; idempotent."""
         if self._closed:

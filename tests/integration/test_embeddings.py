@@ -52,6 +52,8 @@ def test_one_worker_thread_and_async(model: Model) -> None:
         assert len(results) == 3 and all(np.allclose(r, expected, atol=1e-6) for r in results)
         got = asyncio.run(embedder.aembed(TEXTS[:3]))
         assert np.allclose(got, expected, atol=1e-6)
+        tokens = [embedder.tokenize(t) for t in TEXTS[:3]]
+        assert np.allclose(asyncio.run(embedder.aembed_tokens(tokens)), expected, atol=1e-6)
         assert embedder.embed([]).shape == (0, model.n_embd)
 
 
