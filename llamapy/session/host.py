@@ -9,6 +9,7 @@ and wait for its events, run a function on the engine's owner thread between tic
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import queue
 import time
@@ -24,6 +25,7 @@ from llamapy.engine.engine import Engine
 from llamapy.engine.options import SamplingParams
 from llamapy.engine.request import Event, Request
 from llamapy.errors import LeaseTimeoutError, RequestTimeoutError, UnsupportedFeatureError
+from llamapy.server.adapters import resolve_adapters
 from llamapy.session.config import AdapterSpec
 from llamapy.session.manifest import ContextManifest, file_digest, runtime_digest, sha256_hex
 
@@ -132,18 +134,18 @@ class ServerHost:
     """A session on a shared :class:`Server`: requests batch with everyone else's."""
 
     def __init__(self, server: Server, start: Any, adapters: tuple[AdapterSpec, ...]) -> None:
-        if adapters:
-            raise UnsupportedFeatureError(
-                "lora_adapters_per_session",
-                "llama.cpp applies LoRA adapters per context, not per sequence: a session on a "
-                "shared Server can only use the server-wide adapter set (empty here); open a "
-                "standalone Session on a Model to attach adapters")
         self.server = server.wait_ready()
+        #: The session's LoRA set: the engine never batches or reuses KV across sets, so the
+        #: session's requests share the model with everyone else's under their own adapters.
+        self.adapter_set = resolve_adapters(adapters)
+        server.call_on_loop(lambda loop: loop.backend.load_adapters(self.adapter_set))
         self.sampling = start.engine.sampling
         self.n_ctx = server.call_on_loop(lambda loop: loop.backend.n_ctx_seq)
         model = server.model
         self.add_bos = model.add_bos
-        self.base_manifest = model_manifest(model, runtime_of(start.context, self.n_ctx))
+        digests = tuple((file_digest(path), scale) for path, scale in self.adapter_set)
+        self.base_manifest = model_manifest(model, runtime_of(start.context, self.n_ctx),
+                                            digests)
         self._embeddings = LazyEmbedder(lambda: Embedder(model,
                                                          n_threads=start.context.n_threads))
 
@@ -159,7 +161,7 @@ class ServerHost:
         """Lease a slot, polling until ``timeout``."""
         deadline = time.monotonic() + timeout
         while True:
-            lease_id = self.call(lambda engine: engine.lease(scope, identity))
+            lease_id = self.call(lambda engine: engine.lease(scope, identity, self.adapter_set))
             if lease_id is not None:
                 return int(lease_id)
             if time.monotonic() >= deadline:
@@ -172,7 +174,10 @@ class ServerHost:
             self.call(lambda engine: engine.release(lease_id))
 
     def submit(self, request: Request) -> None:
-        """Hand the request to the tick thread (errors arrive as an ``ErrorEvent``)."""
+        """Hand the request to the tick thread (errors arrive as an ``ErrorEvent``), under the
+        session's adapter set."""
+        if self.adapter_set:
+            request.options = dataclasses.replace(request.options, adapters=self.adapter_set)
         self.server.submit_request(request)
 
     def wait(self, events: EventQueue, timeout: float) -> Event:
@@ -191,7 +196,8 @@ class ServerHost:
         return self.server.call_on_loop(lambda loop: fn(loop.engine))  # type: ignore[no-any-return]
 
     def embed(self, texts: list[str]) -> np.ndarray:
-        """Embeddings on the session's own embeddings context (the server's model)."""
+        """Embeddings on the session's own embeddings context (the server's base model: the
+        server's loaded adapters belong to its tick thread and are not applied here)."""
         return self._embeddings.embed(texts)
 
     def close(self) -> None:

@@ -288,3 +288,29 @@ def test_session_embed(server: Server) -> None:
     assert sims[1] > max(sims[2], sims[3]), sims
     with pytest.raises(SessionClosedError):
         s.embed("after close")
+
+
+# --- LoRA on a shared server ------------------------------------------------------------------
+
+
+def test_session_lora_on_a_shared_server(server: Server, tmp_path: Path) -> None:
+    from llamapy.session import AdapterSpec, SessionConfig
+    from llamapy.testing import write_random_lora
+
+    path = write_random_lora(server.model_path, tmp_path / "a.gguf", rank=4, std=0.2, seed=1)
+    with server.open_session(SessionConfig(cache_scope="lora-test")) as base:
+        turn(base, "name a color")
+        base_text = answer(base)
+        base_manifest = base.manifest
+    spec = AdapterSpec(path=str(path), scale=1.0)
+    tuned_config = SessionConfig(cache_scope="lora-test", adapters=(spec,))
+    with server.open_session(tuned_config) as tuned:
+        status = tuned.ensure_prefix(PrefixInput(text=STABLE))
+        assert status.reused_tokens == 0  # the base session's KV is never reused under LoRA
+        tuned.prefill_suffix(SuffixInput(text="\nUser: name a color\nAssistant:"))
+        tuned_text = answer(tuned)
+        assert tuned.manifest.adapters and not base_manifest.adapters
+        assert tuned.manifest.identity_digest != base_manifest.identity_digest
+    assert tuned_text != base_text
+    with server.open_session(tuned_config) as again:
+        assert again.ensure_prefix(PrefixInput(text=STABLE)).reused_tokens > 0  # same set
