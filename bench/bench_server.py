@@ -5,8 +5,8 @@ Targets: ``llama-server`` (HTTP), ``llamapy`` (the Server in-process) and ``llam
 (``python -m llamapy.serve``), with the same model, threads, n_ctx, n_parallel and n_batch;
 greedy sampling. Workloads, side by side:
 
-1. concurrency 1/4/8/16: ~100-token prompts (unique per request), 64 tokens out, streaming;
-   aggregate generated tok/s and time to first token (mean/p50/p99)
+1. concurrency 1/4/8/16: ~100-token prompts (unique per request), 64 tokens out, streaming,
+   three waves per level; aggregate generated tok/s and time to first token (mean/p50/p99)
 2. a wave of 8 requests sharing a ~500-token prefix (distinct tails), cold then warm
 3. (HTTP targets) interleaved multi-turn chats: 12 conversations of 4 turns on 8 slots, through
    ``/v1/chat/completions``; TTFT of the later turns
@@ -224,14 +224,18 @@ class TickTimer:
         return (self.tick_s - self.decode_s) / self.tick_s if self.tick_s else 0.0
 
 
-def concurrency_levels(name: str, runner: Runner, levels: list[int], seed: int
+def concurrency_levels(name: str, runner: Runner, levels: list[int], seed: int, reps: int = 3
                        ) -> dict[int, Result]:
+    """Each level runs ``reps`` waves of ``c`` concurrent requests; figures pool all waves."""
     out = {}
     for c in levels:
         rng = random.Random(seed * 100 + c)
-        prompts = [f"Request {rng.random():.6f}: " + text_of(rng, 70) for _ in range(c)]
-        out[c] = run_wave(runner, prompts, 64)
-        r = out[c]
+        waves = []
+        for _ in range(reps):
+            prompts = [f"Request {rng.random():.6f}: " + text_of(rng, 70) for _ in range(c)]
+            waves.append(run_wave(runner, prompts, 64))
+        out[c] = r = Result(sum(w.wall_s for w in waves), [t for w in waves for t in w.ttfts],
+                            sum(w.tokens for w in waves))
         print(f"{name:10s} c={c:2d} {r.tok_per_s:7.1f} tok/s  TTFT mean "
               f"{statistics.mean(r.ttfts):.3f} p50 {r.ttft(0.5):.3f} p99 {r.ttft(0.99):.3f}",
               flush=True)
