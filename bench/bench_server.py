@@ -12,8 +12,11 @@ greedy sampling. Workloads, side by side:
    ``/v1/chat/completions``; TTFT of the later turns
 4. Python time per tick as a share of tick time (in-process llamapy, concurrency-8 run)
 
+All three run at once (an idle server blocks and uses no CPU) and the concurrency waves are
+interleaved target by target, so drift of the shared machine hits all of them alike.
+
 Needs ``python build_lib.py --with-server``. Usage: ``python bench/bench_server.py``
-(``--quick`` for fewer levels, ``--targets llama-server,llamapy-http`` to choose).
+(``--quick`` for fewer levels).
 """
 
 from __future__ import annotations
@@ -224,21 +227,27 @@ class TickTimer:
         return (self.tick_s - self.decode_s) / self.tick_s if self.tick_s else 0.0
 
 
-def concurrency_levels(name: str, runner: Runner, levels: list[int], seed: int, reps: int = 3
-                       ) -> dict[int, Result]:
-    """Each level runs ``reps`` waves of ``c`` concurrent requests; figures pool all waves."""
-    out = {}
+def concurrency_levels(runners: dict[str, Runner], levels: list[int], reps: int = 3
+                       ) -> dict[str, dict[int, Result]]:
+    """Each level runs ``reps`` waves of ``c`` concurrent requests per target, the targets
+    interleaved wave by wave (rotating who goes first) so machine drift hits all alike."""
+    out: dict[str, dict[int, Result]] = {name: {} for name in runners}
+    names = list(runners)
     for c in levels:
-        rng = random.Random(seed * 100 + c)
-        waves = []
-        for _ in range(reps):
+        rng = random.Random(100 + c)
+        waves: dict[str, list[Result]] = {name: [] for name in names}
+        for rep in range(reps):
             prompts = [f"Request {rng.random():.6f}: " + text_of(rng, 70) for _ in range(c)]
-            waves.append(run_wave(runner, prompts, 64))
-        out[c] = r = Result(sum(w.wall_s for w in waves), [t for w in waves for t in w.ttfts],
-                            sum(w.tokens for w in waves))
-        print(f"{name:10s} c={c:2d} {r.tok_per_s:7.1f} tok/s  TTFT mean "
-              f"{statistics.mean(r.ttfts):.3f} p50 {r.ttft(0.5):.3f} p99 {r.ttft(0.99):.3f}",
-              flush=True)
+            for name in names[rep % len(names):] + names[:rep % len(names)]:
+                tagged = [f"[{name}] {p}" for p in prompts]  # no reuse across targets
+                waves[name].append(run_wave(runners[name], tagged, 64))
+        for name in names:
+            ws = waves[name]
+            out[name][c] = r = Result(sum(w.wall_s for w in ws), [t for w in ws for t in w.ttfts],
+                                      sum(w.tokens for w in ws))
+            print(f"{name:12s} c={c:2d} {r.tok_per_s:7.1f} tok/s  TTFT mean "
+                  f"{statistics.mean(r.ttfts):.3f} p50 {r.ttft(0.5):.3f} "
+                  f"p99 {r.ttft(0.99):.3f}", flush=True)
     return out
 
 
@@ -251,41 +260,9 @@ def prefix_wave(name: str, runner: Runner, seed: int) -> tuple[Result, Result]:
     warm_prompts = [f"{prefix}\nQuestion {i}b: " + text_of(rng2, 12) for i in range(8)]
     warm = run_wave(runner, warm_prompts, 32)
     for label, r in (("cold", cold), ("warm", warm)):
-        print(f"{name:10s} prefix wave {label}: wall {r.wall_s:.2f}s  TTFT mean "
+        print(f"{name:12s} prefix wave {label}: wall {r.wall_s:.2f}s  TTFT mean "
               f"{statistics.mean(r.ttfts):.3f} p50 {r.ttft(0.5):.3f}", flush=True)
     return cold, warm
-
-
-def run_http_target(name: str, proc: subprocess.Popen[bytes], port: int, levels: list[int]
-                    ) -> dict:
-    url = f"http://127.0.0.1:{port}"
-    try:
-        runner = llama_server_runner(url)
-        runner("warm up", 4)
-        return {"levels": concurrency_levels(name, runner, levels, 1),
-                "wave": prefix_wave(name, runner, 7), "multi": multi_turn(name, url)}
-    finally:
-        proc.terminate()
-        proc.wait(20)
-
-
-def run_in_process(args: argparse.Namespace, levels: list[int]) -> dict:
-    with Server(default_model_path(), n_ctx=args.n_ctx, n_parallel=args.n_parallel,
-                n_batch=args.n_batch, n_threads=args.threads, prompt_cache_ram_mb=256) as server:
-        server.wait_ready(120)
-        runner = llamapy_runner(server)
-        runner("warm up", 4)
-        timer = TickTimer(server)
-        timer.on = True
-        levels_out = concurrency_levels("llamapy", runner, levels, 1)
-        timer.on = False
-        out = {"levels": levels_out, "wave": prefix_wave("llamapy", runner, 7)}
-        print(f"llamapy python share of tick time: {100 * timer.python_share:.2f}% over "
-              f"{timer.ticks} ticks")
-        stats = server.stats()
-        print(f"llamapy reuse: own={stats['num_reused_own']} donor={stats['num_reused_donor']} "
-              f"inflight={stats['num_reused_inflight']} ram={stats['num_reused_ram']}")
-    return out
 
 
 def mean(r: Result) -> float:
@@ -323,23 +300,42 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=physical_cores())
     p.add_argument("--port", type=int, default=18181)
     p.add_argument("--quick", action="store_true")
-    p.add_argument("--targets", default="llama-server,llamapy,llamapy-http")
     args = p.parse_args()
     levels = [1, 8] if args.quick else [1, 4, 8, 16]
-    targets = args.targets.split(",")
-    results: dict[str, dict] = {}
-    if "llama-server" in targets:
-        results["llama-server"] = run_http_target(
-            "llama-srv", start_llama_server(args, args.port), args.port, levels)
-    if "llamapy" in targets:
-        results["llamapy"] = run_in_process(args, levels)
-    if "llamapy-http" in targets:
-        port = args.port + 1
-        results["llamapy-http"] = run_http_target(
-            "llamapy-h", start_llamapy_http(args, port), port, levels)
+    urls = {"llama-server": f"http://127.0.0.1:{args.port}",
+            "llamapy-http": f"http://127.0.0.1:{args.port + 1}"}
+    procs = [start_llama_server(args, args.port), start_llamapy_http(args, args.port + 1)]
+    try:
+        with Server(default_model_path(), n_ctx=args.n_ctx, n_parallel=args.n_parallel,
+                    n_batch=args.n_batch, n_threads=args.threads,
+                    prompt_cache_ram_mb=256) as server:
+            server.wait_ready(120)
+            runners = {"llama-server": llama_server_runner(urls["llama-server"]),
+                       "llamapy": llamapy_runner(server),
+                       "llamapy-http": llama_server_runner(urls["llamapy-http"])}
+            for runner in runners.values():
+                runner("warm up", 4)
+            timer = TickTimer(server)
+            timer.on = True
+            levels_out = concurrency_levels(runners, levels)
+            timer.on = False
+            results: dict[str, dict] = {name: {"levels": levels_out[name]} for name in runners}
+            for seed, name in enumerate(runners):
+                results[name]["wave"] = prefix_wave(name, runners[name], 7 + 10 * seed)
+            print(f"llamapy python share of tick time: {100 * timer.python_share:.2f}% over "
+                  f"{timer.ticks} ticks")
+            stats = server.stats()
+            print(f"llamapy reuse: own={stats['num_reused_own']} "
+                  f"donor={stats['num_reused_donor']} inflight={stats['num_reused_inflight']} "
+                  f"ram={stats['num_reused_ram']}")
+        for name, url in urls.items():
+            results[name]["multi"] = multi_turn(name, url)
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(20)
     for name in ("llamapy", "llamapy-http"):
-        if name in results and "llama-server" in results:
-            table(results["llama-server"], results[name], name, levels)
+        table(results["llama-server"], results[name], name, levels)
 
 
 if __name__ == "__main__":
