@@ -1,6 +1,7 @@
 """The chat page in a real headless Chromium (Debian's ``chromium``, driven by Playwright).
 
-``.ci/run`` installs chromium; the test is skipped where it or Playwright is missing.
+``.ci/run`` installs chromium and sets ``LLAMAPY_REQUIRE_BROWSER=1``, so there a missing browser
+fails the run; elsewhere (a developer machine without chromium) the test is skipped.
 """
 
 from __future__ import annotations
@@ -14,7 +15,11 @@ from typing import Any
 import pytest
 from live import LiveApp
 
-playwright_api = pytest.importorskip("playwright.sync_api")
+REQUIRED = os.environ.get("LLAMAPY_REQUIRE_BROWSER") == "1"
+if REQUIRED:
+    import playwright.sync_api as playwright_api
+else:
+    playwright_api = pytest.importorskip("playwright.sync_api")
 
 CHROMIUM = os.environ.get("LLAMAPY_CHROMIUM") or shutil.which("chromium") \
     or shutil.which("chromium-browser")
@@ -24,6 +29,8 @@ CHROMIUM_ARGS = ["--no-sandbox", "--headless", "--disable-gpu",
 #: Milliseconds the page may take for one answer.
 ANSWER_TIMEOUT_MS = 60_000
 
+if REQUIRED and CHROMIUM is None:
+    raise RuntimeError("LLAMAPY_REQUIRE_BROWSER=1 but no chromium was found")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")
 
 
