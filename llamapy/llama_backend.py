@@ -21,7 +21,7 @@ import numpy as np
 from ._native import Batch, Context, LoraAdapter, Model, SamplerChain
 from .engine.backend import BatchPlan
 from .engine.options import SamplingParams
-from .errors import DecodeError, InvalidOptionError, LlamapyError
+from .errors import DecodeError, InvalidBatchError, InvalidOptionError, LlamapyError
 
 #: ``DecodeError.code`` when a plan's adapter set cannot be applied (the batch is invalid for
 #: this context, as ``llama_decode``'s -1).
@@ -181,6 +181,7 @@ class LlamaBackend:
     def decode(self, plan: BatchPlan) -> None:
         """Apply the plan's adapter set if it is not the current one, fill the preallocated
         batch from the plan's segments and decode it."""
+        self._check(plan)
         if plan.adapter_set != self._adapter_set:
             self._apply_adapters(plan.adapter_set)
         batch = self._batch
@@ -188,6 +189,22 @@ class LlamaBackend:
         for seg in plan.segments:
             batch.add(seg.seq_id, seg.start_pos, seg.token_ids, seg.logits)
         self.ctx.decode(batch)
+
+    def _check(self, plan: BatchPlan) -> None:
+        """The contract's batch rules, checked before libllama sees the batch (it accepts a
+        sequence that does not continue at ``pos_max + 1``; the engine never sends one)."""
+        if plan.n_tokens > self.ctx.n_batch:
+            raise InvalidBatchError()
+        next_pos: dict[int, int] = {}
+        for seg in plan.segments:
+            if not 0 <= seg.seq_id < self.ctx.n_seq_max:
+                raise InvalidBatchError()
+            expected = next_pos.get(seg.seq_id)
+            if expected is None:
+                expected = self.ctx.seq_pos_max(seg.seq_id) + 1
+            if seg.start_pos != expected:
+                raise InvalidBatchError()
+            next_pos[seg.seq_id] = expected + len(seg.token_ids)
 
     # --- LoRA adapters ------------------------------------------------------------------------
 
