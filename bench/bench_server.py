@@ -191,16 +191,28 @@ def start_llamapy_http(args: argparse.Namespace, port: int) -> subprocess.Popen[
 
 
 class TickTimer:
-    """Measures engine tick time and the backend decode time inside it (tick thread only)."""
+    """Splits engine tick time into native work (``llama_decode`` and native sampling) and the
+    Python around it: the engine, batch filling, events (tick thread only)."""
 
     def __init__(self, server: Server) -> None:
-        self.tick_s = self.decode_s = 0.0
+        self.tick_s = self.native_s = 0.0
         self.ticks = 0
         self.on = False
+        from llamapy.llama_backend import LlamaSampler
+
+        def native(fn: Callable[..., object]) -> Callable[..., object]:
+            def timed(*args: object) -> object:
+                t = time.perf_counter()
+                try:
+                    return fn(*args)
+                finally:
+                    if self.on:
+                        self.native_s += time.perf_counter() - t
+            return timed
 
         def install(loop: object) -> None:
             engine, backend = loop.engine, loop.backend  # type: ignore[attr-defined]
-            tick, decode = engine.tick, backend.decode
+            tick = engine.tick
 
             def timed_tick() -> bool:
                 t = time.perf_counter()
@@ -210,21 +222,15 @@ class TickTimer:
                     self.ticks += 1
                 return out
 
-            def timed_decode(plan: object) -> None:
-                t = time.perf_counter()
-                try:
-                    decode(plan)
-                finally:
-                    if self.on:
-                        self.decode_s += time.perf_counter() - t
-
-            engine.tick, backend.decode = timed_tick, timed_decode
+            engine.tick = timed_tick
+            backend.ctx.decode = native(backend.ctx.decode)
+            LlamaSampler.sample = native(LlamaSampler.sample)  # type: ignore[method-assign]
 
         server.call_on_loop(install)
 
     @property
     def python_share(self) -> float:
-        return (self.tick_s - self.decode_s) / self.tick_s if self.tick_s else 0.0
+        return (self.tick_s - self.native_s) / self.tick_s if self.tick_s else 0.0
 
 
 def concurrency_levels(runners: dict[str, Runner], levels: list[int], reps: int = 3
