@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+from bench_server import wait_healthy
 
 from llamapy._paths import current_build
 from llamapy._system import physical_cores
@@ -109,16 +110,8 @@ def start_llama_server(threads: int, port: int) -> subprocess.Popen[bytes]:
     cmd = [str(exe), "-m", str(default_model_path()), "-c", str(N_CTX), "-np", "1",
            "-b", str(N_BATCH), "-ub", str(N_BATCH), "-t", str(threads), "-tb", str(threads),
            "-fa", "auto", "--host", "127.0.0.1", "--port", str(port)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(600):
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("llama-server did not start")
+    return wait_healthy(subprocess.Popen(cmd, stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.DEVNULL), port)
 
 
 def run_loop(name: str, turns: int, loop: Loop, check: Callable[[Turn], bool]) -> list[Turn]:
