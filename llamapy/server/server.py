@@ -221,28 +221,18 @@ class Server:
     def _events(self, token_ids: Sequence[int], options: dict[str, Any], *, per_event: bool,
                 timeout: float | None) -> Iterator[Any]:
         handle = SyncHandle()
-        request_id = self.submit(token_ids, handle.sink, **options)
-        deadline = None if per_event or timeout is None else time.monotonic() + timeout
-        done = False
+        wait = _Wait(self.submit(token_ids, handle.sink, **options), timeout, per_event)
         try:
-            while True:
-                wait = timeout if deadline is None else max(0.0, deadline - time.monotonic())
+            while not wait.done:
                 try:
-                    event = handle.get(wait)
+                    event = handle.get(wait.budget())
                 except queue.Empty:
-                    raise RequestTimeoutError(
-                        f"request {request_id} timed out after {timeout} s"
-                    ) from None
-                if isinstance(event, (DoneEvent, ErrorEvent)):
-                    done = True
-                    raise_for(event)
-                    yield event
-                    return
-                yield event
+                    raise wait.expired() from None
+                yield wait.seen(event)
         finally:
-            if not done:
+            if not wait.done:
                 handle.gone = True
-                self.cancel(request_id)
+                self.cancel(wait.request_id)
 
     # --- asyncio ------------------------------------------------------------------------------
 
@@ -293,28 +283,18 @@ class Server:
     async def _aevents(self, token_ids: Sequence[int], options: dict[str, Any], *,
                        per_event: bool, timeout: float | None) -> AsyncIterator[Any]:
         handle = AsyncHandle(asyncio.get_running_loop())
-        request_id = self.submit(token_ids, handle.sink, **options)
-        deadline = None if per_event or timeout is None else time.monotonic() + timeout
-        done = False
+        wait = _Wait(self.submit(token_ids, handle.sink, **options), timeout, per_event)
         try:
-            while True:
-                wait = timeout if deadline is None else max(0.0, deadline - time.monotonic())
+            while not wait.done:
                 try:
-                    event = await handle.get(wait)
+                    event = await handle.get(wait.budget())
                 except (TimeoutError, asyncio.TimeoutError):
-                    raise RequestTimeoutError(
-                        f"request {request_id} timed out after {timeout} s"
-                    ) from None
-                if isinstance(event, (DoneEvent, ErrorEvent)):
-                    done = True
-                    raise_for(event)
-                    yield event
-                    return
-                yield event
+                    raise wait.expired() from None
+                yield wait.seen(event)
         finally:
-            if not done:
+            if not wait.done:
                 handle.gone = True
-                self.cancel(request_id)
+                self.cancel(wait.request_id)
 
     # --- introspection ------------------------------------------------------------------------
 
@@ -352,3 +332,33 @@ class Server:
 def _engine_stats(loop: TickLoop) -> dict[str, Any]:
     assert loop.engine is not None  # the loop is ready
     return loop.engine.stats().as_dict()
+
+
+class _Wait:
+    """The waiting side of one request, shared by the sync and async event loops: the time
+    budget (per event, or one deadline for the whole call) and what the final event means."""
+
+    __slots__ = ("deadline", "done", "request_id", "timeout")
+
+    def __init__(self, request_id: Any, timeout: float | None, per_event: bool) -> None:
+        self.request_id = request_id
+        self.timeout = timeout
+        self.deadline = None if per_event or timeout is None else time.monotonic() + timeout
+        self.done = False
+
+    def budget(self) -> float | None:
+        """Seconds to wait for the next event."""
+        if self.deadline is None:
+            return self.timeout
+        return max(0.0, self.deadline - time.monotonic())
+
+    def expired(self) -> RequestTimeoutError:
+        """The error for a wait that ran out (the caller's ``finally`` cancels)."""
+        return RequestTimeoutError(f"request {self.request_id} timed out after {self.timeout} s")
+
+    def seen(self, event: Any) -> Any:
+        """Record ``event``; a final one ends the wait and raises its typed error, if any."""
+        if isinstance(event, (DoneEvent, ErrorEvent)):
+            self.done = True
+            raise_for(event)
+        return event
