@@ -267,6 +267,18 @@ def decode_error(code: int) -> DecodeError:
 # --- engine ------------------------------------------------------------------------------------
 
 
+class EngineError(LlamapyError):
+    """A scheduling step failed with a foreign error (a user batch strategy that raised, a
+    backend that raised something other than a ``DecodeError``): the requests it touched end
+    with this error, the engine keeps serving. ``phase`` names the step, ``__cause__`` holds
+    the original exception."""
+
+    def __init__(self, phase: str, cause: BaseException) -> None:
+        self.phase = phase
+        super().__init__(f"engine {phase} failed: {type(cause).__name__}: {cause}")
+        self.__cause__ = cause
+
+
 class UnknownLeaseError(LlamapyError, KeyError):
     """A lease id that the engine never issued or that was already released."""
 

@@ -293,6 +293,10 @@ class LlamaBackend:
         self.ctx.seq_rm(seq_id, -1, -1)
         return False
 
+    def logits(self, batch_index: int) -> np.ndarray:
+        """A zero-copy view of a row's logits (valid until the next decode)."""
+        return self.ctx.logits(batch_index)
+
     # --- vocabulary ---------------------------------------------------------------------------
 
     def token_to_piece(self, token_id: int) -> bytes:

@@ -12,6 +12,7 @@ libllama so that each method is one or two native calls:
 ``clear``                  ``llama_memory_clear``
 ``seq_pos_max``            ``llama_memory_seq_pos_max``
 ``state_seq_get/set``      ``llama_state_seq_get_data`` / ``llama_state_seq_set_data``
+``logits``                 ``llama_get_logits_ith`` (a row of the most recent decode)
 ``token_to_piece``         ``llama_token_to_piece`` (special tokens not rendered)
 ``is_eog``                 ``llama_vocab_is_eog``
 =========================  ====================================================================
@@ -219,6 +220,12 @@ class Backend(Protocol):
 
         Returns False on failure (no room, corrupt data); ``seq_id`` is then empty.
         """
+        ...
+
+    def logits(self, batch_index: int) -> Sequence[float]:
+        """The raw next-token logits (``n_vocab`` floats) of output row ``batch_index`` of the
+        most recent ``decode``; valid until the next ``decode`` (copy it to keep it).
+        ``IndexError`` when the row was not asked for."""
         ...
 
     def token_to_piece(self, token_id: int) -> bytes:

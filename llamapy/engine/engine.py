@@ -6,7 +6,11 @@ method, sinks included. One :meth:`Engine.tick` is::
     admit -> resolve prefixes -> plan batch -> decode -> sample and emit -> reap
 
 Every request ends with exactly one final event (:class:`~llamapy.engine.request.DoneEvent` or
-:class:`~llamapy.engine.request.ErrorEvent`).
+:class:`~llamapy.engine.request.ErrorEvent`). ``tick`` never raises to its owner (except
+``ClosedError`` on a closed engine): a failure while admitting fails the queued runs it was
+ordering, a failure while planning or decoding (a broken strategy, a foreign error from the
+backend) fails the runs on slots with :class:`~llamapy.errors.EngineError`, their KV resynced
+to what the engine knows, and the next tick serves the rest.
 """
 
 from __future__ import annotations
@@ -21,25 +25,29 @@ from llamapy.engine.admission import check_request
 from llamapy.engine.backend import Backend, Sampler
 from llamapy.engine.executor import Executor
 from llamapy.engine.integrity import build_stats, check_engine
+from llamapy.engine.leases import LeaseOps
 from llamapy.engine.options import EngineConfig, EngineTuning
 from llamapy.engine.planner import Batch, Planner, queued_view
 from llamapy.engine.prefix import PrefixResolver
 from llamapy.engine.ram_cache import PromptCache
 from llamapy.engine.request import (
+    CacheKey,
     DoneEvent,
     ErrorEvent,
     Event,
     FinishReason,
     Request,
+    Run,
     TokenEvent,
 )
-from llamapy.engine.slots import Run, Slot, SlotPool
+from llamapy.engine.slots import Slot, SlotPool
 from llamapy.engine.states import RequestState, SlotState
 from llamapy.engine.stats import Counters, EngineStats, InstabilityEvent, recent_events
 from llamapy.engine.strategies import resolve_strategy
 from llamapy.engine.text import TextStream
 from llamapy.errors import (
     ClosedError,
+    EngineError,
     InvalidOptionError,
     LlamapyError,
     QueueFullError,
@@ -72,6 +80,8 @@ class Engine:
                                      self.instability_events.append)
         self.planner = Planner(self.strategy, self.n_batch, config.chunk_size)
         self.executor = Executor(backend, self.prefix, self.counters, clock, self._deliver)
+        #: KV operations on leased slots (snapshot, restore, clear, next-token logits).
+        self.leases = LeaseOps(backend, self.pool, self.prefix)
         self._queue: list[Run] = []
         self._runs: dict[Hashable, Run] = {}
         self._gone: list[Run] = []
@@ -157,13 +167,29 @@ class Engine:
         if not self.has_work:
             return False
         self.counters.num_ticks += 1
-        self._admit()
-        waiting = self._resolve_prefixes()
-        batch = self._plan_batch(waiting)
-        if batch is not None:
-            self.executor.execute(batch)
+        try:
+            self._admit()
+        except Exception as exc:  # a strategy's admission_order: fail what it was ordering
+            self._fail_runs(list(self._queue), "admission", exc)
+        try:
+            waiting = self._resolve_prefixes()
+            batch = self._plan_batch(waiting)
+            if batch is not None:
+                self.executor.execute(batch)
+        except Exception as exc:  # planning or decoding: fail the runs on slots
+            self._fail_runs([s.run for s in self.pool.running() if s.run], "tick", exc)
         self._reap()
         return True
+
+    def _fail_runs(self, runs: list[Run], phase: str, exc: Exception) -> None:
+        """End ``runs`` with a typed error after a failure in ``phase`` (KV resynced)."""
+        log.error("engine %s failed; failing %d request(s): %r", phase, len(runs), exc)
+        error = exc if isinstance(exc, LlamapyError) else EngineError(phase, exc)
+        for run in runs:
+            if run.slot is not None:
+                self.prefix.resync(run.slot)
+            if run.state is not RequestState.FINISHED:
+                self._finish(run, FinishReason.ERROR, error)
 
     def _admit(self) -> None:
         """Place queued runs: lease-bound and session-affine first, then strategy order."""
@@ -289,9 +315,10 @@ class Engine:
         evicted until :meth:`release`. Returns the lease id, or None when no slot is idle.
         A cache under another key is dropped (offered to the RAM cache first). Requests on the
         lease should carry the same key (``cache_scope``, ``cache_identity`` and
-        ``options.adapters == adapter_set``); one that does not finds no KV to reuse."""
+        ``options.adapters == adapter_set``); one that does not finds no KV to reuse. Between
+        requests, the lease's KV is only touched through :attr:`leases`."""
         self._check_open()
-        key = (cache_scope, cache_identity, tuple(adapter_set))
+        key = CacheKey(cache_scope, cache_identity, tuple(adapter_set))
         slot = self.pool.lease(key)
         if slot is None:
             return None
@@ -308,32 +335,6 @@ class Engine:
             self._finish(run, FinishReason.CANCELLED)
         assert slot.is_free, "release: lease still running"
         self.pool.release(lease_id)
-
-    def lease_seq_id(self, lease_id: int) -> int:
-        """The backend sequence of a leased slot (for ``state_seq_get/set``)."""
-        return self.pool.leased_slot(lease_id).seq_id
-
-    def slot_tokens(self, lease_id: int) -> list[int]:
-        """Tokens whose KV is resident in the leased slot."""
-        return list(self.pool.leased_slot(lease_id).cached)
-
-    def set_slot_tokens(self, lease_id: int, token_ids: list[int],
-                        cache_identity: str | None = None) -> None:
-        """Declare the leased slot's resident tokens after an external ``state_seq_set``
-        (or an empty list after clearing it). The slot must be free and its sequence must hold
-        exactly ``len(token_ids)`` positions. ``cache_identity``, if given, replaces the
-        identity the resident KV is filed under (its scope and adapter set are kept)."""
-        slot = self.pool.leased_slot(lease_id)
-        if not slot.is_free:
-            raise InvalidOptionError("set_slot_tokens: a request is running on the lease",
-                                     option="lease_id")
-        if self.backend.seq_pos_max(slot.seq_id) != len(token_ids) - 1:
-            raise InvalidOptionError("set_slot_tokens: token count does not match the "
-                                     "sequence's KV", option="token_ids")
-        slot.cached = list(token_ids)
-        if cache_identity is not None:
-            scope, _, adapter_set = slot.key if isinstance(slot.key, tuple) else (None, "", ())
-            slot.key = (scope, cache_identity, adapter_set)
 
     # --- introspection and shutdown --------------------------------------------------------------
 

@@ -18,8 +18,7 @@ from collections.abc import Callable, Hashable
 from llamapy.engine.backend import Backend, Sampler
 from llamapy.engine.planner import Batch, Entry
 from llamapy.engine.prefix import PrefixResolver
-from llamapy.engine.request import Event, FinishReason, TokenEvent
-from llamapy.engine.slots import Run, Slot
+from llamapy.engine.request import Event, FinishReason, Run, TokenEvent
 from llamapy.engine.states import SlotState
 from llamapy.engine.stats import Counters
 from llamapy.errors import ContextOverflowError, DecodeError, KVCacheFullError, LlamapyError
@@ -83,16 +82,9 @@ class Executor:
 
     def _fail(self, batch: Batch, exc: DecodeError) -> None:
         for entry in batch.entries:
-            self.resync(entry.slot)
+            self.prefix.resync(entry.slot)
             entry.run.error = exc
             entry.run.finish = FinishReason.ERROR
-
-    def resync(self, slot: Slot) -> None:
-        """Drop KV the backend may hold past ``slot.cached`` (after a failed decode)."""
-        seq, n = slot.seq_id, len(slot.cached)
-        if self.backend.seq_pos_max(seq) >= n and not self.backend.seq_rm(seq, n, -1):
-            self.backend.seq_rm(seq, 0, -1)
-            slot.cached.clear()
 
     def _commit(self, batch: Batch, rows: list[int | None]) -> None:
         for entry, row in zip(batch.entries, rows, strict=True):

@@ -215,6 +215,10 @@ class FakeBackend:
             raise IndexError(f"no logits at batch index {batch_index}")
         return self._rows[batch_index]
 
+    def logits(self, batch_index: int) -> list[float]:
+        """Raw logits of output row ``batch_index`` (see :meth:`FakeModel.logits`)."""
+        return self.model.logits(self.output_row(batch_index))
+
     def _validate(self, plan: BatchPlan) -> None:
         n = plan.n_tokens
         seqs = [s.seq_id for s in plan.segments]

@@ -104,6 +104,14 @@ class FakeModel:
         picks = [(u >> (4 * i)) % self.n_vocab for i in range(n)]
         return [(t, -0.25 * (i + 1)) for i, t in enumerate(picks)]
 
+    def logits(self, history: int) -> list[float]:
+        """Deterministic raw logits after a history: values in ``[-4, 0)``, with the greedy
+        next token (``next_token`` at ``temp=0``) raised to ``+1`` so it is the argmax."""
+        u = _mix(history ^ 0x2545F4914F6CDD1D)
+        out = [-4.0 + ((u >> (t % 48)) % 997) / 250.0 for t in range(self.n_vocab)]
+        out[self.next_token(history, _GREEDY)] = 1.0
+        return out
+
     def reference(self, prompt: Sequence[int], max_tokens: int, params: SamplingParams,
                   adapter_set: Hashable = ()) -> list[int]:
         """The tokens a request must produce under ``adapter_set``: up to ``max_tokens``,
@@ -117,6 +125,9 @@ class FakeModel:
                 break
             h = chain_hash(h, token, salt)
         return out
+
+
+_GREEDY = SamplingParams(temp=0.0)
 
 
 def _banned(params: SamplingParams) -> frozenset[int]:

@@ -16,7 +16,8 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 from llamapy.engine.backend import BatchPlan, Segment
-from llamapy.engine.slots import Run, Slot
+from llamapy.engine.request import Run
+from llamapy.engine.slots import Slot
 from llamapy.engine.strategies import BatchDecision, BatchStrategy, BatchView, QueuedView, SlotView
 from llamapy.errors import InvalidOptionError
 

@@ -23,12 +23,13 @@ while a slot admitted before us is still computing a shared part of at least
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from llamapy.engine.backend import Backend
 from llamapy.engine.options import EngineTuning
 from llamapy.engine.ram_cache import CacheEntry, PromptCache, common_prefix
-from llamapy.engine.slots import Run, Slot, SlotPool
+from llamapy.engine.request import Run
+from llamapy.engine.slots import Slot, SlotPool
 from llamapy.engine.states import SlotState
 from llamapy.engine.stats import Counters, InstabilityEvent
 
@@ -103,18 +104,24 @@ class PrefixResolver:
         return best, best_n
 
     def _restore(self, slot: Slot, entry: CacheEntry, n: int) -> int:
-        ok = self.backend.state_seq_set(slot.seq_id, entry.data)
-        ok = ok and self.backend.seq_pos_max(slot.seq_id) == len(entry.token_ids) - 1
-        if not ok:
-            self.backend.seq_rm(slot.seq_id, 0, -1)
-            slot.cached = []
+        if not self.load(slot, entry.data, entry.token_ids):
             self.counters.num_ram_restore_failures += 1
             return 0
         self.ram.touch(entry)
         self.counters.num_ram_restores += 1
-        slot.cached = list(entry.token_ids)
         self.trim(slot, n)
         return len(slot.cached)
+
+    def load(self, slot: Slot, data: bytes, token_ids: Sequence[int]) -> bool:
+        """Replace ``slot``'s KV with serialised state holding ``token_ids``. False (the slot
+        then empty) when the backend refuses it or it holds another number of positions."""
+        ok = self.backend.state_seq_set(slot.seq_id, data)
+        if not ok or self.backend.seq_pos_max(slot.seq_id) != len(token_ids) - 1:
+            self.backend.seq_rm(slot.seq_id, 0, -1)
+            slot.cached = []
+            return False
+        slot.cached = list(token_ids)
+        return True
 
     def _record(self, run: Run, source: str | None, n: int) -> None:
         run.timings.reused_tokens = n
@@ -188,6 +195,13 @@ class PrefixResolver:
             self.backend.seq_rm(slot.seq_id, 0, -1)
             keep = 0
         del slot.cached[keep:]
+
+    def resync(self, slot: Slot) -> None:
+        """Drop KV the backend may hold past ``slot.cached`` (after a failed decode)."""
+        seq, n = slot.seq_id, len(slot.cached)
+        if self.backend.seq_pos_max(seq) >= n and not self.backend.seq_rm(seq, n, -1):
+            self.backend.seq_rm(seq, 0, -1)
+            slot.cached.clear()
 
     def purge_one(self) -> bool:
         """KV pressure: drop the least recently used idle slot's cache (offered to the RAM

@@ -13,20 +13,41 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import Enum
+from typing import TYPE_CHECKING, NamedTuple
 
 from llamapy.engine.options import RequestOptions
+from llamapy.engine.states import RequestState, StateMachine, request_machine
+from llamapy.engine.text import TextStream
 from llamapy.errors import LlamapyError
 
+if TYPE_CHECKING:
+    from llamapy.engine.backend import Sampler
+    from llamapy.engine.slots import Slot
+
 __all__ = [
+    "CacheKey",
     "DoneEvent",
     "ErrorEvent",
     "Event",
     "FinishReason",
     "Request",
     "RequestTimings",
+    "Run",
     "Sink",
     "TokenEvent",
 ]
+
+
+class CacheKey(NamedTuple):
+    """What KV is filed under: reuse (own slot, donor, RAM cache, in-flight) needs equal keys.
+
+    ``cache_scope`` is the tenant's trust boundary (None: one shared pool), ``cache_identity``
+    the model/manifest identity (opaque), ``adapter_set`` the LoRA set the KV was computed under.
+    """
+
+    cache_scope: str | None = None
+    cache_identity: str = ""
+    adapter_set: tuple[Hashable, ...] = ()
 
 
 class FinishReason(str, Enum):
@@ -157,6 +178,66 @@ class Request:
         return self.options.adapters
 
     @property
-    def cache_key(self) -> tuple[str | None, str, tuple[Hashable, ...]]:
+    def cache_key(self) -> CacheKey:
         """``(cache_scope, cache_identity, adapter_set)``: reuse requires equal keys."""
-        return (self.options.cache_scope, self.cache_identity, self.options.adapters)
+        return CacheKey(self.options.cache_scope, self.cache_identity, self.options.adapters)
+
+
+@dataclass(slots=True, eq=False)
+class Run:
+    """A submitted :class:`Request` and everything the engine tracks about it while it is queued
+    or on a slot (``prompt`` + generated = ``tokens``)."""
+
+    request: Request
+    serial: int
+    cache_prompt: bool
+    sampler: Sampler | None
+    submitted_at: float
+    prompt: list[int] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    text: TextStream = field(default_factory=TextStream)
+    machine: StateMachine[RequestState] = field(default_factory=request_machine)
+    timings: RequestTimings = field(default_factory=RequestTimings)
+    slot: Slot | None = None
+    resolved: bool = False
+    admitted_at: float = 0.0
+    prefill_started_at: float | None = None
+    last_token_at: float | None = None
+    finish: FinishReason | None = None
+    error: LlamapyError | None = None
+
+    @property
+    def request_id(self) -> Hashable:
+        """The request's id."""
+        return self.request.request_id
+
+    @property
+    def key(self) -> CacheKey:
+        """``(cache_scope, cache_identity, adapter_set)``."""
+        return self.request.cache_key
+
+    @property
+    def adapter_set(self) -> Hashable:
+        """The adapter set every decode of this run uses."""
+        return self.request.adapter_set
+
+    @property
+    def prefill_only(self) -> bool:
+        """``max_tokens == 0``: compute the prompt's KV, sample nothing."""
+        return self.request.options.max_tokens == 0
+
+    @property
+    def reuse_cap(self) -> int:
+        """Most prompt tokens that may be reused: all but the last, whose logits are needed,
+        unless nothing will be sampled."""
+        return len(self.prompt) if self.prefill_only else max(0, len(self.prompt) - 1)
+
+    @property
+    def num_generated(self) -> int:
+        """Tokens sampled so far."""
+        return len(self.tokens) - len(self.prompt)
+
+    @property
+    def state(self) -> RequestState:
+        """Queued, running or finished."""
+        return self.machine.state

@@ -1,5 +1,4 @@
-"""Slots (one KV sequence each), runs (a request in flight) and the slot pool: routing, LRU,
-session affinity and leases.
+"""Slots (one KV sequence each) and the slot pool: routing, LRU, affinity and leases.
 
 Invariant: ``slot.cached`` lists exactly the tokens whose KV is resident in sequence
 ``slot.seq_id``, by position (``backend.seq_pos_max(seq_id) == len(cached) - 1``). While a run
@@ -11,82 +10,12 @@ from __future__ import annotations
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 
-from llamapy.engine.backend import Sampler
 from llamapy.engine.ram_cache import common_prefix
-from llamapy.engine.request import FinishReason, Request, RequestTimings
-from llamapy.engine.states import (
-    FREE_SLOT_STATES,
-    RequestState,
-    SlotState,
-    StateMachine,
-    request_machine,
-    slot_machine,
-)
-from llamapy.engine.text import TextStream
-from llamapy.errors import LlamapyError, UnknownLeaseError
+from llamapy.engine.request import CacheKey, Run
+from llamapy.engine.states import FREE_SLOT_STATES, SlotState, StateMachine, slot_machine
+from llamapy.errors import UnknownLeaseError
 
-__all__ = ["Run", "Slot", "SlotPool"]
-
-CacheKey = Hashable
-
-
-@dataclass(slots=True, eq=False)
-class Run:
-    """A submitted request and everything the engine tracks about it."""
-
-    request: Request
-    serial: int
-    cache_prompt: bool
-    sampler: Sampler | None
-    submitted_at: float
-    prompt: list[int] = field(default_factory=list)
-    tokens: list[int] = field(default_factory=list)
-    text: TextStream = field(default_factory=TextStream)
-    machine: StateMachine[RequestState] = field(default_factory=request_machine)
-    timings: RequestTimings = field(default_factory=RequestTimings)
-    slot: Slot | None = None
-    resolved: bool = False
-    admitted_at: float = 0.0
-    prefill_started_at: float | None = None
-    last_token_at: float | None = None
-    finish: FinishReason | None = None
-    error: LlamapyError | None = None
-
-    @property
-    def request_id(self) -> Hashable:
-        """The request's id."""
-        return self.request.request_id
-
-    @property
-    def key(self) -> CacheKey:
-        """``(cache_scope, cache_identity, adapter_set)``."""
-        return self.request.cache_key
-
-    @property
-    def adapter_set(self) -> Hashable:
-        """The adapter set every decode of this run uses."""
-        return self.request.adapter_set
-
-    @property
-    def prefill_only(self) -> bool:
-        """``max_tokens == 0``: compute the prompt's KV, sample nothing."""
-        return self.request.options.max_tokens == 0
-
-    @property
-    def reuse_cap(self) -> int:
-        """Most prompt tokens that may be reused: all but the last, whose logits are needed,
-        unless nothing will be sampled."""
-        return len(self.prompt) if self.prefill_only else max(0, len(self.prompt) - 1)
-
-    @property
-    def num_generated(self) -> int:
-        """Tokens sampled so far."""
-        return len(self.tokens) - len(self.prompt)
-
-    @property
-    def state(self) -> RequestState:
-        """Queued, running or finished."""
-        return self.machine.state
+__all__ = ["Slot", "SlotPool"]
 
 
 @dataclass(slots=True, eq=False)
@@ -96,7 +25,7 @@ class Slot:
     slot_id: int
     machine: StateMachine[SlotState] = field(default_factory=slot_machine)
     cached: list[int] = field(default_factory=list)
-    key: CacheKey = None
+    key: CacheKey | None = None
     last_used: int = 0
     session: Hashable | None = None
     lease_id: int | None = None

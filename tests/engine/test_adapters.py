@@ -130,8 +130,10 @@ def test_lease_carries_its_adapter_set():
     assert first.finish_reason == "prefill"
     assert again.final.timings.reused_tokens == len(SYSTEM)
     assert again.tokens == ref(backend, [*SYSTEM, 5], 2, adapters=A)
-    engine.set_slot_tokens(lease, engine.slot_tokens(lease), cache_identity="new")
+    state = engine.leases.snapshot(lease)
+    assert engine.leases.restore(lease, state, cache_identity="new")
     assert engine.pool.leased_slot(lease).key == ("s", "new", A)
+    assert engine.leases.tokens(lease) == list(state.token_ids)
     other = submit(engine, 3, SYSTEM, max_tokens=1, cache_scope="s", identity="new",
                    lease_id=lease)  # base model on a lease filed under A: nothing reused
     run_all(engine)

@@ -47,7 +47,7 @@ def test_prefill_only_on_a_lease_allows_full_reuse():
     assert first.finish_reason == again.finish_reason == "prefill"
     assert again.final.timings.reused_tokens == len(PREFIX)
     assert again.final.timings.prefill_tokens == 0
-    assert engine.slot_tokens(lease) == PREFIX
+    assert engine.leases.tokens(lease) == PREFIX
     suffix = submit(engine, 3, [*PREFIX, 7, 8], max_tokens=0, cache_scope="s", lease_id=lease)
     drain(engine)
     assert suffix.final.timings.prefill_tokens == 2
@@ -77,30 +77,73 @@ def test_leased_cache_survives_kv_pressure():
     seed = next(s for s in range(500) if eog not in ref(backend, prompt, 15, seed=s))
     plain = submit(engine, "p", prompt, max_tokens=15, seed=seed)
     drain(engine)
-    assert engine.slot_tokens(lease) == PREFIX and backend.seq_pos_max(
-        engine.lease_seq_id(lease)) == len(PREFIX) - 1
+    assert engine.leases.tokens(lease) == PREFIX and backend.seq_pos_max(
+        engine.pool.leased_slot(lease).seq_id) == len(PREFIX) - 1
     assert plain.finish_reason == "error"  # 30 leased + 20 + 15 > 60: the plain one fails
     assert engine.counters.num_purged_slots == 0
 
 
-def test_external_state_restore_then_set_slot_tokens():
+def test_snapshot_clear_restore_keep_the_slot_exact():
     engine, backend = make_engine(n_parallel=2)
     lease = engine.lease()
     submit(engine, 1, PREFIX, max_tokens=0, lease_id=lease)
     drain(engine)
-    seq = engine.lease_seq_id(lease)
-    snapshot = backend.state_seq_get(seq)
-    backend.seq_rm(seq, 0, -1)
-    engine.set_slot_tokens(lease, [])
-    assert backend.state_seq_set(seq, snapshot)
-    engine.set_slot_tokens(lease, PREFIX)
+    state = engine.leases.snapshot(lease)
+    assert state.token_ids == tuple(PREFIX)
+    engine.leases.clear(lease)
+    assert engine.leases.tokens(lease) == [] and backend.seq_pos_max(0) == -1
+    engine.check_integrity()
+    assert engine.leases.restore(lease, state, cache_identity="")
+    assert engine.leases.tokens(lease) == PREFIX
     engine.check_integrity()
     sink = submit(engine, 2, [*PREFIX, 4], max_tokens=2, lease_id=lease)
     drain(engine)
     assert sink.final.timings.reused_tokens == len(PREFIX)
     assert sink.tokens == ref(backend, [*PREFIX, 4], 2)
+
+
+def test_restore_that_does_not_match_leaves_the_slot_empty():
+    engine, backend = make_engine(n_parallel=2)
+    lease = engine.lease()
+    submit(engine, 1, PREFIX, max_tokens=0, lease_id=lease)
+    drain(engine)
+    state = engine.leases.snapshot(lease)
+    lying = type(state)(state.state, state.token_ids[:3])  # bytes hold 30 positions
+    assert not engine.leases.restore(lease, lying, cache_identity="x")
+    assert engine.leases.tokens(lease) == [] and backend.seq_pos_max(0) == -1
+    assert engine.pool.leased_slot(lease).key.cache_identity == "x"
+    backend.inject("restore_fail")
+    assert not engine.leases.restore(lease, state, cache_identity="")
+    assert engine.leases.tokens(lease) == []
+    engine.check_integrity()
+
+
+def test_next_token_logits_recomputes_the_last_token_and_keeps_the_kv():
+    engine, backend = make_engine(n_parallel=2)
+    lease = engine.lease()
+    submit(engine, 1, PREFIX, max_tokens=0, lease_id=lease)
+    drain(engine)
+    logits = engine.leases.next_token_logits(lease, PREFIX)
+    greedy = ref(backend, PREFIX, 1, temp=0.0)[0]
+    assert max(range(len(logits)), key=logits.__getitem__) == greedy
+    assert engine.leases.tokens(lease) == PREFIX and backend.seq_pos_max(0) == len(PREFIX) - 1
+    longer = engine.leases.next_token_logits(lease, [*PREFIX, greedy])  # one token past the KV
+    assert engine.leases.tokens(lease) == [*PREFIX, greedy]
+    assert len(longer) == len(logits)
     with pytest.raises(InvalidOptionError):
-        engine.set_slot_tokens(lease, PREFIX[:3])  # does not match the sequence's KV
+        engine.leases.next_token_logits(lease, [9, 9])
+    engine.check_integrity()
+
+
+def test_lease_ops_refuse_while_a_request_runs_on_the_lease():
+    engine, _ = make_engine(n_parallel=1)
+    lease = engine.lease()
+    submit(engine, 1, PREFIX, max_tokens=50, lease_id=lease)
+    engine.tick()
+    with pytest.raises(InvalidOptionError):
+        engine.leases.snapshot(lease)
+    with pytest.raises(InvalidOptionError):
+        engine.leases.clear(lease)
 
 
 def test_release_cancels_work_and_leaves_a_reusable_prefix_in_scope():
@@ -125,10 +168,10 @@ def test_leasing_under_another_key_drops_the_old_cache():
     submit(engine, 1, PREFIX, max_tokens=1, cache_scope="a")
     drain(engine)
     lease = engine.lease("b", "lora")
-    assert engine.slot_tokens(lease) == [] and backend.seq_pos_max(0) == -1
+    assert engine.leases.tokens(lease) == [] and backend.seq_pos_max(0) == -1
     engine.release(lease)
     lease = engine.lease("b", "lora")
-    assert engine.slot_tokens(lease) == []
+    assert engine.leases.tokens(lease) == []
 
 
 def test_lease_overflow_reports_resident_tokens():

@@ -16,7 +16,7 @@ from llamapy.engine import (
     resolve_strategy,
 )
 from llamapy.engine.testing import drain
-from llamapy.errors import InvalidOptionError
+from llamapy.errors import EngineError, InvalidOptionError
 
 
 def slot(slot_id: int, remaining: int = 0, serial: int | None = None,
@@ -102,9 +102,13 @@ class Lazy(BaseStrategy):
 @pytest.mark.parametrize("strategy", [Greedy(), Lazy()])
 def test_engine_rejects_invalid_decisions(strategy):
     engine, _ = make_engine(batch_strategy=strategy, n_batch=8, chunk_size=4)
-    submit(engine, 1, list(range(1, 20)), max_tokens=2)
-    with pytest.raises(InvalidOptionError, match="batch_strategy"):
-        engine.tick()
+    sink = submit(engine, 1, list(range(1, 20)), max_tokens=2)
+    assert engine.tick()  # the invalid decision fails the request, never the tick
+    assert sink.finish_reason == "error"
+    assert isinstance(sink.final.exc, InvalidOptionError)
+    assert "batch_strategy" in str(sink.final.exc)
+    assert all(s.is_free for s in engine.pool.slots)
+    engine.check_integrity()
 
 
 class Recording(DecodeMaximal):
@@ -147,3 +151,57 @@ def test_every_strategy_gives_reference_results(name):
         assert plan.n_tokens <= 12 and all(len(s.token_ids) <= 5 for s in plan.segments)
     for i, p in prompts.items():
         assert sinks[i].tokens == ref(backend, p, 6, seed=i)
+
+
+class _Broken(DecodeMaximal):
+    """A strategy whose batch decision raises after ``ok`` good ticks."""
+
+    def __init__(self, ok: int = 0) -> None:
+        self.ok = ok
+
+    def allocate(self, view):  # type: ignore[no-untyped-def]
+        if self.ok <= 0:
+            raise ZeroDivisionError("strategy bug")
+        self.ok -= 1
+        return super().allocate(view)
+
+
+def test_a_raising_strategy_fails_the_running_requests_and_the_engine_keeps_ticking():
+    engine, backend = make_engine(n_parallel=2, batch_strategy=_Broken(ok=2))
+    a = submit(engine, "a", list(range(1, 40)), max_tokens=20)
+    b = submit(engine, "b", list(range(50, 60)), max_tokens=20)
+    for _ in range(3):
+        assert engine.tick()  # the third tick's decision raises: never out of tick()
+    for sink in (a, b):
+        assert sink.finish_reason == "error"
+        assert isinstance(sink.final.exc, EngineError) and sink.final.exc.phase == "tick"
+        assert isinstance(sink.final.exc.__cause__, ZeroDivisionError)
+    assert all(s.is_free for s in engine.pool.slots) and not engine.runs
+    engine.check_integrity()
+    backend.check_integrity()
+    engine.strategy.ok = 10**6  # fixed: later requests are served
+    c = submit(engine, "c", list(range(1, 40)), max_tokens=3)
+    drain(engine)
+    assert c.tokens == ref(backend, list(range(1, 40)), 3)
+
+
+def test_a_backend_raising_a_foreign_error_fails_only_that_batch():
+    engine, backend = make_engine(n_parallel=1)
+    real = backend.decode
+    calls = {"n": 0}
+
+    def flaky(plan):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("driver hiccup")
+        return real(plan)
+
+    backend.decode = flaky  # type: ignore[method-assign]
+    a = submit(engine, "a", list(range(1, 10)), max_tokens=5)
+    drain(engine)
+    assert a.finish_reason == "error" and isinstance(a.final.exc, EngineError)
+    b = submit(engine, "b", list(range(1, 10)), max_tokens=3)
+    drain(engine)
+    assert b.tokens == ref(backend, list(range(1, 10)), 3)
+    engine.check_integrity()
+    backend.check_integrity()

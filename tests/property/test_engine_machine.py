@@ -177,7 +177,7 @@ class EngineMachine(RuleBasedStateMachine):
         lease_id, scope, identity, adapters = lease
         if lease_id not in self.engine.pool.leases:
             return multiple()
-        resident = self.engine.slot_tokens(lease_id)[:keep]
+        resident = self.engine.leases.tokens(lease_id)[:keep]
         prompt = resident + extra or [2]
         options = RequestOptions(max_tokens=max_tokens, cache_scope=scope,
                                  adapters=adapters if other_set is None else other_set,
