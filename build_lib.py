@@ -119,6 +119,16 @@ def extract_source(cache: Path, sdist: Path) -> Path:
 # --- configure and build -----------------------------------------------------------------------
 
 
+#: Native builds leave Intel AMX out. ``-march=native`` on a CPU that reports AMX compiles
+#: ggml's AMX matmul kernels, and on virtual machines that do not hand AMX tile state to the
+#: guest every decode then dies with a general protection fault (seen on this project's CI
+#: machines: llama-bench and llama-server crash the same way). The explicit ``-mno-amx-*``
+#: flags win over ``-march=native`` whatever their order; AMX gains little at our batch sizes.
+_NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+NO_AMX_FLAGS = ["-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF", "-DGGML_AMX_BF16=OFF",
+                f"-DCMAKE_C_FLAGS={_NO_AMX}", f"-DCMAKE_CXX_FLAGS={_NO_AMX}"]
+
+
 def cmake_flags(args: argparse.Namespace) -> list[str]:
     flags = [
         "-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=ON",
@@ -127,6 +137,8 @@ def cmake_flags(args: argparse.Namespace) -> list[str]:
         "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_OPENSSL=OFF",
         f"-DGGML_NATIVE={'OFF' if args.no_native else 'ON'}",
     ]
+    if not args.no_native:
+        flags += NO_AMX_FLAGS
     if args.cuda:
         flags.append("-DGGML_CUDA=ON")
     if args.blas:

@@ -13,8 +13,9 @@ file once (cached by resolved path, shared by every set that names it); ``decode
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -293,9 +294,9 @@ class LlamaBackend:
         self.ctx.seq_rm(seq_id, -1, -1)
         return False
 
-    def logits(self, batch_index: int) -> np.ndarray:
-        """A zero-copy view of a row's logits (valid until the next decode)."""
-        return self.ctx.logits(batch_index)
+    def logits(self, batch_index: int) -> Sequence[float]:
+        """A zero-copy numpy view of a row's logits (valid until the next decode)."""
+        return cast("Sequence[float]", self.ctx.logits(batch_index))
 
     # --- vocabulary ---------------------------------------------------------------------------
 

@@ -182,6 +182,12 @@ class Backend(Protocol):
         raises ``DecodeError`` (the engine fails the batch's runs)."""
         ...
 
+    def load_adapters(self, adapter_set: Hashable) -> None:
+        """Make every adapter of ``adapter_set`` ready to apply (e.g. load its files); called
+        by ``Engine.submit`` for each request with a non-empty set. Raises
+        ``ModelLoadError`` / ``InvalidOptionError`` for a set it cannot use."""
+        ...
+
     def new_sampler(self, params: SamplingParams) -> Sampler:
         """A fresh sampler for one request; raises ``GrammarError`` for a bad grammar."""
         ...

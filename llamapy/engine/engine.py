@@ -96,11 +96,14 @@ class Engine:
         Raises, changing nothing: ``ClosedError``, ``InvalidOptionError`` (duplicate id, bad
         tokens, empty prompt), ``UnknownLeaseError``, ``ContextOverflowError`` (prompt plus
         ``max_tokens`` cannot fit the per-sequence context), ``QueueFullError``,
-        ``GrammarError`` (from the backend's sampler).
+        ``GrammarError`` (from the backend's sampler), ``ModelLoadError`` (an adapter set the
+        backend cannot load).
         """
         self._check_open()
         prompt = check_request(request, self.backend, self.pool, self._runs)
         slot = self._placement(request, prompt)
+        if request.adapter_set:
+            self.backend.load_adapters(request.adapter_set)
         sampler = None if request.options.max_tokens == 0 else \
             self.backend.new_sampler(request.options.sampling)
         run = self._new_run(request, prompt, sampler)
@@ -337,6 +340,11 @@ class Engine:
         self.pool.release(lease_id)
 
     # --- introspection and shutdown --------------------------------------------------------------
+
+    @property
+    def n_ctx_seq(self) -> int:
+        """Tokens one sequence (slot) may hold."""
+        return self.backend.n_ctx_seq
 
     def stats(self) -> EngineStats:
         """A snapshot of slots, queue, RAM cache and counters."""

@@ -281,6 +281,10 @@ class FakeBackend:
 
     # --- sampling and vocabulary -------------------------------------------------------------
 
+    def load_adapters(self, adapter_set: Hashable) -> None:
+        """Any hashable set is usable (adapter sets only salt the fake model)."""
+        hash(adapter_set)
+
     def new_sampler(self, params: SamplingParams) -> FakeSampler:
         """A :class:`FakeSampler`; a grammar must define its root rule (``root ::= ...``)."""
         if params.grammar and f"{params.grammar_root} ::=" not in params.grammar:

@@ -11,20 +11,20 @@ from __future__ import annotations
 import functools
 import time
 import weakref
-from collections.abc import AsyncGenerator, Generator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from .._native import Model
 from ..chat import ChatTemplate, OutputParser
-from ..engine import DoneEvent, TokenEvent
 from ..errors import ModelNotFoundError
+from ..runtime import AsyncRequestStream, RequestStream
 from ..server import Server
 from .params import lora_adapters
 
-SyncEvents = Generator[TokenEvent | DoneEvent, None, None]
-AsyncEvents = AsyncGenerator[TokenEvent | DoneEvent, None]
+SyncEvents = RequestStream
+AsyncEvents = AsyncRequestStream
 
 #: Start options of the private server that runs API calls on a bare ``Model`` (adjustable).
 PRIVATE_SERVER_OPTIONS: dict[str, object] = {"n_parallel": 1}
@@ -124,12 +124,12 @@ class ServedModel:
         return model.tokenize(text, add_special, True)
 
     def events(self, token_ids: Sequence[int], options: Mapping[str, Any]) -> SyncEvents:
-        """:meth:`Server.events` (typed as the generator it is, so it can be closed)."""
-        return cast(SyncEvents, self.server.events(token_ids, **options))
+        """The request's event stream (:meth:`Server.open_stream`; closing it cancels)."""
+        return self.server.open_stream(token_ids, **options)
 
     def aevents(self, token_ids: Sequence[int], options: Mapping[str, Any]) -> AsyncEvents:
-        """:meth:`Server.aevents` (typed as the async generator it is)."""
-        return cast(AsyncEvents, self.server.aevents(token_ids, **options))
+        """The request's async event stream (:meth:`Server.open_astream`)."""
+        return self.server.open_astream(token_ids, **options)
 
     def select_adapters(self, options: dict[str, Any]) -> dict[str, Any]:
         """Map llama-server's ``lora`` selection (in place) to the preloaded adapter files."""

@@ -1,8 +1,8 @@
 """The threaded continuous-batching server (sync and asyncio API)."""
 
 from .._system import physical_cores
-from .adapters import AdapterSet, resolve_adapters
-from .handles import Completion, Usage
+from ..adapters import AdapterSet, resolve_adapters
+from ..runtime import Completion, Usage
 from .options import call_option_keys, request_option_keys, start_option_keys
 from .server import Server
 

@@ -30,7 +30,7 @@ from ..engine.options import (
 from ..errors import InvalidOptionError, UnknownOptionError
 
 #: Per-call options that are not engine request options.
-CALL_OPTION_KEYS = ("timeout",)
+CALL_OPTION_KEYS = ("timeout", "request_id")
 DEFAULT_CALL_TIMEOUT = 60.0
 DEFAULT_STREAM_TIMEOUT = 30.0
 

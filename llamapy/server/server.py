@@ -1,31 +1,39 @@
 """``Server``: continuous-batching generation on one model, with a sync and an asyncio API.
 
-A dedicated thread loads the model and runs the engine's tick loop; every public method is
-thread-safe and talks to it through its inbox. See ``../shared/seeds`` for the API this mirrors.
+A dedicated thread (:class:`~llamapy.runtime.loop.TickLoop`) loads the model and runs the
+engine's tick loop; every public method is thread-safe and talks to it through the runtime.
+Requests are read through the one event client (:mod:`llamapy.runtime.client`). See
+``../shared/seeds`` for the API this mirrors.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import os
-import queue
-import time
-from collections.abc import AsyncIterator, Iterator, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Hashable, Iterator, Sequence
+from typing import Any, TypeVar
 
 from .._native import Model
-from ..engine import DoneEvent, ErrorEvent, Request, TokenEvent, resolve_request_options
+from ..adapters import resolve_adapters
+from ..engine import DoneEvent, Engine, Request, TokenEvent, resolve_request_options
 from ..errors import (
     LlamapyError,
     NotReadyError,
     NotRunningError,
-    RequestTimeoutError,
     UnknownOptionError,
 )
-from .adapters import resolve_adapters
-from .handles import AsyncHandle, Collector, Completion, SyncHandle, raise_for
-from .loop import LoopState, TickLoop
+from ..runtime import (
+    AsyncRequestStream,
+    AsyncTextChunks,
+    Collector,
+    Completion,
+    LoopState,
+    RequestStream,
+    TextChunks,
+    TickLoop,
+    new_request_id,
+)
+from .loop import load_server
 from .options import (
     DEFAULT_CALL_TIMEOUT,
     DEFAULT_STREAM_TIMEOUT,
@@ -34,7 +42,7 @@ from .options import (
     resolve_start_options,
 )
 
-_ids = itertools.count(1)
+T = TypeVar("T")
 
 
 class Server:
@@ -53,13 +61,19 @@ class Server:
     tick thread; requests of different sets never share a decode call or reuse each other's KV.
 
     Use as a context manager or call :meth:`close`: in-flight requests then end with
-    :class:`~llamapy.errors.ClosedError`, the thread joins and native memory is freed.
+    :class:`~llamapy.errors.ClosedError`, the thread joins and the context is freed. The model
+    is reference-counted: one obtained from :meth:`fetch_model` stays usable (tokenize,
+    metadata) after ``close`` until its last holder drops it.
+
+    Every generation call takes ``request_id`` (any hashable; default: a fresh id) so another
+    thread can :meth:`cancel` it; streams also carry their ``request_id``.
     """
 
     def __init__(self, model_path: str | os.PathLike[str], **options: Any) -> None:
-        self._start = resolve_start_options(model_path, options)
-        self.model_path = self._start.server.model_path
-        self._loop = TickLoop(self._start, thread_name=self._start.server.name or "llamapy-server")
+        self._start = start = resolve_start_options(model_path, options)
+        self.model_path = start.server.model_path
+        self._loop = TickLoop(lambda: load_server(start),
+                              thread_name=start.server.name or "llamapy-server")
         self._closed = False
 
     # --- lifecycle ----------------------------------------------------------------------------
@@ -76,9 +90,10 @@ class Server:
         if state is LoopState.FAILED:
             assert self._loop.load_error is not None
             return self._loop.load_error
-        if state is LoopState.LOADING or self._loop.model is None:
+        model = self._loop.model
+        if state is LoopState.LOADING or model is None:
             return NotReadyError("server is still loading its model")
-        return self._loop.model
+        return model  # type: ignore[no-any-return]
 
     @property
     def model(self) -> Model:
@@ -106,6 +121,11 @@ class Server:
         return self._start
 
     @property
+    def runtime(self) -> TickLoop:
+        """The runtime that owns this server's engine (for sessions and tools)."""
+        return self._loop
+
+    @property
     def lora_adapters(self) -> tuple[str, ...]:
         """The LoRA adapter files loaded at start (select them by index)."""
         return self._start.server.lora
@@ -128,17 +148,17 @@ class Server:
         """Tokenize with the served model (waits for the load)."""
         return self.wait_ready().model.tokenize(text, add_special, parse_special)
 
-    def _request(self, token_ids: Sequence[int], options: dict[str, Any], sink: Any,
-                 **extra: Any) -> Request:
+    def _request(self, token_ids: Sequence[int], options: dict[str, Any]) -> Request:
         unknown = set(options) - set(call_option_keys())
         if unknown:
             raise UnknownOptionError(unknown, call_option_keys(), where="request")
-        opts = {k: v for k, v in options.items() if k != "timeout"}
+        opts = {k: v for k, v in options.items() if k not in ("timeout", "request_id")}
         if "adapters" in opts:
             opts["adapters"] = resolve_adapters(opts["adapters"])
         resolved = resolve_request_options(opts, defaults=self._start.engine.sampling)
-        return Request(request_id=next(_ids), token_ids=list(token_ids), options=resolved,
-                       sink=sink, **extra)
+        request_id = options.get("request_id")
+        return Request(request_id=new_request_id() if request_id is None else request_id,
+                       token_ids=list(token_ids), options=resolved)
 
     def _check_running(self) -> None:
         state = self._loop.state
@@ -148,28 +168,34 @@ class Server:
             assert self._loop.load_error is not None
             raise self._loop.load_error
 
-    def submit(self, token_ids: Sequence[int], sink: Any, **options: Any) -> Any:
-        """Low-level: submit a request whose events go to ``sink``; returns its request id.
+    def open_stream(self, token_ids: Sequence[int], *, per_event: bool = True,
+                    **options: Any) -> RequestStream:
+        """Low-level: submit a request now and return its event stream (token events, then
+        the final ``DoneEvent``; errors raise from the stream).
 
-        Used by the blocking/async calls below and by :class:`~llamapy.session.Session`.
         Raises at once for unknown or invalid options and for a missing ``adapters`` file
-        (``ModelLoadError``); later errors arrive at ``sink`` as an ``ErrorEvent``.
+        (``ModelLoadError``). ``timeout`` bounds each event (``per_event``) or the whole call.
         """
+        default = DEFAULT_STREAM_TIMEOUT if per_event else DEFAULT_CALL_TIMEOUT
+        request = self._request(token_ids, options)
         self._check_running()
-        request = self._request(token_ids, options, sink)
-        self._loop.submit(request)
-        return request.request_id
+        return RequestStream(self._loop, request, options.get("timeout", default),
+                             per_event=per_event)
 
-    def submit_request(self, request: Request) -> None:
-        """Low-level: submit a fully built engine request (its ``options.adapters`` as built by
-        :func:`~llamapy.server.adapters.resolve_adapters`)."""
+    def open_astream(self, token_ids: Sequence[int], *, per_event: bool = True,
+                     **options: Any) -> AsyncRequestStream:
+        """Async :meth:`open_stream` (call it inside a running event loop)."""
+        default = DEFAULT_STREAM_TIMEOUT if per_event else DEFAULT_CALL_TIMEOUT
+        request = self._request(token_ids, options)
         self._check_running()
-        self._loop.submit(request)
+        return AsyncRequestStream(self._loop, request, options.get("timeout", default),
+                                  per_event=per_event)
 
-    def cancel(self, request_id: Any) -> None:
-        """Cancel a queued or running request; its consumer sees ``CancelledError``."""
-        if self._loop.alive:
-            self._loop.cancel(request_id)
+    def cancel(self, request: Hashable) -> None:
+        """Cancel a queued or running request (its id, or a stream this server returned);
+        its consumer sees ``CancelledError``. Unknown ids are ignored."""
+        request_id = getattr(request, "request_id", request)
+        self._loop.cancel(request_id)
 
     def complete_tokens(self, token_ids: Sequence[int], **options: Any) -> Completion:
         """Generate from tokens; return the text with completion metadata.
@@ -177,13 +203,12 @@ class Server:
         ``timeout`` (default 60 s) bounds the whole call; past it the request is cancelled and
         :class:`~llamapy.errors.RequestTimeoutError` raised.
         """
-        timeout = options.get("timeout", DEFAULT_CALL_TIMEOUT)
         collector = Collector(len(token_ids))
-        for event in self._events(token_ids, options, per_event=False, timeout=timeout):
-            if isinstance(event, TokenEvent):
-                collector.add(event)
-            elif isinstance(event, DoneEvent):
-                return collector.finish(event)
+        with self.open_stream(token_ids, per_event=False, **options) as events:
+            for event in events:
+                done = collector.add(event)
+                if done is not None:
+                    return done
         raise AssertionError("request ended without a final event")
 
     def complete(self, prompt: str, **options: Any) -> Completion:
@@ -198,53 +223,33 @@ class Server:
         """Generate text from a prompt (blocking). Options: see ``request_option_keys()``."""
         return self.complete(prompt, **options).text
 
-    def stream_tokens(self, token_ids: Sequence[int], **options: Any) -> Iterator[str]:
-        """Iterate over text chunks as they are generated.
+    def stream_tokens(self, token_ids: Sequence[int], **options: Any) -> TextChunks:
+        """An iterator over text chunks as they are generated (submitted now).
 
         ``timeout`` (default 30 s) is per chunk. Errors (queue full, failure, timeout) raise
-        from the iterator where they happen; closing the iterator early cancels the request.
+        from the iterator where they happen; closing it early (or dropping it) cancels the
+        request. ``.request_id`` is the request's id.
         """
-        timeout = options.get("timeout", DEFAULT_STREAM_TIMEOUT)
-        for event in self._events(token_ids, options, per_event=True, timeout=timeout):
-            if isinstance(event, TokenEvent) and event.text:
-                yield event.text
+        return TextChunks(self.open_stream(token_ids, **options))
 
-    def stream(self, prompt: str, **options: Any) -> Iterator[str]:
+    def stream(self, prompt: str, **options: Any) -> TextChunks:
         """Like :meth:`stream_tokens`, from text."""
         return self.stream_tokens(self.tokenize(prompt), **options)
 
     def events(self, token_ids: Sequence[int], **options: Any) -> Iterator[TokenEvent | DoneEvent]:
-        """Iterate over the raw engine events (tokens with logprobs, then the final event)."""
-        timeout = options.get("timeout", DEFAULT_STREAM_TIMEOUT)
-        yield from self._events(token_ids, options, per_event=True, timeout=timeout)
-
-    def _events(self, token_ids: Sequence[int], options: dict[str, Any], *, per_event: bool,
-                timeout: float | None) -> Iterator[Any]:
-        handle = SyncHandle()
-        wait = _Wait(self.submit(token_ids, handle.sink, **options), timeout, per_event)
-        try:
-            while not wait.done:
-                try:
-                    event = handle.get(wait.budget())
-                except queue.Empty:
-                    raise wait.expired() from None
-                yield wait.seen(event)
-        finally:
-            if not wait.done:
-                handle.gone = True
-                self.cancel(wait.request_id)
+        """The raw engine events (tokens with logprobs, then the final event)."""
+        return self.open_stream(token_ids, **options)  # type: ignore[return-value]
 
     # --- asyncio ------------------------------------------------------------------------------
 
     async def acomplete_tokens(self, token_ids: Sequence[int], **options: Any) -> Completion:
         """Async :meth:`complete_tokens`; cancelling the task cancels the request."""
-        timeout = options.get("timeout", DEFAULT_CALL_TIMEOUT)
         collector = Collector(len(token_ids))
-        async for event in self._aevents(token_ids, options, per_event=False, timeout=timeout):
-            if isinstance(event, TokenEvent):
-                collector.add(event)
-            elif isinstance(event, DoneEvent):
-                return collector.finish(event)
+        async with self.open_astream(token_ids, per_event=False, **options) as events:
+            async for event in events:
+                done = collector.add(event)
+                if done is not None:
+                    return done
         raise AssertionError("request ended without a final event")
 
     async def acomplete(self, prompt: str, **options: Any) -> Completion:
@@ -255,46 +260,28 @@ class Server:
         """Async :meth:`generate`."""
         return (await self.acomplete(prompt, **options)).text
 
-    async def astream_tokens(self, token_ids: Sequence[int], **options: Any
-                             ) -> AsyncIterator[str]:
+    def astream_tokens(self, token_ids: Sequence[int], **options: Any) -> AsyncTextChunks:
         """Async :meth:`stream_tokens` (an async iterator of text chunks)."""
-        timeout = options.get("timeout", DEFAULT_STREAM_TIMEOUT)
-        async for event in self._aevents(token_ids, options, per_event=True, timeout=timeout):
-            if isinstance(event, TokenEvent) and event.text:
-                yield event.text
+        return AsyncTextChunks(self.open_astream(token_ids, **options))
 
     async def astream(self, prompt: str, **options: Any) -> AsyncIterator[str]:
         """Async :meth:`stream`."""
-        async for chunk in self.astream_tokens(await self._atokenize(prompt), **options):
-            yield chunk
+        chunks = self.astream_tokens(await self._atokenize(prompt), **options)
+        try:
+            async for chunk in chunks:
+                yield chunk
+        finally:
+            chunks.cancel()
 
-    async def aevents(self, token_ids: Sequence[int], **options: Any
-                      ) -> AsyncIterator[TokenEvent | DoneEvent]:
+    def aevents(self, token_ids: Sequence[int], **options: Any
+                ) -> AsyncIterator[TokenEvent | DoneEvent]:
         """Async :meth:`events`."""
-        timeout = options.get("timeout", DEFAULT_STREAM_TIMEOUT)
-        async for event in self._aevents(token_ids, options, per_event=True, timeout=timeout):
-            yield event
+        return self.open_astream(token_ids, **options)  # type: ignore[return-value]
 
     async def _atokenize(self, prompt: str) -> list[int]:
         if not self._loop.ready.is_set():
             await asyncio.get_running_loop().run_in_executor(None, self._loop.ready.wait)
         return self.model.tokenize(prompt, True, True)
-
-    async def _aevents(self, token_ids: Sequence[int], options: dict[str, Any], *,
-                       per_event: bool, timeout: float | None) -> AsyncIterator[Any]:
-        handle = AsyncHandle(asyncio.get_running_loop())
-        wait = _Wait(self.submit(token_ids, handle.sink, **options), timeout, per_event)
-        try:
-            while not wait.done:
-                try:
-                    event = await handle.get(wait.budget())
-                except (TimeoutError, asyncio.TimeoutError):
-                    raise wait.expired() from None
-                yield wait.seen(event)
-        finally:
-            if not wait.done:
-                handle.gone = True
-                self.cancel(wait.request_id)
 
     # --- introspection ------------------------------------------------------------------------
 
@@ -303,18 +290,18 @@ class Server:
         self._check_running()
         if not self._loop.ready.is_set():
             return {"state": self._loop.state.value}
-        stats = self._loop.call(_engine_stats).result(timeout)
+        stats = self._loop.call(lambda engine: engine.stats().as_dict(), timeout)
         return {"state": self._loop.state.value, **stats}
 
     def slots(self, timeout: float = 10.0) -> list[dict[str, Any]]:
         """Each slot's state, cached tokens, scope, session, lease and current request."""
         return list(self.stats(timeout).get("slots", []))
 
-    def call_on_loop(self, fn: Any, timeout: float | None = 60.0) -> Any:
-        """Run ``fn(loop)`` on the tick thread between ticks (for sessions and snapshots)."""
+    def call(self, fn: Callable[[Engine], T], timeout: float | None = 60.0) -> T:
+        """Run ``fn(engine)`` on the tick thread between ticks (for tools and benchmarks)."""
         self._check_running()
         self.wait_ready()
-        return self._loop.call(fn).result(timeout)
+        return self._loop.call(fn, timeout)
 
     def open_session(self, config: Any = None) -> Any:
         """Open a workspace :class:`~llamapy.session.Session` on a leased slot of this server
@@ -323,42 +310,13 @@ class Server:
 
         config = config or SessionConfig()
         self._check_running()
-        return Session(ServerHost(self, self._start, config.adapters), config)
+        host = ServerHost(self._loop, self.wait_ready().model, self._start.context,
+                          self._start.engine.sampling, resolve_adapters(config.adapters))
+        try:
+            return Session(host, config)
+        except BaseException:
+            host.close()
+            raise
 
     def __repr__(self) -> str:
         return f"<Server {os.path.basename(self.model_path)} {self._loop.state.value}>"
-
-
-def _engine_stats(loop: TickLoop) -> dict[str, Any]:
-    assert loop.engine is not None  # the loop is ready
-    return loop.engine.stats().as_dict()
-
-
-class _Wait:
-    """The waiting side of one request, shared by the sync and async event loops: the time
-    budget (per event, or one deadline for the whole call) and what the final event means."""
-
-    __slots__ = ("deadline", "done", "request_id", "timeout")
-
-    def __init__(self, request_id: Any, timeout: float | None, per_event: bool) -> None:
-        self.request_id = request_id
-        self.timeout = timeout
-        self.deadline = None if per_event or timeout is None else time.monotonic() + timeout
-        self.done = False
-
-    def budget(self) -> float | None:
-        """Seconds to wait for the next event."""
-        if self.deadline is None:
-            return self.timeout
-        return max(0.0, self.deadline - time.monotonic())
-
-    def expired(self) -> RequestTimeoutError:
-        """The error for a wait that ran out (the caller's ``finally`` cancels)."""
-        return RequestTimeoutError(f"request {self.request_id} timed out after {self.timeout} s")
-
-    def seen(self, event: Any) -> Any:
-        """Record ``event``; a final one ends the wait and raises its typed error, if any."""
-        if isinstance(event, (DoneEvent, ErrorEvent)):
-            self.done = True
-            raise_for(event)
-        return event

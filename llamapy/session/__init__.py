@@ -2,7 +2,8 @@
 
 ``server.open_session(config)`` shares a :class:`~llamapy.server.Server` (sessions batch with
 other traffic); :func:`open_standalone` runs a single-user session on a ``Model`` with its own
-context, its engine driven inline in the caller's thread.
+context and tick thread. Both run on the runtime (:mod:`llamapy.runtime`); a session never
+touches the engine's backend.
 """
 
 from llamapy.session.config import (

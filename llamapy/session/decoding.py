@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import AsyncIterator, Generator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
-import numpy as np
-
 from llamapy.chat.delta import ToolCall, new_tool_call_id
 from llamapy.chat.parsers import OutputParser, prompt_opens_reasoning, protocol_kind
-from llamapy.engine.backend import BatchPlan, Segment
-from llamapy.engine.engine import Engine
 from llamapy.engine.options import SamplingParams
-from llamapy.errors import InvalidOptionError, UnsupportedFeatureError
+from llamapy.errors import InvalidOptionError
 from llamapy.grammar.json_schema import schema_to_gbnf
 from llamapy.session.config import DecodeConfig, StreamChunk
 
-__all__ = ["DecodeRun", "async_stream", "next_token_logits"]
+__all__ = ["DecodeRun"]
 
 
 class DecodeRun:
@@ -106,33 +99,3 @@ def _json_tool_calls(text: str) -> tuple[ToolCall, ...]:
         calls.append(ToolCall(id=new_tool_call_id(), name=item["name"],
                               arguments=json.dumps(arguments)))
     return tuple(calls)
-
-
-def next_token_logits(engine: Engine, lease_id: int, resident: list[int]) -> np.ndarray:
-    """On the engine's thread, between ticks: recompute the last resident token of the leased
-    sequence and return a copy of its logits; the KV ends as it was (all of ``resident``)."""
-    backend = engine.backend
-    ctx = getattr(backend, "ctx", None)
-    if ctx is None or not backend.supports_partial_removal:
-        raise UnsupportedFeatureError("next_token_logits")
-    seq, n = engine.lease_seq_id(lease_id), len(resident)
-    backend.seq_rm(seq, n - 1, -1)
-    backend.decode(BatchPlan([Segment(seq, n - 1, [resident[-1]], logits=True)]))
-    out = np.array(ctx.logits(0), copy=True)
-    engine.set_slot_tokens(lease_id, resident)
-    return out
-
-
-async def async_stream(stream: Generator[StreamChunk, None, None]) -> AsyncIterator[StreamChunk]:
-    """``stream`` as an async iterator, run on its own worker thread so that waiting for the
-    engine never blocks the event loop. Closing or cancelling early closes ``stream`` on that
-    thread after the step in flight (one thread serialises them, so a generator is never
-    closed while it runs)."""
-    loop = asyncio.get_running_loop()
-    worker = ThreadPoolExecutor(1, thread_name_prefix="llamapy-adecode")
-    try:
-        while (chunk := await loop.run_in_executor(worker, next, stream, None)) is not None:
-            yield chunk
-    finally:
-        await asyncio.shield(loop.run_in_executor(worker, stream.close))
-        worker.shutdown(wait=False)

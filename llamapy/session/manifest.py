@@ -133,6 +133,17 @@ class ContextManifest:
             if mine != theirs:
                 raise ManifestMismatchError(name, mine, theirs)
 
+    def check_verified(self, other: ContextManifest) -> None:
+        """Raise :class:`ManifestMismatchError` on the first field a host can verify (model,
+        tokenizer, runtime, adapters, and the format version) that differs; the fields a
+        caller declares (chat template, BOS policy) are not compared."""
+        if self.version != other.version:
+            raise ManifestMismatchError("version", self.version, other.version)
+        for name in VERIFIED_FIELDS:
+            mine, theirs = getattr(self, name), getattr(other, name)
+            if mine != theirs:
+                raise ManifestMismatchError(name, mine, theirs)
+
     def compatible(self, other: ContextManifest) -> bool:
         """Whether the identities are equal."""
         return self.identity_digest == other.identity_digest

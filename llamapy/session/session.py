@@ -12,15 +12,23 @@ Overflow is checked before anything changes; a failed prefill makes the session 
 from __future__ import annotations
 
 import hashlib
-import itertools
-from collections.abc import AsyncIterator, Generator, Sequence
+from collections.abc import AsyncIterator, Generator, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
-from llamapy.engine.engine import Engine
+from llamapy.engine.leases import LeaseState
 from llamapy.engine.options import RequestOptions
-from llamapy.engine.ram_cache import common_prefix
-from llamapy.engine.request import DoneEvent, ErrorEvent, Request, RequestTimings, TokenEvent
+from llamapy.engine.prefix import common_prefix
+from llamapy.engine.request import (
+    CacheKey,
+    DoneEvent,
+    ErrorEvent,
+    Event,
+    Request,
+    RequestTimings,
+    TokenEvent,
+)
 from llamapy.errors import (
     ContextOverflowError,
     GrammarError,
@@ -32,6 +40,7 @@ from llamapy.errors import (
     SessionClosedError,
     SessionFatalError,
 )
+from llamapy.runtime import AsyncRequestStream, RequestStream, new_request_id
 from llamapy.session.config import (
     ContextReport,
     DecodeConfig,
@@ -42,14 +51,14 @@ from llamapy.session.config import (
     SuffixInput,
     SuffixStatus,
 )
-from llamapy.session.decoding import DecodeRun, async_stream, next_token_logits
-from llamapy.session.host import EventQueue, SessionHost
-from llamapy.session.manifest import ContextManifest, declared_identity, segments_for
+from llamapy.session.decoding import DecodeRun
+from llamapy.session.host import SessionHost
+from llamapy.session.inputs import as_decode_config, as_prefix, as_suffix, tokenize_prefix
+from llamapy.session.manifest import ContextManifest
 from llamapy.session.snapshot import SessionSnapshot
 
 __all__ = ["Session"]
 
-_ids = itertools.count(1)
 #: Errors an engine raises at submission, changing nothing (the session stays usable).
 _SUBMIT_ERRORS = (InvalidOptionError, ContextOverflowError, QueueFullError)
 _DECODE_SUBMIT_ERRORS = (*_SUBMIT_ERRORS, GrammarError)
@@ -61,21 +70,24 @@ class Session:
     """A persistent workspace session holding one leased slot. Use as a context manager.
 
     Not for concurrent use from several threads; a primitive called while a decode stream is
-    open raises :class:`SessionBusyError`.
+    open raises :class:`SessionBusyError`. A decode stream closed early (or whose task was
+    cancelled) cancels the rest; the tokens it had generated stay resident.
     """
 
     def __init__(self, host: SessionHost, config: SessionConfig | None = None) -> None:
         self.config = config or SessionConfig()
         self._host = host
+        self._runtime = host.runtime
         self._manifest = host.base_manifest
-        self._lease = host.lease(self.config.cache_scope, self._manifest.identity_digest,
-                                 self.config.lease_timeout)
+        key = CacheKey(self.config.cache_scope, self._manifest.identity_digest, host.adapter_set)
+        self._lease = self._runtime.lease(key, self.config.lease_timeout)
         self._prefix: list[int] = []
         self._suffix: list[int] = []
         self._generated: list[int] = []
         self._closed = False
         self._fatal: BaseException | None = None
         self._busy = False
+        self._stale = False
         self.num_prefill_calls = 0
         self.num_prefill_tokens = 0
         self.num_decode_tokens = 0
@@ -88,12 +100,13 @@ class Session:
             return
         self._closed = True
         try:
-            self._host.release(self._lease)
+            self._runtime.release(self._lease)
         finally:
             self._host.close()
 
     def __enter__(self) -> Session:
         return self
+
     def __exit__(self, *exc: object) -> None:
         self.close()
 
@@ -105,6 +118,8 @@ class Session:
                                     "reopen it") from self._fatal
         if self._busy:
             raise SessionBusyError("a decode stream of this session is still open")
+        if self._stale:
+            self._sync_generated()
 
     @property
     def n_ctx(self) -> int:
@@ -127,12 +142,13 @@ class Session:
         return self._prefix + self._suffix + self._generated
 
     # --- the primitives -----------------------------------------------------------------------
-    def ensure_prefix(self, prefix: PrefixInput) -> PrefixStatus:
-        """Make the resident state equal ``prefix``: reuse the longest matching resident token
-        prefix (same identity only), drop the rest (suffix and generated tokens included),
-        prefill the divergent tail."""
+    def ensure_prefix(self, prefix: PrefixInput | str | Sequence[int]) -> PrefixStatus:
+        """Make the resident state equal ``prefix`` (a :class:`PrefixInput`, text or token
+        ids): reuse the longest matching resident token prefix (same identity only), drop the
+        rest (suffix and generated tokens included), prefill the divergent tail."""
+        prefix = as_prefix(prefix)
         self._check()
-        tokens, manifest = self._tokenize_prefix(prefix)
+        tokens, manifest = tokenize_prefix(self._host, prefix)
         same = manifest.identity_digest == self._manifest.identity_digest
         old = self.resident
         reusable = common_prefix(old, tokens) if same else 0
@@ -150,9 +166,14 @@ class Session:
                             dropped_tokens=len(old) - min(reused, len(old)), cold=not same,
                             timings=timings)
 
-    def prefill_suffix(self, suffix: SuffixInput) -> SuffixStatus:
-        """Prefill ``suffix`` after the stable prefix (which stays untouched); a previous suffix
-        and generated tokens are replaced."""
+    def prefill_suffix(self, suffix: SuffixInput | str | Sequence[int]) -> SuffixStatus:
+        """Prefill ``suffix`` (a :class:`SuffixInput`, text or token ids) after the stable
+        prefix, which stays untouched; a previous suffix and generated tokens are replaced.
+
+        The suffix is prefilled under its manifest (default: the session's); one whose
+        identity differs from the resident KV's is refused with ``ManifestMismatchError``.
+        """
+        suffix = as_suffix(suffix)
         self._check()
         if suffix.manifest is not None:
             self._manifest.compare(suffix.manifest)
@@ -164,41 +185,31 @@ class Session:
                                        additional_tokens=len(tokens), n_ctx=self.n_ctx)
         old = self.resident
         timings = self._prefill(self._prefix + tokens, self._manifest)
-        assert timings.reused_tokens >= n_prefix or not n_prefix or timings.reused_tokens == \
-            len(self._prefix + tokens), "prefill_suffix recomputed the prefix"
         self._suffix, self._generated = tokens, []
         reused = max(0, timings.reused_tokens - n_prefix)
         return SuffixStatus(suffix_tokens=len(tokens), reused_tokens=reused,
                             prefilled_tokens=timings.prefill_tokens,
                             dropped_tokens=len(old) - n_prefix - reused, timings=timings)
 
-    def decode(self, config: DecodeConfig | None = None) -> Generator[StreamChunk, None, None]:
+    def decode(self, config: DecodeConfig | None = None, **fields: Any) -> Iterator[StreamChunk]:
         """Stream the answer from the resident state (validated now, run while iterated).
 
+        Takes a :class:`DecodeConfig` and/or its fields as keywords (``max_tokens=32``).
         Generated tokens stay resident: a second ``decode`` continues after them. Closing the
         iterator early cancels the rest. An engine failure ends the stream with a chunk whose
-        ``error`` is set, and the session turns fatal.
+        ``error`` is set, and the session turns fatal (so does a timeout, which also cancels
+        the request).
         """
-        self._check()
-        config = config or DecodeConfig()
-        resident = self.resident
-        if not resident:
-            raise InvalidOptionError("decode needs a resident prefix or suffix", option="prefix")
-        room = self.n_ctx - len(resident)
-        max_tokens = config.max_tokens if config.max_tokens is not None else room
-        if max_tokens > room or room <= 0:
-            raise ContextOverflowError(stage="decode", resident_tokens=len(resident),
-                                       additional_tokens=max(1, max_tokens), n_ctx=self.n_ctx)
-        run = DecodeRun(config, self._host.sampling, self._prompt_tail(config, resident))
-        options = RequestOptions(max_tokens=max_tokens, cache_scope=self.config.cache_scope,
-                                 sampling=run.sampling)
-        return self._stream(resident, options, run)
+        request, run = self._decode_request(as_decode_config(config, fields))
+        return self._stream(request, run)
 
-    def adecode(self, config: DecodeConfig | None = None) -> AsyncIterator[StreamChunk]:
-        """Async :meth:`decode` (validated now). The stream runs on its own worker thread, so
-        waiting never blocks the event loop; closing or cancelling early cancels the rest
-        after the step in flight (the thread serialises them)."""
-        return async_stream(self.decode(config))
+    def adecode(self, config: DecodeConfig | None = None, **fields: Any
+                ) -> AsyncIterator[StreamChunk]:
+        """Async :meth:`decode` (validated now). No thread per stream: events reach the event
+        loop from the engine's thread; closing the iterator or cancelling the task that reads
+        it cancels the rest."""
+        request, run = self._decode_request(as_decode_config(config, fields))
+        return self._astream(request, run)
 
     def embed(self, text: str | Sequence[str]) -> np.ndarray:
         """Mean-pooled, L2-normalised float32 embeddings of the session's model (with its
@@ -213,6 +224,8 @@ class Session:
     # --- observability, snapshots -------------------------------------------------------------
     def explain_context(self) -> ContextReport:
         """The resident context and the session's counters (allowed after close/fatal)."""
+        if self._stale and not self._closed and self._fatal is None:
+            self._sync_generated()
         stable = hashlib.sha256(",".join(map(str, self._prefix)).encode()).hexdigest()
         n = len(self.resident)
         return ContextReport(
@@ -228,39 +241,29 @@ class Session:
         """The resident state: KV bytes of the session's sequence plus its tokens."""
         self._check()
         lease = self._lease
-
-        def grab(engine: Engine) -> tuple[bytes, list[int]]:
-            seq = engine.lease_seq_id(lease)
-            return engine.backend.state_seq_get(seq), engine.slot_tokens(lease)
-
-        state, kv = self._host.call(grab)
-        resident = self.resident
+        state = self._runtime.call(lambda engine: engine.leases.snapshot(lease))
+        resident, kv = self.resident, list(state.token_ids)
         assert kv == resident[:len(kv)] and len(resident) - len(kv) <= 1, "KV out of sync"
-        return SessionSnapshot(state=state, token_ids=tuple(resident), kv_tokens=len(kv),
-                               prefix_tokens=len(self._prefix), suffix_tokens=len(self._suffix),
-                               n_ctx=self.n_ctx, manifest=self._manifest)
+        return SessionSnapshot(state=state.state, token_ids=tuple(resident),
+                               kv_tokens=len(kv), prefix_tokens=len(self._prefix),
+                               suffix_tokens=len(self._suffix), n_ctx=self.n_ctx,
+                               manifest=self._manifest)
 
     def restore(self, snapshot: SessionSnapshot) -> None:
-        """Replace the resident state with ``snapshot``; ``ManifestMismatchError`` (changing
-        nothing) when its identity or ``n_ctx`` differs. A failed native restore is fatal."""
+        """Replace the resident state with ``snapshot``.
+
+        Compatibility is judged on what the session can verify (model, tokenizer, runtime,
+        adapters) and ``n_ctx``: ``ManifestMismatchError``, changing nothing, otherwise. The
+        snapshot's declared fields (chat template, BOS policy) become the session's. A failed
+        native restore is fatal.
+        """
         self._check()
-        self._manifest.compare(snapshot.manifest)
+        self._host.base_manifest.check_verified(snapshot.manifest)
         if snapshot.n_ctx != self.n_ctx:
             raise ManifestMismatchError("n_ctx", self.n_ctx, snapshot.n_ctx)
-        lease, kv = self._lease, list(snapshot.token_ids[:snapshot.kv_tokens])
-        identity = snapshot.manifest.identity_digest
-
-        def put(engine: Engine) -> bool:
-            seq = engine.lease_seq_id(lease)
-            ok = engine.backend.state_seq_set(seq, snapshot.state)
-            if not ok or engine.backend.seq_pos_max(seq) != len(kv) - 1:
-                engine.backend.seq_rm(seq, 0, -1)
-                engine.set_slot_tokens(lease, [], cache_identity=identity)
-                return False
-            engine.set_slot_tokens(lease, kv, cache_identity=identity)
-            return True
-
-        if not self._host.call(put):
+        lease, identity = self._lease, snapshot.manifest.identity_digest
+        state = LeaseState(snapshot.state, tuple(snapshot.token_ids[:snapshot.kv_tokens]))
+        if not self._runtime.call(lambda engine: engine.leases.restore(lease, state, identity)):
             self._prefix, self._suffix, self._generated = [], [], []
             self._fatal = LlamapyError("state_seq_set failed")
             raise SessionFatalError("restoring the snapshot failed; the session is fatal")
@@ -269,125 +272,139 @@ class Session:
         self._manifest = snapshot.manifest
 
     def next_token_logits(self) -> np.ndarray:
-        """Logits for the token after the resident state (a copy), leaving the KV as it was.
-
-        Recomputes the last resident token on the native backend (needs ``Context.logits``).
-        """
+        """Logits for the token after the resident state (a copy), leaving the KV as it was
+        (the last resident token is recomputed by the engine)."""
         self._check()
         resident, lease = self.resident, self._lease
-
         if not resident:
             raise InvalidOptionError("no resident tokens", option="prefix")
-        return self._host.call(lambda engine: next_token_logits(engine, lease, resident))
+        logits = self._runtime.call(
+            lambda engine: engine.leases.next_token_logits(lease, resident))
+        return np.array(logits, dtype=np.float32, copy=True)
 
     # --- internals ----------------------------------------------------------------------------
-    def _tokenize_prefix(self, prefix: PrefixInput) -> tuple[list[int], ContextManifest]:
-        add_bos = self._host.add_bos if prefix.add_bos is None else prefix.add_bos
-        if prefix.token_ids is not None:
-            parts = [("tokens", "", list(prefix.token_ids))]
-        else:
-            pieces = [(s.kind, s.text) for s in prefix.segments] or [("text", prefix.text or "")]
-            parts = [(kind, text, self._host.tokenize(text, add_bos and i == 0))
-                     for i, (kind, text) in enumerate(pieces)]
-        bos_policy = None if prefix.add_bos is None else ("bos" if add_bos else "no_bos")
-        manifest = declared_identity(self._host.base_manifest, prefix.manifest, bos_policy)
-        return [t for *_, ids in parts for t in ids], manifest.replace(
-            segments=segments_for(parts))
-
-    def _prompt_tail(self, config: DecodeConfig, resident: list[int]) -> str:
-        """The text the resident tokens end with, when a reasoning parser needs it."""
-        if not config.parser_protocols or config.reasoning_format == "none":
-            return ""
-        return self._host.detokenize(resident[-_TAIL_TOKENS:])
-
     def _wipe(self, identity: str) -> None:
         """Drop the resident KV and re-file the slot under ``identity`` (a new manifest
         identity must never reuse KV, whatever the engine's reuse paths would do)."""
         lease = self._lease
-
-        def wipe(engine: Engine) -> None:
-            engine.backend.seq_rm(engine.lease_seq_id(lease), 0, -1)
-            engine.set_slot_tokens(lease, [], cache_identity=identity)
-
-        self._host.call(wipe)
+        self._runtime.call(lambda engine: engine.leases.clear(lease, identity))
         self._prefix, self._suffix, self._generated = [], [], []
 
-    def _prefill(self, tokens: list[int], manifest: ContextManifest) -> RequestTimings:
-        options = RequestOptions(max_tokens=0, cache_scope=self.config.cache_scope)
-        events = EventQueue()
-        request = Request(request_id=("session", next(_ids)), token_ids=tokens, options=options,
-                          sink=events.sink, cache_identity=manifest.identity_digest,
-                          lease_id=self._lease)
-        self.num_prefill_calls += 1
-        try:
-            self._host.submit(request)
-            event = self._host.wait(events, self.config.request_timeout)
-        except _SUBMIT_ERRORS:
-            raise
-        except LlamapyError as exc:  # a failed or stalled prefill: the KV state is unknown
-            self._host.cancel(request.request_id)
-            self._fatal = exc
-            raise SessionFatalError(f"prefill failed: {exc}") from exc
-        if isinstance(event, ErrorEvent):
-            if isinstance(event.exc, _SUBMIT_ERRORS) and event.timings.prefill_tokens == 0:
-                raise event.exc
-            self._fatal = event.exc
-            raise SessionFatalError(f"prefill failed: {event.exc}") from event.exc
-        assert isinstance(event, DoneEvent), f"prefill: unexpected event {event!r}"
-        self.num_prefill_tokens += event.timings.prefill_tokens
-        return event.timings
+    def _request(self, tokens: list[int], max_tokens: int, identity: str,
+                 sampling: Any = None) -> Request:
+        options = RequestOptions(max_tokens=max_tokens, cache_scope=self.config.cache_scope,
+                                 adapters=self._host.adapter_set,
+                                 **({} if sampling is None else {"sampling": sampling}))
+        return Request(request_id=new_request_id(), token_ids=tokens, options=options,
+                       cache_identity=identity, lease_id=self._lease)
 
-    def _stream(self, resident: list[int], options: RequestOptions,
-                run: DecodeRun) -> Generator[StreamChunk, None, None]:
+    def _prefill(self, tokens: list[int], manifest: ContextManifest) -> RequestTimings:
+        request = self._request(tokens, 0, manifest.identity_digest)
+        self.num_prefill_calls += 1
+        stream = RequestStream(self._runtime, request, self.config.request_timeout)
+        try:
+            for _ in stream:
+                pass
+        except LlamapyError as exc:
+            final = stream.final
+            if isinstance(exc, _SUBMIT_ERRORS) and isinstance(final, ErrorEvent) and \
+                    final.timings.prefill_tokens == 0:
+                raise  # rejected before anything changed: the session stays usable
+            self._fatal = exc  # a failed or stalled prefill: the KV state is unknown
+            raise SessionFatalError(f"prefill failed: {exc}") from exc
+        assert isinstance(stream.final, DoneEvent), "prefill ended without a final event"
+        self.num_prefill_tokens += stream.final.timings.prefill_tokens
+        return stream.final.timings
+
+    # --- decoding -------------------------------------------------------------------------------
+    def _decode_request(self, config: DecodeConfig) -> tuple[Request, DecodeRun]:
+        self._check()
+        resident = self.resident
+        if not resident:
+            raise InvalidOptionError("decode needs a resident prefix or suffix", option="prefix")
+        room = self.n_ctx - len(resident)
+        max_tokens = config.max_tokens if config.max_tokens is not None else room
+        if max_tokens > room or room <= 0:
+            raise ContextOverflowError(stage="decode", resident_tokens=len(resident),
+                                       additional_tokens=max(1, max_tokens), n_ctx=self.n_ctx)
+        tail = ""
+        if config.parser_protocols and config.reasoning_format != "none":
+            tail = self._host.detokenize(resident[-_TAIL_TOKENS:])
+        run = DecodeRun(config, self._host.sampling, tail)
+        request = self._request(resident, max_tokens, self._manifest.identity_digest,
+                                run.sampling)
+        return request, run
+
+    def _stream(self, request: Request, run: DecodeRun) -> Generator[StreamChunk, None, None]:
         self._check()
         self._busy = True
-        events = EventQueue()
-        request = Request(request_id=("session", next(_ids)), token_ids=resident,
-                          options=options, sink=events.sink,
-                          cache_identity=self._manifest.identity_digest, lease_id=self._lease)
-        done = False
+        stream = None
         try:
-            self._host.submit(request)
-            while not done:
-                event = self._host.wait(events, self.config.request_timeout)
-                done = not isinstance(event, TokenEvent)
+            stream = RequestStream(self._runtime, request, self.config.request_timeout)
+            for event in stream:
                 chunk = self._on_event(event, run)
                 if chunk is not None:
                     yield chunk
-        except _DECODE_SUBMIT_ERRORS as exc:
-            done = True
-            yield StreamChunk(error=exc, finish_reason="error")
         except LlamapyError as exc:
-            self._fatal = exc
-            yield StreamChunk(error=exc, finish_reason="error")
+            yield self._failed(exc, stream)
         finally:
-            if not done and self._fatal is None:
-                self._drain_cancelled(request, events)
-            self._busy = False
+            self._ended(stream)
 
-    def _on_event(self, event: object, run: DecodeRun) -> StreamChunk | None:
+    async def _astream(self, request: Request, run: DecodeRun) -> AsyncIterator[StreamChunk]:
+        self._check()
+        self._busy = True
+        stream = None
+        try:
+            stream = AsyncRequestStream(self._runtime, request, self.config.request_timeout)
+            async for event in stream:
+                chunk = self._on_event(event, run)
+                if chunk is not None:
+                    yield chunk
+        except LlamapyError as exc:
+            yield self._failed(exc, stream)
+        finally:
+            self._ended(stream)
+
+    def _on_event(self, event: Event, run: DecodeRun) -> StreamChunk | None:
         if isinstance(event, TokenEvent):
             self._generated.append(event.token_id)
             self.num_decode_tokens += 1
             return run.feed(event.text)
-        if isinstance(event, ErrorEvent):
-            harmless = isinstance(event.exc, _DECODE_SUBMIT_ERRORS)
-            if not (harmless and event.completion_tokens == 0):
-                self._fatal = event.exc
-            return StreamChunk(error=event.exc, finish_reason="error")
         assert isinstance(event, DoneEvent)
         return run.finish(str(event.finish_reason))
 
-    def _drain_cancelled(self, request: Request, events: EventQueue) -> None:
-        """After an early close: cancel, then account every token the engine still sent."""
-        self._host.cancel(request.request_id)
-        try:
-            while True:
-                event = self._host.wait(events, self.config.request_timeout)
-                if isinstance(event, TokenEvent):
-                    self._generated.append(event.token_id)
-                    self.num_decode_tokens += 1
-                else:
-                    return
-        except LlamapyError as exc:
+    def _failed(self, exc: LlamapyError, stream: RequestStream | AsyncRequestStream | None
+                ) -> StreamChunk:
+        """The error chunk; the session turns fatal unless the request was refused before
+        it generated anything (bad grammar, no room, queue full)."""
+        final = None if stream is None else stream.final
+        harmless = isinstance(exc, _DECODE_SUBMIT_ERRORS) and (
+            stream is None or (isinstance(final, ErrorEvent) and final.completion_tokens == 0))
+        if not harmless:
             self._fatal = exc
+        return StreamChunk(error=exc, finish_reason="error")
+
+    def _ended(self, stream: RequestStream | AsyncRequestStream | None) -> None:
+        """After a decode stream: one closed early (or whose task was cancelled) cancels its
+        request; the tokens that reached the KV meanwhile are read back before the next
+        primitive (:meth:`_sync_generated`)."""
+        self._busy = False
+        if stream is not None and not stream.done:
+            stream.cancel()
+            self._stale = self._fatal is None
+
+    def _sync_generated(self) -> None:
+        """After a cancelled decode: the generated tokens are those in the lease's KV (the
+        engine may have produced more than were read), or the tokens read when they are one
+        sampled token ahead of the KV (that token's KV is computed by the next request)."""
+        self._stale = False
+        lease, fixed, seen = self._lease, self._prefix + self._suffix, self._generated
+        kv = self._runtime.call(lambda engine: engine.leases.tokens(lease))
+        if kv[:len(fixed)] != fixed:
+            self._fatal = LlamapyError("the lease's KV no longer holds the session's prefix")
+            raise SessionFatalError("session KV out of sync; close and reopen it")
+        in_kv = kv[len(fixed):]
+        if len(seen) == len(in_kv) + 1 and seen[:len(in_kv)] == in_kv:
+            return
+        self.num_decode_tokens += max(0, len(in_kv) - len(seen))
+        self._generated = in_kv

@@ -1,20 +1,17 @@
-"""A single-user session on a ``Model``: its own context and a one-slot engine, driven inline
-in the caller's thread (no server thread). LoRA adapters attach to that private context."""
+"""A single-user session on a ``Model``: its own context and a one-slot engine, on a private
+tick thread the session owns (so ``adecode`` needs no thread per stream). LoRA adapters go
+through the engine's adapter set, exactly as on a shared server."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from llamapy._native import Context, Model
+from llamapy._native import Model
 from llamapy._native.context import ContextOptions
-from llamapy._native.model import LoraAdapter
-from llamapy.embeddings import Embedder
-from llamapy.engine.engine import Engine
+from llamapy.adapters import resolve_adapters
 from llamapy.engine.options import EngineConfig
-from llamapy.llama_backend import LlamaBackend
+from llamapy.runtime import TickLoop
+from llamapy.runtime.native import host_model
 from llamapy.session.config import SessionConfig
-from llamapy.session.host import InlineHost, model_manifest, runtime_of
-from llamapy.session.manifest import file_digest
+from llamapy.session.host import ServerHost
 from llamapy.session.session import Session
 
 __all__ = ["open_standalone"]
@@ -22,32 +19,23 @@ __all__ = ["open_standalone"]
 
 def open_standalone(model: Model, config: SessionConfig | None = None) -> Session:
     """A :class:`Session` on ``model`` with a private ``config.n_ctx`` context. The session
-    closes the context and adapters it created; the model stays the caller's."""
+    closes the context, its adapters and its thread; the model stays the caller's."""
     config = config or SessionConfig()
+    adapter_set = resolve_adapters(config.adapters)
     options = ContextOptions(**{"n_ctx": config.n_ctx, "n_batch": config.n_batch,
                                 "n_ubatch": min(config.n_batch, 512), "n_seq_max": 1,
                                 **dict(config.context_options)})
-    owned: list[Any] = []
+    engine = EngineConfig(n_parallel=1, n_batch=config.n_batch, chunk_size=config.n_batch,
+                          kv_unified=options.kv_unified)
+    loop = TickLoop(lambda: host_model(model, options, engine), thread_name="llamapy-session")
+    host: ServerHost | None = None
     try:
-        ctx = Context(model, options)
-        owned.append(ctx)
-        adapters = [(LoraAdapter(model, spec.path), spec.scale) for spec in config.adapters]
-        owned[:0] = [a for a, _ in adapters]  # adapters are freed after the context
-        if adapters:
-            ctx.set_adapters(adapters)
-        backend = LlamaBackend(model, ctx)
-        engine = Engine(backend, EngineConfig(n_parallel=1, n_batch=config.n_batch,
-                                              chunk_size=config.n_batch,
-                                              kv_unified=options.kv_unified))
-        identity = tuple((file_digest(s.path), float(s.scale)) for s in config.adapters)
-        manifest = model_manifest(model, runtime_of(options, backend.n_ctx_seq), identity)
-        host = InlineHost(engine, manifest, add_bos=model.add_bos, owned=tuple(owned),
-                          embedder=lambda: Embedder(model, n_threads=options.n_threads,
-                                                    adapters=adapters),
-                          tokenize=lambda text, special: model.tokenize(text, special, True),
-                          detokenize=lambda ids: model.detokenize(ids, False, True))
+        loop.ready.wait()
+        if loop.load_error is not None:
+            reason = loop.load_error.reason
+            raise reason if isinstance(reason, BaseException) else loop.load_error
+        host = ServerHost(loop, model, options, engine.sampling, adapter_set, owned=(loop,))
         return Session(host, config)
     except BaseException:
-        for obj in reversed(owned):
-            obj.close()
+        (host or loop).close()
         raise

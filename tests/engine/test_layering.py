@@ -41,3 +41,56 @@ def test_the_scan_catches_forbidden_imports(tmp_path):
     sample.write_text("import cffi\nfrom .._native import lib\nfrom llamapy._native.x import y\n")
     mods = imported_modules(sample)
     assert "cffi" in mods and "llamapy._native" in mods and "llamapy._native.x" in mods
+
+
+PACKAGE = ENGINE.parent
+
+
+def _module_imports(package: str) -> set[str]:
+    """Every llamapy module imported (at any level, TYPE_CHECKING included) by ``package``."""
+    found: set[str] = set()
+    for path in sorted((PACKAGE / package).rglob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                base = ["llamapy", package][: max(0, 2 - (node.level - 1))]
+                found.add(".".join([*base, *filter(None, [node.module])]))
+            elif isinstance(node, ast.ImportFrom):
+                found.add(node.module or "")
+            elif isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+    return {m for m in found if m.startswith("llamapy")}
+
+
+def test_session_never_touches_the_engines_backend():
+    """The engine owns every KV mutation: a session asks ``engine.leases``, never the backend."""
+    offenders = []
+    for path in sorted((PACKAGE / "session").rglob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr == "backend":
+                inner = node.value
+                name = getattr(inner, "id", getattr(inner, "attr", ""))
+                if name == "engine":
+                    offenders.append(f"{path.name}:{node.lineno}")
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "getattr" and \
+                    any(isinstance(a, ast.Constant) and a.value in ("backend", "ctx")
+                        for a in node.args):
+                offenders.append(f"{path.name}:{node.lineno} getattr")
+    assert offenders == []
+
+
+def test_no_import_cycle_between_server_and_session():
+    assert not any(m.startswith("llamapy.server") for m in _module_imports("session"))
+    assert not any(m.startswith("llamapy.session") for m in _module_imports("runtime"))
+    assert not any(m.startswith("llamapy.server") for m in _module_imports("runtime"))
+
+
+def test_runtime_core_never_imports_native():
+    """Only ``runtime/native.py`` (hosting an engine on libllama) touches the binding."""
+    for path in sorted((PACKAGE / "runtime").glob("*.py")):
+        if path.name == "native.py":
+            continue
+        mods = imported_modules(path)
+        assert not [m for m in mods if any(m == x or m.startswith(x + ".") for x in FORBIDDEN)], \
+            path.name

@@ -115,7 +115,7 @@ def test_an_adapter_changes_greedy_output(lora_server: Server, loras: tuple[Path
     with_b = tokens(lora_server, cache_prompt=False, adapters=[{"path": str(b)}])
     assert with_a != base and with_b != base and with_a != with_b
     assert tokens(lora_server, cache_prompt=False, adapters=[]) == base
-    loaded = lora_server.call_on_loop(lambda loop: loop.backend.loaded_adapters)
+    loaded = lora_server.call(lambda engine: engine.backend.loaded_adapters)
     assert loaded == tuple(sorted((str(a.resolve()), str(b.resolve()))))
 
 

@@ -65,7 +65,7 @@ def test_warm_hit_and_divergence(session_factory: Factory, engine: Engine) -> No
         assert mid.reused_tokens == 100
         assert mid.prefilled_tokens == len(PREFIX) - 100
         assert mid.dropped_tokens == len(PREFIX) - 100
-        assert engine.slot_tokens(s._lease) == changed
+        assert engine.leases.tokens(s._lease) == changed
     engine.check_integrity()
 
 
@@ -81,7 +81,7 @@ def test_suffix_replaced_prefix_untouched(session_factory: Factory, engine: Engi
         assert second.prefilled_tokens == second.suffix_tokens - second.reused_tokens
         report = s.explain_context()
         assert (report.prefix_tokens, report.generated_tokens) == (n, 0)
-        assert engine.slot_tokens(s._lease) == s.resident
+        assert engine.leases.tokens(s._lease) == s.resident
 
 
 def test_decode_matches_reference_and_continues(session_factory: Factory,
@@ -128,7 +128,7 @@ def test_overflow_at_each_stage_changes_nothing(engine: Engine) -> None:
     with open_fake(engine) as s:
         s.ensure_prefix(PrefixInput(token_ids=PREFIX))
         s.prefill_suffix(SuffixInput(token_ids=(5,) * 100))
-        before, kv = s.explain_context(), engine.slot_tokens(s._lease)
+        before, kv = s.explain_context(), engine.leases.tokens(s._lease)
         with pytest.raises(ContextOverflowError) as e1:
             s.ensure_prefix(PrefixInput(token_ids=PREFIX * 3))
         assert (e1.value.stage, e1.value.resident_tokens, e1.value.additional_tokens,
@@ -142,7 +142,7 @@ def test_overflow_at_each_stage_changes_nothing(engine: Engine) -> None:
         assert (e3.value.stage, e3.value.resident_tokens, e3.value.additional_tokens) == \
             ("decode", len(PREFIX) + 100, 300)
         assert s.explain_context() == before
-        assert engine.slot_tokens(s._lease) == kv
+        assert engine.leases.tokens(s._lease) == kv
 
 
 def test_snapshot_restore_roundtrip(tmp_path: Path, engine: Engine) -> None:
@@ -229,7 +229,7 @@ def test_early_close_accounts_generated_tokens(session_factory: Factory,
         stream = s.decode(DecodeConfig(max_tokens=50, temperature=0.8, seed=3))
         next(stream, None)
         stream.close()
-        kv = engine.slot_tokens(s._lease)
+        kv = engine.leases.tokens(s._lease)
         assert s.resident[:len(kv)] == kv and len(s.resident) - len(kv) <= 1
         s.prefill_suffix(SuffixInput(token_ids=(3, 3)))  # usable again
 

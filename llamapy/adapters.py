@@ -15,7 +15,7 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from ..errors import InvalidOptionError, ModelLoadError
+from .errors import InvalidOptionError, ModelLoadError
 
 __all__ = ["AdapterSet", "resolve_adapters"]
 
@@ -77,3 +77,4 @@ def _scale(raw: object) -> float:
     if isinstance(raw, bool) or not isinstance(raw, numbers.Real) or not math.isfinite(raw):
         raise _fail(f"scale {raw!r} must be a finite number")
     return float(raw)
+

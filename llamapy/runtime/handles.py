@@ -1,0 +1,168 @@
+"""Event handles: the buffer between an engine's sink (on the engine's thread) and one consumer.
+
+A handle's :meth:`sink` is the request's sink. It returns False once the consumer is gone
+(stream closed, garbage-collected, task cancelled) or has stopped reading (more than
+``limit`` events unread), which tells the engine to cancel the request; the final event is
+always buffered. ``get`` / ``aget`` wait for the next event and raise ``TimeoutError``.
+
+- :class:`SyncHandle`: a blocking consumer of a threaded runtime.
+- :class:`AsyncHandle`: an asyncio consumer of a threaded runtime; events are handed to the
+  consumer's loop with ``call_soon_threadsafe`` (no thread per request).
+- :class:`InlineHandle`: a consumer of an engine driven in the consumer's own thread; waiting
+  ticks the engine until the request has an event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+from collections import deque
+from collections.abc import Hashable
+from typing import Protocol
+
+from llamapy.engine.engine import Engine
+from llamapy.engine.request import DoneEvent, ErrorEvent, Event
+
+__all__ = ["MAX_BUFFERED_EVENTS", "AsyncHandle", "EventHandle", "InlineHandle", "SyncHandle",
+           "is_final"]
+
+#: Unread events after which a request's consumer counts as gone (the request is cancelled).
+MAX_BUFFERED_EVENTS = 4096
+
+
+def is_final(event: Event) -> bool:
+    """Whether ``event`` ends its request."""
+    return isinstance(event, DoneEvent | ErrorEvent)
+
+
+class EventHandle(Protocol):
+    """What a request stream reads from (see the module docstring)."""
+
+    request_id: Hashable
+    gone: bool
+
+    def sink(self, event: Event) -> bool: ...
+
+    def get(self, timeout: float | None) -> Event: ...
+
+    async def aget(self, timeout: float | None) -> Event: ...
+
+
+class SyncHandle:
+    """Events of one request for a blocking consumer."""
+
+    __slots__ = ("_events", "gone", "limit", "request_id")
+
+    def __init__(self, request_id: Hashable, limit: int = MAX_BUFFERED_EVENTS) -> None:
+        self.request_id = request_id
+        self.limit = limit
+        self.gone = False
+        self._events: queue.SimpleQueue[Event] = queue.SimpleQueue()
+
+    def sink(self, event: Event) -> bool:
+        """Called on the engine's thread."""
+        if self.gone:
+            return False
+        self._events.put(event)
+        return self._events.qsize() <= self.limit
+
+    def get(self, timeout: float | None) -> Event:
+        """The next event; ``TimeoutError`` past ``timeout`` seconds."""
+        try:
+            return self._events.get(timeout=timeout)
+        except queue.Empty:
+            raise TimeoutError from None
+
+    async def aget(self, timeout: float | None) -> Event:
+        """Not for asyncio consumers (they get an :class:`AsyncHandle`)."""
+        raise TypeError("SyncHandle is read with get()")
+
+
+class AsyncHandle:
+    """Events of one request for an asyncio consumer on ``loop``."""
+
+    __slots__ = ("_events", "_sent", "_taken", "gone", "limit", "loop", "request_id")
+
+    def __init__(self, request_id: Hashable, loop: asyncio.AbstractEventLoop,
+                 limit: int = MAX_BUFFERED_EVENTS) -> None:
+        self.request_id = request_id
+        self.loop = loop
+        self.limit = limit
+        self.gone = False
+        self._events: asyncio.Queue[Event] = asyncio.Queue()
+        self._sent = 0  # written on the engine's thread only
+        self._taken = 0  # written on the consumer's loop only
+
+    def sink(self, event: Event) -> bool:
+        """Called on the engine's thread: hand the event to the consumer's loop."""
+        if self.gone:
+            return False
+        try:
+            self.loop.call_soon_threadsafe(self._events.put_nowait, event)
+        except RuntimeError:  # the consumer's loop is closed
+            self.gone = True
+            return False
+        self._sent += 1
+        return self._sent - self._taken <= self.limit
+
+    def get(self, timeout: float | None) -> Event:
+        """Not for blocking consumers (they get a :class:`SyncHandle`)."""
+        raise TypeError("AsyncHandle is read with aget()")
+
+    async def aget(self, timeout: float | None) -> Event:
+        """The next event; ``TimeoutError`` past ``timeout`` seconds.
+
+        Not ``asyncio.wait_for``: before Python 3.12 it can swallow a cancellation that
+        arrives together with an event, and a cancelled consumer must always cancel.
+        """
+        if timeout is None:
+            event = await self._events.get()
+        else:
+            getter = asyncio.ensure_future(self._events.get())
+            try:
+                done, _ = await asyncio.wait({getter}, timeout=timeout)
+            finally:
+                if not getter.done():
+                    getter.cancel()
+            if getter not in done:
+                raise TimeoutError
+            event = getter.result()
+        self._taken += 1
+        return event
+
+
+class InlineHandle:
+    """Events of one request on an engine that the consumer's thread ticks while waiting."""
+
+    __slots__ = ("_engine", "_events", "gone", "limit", "request_id")
+
+    def __init__(self, request_id: Hashable, engine: Engine,
+                 limit: int = MAX_BUFFERED_EVENTS) -> None:
+        self.request_id = request_id
+        self.limit = limit
+        self.gone = False
+        self._engine = engine
+        self._events: deque[Event] = deque()
+
+    def sink(self, event: Event) -> bool:
+        """Called from inside ``engine.tick`` (on the consumer's thread)."""
+        if self.gone:
+            return False
+        self._events.append(event)
+        return len(self._events) <= self.limit
+
+    def get(self, timeout: float | None) -> Event:
+        """Tick until the request has an event; ``TimeoutError`` when the engine has no work
+        left that could produce one (a request waiting for a slot nobody frees)."""
+        while not self._events:
+            if not self._engine.tick():
+                raise TimeoutError
+        return self._events.popleft()
+
+    async def aget(self, timeout: float | None) -> Event:
+        """As :meth:`get`, yielding to the event loop between ticks."""
+        while not self._events:
+            if not self._engine.tick():
+                raise TimeoutError
+            await asyncio.sleep(0)
+        return self._events.popleft()

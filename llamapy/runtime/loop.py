@@ -1,0 +1,297 @@
+"""``TickLoop``: the one thread that owns an engine (and its backend, context and model).
+
+The thread builds what it hosts (``build()``, e.g. load a model and create its context), then
+runs the engine's tick loop. Other threads talk to it only through its inbox, a blocking queue
+of commands (submit, cancel, call, lease, close). With no work the thread blocks on the inbox
+(idle is ~0% CPU; a waiting lease wakes it at its deadline); with work it drains the inbox
+between ticks. A failed build answers every later command with the typed load error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Hashable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeoutError
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from llamapy.engine.engine import Engine
+from llamapy.engine.request import CacheKey, ErrorEvent, Request, RequestTimings
+from llamapy.errors import ClosedError, LeaseTimeoutError, LlamapyError, LoadFailedError
+from llamapy.runtime.handles import AsyncHandle, EventHandle, SyncHandle
+
+__all__ = ["Hosted", "LoopState", "TickLoop"]
+
+log = logging.getLogger("llamapy.runtime")
+T = TypeVar("T")
+
+
+class LoopState(enum.Enum):
+    """Lifecycle of the tick thread."""
+
+    LOADING = "loading"
+    READY = "ready"
+    FAILED = "failed"
+    CLOSED = "closed"
+
+
+@dataclass(slots=True)
+class Hosted:
+    """What a tick thread hosts: the engine, the model callers may hold (or None), and how
+    to free the native resources after the engine closed (context first; the model is only
+    dropped, so a caller still holding it keeps it alive)."""
+
+    engine: Engine
+    model: Any = None
+    free: Callable[[], None] = field(default=lambda: None)
+
+
+@dataclass(slots=True)
+class _Submit:
+    request: Request
+
+
+@dataclass(slots=True)
+class _Cancel:
+    request_id: Hashable
+
+
+@dataclass(slots=True)
+class _Call:
+    fn: Callable[[Engine], Any]
+    future: Future[Any]
+
+
+@dataclass(slots=True)
+class _Lease:
+    key: CacheKey
+    deadline: float
+    future: Future[int]
+
+
+class _Close:
+    pass
+
+
+class TickLoop:
+    """A threaded :class:`~llamapy.runtime.base.Runtime` (see the module docstring)."""
+
+    def __init__(self, build: Callable[[], Hosted], thread_name: str = "llamapy-tick") -> None:
+        self.state = LoopState.LOADING
+        self.load_error: LoadFailedError | None = None
+        self.hosted: Hosted | None = None
+        self.ready = threading.Event()
+        self._build = build
+        self._inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._leases: list[_Lease] = []
+        self._thread = threading.Thread(target=self._run, name=thread_name, daemon=True)
+        self._thread.start()
+
+    # --- called from any thread ---------------------------------------------------------------
+
+    @property
+    def model(self) -> Any:
+        """The hosted model (None while loading, after a failed load and once closed)."""
+        hosted = self.hosted
+        return None if hosted is None else hosted.model
+
+    def submit(self, request: Request) -> None:
+        """Queue a request; errors reach its sink as an ``ErrorEvent``."""
+        self._inbox.put(_Submit(request))
+
+    def cancel(self, request_id: Hashable) -> None:
+        """Ask the engine to cancel a request (queued or running)."""
+        if self._thread.is_alive():
+            self._inbox.put(_Cancel(request_id))
+
+    def call(self, fn: Callable[[Engine], T], timeout: float | None = 60.0) -> T:
+        """Run ``fn(engine)`` on the tick thread between ticks and return its result."""
+        return self._command(lambda future: _Call(fn, future), timeout)
+
+    def lease(self, key: CacheKey, timeout: float) -> int:
+        """Lease a slot, waiting up to ``timeout`` seconds for one (``LeaseTimeoutError``)."""
+        deadline = time.monotonic() + timeout
+        return int(self._command(lambda future: _Lease(key, deadline, future), timeout + 30.0))
+
+    def release(self, lease_id: int) -> None:
+        """End a lease (nothing to do once the loop is closed)."""
+        if self.state is LoopState.READY:
+            self.call(lambda engine: engine.release(lease_id))
+
+    def open_handle(self, request_id: Hashable,
+                    loop: asyncio.AbstractEventLoop | None = None) -> EventHandle:
+        """A blocking handle, or one read on ``loop``."""
+        return SyncHandle(request_id) if loop is None else AsyncHandle(request_id, loop)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Stop the loop: in-flight requests end with ``ClosedError``; resources are freed."""
+        if self._thread.is_alive():
+            self._inbox.put(_Close())
+            self._thread.join(timeout)
+
+    @property
+    def alive(self) -> bool:
+        """Whether the tick thread is running."""
+        return self._thread.is_alive()
+
+    def _command(self, make: Callable[[Future[Any]], object], timeout: float | None) -> Any:
+        future: Future[Any] = Future()
+        if self.state in (LoopState.CLOSED, LoopState.FAILED):
+            raise self.load_error or ClosedError("runtime is not running")
+        self._inbox.put(make(future))
+        try:
+            return future.result(timeout)
+        except FutureTimeoutError:
+            future.cancel()  # a command still waiting in the loop is then skipped
+            raise
+
+    # --- tick thread --------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            self.hosted = self._build()
+        except Exception as exc:  # typed or foreign: never a stray thread death
+            self._fail_load(exc)
+            self._reject_until_closed()
+            return
+        self.state = LoopState.READY
+        self.ready.set()
+        try:
+            self._serve(self.hosted.engine)
+        finally:
+            self._shutdown()
+
+    def _fail_load(self, exc: BaseException) -> None:
+        self.load_error = LoadFailedError(exc)
+        self.state = LoopState.FAILED
+        log.error("load failed: %s", exc)
+        self.ready.set()
+
+    def _serve(self, engine: Engine) -> None:
+        while True:
+            self._grant_leases(engine)
+            wait = self._idle_wait() if not engine.has_work else 0.0
+            if not self._drain(engine, wait):
+                return
+            if engine.has_work:
+                try:
+                    engine.tick()
+                except Exception:  # a bug: never spin with runs stuck on their slots
+                    log.exception("tick failed; closing the engine")
+                    return
+
+    def _idle_wait(self) -> float | None:
+        """How long an idle loop may block: until the next lease deadline, else forever."""
+        if not self._leases:
+            return None
+        return max(0.0, min(p.deadline for p in self._leases) - time.monotonic())
+
+    def _drain(self, engine: Engine, wait: float | None) -> bool:
+        """Handle inbox commands (blocking up to ``wait`` for the first); False on close."""
+        try:
+            item = self._inbox.get(timeout=wait) if wait != 0.0 else self._inbox.get_nowait()
+        except queue.Empty:
+            return True
+        while True:
+            if not self._handle(engine, item):
+                return False
+            try:
+                item = self._inbox.get_nowait()
+            except queue.Empty:
+                return True
+
+    def _handle(self, engine: Engine, item: object) -> bool:
+        if isinstance(item, _Submit):
+            try:
+                engine.submit(item.request)
+            except LlamapyError as exc:
+                _deliver_error(item.request, exc)
+        elif isinstance(item, _Cancel):
+            engine.cancel(item.request_id)
+        elif isinstance(item, _Call):
+            _run_call(engine, item)
+        elif isinstance(item, _Lease):
+            self._leases.append(item)
+        elif isinstance(item, _Close):
+            return False
+        return True
+
+    def _grant_leases(self, engine: Engine) -> None:
+        """Give waiting sessions idle slots in arrival order; time out the overdue."""
+        now, pending = time.monotonic(), []
+        for want in self._leases:
+            if want.future.cancelled():  # the caller gave up waiting
+                continue
+            try:
+                lease_id = engine.lease(*want.key)
+            except LlamapyError as exc:
+                want.future.set_exception(exc)
+                continue
+            if lease_id is not None:
+                want.future.set_result(lease_id)
+            elif now >= want.deadline:
+                want.future.set_exception(LeaseTimeoutError("no slot could be leased in time"))
+            else:
+                pending.append(want)
+        self._leases = pending
+
+    def _shutdown(self) -> None:
+        self.state = LoopState.CLOSED
+        hosted, self.hosted = self.hosted, None
+        if hosted is not None:
+            try:
+                hosted.engine.close()
+            except Exception:
+                log.exception("engine close failed")
+        self._reject_pending()
+        if hosted is not None:
+            hosted.free()
+
+    def _reject_pending(self) -> None:
+        for want in self._leases:
+            if not want.future.cancelled():
+                want.future.set_exception(ClosedError("runtime is closed"))
+        self._leases = []
+        while True:
+            try:
+                item = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            self._reject(item)
+
+    def _reject_until_closed(self) -> None:
+        """After a failed load: answer every command with the load error until close."""
+        while True:
+            item = self._inbox.get()
+            if isinstance(item, _Close):
+                self._reject_pending()
+                return
+            self._reject(item)
+
+    def _reject(self, item: object) -> None:
+        error: LlamapyError = self.load_error or ClosedError("runtime is closed")
+        if isinstance(item, _Submit):
+            _deliver_error(item.request, error)
+        elif isinstance(item, _Call | _Lease) and not item.future.cancelled():
+            item.future.set_exception(error)
+
+
+def _run_call(engine: Engine, item: _Call) -> None:
+    if item.future.set_running_or_notify_cancel():
+        try:
+            item.future.set_result(item.fn(engine))
+        except BaseException as exc:
+            item.future.set_exception(exc)
+
+
+def _deliver_error(request: Request, exc: LlamapyError) -> None:
+    try:
+        request.sink(ErrorEvent(request.request_id, exc, RequestTimings()))
+    except Exception:
+        log.exception("request sink failed")
