@@ -27,7 +27,7 @@ from llamapy.engine.executor import Executor
 from llamapy.engine.integrity import build_stats, check_engine
 from llamapy.engine.leases import LeaseOps
 from llamapy.engine.options import EngineConfig, EngineTuning
-from llamapy.engine.planner import Batch, Planner, queued_view
+from llamapy.engine.planner import Planner, ScheduledBatch, queued_view
 from llamapy.engine.prefix import PrefixResolver
 from llamapy.engine.ram_cache import PromptCache
 from llamapy.engine.request import (
@@ -195,11 +195,11 @@ class Engine:
                 self._finish(run, FinishReason.ERROR, error)
 
     def _admit(self) -> None:
-        """Place queued runs: lease-bound and session-affine first, then strategy order."""
+        """Place queued runs: lease-bound and affine (``session``) first, then strategy order."""
         if not self._queue:
             return
         first = [r for r in self._queue if r.request.lease_id is not None
-                 or self.pool.session_slot_free(r)]
+                 or self.pool.affine_slot_free(r)]
         rest = [r for r in self._queue if r not in first]
         order = self._admission_order(rest)
         for run in chain(first, order):
@@ -243,7 +243,7 @@ class Engine:
                 run.finish = FinishReason.PREFILL
         return waiting
 
-    def _plan_batch(self, waiting: set[int]) -> Batch | None:
+    def _plan_batch(self, waiting: set[int]) -> ScheduledBatch | None:
         decoding, prefilling = [], []
         for slot in self.pool.running():
             if slot.run is None or slot.run.finish is not None:
@@ -252,7 +252,7 @@ class Engine:
                 decoding.append(slot)
             elif slot.slot_id not in waiting and slot.remaining_prefill > 0:
                 prefilling.append(slot)
-        return self.planner.plan(decoding, prefilling, self._queue, self.clock())
+        return self.planner.schedule(decoding, prefilling, self._queue, self.clock())
 
     def _reap(self) -> None:
         for slot in self.pool.running():

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 
 from llamapy.engine.backend import Backend, Sampler
-from llamapy.engine.planner import Batch, Entry
+from llamapy.engine.planner import Entry, ScheduledBatch
 from llamapy.engine.prefix import PrefixResolver
 from llamapy.engine.request import Event, FinishReason, Run, TokenEvent
 from llamapy.engine.states import SlotState
@@ -38,13 +38,13 @@ class Executor:
         self.deliver = deliver
         self._adapter_set: Hashable = ()
 
-    def execute(self, batch: Batch) -> None:
+    def execute(self, batch: ScheduledBatch) -> None:
         """Decode ``batch`` (splitting it under KV pressure), then sample and emit."""
         now = self.clock()
         for entry in batch.entries:
             if entry.run.prefill_started_at is None:
                 entry.run.prefill_started_at = now
-        plan = batch.plan()
+        plan = batch.to_plan()
         if plan.adapter_set != self._adapter_set:  # the backend switches the context's LoRA
             self._adapter_set = plan.adapter_set
             self.counters.num_adapter_switches += 1
@@ -64,7 +64,7 @@ class Executor:
         self.counters.num_decode_calls += 1
         self._commit(batch, plan.output_indices())
 
-    def _split_or_overflow(self, batch: Batch) -> None:
+    def _split_or_overflow(self, batch: ScheduledBatch) -> None:
         if len(batch.entries) > 1:
             self.counters.num_batch_splits += 1
             for half in batch.split():
@@ -80,13 +80,13 @@ class Executor:
         entry.run.finish = FinishReason.ERROR
         self.prefix.discard(entry.slot, 0)  # its cells go to the requests that carry on
 
-    def _fail(self, batch: Batch, exc: DecodeError) -> None:
+    def _fail(self, batch: ScheduledBatch, exc: DecodeError) -> None:
         for entry in batch.entries:
             self.prefix.resync(entry.slot)
             entry.run.error = exc
             entry.run.finish = FinishReason.ERROR
 
-    def _commit(self, batch: Batch, rows: list[int | None]) -> None:
+    def _commit(self, batch: ScheduledBatch, rows: list[int | None]) -> None:
         for entry, row in zip(batch.entries, rows, strict=True):
             entry.slot.cached.extend(entry.token_ids)
             run = entry.run

@@ -104,7 +104,7 @@ def _slot_info(slot: Slot) -> SlotInfo:
     run, key = slot.run, slot.key
     return SlotInfo(
         slot_id=slot.slot_id, state=slot.state.value, cached_tokens=len(slot.cached),
-        cache_scope=key[0] if isinstance(key, tuple) else None, session=slot.session,
+        cache_scope=key.cache_scope if key else None, session=slot.affinity_key,
         lease_id=slot.lease_id, request_id=None if run is None else run.request_id,
         prompt_tokens=0 if run is None else len(run.prompt),
         generated_tokens=0 if run is None else run.num_generated,

@@ -2,8 +2,9 @@
 
 :class:`Planner` shows the strategy a :class:`~llamapy.engine.strategies.BatchView`, checks the
 returned :class:`~llamapy.engine.strategies.BatchDecision` (``n_batch``, ``chunk_size``, known
-slots, progress) and lays it out as a :class:`Batch`: one :class:`Entry` per slot, in the same
-order as the segments of its :class:`~llamapy.engine.backend.BatchPlan`.
+slots, progress) and lays it out as a :class:`ScheduledBatch` (this tick's work): one
+:class:`Entry` per slot, in the same order as the segments of the
+:class:`~llamapy.engine.backend.BatchPlan` it becomes (``to_plan``).
 
 One decode runs under one adapter set (llama.cpp applies LoRA per context), so the planner first
 picks the set this tick serves (:class:`AdapterRotation`) and shows the strategy only the slots
@@ -21,7 +22,7 @@ from llamapy.engine.slots import Slot
 from llamapy.engine.strategies import BatchDecision, BatchStrategy, BatchView, QueuedView, SlotView
 from llamapy.errors import InvalidOptionError
 
-__all__ = ["AdapterRotation", "Batch", "Entry", "Planner"]
+__all__ = ["AdapterRotation", "Entry", "Planner", "ScheduledBatch"]
 
 
 @dataclass(slots=True)
@@ -37,13 +38,13 @@ class Entry:
 
 
 @dataclass(slots=True)
-class Batch:
+class ScheduledBatch:
     """Entries of one decode call, all of runs of ``adapter_set``."""
 
     entries: list[Entry]
     adapter_set: Hashable = ()
 
-    def plan(self) -> BatchPlan:
+    def to_plan(self) -> BatchPlan:
         """The backend's view of this batch."""
         return BatchPlan([Segment(e.slot.seq_id, e.start_pos, e.token_ids, e.samples, e.run.key)
                           for e in self.entries], self.adapter_set)
@@ -53,11 +54,11 @@ class Batch:
         """Tokens in the batch."""
         return sum(len(e.token_ids) for e in self.entries)
 
-    def split(self) -> tuple[Batch, Batch]:
+    def split(self) -> tuple[ScheduledBatch, ScheduledBatch]:
         """Two halves (by entries) for retrying under KV pressure."""
         mid = len(self.entries) // 2
-        return (Batch(self.entries[:mid], self.adapter_set),
-                Batch(self.entries[mid:], self.adapter_set))
+        return (ScheduledBatch(self.entries[:mid], self.adapter_set),
+                ScheduledBatch(self.entries[mid:], self.adapter_set))
 
 
 def slot_view(slot: Slot) -> SlotView:
@@ -116,8 +117,8 @@ class Planner:
         self.chunk_size = chunk_size
         self.rotation = AdapterRotation()
 
-    def plan(self, decoding: Sequence[Slot], prefilling: Sequence[Slot], queue: Sequence[Run],
-             now: float) -> Batch | None:
+    def schedule(self, decoding: Sequence[Slot], prefilling: Sequence[Slot], queue: Sequence[Run],
+                 now: float) -> ScheduledBatch | None:
         """The next batch (runs of one adapter set), or None when no slot can take tokens."""
         if not decoding and not prefilling:
             return None
@@ -133,7 +134,7 @@ class Planner:
         by_id = {s.slot_id: s for s in (*decoding, *prefilling)}
         entries = [self._decode_entry(by_id[i]) for i in decision.decode]
         entries += [self._prefill_entry(by_id[i], n) for i, n in decision.prefill.items()]
-        return Batch(entries, adapter_set)
+        return ScheduledBatch(entries, adapter_set)
 
     def validate(self, decision: BatchDecision, view: BatchView) -> None:
         """Raise ``InvalidOptionError`` if ``decision`` breaks the batch rules."""

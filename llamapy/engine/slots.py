@@ -27,7 +27,7 @@ class Slot:
     cached: list[int] = field(default_factory=list)
     key: CacheKey | None = None
     last_used: int = 0
-    session: Hashable | None = None
+    affinity_key: Hashable | None = None
     lease_id: int | None = None
     run: Run | None = None
 
@@ -64,7 +64,7 @@ class SlotPool:
         self.slots = [Slot(slot_id=i) for i in range(n_slots)]
         self.min_route_share = min_route_share
         self._clock = 0
-        self._sessions: dict[Hashable, int] = {}
+        self._affinity: dict[Hashable, int] = {}
         self._leases: dict[int, int] = {}
         self._next_lease = 1
 
@@ -92,19 +92,19 @@ class SlotPool:
         idle = self.idle()
         if not idle:
             return None
-        return self._session_slot(run, idle) or self._prefix_slot(run, idle) or idle[0]
+        return self._affine_slot(run, idle) or self._prefix_slot(run, idle) or idle[0]
 
-    def session_slot_free(self, run: Run) -> bool:
+    def affine_slot_free(self, run: Run) -> bool:
         """Whether ``run``'s session last ran on a slot that is routable now."""
         session = run.request.options.session
-        slot_id = self._sessions.get(session) if session is not None else None
+        slot_id = self._affinity.get(session) if session is not None else None
         return slot_id is not None and self.slots[slot_id].is_idle
 
-    def _session_slot(self, run: Run, idle: list[Slot]) -> Slot | None:
+    def _affine_slot(self, run: Run, idle: list[Slot]) -> Slot | None:
         session = run.request.options.session
-        if session is None or session not in self._sessions:
+        if session is None or session not in self._affinity:
             return None
-        slot = self.slots[self._sessions[session]]
+        slot = self.slots[self._affinity[session]]
         return slot if slot in idle else None
 
     def _prefix_slot(self, run: Run, idle: list[Slot]) -> Slot | None:
@@ -124,8 +124,8 @@ class SlotPool:
         slot.run, run.slot = run, slot
         session = run.request.options.session
         if session is not None:
-            self._sessions[session] = slot.slot_id
-            slot.session = session
+            self._affinity[session] = slot.slot_id
+            slot.affinity_key = session
         self.touch(slot)
 
     def unassign(self, slot: Slot) -> None:
