@@ -210,8 +210,8 @@ class TickTimer:
                         self.native_s += time.perf_counter() - t
             return timed
 
-        def install(loop: object) -> None:
-            engine, backend = loop.engine, loop.backend  # type: ignore[attr-defined]
+        def install(engine: object) -> None:
+            backend = engine.backend  # type: ignore[attr-defined]
             tick = engine.tick
 
             def timed_tick() -> bool:
@@ -222,11 +222,11 @@ class TickTimer:
                     self.ticks += 1
                 return out
 
-            engine.tick = timed_tick
+            engine.tick = timed_tick  # type: ignore[attr-defined]
             backend.ctx.decode = native(backend.ctx.decode)
             LlamaSampler.sample = native(LlamaSampler.sample)  # type: ignore[method-assign]
 
-        server.call_on_loop(install)
+        server.call(install)
 
     @property
     def python_share(self) -> float:

@@ -250,6 +250,36 @@ class EngineMachine(RuleBasedStateMachine):
             return multiple()
         return (lease_id, scope, identity, adapters)
 
+    @rule(lease=leases, op=st.sampled_from(["clear", "roundtrip", "logits"]))
+    def lease_kv_op(self, lease, op):
+        """A session's KV operation on a free leased slot (engine-owned: the slot stays exact,
+        which the integrity invariant checks after every step)."""
+        lease_id, _, identity, adapters = lease
+        slot = self.engine.pool.slots[self.engine.pool.leases[lease_id]] \
+            if lease_id in self.engine.pool.leases else None
+        if slot is None or not slot.is_free:
+            return
+        ops = self.engine.leases
+        event(f"lease op: {op}")
+        if op == "clear":
+            ops.clear(lease_id)
+            assert ops.tokens(lease_id) == []
+        elif op == "roundtrip":
+            state = ops.snapshot(lease_id)
+            ops.clear(lease_id)
+            restored = ops.restore(lease_id, state, identity)
+            assert ops.tokens(lease_id) == (list(state.token_ids) if restored else [])
+        elif ops.tokens(lease_id) and self.backend.supports_partial_removal:
+            tokens = ops.tokens(lease_id)
+            try:
+                logits = ops.next_token_logits(lease_id, tokens)
+            except DecodeError:
+                return  # an injected fault: the KV was resynced (checked by the invariant)
+            greedy = self.backend.model.reference(tokens, 1, SamplingParams(temp=0.0),
+                                                  slot.key.adapter_set)[0]
+            assert max(range(len(logits)), key=logits.__getitem__) == greedy
+            assert ops.tokens(lease_id) == tokens
+
     @rule(lease=consumes(leases))
     def release(self, lease):
         lease_id = lease[0]
