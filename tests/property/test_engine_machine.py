@@ -254,7 +254,7 @@ class EngineMachine(RuleBasedStateMachine):
     def lease_kv_op(self, lease, op):
         """A session's KV operation on a free leased slot (engine-owned: the slot stays exact,
         which the integrity invariant checks after every step)."""
-        lease_id, _, identity, adapters = lease
+        lease_id, _, identity, _ = lease
         slot = self.engine.pool.slots[self.engine.pool.leases[lease_id]] \
             if lease_id in self.engine.pool.leases else None
         if slot is None or not slot.is_free:
