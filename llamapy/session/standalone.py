@@ -6,13 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 from llamapy._native import Context, Model
-from llamapy._native.context import ContextOptions
 from llamapy._native.model import LoraAdapter
 from llamapy.embeddings import Embedder
 from llamapy.engine.engine import Engine
 from llamapy.engine.options import EngineConfig
 from llamapy.llama_backend import LlamaBackend
-from llamapy.session.config import SessionConfig
+from llamapy.session.config import SessionConfig, standalone_context_options
 from llamapy.session.host import InlineHost, model_manifest, runtime_of
 from llamapy.session.manifest import file_digest
 from llamapy.session.session import Session
@@ -21,12 +20,12 @@ __all__ = ["open_standalone"]
 
 
 def open_standalone(model: Model, config: SessionConfig | None = None) -> Session:
-    """A :class:`Session` on ``model`` with a private ``config.n_ctx`` context. The session
-    closes the context and adapters it created; the model stays the caller's."""
+    """A :class:`Session` on ``model`` with a private one-sequence context sized by ``config``
+    (:func:`~llamapy.session.config.standalone_context_options`, which raises for unknown or
+    conflicting ``context_options``). The session closes the context and adapters it created;
+    the model stays the caller's."""
     config = config or SessionConfig()
-    options = ContextOptions(**{"n_ctx": config.n_ctx, "n_batch": config.n_batch,
-                                "n_ubatch": min(config.n_batch, 512), "n_seq_max": 1,
-                                **dict(config.context_options)})
+    options = standalone_context_options(config)
     owned: list[Any] = []
     try:
         ctx = Context(model, options)
@@ -36,8 +35,8 @@ def open_standalone(model: Model, config: SessionConfig | None = None) -> Sessio
         if adapters:
             ctx.set_adapters(adapters)
         backend = LlamaBackend(model, ctx)
-        engine = Engine(backend, EngineConfig(n_parallel=1, n_batch=config.n_batch,
-                                              chunk_size=config.n_batch,
+        engine = Engine(backend, EngineConfig(n_parallel=1, n_batch=options.effective_n_batch,
+                                              chunk_size=options.effective_n_batch,
                                               kv_unified=options.kv_unified))
         identity = tuple((file_digest(s.path), float(s.scale)) for s in config.adapters)
         manifest = model_manifest(model, runtime_of(options, backend.n_ctx_seq), identity)
