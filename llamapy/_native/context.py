@@ -1,19 +1,31 @@
-"""``Context`` (an owning ``llama_context`` wrapper) and ``Batch`` (a reusable ``llama_batch``)."""
+"""``Context`` (an owning ``llama_context`` wrapper) and ``Batch`` (a reusable ``llama_batch``).
+
+The options are :class:`~llamapy.options.ContextOptions` (defined in the option tree); this
+module only maps them to ``llama_context_params``.
+"""
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from .._system import physical_cores
 from ..errors import ClosedError, InvalidOptionError, NativeError, UnknownOptionError, decode_error
+from ..options.context import (
+    SERVER_OWNED_KEYS,
+    ContextOptions,
+    context_option_keys,
+    tuning_option_keys,
+)
 from . import _logging
 from ._loader import native
 from .model import LoraAdapter, Model
+
+__all__ = ["SERVER_OWNED_KEYS", "Batch", "Context", "ContextOptions", "context_option_keys",
+           "tuning_option_keys"]
 
 GGML_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8,
               "iq4_nl": 20, "bf16": 30}
@@ -21,51 +33,6 @@ _FLASH = {"auto": -1, "off": 0, "on": 1, False: 0, True: 1}
 _POOLING = {"unspecified": -1, "none": 0, "mean": 1, "cls": 2, "last": 3, "rank": 4}
 _ATTENTION = {"unspecified": -1, "causal": 0, "non_causal": 1}
 _ROPE_SCALING = {"unspecified": -1, "none": 0, "linear": 1, "yarn": 2, "longrope": 3}
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ContextOptions:
-    """Context creation options (the single source of their names; 0/None = llama.cpp's)."""
-
-    n_ctx: int = 4096
-    n_batch: int = 2048
-    n_ubatch: int = 512
-    n_seq_max: int = 1
-    n_threads: int = 0
-    n_threads_batch: int = 0
-    type_k: str = "f16"
-    type_v: str = "f16"
-    flash_attn: str | bool = "auto"
-    offload_kqv: bool = True
-    op_offload: bool = True
-    rope_scaling_type: str = "unspecified"
-    rope_freq_base: float = 0.0
-    rope_freq_scale: float = 0.0
-    yarn_ext_factor: float = -1.0
-    yarn_attn_factor: float = -1.0
-    yarn_beta_fast: float = -1.0
-    yarn_beta_slow: float = -1.0
-    yarn_orig_ctx: int = 0
-    attention_type: str = "unspecified"
-    pooling_type: str = "unspecified"
-    embeddings: bool = False
-    swa_full: bool = True
-    kv_unified: bool = False
-    no_perf: bool = True
-
-
-def context_option_keys() -> list[str]:
-    """Every context option name."""
-    return [f.name for f in dataclasses.fields(ContextOptions)]
-
-
-#: Options a caller may tune; the server owns the sizing ones.
-SERVER_OWNED_KEYS = ("n_ctx", "n_batch", "n_seq_max", "kv_unified")
-
-
-def tuning_option_keys() -> list[str]:
-    """Context options a server forwards (everything but the sizing it owns)."""
-    return [k for k in context_option_keys() if k not in SERVER_OWNED_KEYS]
 
 
 def _enum(table: dict[Any, int], value: Any, name: str) -> int:
@@ -116,15 +83,14 @@ class Context:
     def _create(model: Model, o: ContextOptions) -> Any:
         ffi, lib = native().ffi, native().lib
         p = lib.llama_context_default_params()
-        for name in ("n_ctx", "n_batch", "n_ubatch", "n_seq_max", "offload_kqv", "op_offload",
+        for name in ("n_ctx", "n_ubatch", "n_seq_max", "offload_kqv", "op_offload",
                      "embeddings", "swa_full", "kv_unified", "no_perf", "rope_freq_base",
                      "rope_freq_scale", "yarn_ext_factor", "yarn_attn_factor", "yarn_beta_fast",
                      "yarn_beta_slow", "yarn_orig_ctx"):
             setattr(p, name, getattr(o, name))
-        if o.n_threads > 0:
-            p.n_threads = o.n_threads
-        if o.n_threads_batch > 0 or o.n_threads > 0:
-            p.n_threads_batch = o.n_threads_batch or o.n_threads
+        p.n_batch = o.effective_n_batch
+        p.n_threads = o.n_threads or physical_cores()
+        p.n_threads_batch = o.n_threads_batch or p.n_threads
         p.type_k = _enum(GGML_TYPES, o.type_k, "type_k")
         p.type_v = _enum(GGML_TYPES, o.type_v, "type_v")
         p.flash_attn_type = _enum(_FLASH, o.flash_attn, "flash_attn")

@@ -2,50 +2,27 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import ClosedError, InvalidOptionError, ModelLoadError, NativeError
+from ..options.model import (
+    LOAD_MODE_DIRECT_IO,
+    LOAD_MODE_MLOCK,
+    LOAD_MODE_MMAP,
+    LOAD_MODE_MMAP_MLOCK,
+    LOAD_MODE_NONE,
+    SPLIT_MODES,
+    ModelOptions,
+    load_option_keys,
+)
 from . import _logging
 from ._loader import native
 
-_SPLIT_MODES = {"none": 0, "layer": 1, "row": 2, "tensor": 3}
-LOAD_MODE_NONE, LOAD_MODE_MMAP, LOAD_MODE_MLOCK, LOAD_MODE_MMAP_MLOCK, LOAD_MODE_DIRECT_IO = (
-    0, 1, 2, 3, 4,
-)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ModelOptions:
-    """Model loading options (the single source of their names and defaults)."""
-
-    n_gpu_layers: int = 99
-    main_gpu: int = 0
-    split_mode: str = "layer"
-    tensor_split: tuple[float, ...] = ()
-    use_mmap: bool = True
-    use_mlock: bool = False
-    use_direct_io: bool = False
-    check_tensors: bool = False
-    vocab_only: bool = False
-
-    @property
-    def load_mode(self) -> int:
-        """llama.cpp's single ``load_mode``: direct I/O wins, else mmap and mlock combine."""
-        if self.use_direct_io:
-            return LOAD_MODE_DIRECT_IO
-        if self.use_mmap:
-            return LOAD_MODE_MMAP_MLOCK if self.use_mlock else LOAD_MODE_MMAP
-        return LOAD_MODE_MLOCK if self.use_mlock else LOAD_MODE_NONE
-
-
-def load_option_keys() -> list[str]:
-    """The model loading option names."""
-    return [f.name for f in dataclasses.fields(ModelOptions)]
+__all__ = ["LOAD_MODE_DIRECT_IO", "LOAD_MODE_MLOCK", "LOAD_MODE_MMAP", "LOAD_MODE_MMAP_MLOCK",
+           "LOAD_MODE_NONE", "LoraAdapter", "Model", "ModelOptions", "load_option_keys"]
 
 
 class Model:
@@ -83,11 +60,7 @@ class Model:
         params.load_mode = options.load_mode
         params.check_tensors = options.check_tensors
         params.vocab_only = options.vocab_only
-        if options.split_mode not in _SPLIT_MODES:
-            raise InvalidOptionError(
-                f"split_mode must be one of {sorted(_SPLIT_MODES)}", option="split_mode"
-            )
-        params.split_mode = _SPLIT_MODES[options.split_mode]
+        params.split_mode = SPLIT_MODES[options.split_mode]
         keep = None
         if options.tensor_split:
             keep = ffi.new("float[]", max(len(options.tensor_split), lib.llama_max_devices()))
@@ -320,8 +293,6 @@ def _model_options(kwargs: dict[str, Any]) -> ModelOptions:
     unknown = set(kwargs) - set(load_option_keys())
     if unknown:
         raise UnknownOptionError(unknown, load_option_keys(), where="model load")
-    if "tensor_split" in kwargs:
-        kwargs["tensor_split"] = tuple(kwargs["tensor_split"])
     return ModelOptions(**kwargs)
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from .._native import Model
 from ..engine import DoneEvent, TokenEvent
 from ..errors import InvalidOptionError
+from ..options import aliases_of
 from ..server import Completion
 from .completions import check_token_ids, prompt_list
 from .logprobs import MIN_CANDIDATES, sampled_logprob
@@ -28,9 +29,11 @@ from .target import ServedModel
 IGNORED_FIELDS = ("id_slot", "n_keep", "timings_per_token", "return_progress",
                   "post_sampling_probs", "samplers", "t_max_predict_ms", "n_indent",
                   "response_fields", "n_cmpl")
+#: ``/completion``'s token budget spellings (the tree's aliases of ``max_tokens``, then
+#: ``max_tokens`` itself); the first one present wins.
+BUDGET_FIELDS = (*aliases_of("max_tokens"), "max_tokens")
 #: Fields of ``/completion`` handled here rather than passed to the engine.
-OWN_FIELDS = ("prompt", "n_predict", "max_tokens", "stream", "return_tokens", "model",
-              "json_schema")
+OWN_FIELDS = ("prompt", "stream", "return_tokens", "model", "json_schema", *BUDGET_FIELDS)
 #: ``stop_type`` by engine finish reason.
 STOP_TYPES = {"eog": "eos", "stop": "word", "max_tokens": "limit", "prefill": "limit"}
 
@@ -66,7 +69,7 @@ def prepare_native(served: ServedModel, request: Mapping[str, Any]
         from ..grammar.json_schema import schema_to_gbnf
 
         options["grammar"] = schema_to_gbnf(request["json_schema"])
-    n_predict = request.get("n_predict", request.get("max_tokens", -1))
+    n_predict = next((request[k] for k in BUDGET_FIELDS if k in request), -1)
     if not isinstance(n_predict, int) or isinstance(n_predict, bool):
         raise InvalidOptionError("n_predict must be an integer", option="n_predict")
     options["max_tokens"] = served.default_max_tokens(len(ids)) if n_predict < 0 else n_predict

@@ -19,15 +19,14 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import InvalidOptionError, UnknownOptionError, UnsupportedFeatureError
+from ..options import ALIASES
 from ..server import request_option_keys
 
-#: llama-server / OpenAI names of engine request options that the engine spells differently.
+#: llama-server / OpenAI names of engine request options that the engine spells differently:
+#: the part of the tree's alias table (:data:`llamapy.options.ALIASES`) that names request
+#: options (the token budget spellings are fields of their own).
 ENGINE_ALIASES: dict[str, str] = {
-    "temperature": "temp",
-    "presence_penalty": "penalty_present",
-    "frequency_penalty": "penalty_freq",
-    "repeat_penalty": "penalty_repeat",
-    "repeat_last_n": "penalty_last_n",
+    alias: name for alias, name in ALIASES.items() if name in request_option_keys()
 }
 
 #: Extras that are ours, not engine options: handled by the API layer itself.

@@ -18,6 +18,7 @@ from typing import Any
 from ..chat import OutputParser
 from ..errors import InvalidOptionError
 from ..grammar.json_schema import json_object_grammar, schema_to_gbnf
+from ..options import REASONING_FORMATS
 from .logprobs import MIN_CANDIDATES
 from .params import (
     ChatBody,
@@ -29,9 +30,6 @@ from .params import (
 )
 from .target import ServedModel
 from .tool_grammar import tool_call_grammar, tool_instructions
-
-#: ``reasoning_format`` values (llama-server's): ``none`` leaves ``<think>`` in the content.
-REASONING_FORMATS = ("auto", "deepseek", "none")
 
 
 def new_id(prefix: str) -> str:

@@ -19,6 +19,7 @@ from typing import Any
 from .._native import Model
 from ..chat import ChatTemplate, OutputParser
 from ..errors import ModelNotFoundError
+from ..options import TIMEOUTS
 from ..runtime import AsyncRequestStream, RequestStream
 from ..server import Server
 from .params import lora_adapters
@@ -30,7 +31,7 @@ AsyncEvents = AsyncRequestStream
 PRIVATE_SERVER_OPTIONS: dict[str, object] = {"n_parallel": 1}
 
 #: Default per-request timeout of API calls (whole call; per token when streaming), seconds.
-DEFAULT_REQUEST_TIMEOUT = 600.0
+DEFAULT_REQUEST_TIMEOUT = TIMEOUTS.http_request
 
 _private_servers: weakref.WeakKeyDictionary[Model, Server] = weakref.WeakKeyDictionary()
 _n_ctx_seq: weakref.WeakKeyDictionary[Server, int] = weakref.WeakKeyDictionary()

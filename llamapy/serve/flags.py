@@ -1,9 +1,11 @@
-"""Command-line flags for every ``Server`` start option, generated from the option dataclasses.
+"""Command-line flags for every ``Server`` start option, generated from the option tree.
 
-:func:`llamapy.server.start_option_keys` is the authority on which options exist; the
-dataclasses that define them (server sizing, engine scheduling, sampling defaults, context
-tuning, model loading) give each one's type and default. ``n_ctx`` becomes ``--n-ctx``; a bool
-option becomes ``--name/--no-name`` (``--no-cache-prompt``, ``--no-kv-unified``); tuples take
+:func:`llamapy.options.start_option_keys` is the authority on which options exist; the
+dataclasses that define them (:data:`llamapy.options.START_OPTION_OWNERS`: server sizing,
+engine scheduling, sampling defaults, context tuning, model loading) give each one's type,
+default and help text. ``n_ctx`` becomes ``--n-ctx``; a bool option becomes a ``--name`` /
+``--no-name`` pair (``--no-cache-prompt``, ``--no-kv-unified``), and one whose name is a
+negation reads positively (``no_perf``: ``--perf`` / ``--no-perf``); tuples take
 comma-separated values or a JSON list; mappings take JSON. Only flags given on the command line
 are passed to ``Server``, so its own defaults apply otherwise.
 """
@@ -15,65 +17,58 @@ import dataclasses
 import json
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .._native.context import ContextOptions
-from .._native.model import ModelOptions
-from ..engine.options import EngineConfig, SamplingParams
-from ..server import start_option_keys
-from ..server.options import ServerOptions
+from ..options import START_OPTION_OWNERS, field_default, field_help, start_option_keys
 
-#: Option owners, in the order their flags are grouped (first owner of a name wins).
-OWNERS: tuple[tuple[type, str], ...] = (
-    (ServerOptions, "server sizing"),
-    (EngineConfig, "scheduling and prompt cache"),
-    (SamplingParams, "sampling defaults (requests may override them)"),
-    (ContextOptions, "context tuning"),
-    (ModelOptions, "model loading"),
-)
-#: Start options that are not flags (``--model`` gives the path).
-NOT_FLAGS = ("model_path",)
-#: Extra spellings: flag -> option.
-ALIASES = {"--threads": "n_threads"}
+__all__ = ["OptionSpec", "add_option_flags", "option_specs", "shown_default", "start_options"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class OptionSpec:
-    """One start option as a flag: name, Python type, default, and owner group."""
+    """One start option as a flag: name, Python type, default, owner group, help, aliases."""
 
     name: str
     type: Any
     default: Any
     group: str
+    help: str = ""
+    aliases: tuple[str, ...] = ()
 
     @property
     def flag(self) -> str:
         """``--n-ctx`` for ``n_ctx``."""
         return "--" + self.name.replace("_", "-")
 
+    @property
+    def negated(self) -> bool:
+        """A bool option named as a negation (``no_perf``): its flags read positively."""
+        return self.type is bool and self.name.startswith("no_")
 
-def _default(f: dataclasses.Field[Any]) -> Any:
-    if f.default is not dataclasses.MISSING:
-        return f.default
-    if f.default_factory is not dataclasses.MISSING:
-        return f.default_factory()
-    return None
+    @property
+    def switches(self) -> tuple[str, str]:
+        """``(on, off)`` flags of a bool option: ``--x, --no-x`` (``--perf, --no-perf``)."""
+        base = self.name[3:] if self.negated else self.name
+        on = "--" + base.replace("_", "-")
+        return on, "--no-" + on[2:]
 
 
 def option_specs() -> list[OptionSpec]:
-    """A spec for each start option (except ``model_path``), grouped by owner."""
-    wanted = [k for k in start_option_keys() if k not in NOT_FLAGS]
+    """A spec for each start option, grouped by owner (the first owner describes a name)."""
+    wanted = set(start_option_keys())
     specs: dict[str, OptionSpec] = {}
-    for cls, group in OWNERS:
+    for cls, group in START_OPTION_OWNERS:
         hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
             if f.name in wanted and f.name not in specs:
-                specs[f.name] = OptionSpec(f.name, hints[f.name], _default(f), group)
-    for name in wanted:  # an option no dataclass describes still gets a (string) flag
-        specs.setdefault(name, OptionSpec(name, str, None, "other"))
-    return sorted(specs.values(), key=lambda s: ([g for _, g in OWNERS] + ["other"]).index(
-        s.group))
+                specs[f.name] = OptionSpec(f.name, hints[f.name], field_default(f), group,
+                                           field_help(f), tuple(f.metadata.get("flags", ())))
+    missing = wanted - set(specs)
+    if missing:  # every start option is a field of an owner; fail loudly if one is not
+        raise AssertionError(f"start options without an owner: {sorted(missing)}")
+    order = [g for _, g in START_OPTION_OWNERS]
+    return sorted(specs.values(), key=lambda s: order.index(s.group))
 
 
 def _members(tp: Any) -> tuple[Any, ...]:
@@ -123,6 +118,60 @@ def _converter(tp: Any) -> tuple[Callable[[str], Any], str]:
     return str, "TEXT"
 
 
+def _plain(items: Sequence[Any]) -> bool:
+    return all(str(v).isprintable() and "," not in str(v) and str(v) for v in items)
+
+
+def shown_default(value: Any) -> str | None:
+    """A default as a user would type it (None: the help text explains it)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, Mapping):
+        return json.dumps({str(k): v for k, v in value.items()})
+    if isinstance(value, tuple):
+        if not value:
+            return "none"
+        return ",".join(map(str, value)) if _plain(value) else json.dumps(list(value))
+    if isinstance(value, str):
+        return value if value else '""'
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _help(spec: OptionSpec) -> str:
+    """The help text with the default; a negated bool's text describes its ``--no-x`` flag."""
+    text = f"{spec.switches[1]}: {spec.help}" if spec.negated else spec.help
+    shown = shown_default(spec.default)
+    text = text if shown is None else f"{text} (default: {shown})"
+    return text.replace("%", "%%")
+
+
+class _Switch(argparse.Action):
+    """``--x`` / ``--no-x`` for a bool option; ``--x`` stores ``on`` (False for ``no_x``)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, on: bool = True,
+                 **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, **kwargs)
+        self.on = on
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        positive = not (option_string or "").startswith("--no-")
+        setattr(namespace, self.dest, self.on if positive else not self.on)
+
+
+def _add(group: argparse._ArgumentGroup, spec: OptionSpec) -> None:
+    if spec.type is bool:
+        on, off = spec.switches
+        group.add_argument(on, off, *spec.aliases, dest=spec.name, action=_Switch,
+                           on=not spec.negated, default=argparse.SUPPRESS, help=_help(spec))
+        return
+    parse, metavar = _converter(spec.type)
+    group.add_argument(spec.flag, *spec.aliases, dest=spec.name, type=parse, metavar=metavar,
+                       default=argparse.SUPPRESS, help=_help(spec))
+
+
 def add_option_flags(parser: argparse.ArgumentParser) -> None:
     """Add a flag for every start option, in one argument group per owner."""
     groups: dict[str, argparse._ArgumentGroup] = {}
@@ -130,15 +179,7 @@ def add_option_flags(parser: argparse.ArgumentParser) -> None:
         group = groups.get(spec.group)
         if group is None:
             group = groups[spec.group] = parser.add_argument_group(spec.group)
-        flags = [spec.flag, *[a for a, o in ALIASES.items() if o == spec.name]]
-        default = "auto" if spec.default is None else repr(spec.default)
-        if spec.type is bool:
-            group.add_argument(*flags, dest=spec.name, action=argparse.BooleanOptionalAction,
-                               default=argparse.SUPPRESS, help=f"(default: {default})")
-            continue
-        parse, metavar = _converter(spec.type)
-        group.add_argument(*flags, dest=spec.name, type=parse, metavar=metavar,
-                           default=argparse.SUPPRESS, help=f"(default: {default})")
+        _add(group, spec)
 
 
 def start_options(args: argparse.Namespace) -> dict[str, Any]:

@@ -306,9 +306,10 @@ class Server:
     def open_session(self, config: Any = None) -> Any:
         """Open a workspace :class:`~llamapy.session.Session` on a leased slot of this server
         (waits up to ``config.lease_timeout`` for a free slot, then ``LeaseTimeoutError``)."""
-        from ..session import ServerHost, Session, SessionConfig
+        from ..session import ServerHost, Session, SessionConfig, check_shared
 
         config = config or SessionConfig()
+        check_shared(config)
         self._check_running()
         host = ServerHost(self._loop, self.wait_ready().model, self._start.context,
                           self._start.engine.sampling, resolve_adapters(config.adapters))

@@ -18,6 +18,8 @@ from llamapy.session.config import (
     StructuredOutput,
     SuffixInput,
     SuffixStatus,
+    check_shared,
+    standalone_context_options,
 )
 from llamapy.session.host import InlineHost, ServerHost, SessionHost
 from llamapy.session.manifest import ContextManifest, ManifestSegment, file_digest
@@ -44,6 +46,8 @@ __all__ = [
     "StructuredOutput",
     "SuffixInput",
     "SuffixStatus",
+    "check_shared",
     "file_digest",
     "open_standalone",
+    "standalone_context_options",
 ]

@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from types import MappingProxyType
 from typing import Any
 
 from llamapy.chat.delta import ToolCall
 from llamapy.engine.request import RequestTimings
-from llamapy.errors import InvalidOptionError, UnsupportedFeatureError
+from llamapy.errors import InvalidOptionError, UnknownOptionError, UnsupportedFeatureError
+from llamapy.options import (
+    N_CTX,
+    REASONING_FORMATS,
+    SERVER_OWNED_KEYS,
+    TIMEOUTS,
+    ContextOptions,
+    canonical_name,
+    default_n_batch,
+    sampling_option_keys,
+    tuning_option_keys,
+)
 from llamapy.session.manifest import ContextManifest
 
 __all__ = [
@@ -23,9 +35,11 @@ __all__ = [
     "StructuredOutput",
     "SuffixInput",
     "SuffixStatus",
+    "check_shared",
+    "decode_sampling",
+    "standalone_context_options",
 ]
 
-REASONING_FORMATS = ("auto", "none")
 STRUCTURED_KINDS = ("none", "json_schema", "json_schema_tool_calls", "grammar")
 
 
@@ -37,6 +51,12 @@ class AdapterSpec:
     scale: float = 1.0
 
 
+def _positive_or_none(value: object, name: str) -> None:
+    ok = value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1)
+    if not ok:
+        raise InvalidOptionError(f"{name} must be an integer >= 1 (or None)", option=name)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SessionConfig:
     """How a session is opened.
@@ -44,23 +64,69 @@ class SessionConfig:
     ``cache_scope``: the scope its KV is filed under (reuse never crosses scopes).
     ``lease_timeout``: seconds to wait for a free slot before ``LeaseTimeoutError``.
     ``request_timeout``: seconds to wait for each engine event (prefill or token).
-    ``n_ctx`` / ``n_batch`` / ``context_options``: standalone sessions only (own context).
+    ``n_ctx`` / ``n_batch`` / ``context_options``: the private context of a standalone session
+    (None / empty: the tree's defaults, ``n_ctx`` 8192 and ``n_batch`` ``min(n_ctx, 2048)``);
+    ``context_options`` takes context tuning options only (:func:`standalone_context_options`).
+    A session on a shared server has the server's context: setting any of them there raises
+    (:func:`check_shared`).
     """
 
     cache_scope: str | None = None
     adapters: tuple[AdapterSpec, ...] = ()
-    lease_timeout: float = 30.0
-    request_timeout: float = 120.0
-    n_ctx: int = 4096
-    n_batch: int = 512
-    context_options: Mapping[str, Any] = field(default_factory=dict)
+    lease_timeout: float = TIMEOUTS.lease
+    request_timeout: float = TIMEOUTS.session_event
+    n_ctx: int | None = None
+    n_batch: int | None = None
+    context_options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
         if self.lease_timeout < 0 or self.request_timeout <= 0:
             raise InvalidOptionError("timeouts must be positive", option="lease_timeout")
-        if self.n_ctx < 1 or self.n_batch < 1:
-            raise InvalidOptionError("n_ctx and n_batch must be >= 1", option="n_ctx")
+        _positive_or_none(self.n_ctx, "n_ctx")
+        _positive_or_none(self.n_batch, "n_batch")
+        if not isinstance(self.context_options, Mapping):
+            raise InvalidOptionError("context_options must be a mapping",
+                                     option="context_options")
         object.__setattr__(self, "adapters", tuple(self.adapters))
+        object.__setattr__(self, "context_options", MappingProxyType(dict(self.context_options)))
+
+
+#: The knobs that describe a standalone session's private context.
+STANDALONE_KNOBS = ("n_ctx", "n_batch", "context_options")
+
+
+def standalone_context_options(config: SessionConfig) -> ContextOptions:
+    """The private context of a standalone session: one sequence, ``config.n_ctx`` /
+    ``config.n_batch`` (or the tree's defaults) and the tuning in ``config.context_options``.
+
+    Raises :class:`UnknownOptionError` for a key that is no context option and
+    :class:`InvalidOptionError` for one the session sizes itself (``n_ctx``, ``n_batch``,
+    ``n_seq_max``, ``kv_unified``): set ``config.n_ctx`` / ``config.n_batch`` instead.
+    """
+    tuning = dict(config.context_options)
+    owned = sorted(set(tuning) & set(SERVER_OWNED_KEYS))
+    if owned:
+        raise InvalidOptionError(
+            f"context_options may not set {', '.join(owned)}: a standalone session sizes its "
+            "context from SessionConfig.n_ctx / n_batch (one sequence)", option=owned[0])
+    unknown = set(tuning) - set(tuning_option_keys())
+    if unknown:
+        raise UnknownOptionError(unknown, tuning_option_keys(), where="context_options")
+    n_ctx = config.n_ctx if config.n_ctx is not None else N_CTX
+    n_batch = config.n_batch if config.n_batch is not None else default_n_batch(n_ctx)
+    tuning.setdefault("n_ubatch", min(n_batch, 512))
+    return ContextOptions(n_ctx=n_ctx, n_batch=n_batch, n_seq_max=1, **tuning)
+
+
+def check_shared(config: SessionConfig) -> None:
+    """Raise :class:`InvalidOptionError` naming the knob when ``config`` sizes a context: a
+    session on a shared server uses the server's context (set ``n_ctx`` etc. on the server)."""
+    for knob in STANDALONE_KNOBS:
+        value = getattr(config, knob)
+        if (bool(value) if knob == "context_options" else value is not None):
+            raise InvalidOptionError(
+                f"SessionConfig.{knob} applies to standalone sessions only; a session on a "
+                "shared server uses the server's context (set it on the Server)", option=knob)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -147,8 +213,10 @@ class DecodeConfig:
     sampling fields take the server's defaults. ``parser_protocols``: e.g. ``("think",
     "hermes")``; when the resident text ends with the reasoning start marker (a suffix that
     opens ``<think>``), the output is parsed as starting inside reasoning.
-    ``reasoning_format``: ``"auto"`` (reasoning goes to ``thinking``) or ``"none"`` (left in
-    ``text``)."""
+    ``reasoning_format``: one of :data:`~llamapy.options.REASONING_FORMATS`: ``"auto"`` or
+    ``"deepseek"`` (reasoning goes to ``thinking``) or ``"none"`` (left in ``text``). The
+    sampling fields use the OpenAI spelling (``temperature``); :func:`decode_sampling` maps
+    them onto ``SamplingParams`` through the alias table."""
 
     max_tokens: int | None = 256
     temperature: float | None = None
@@ -165,6 +233,19 @@ class DecodeConfig:
         if self.reasoning_format not in REASONING_FORMATS:
             raise UnsupportedFeatureError(f"reasoning_format:{self.reasoning_format}")
         object.__setattr__(self, "parser_protocols", tuple(self.parser_protocols))
+
+
+def decode_sampling(config: DecodeConfig) -> dict[str, Any]:
+    """The sampling options ``config`` sets, under their ``SamplingParams`` names (mapped
+    through :data:`llamapy.options.ALIASES`: ``temperature`` -> ``temp``)."""
+    sampling = set(sampling_option_keys())
+    out: dict[str, Any] = {}
+    for f in fields(config):
+        name = canonical_name(f.name)
+        value = getattr(config, f.name)
+        if name in sampling and value is not None:
+            out[name] = value
+    return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -11,7 +11,7 @@ from llamapy.chat.parsers import OutputParser, prompt_opens_reasoning, protocol_
 from llamapy.engine.options import SamplingParams
 from llamapy.errors import InvalidOptionError
 from llamapy.grammar.json_schema import schema_to_gbnf
-from llamapy.session.config import DecodeConfig, StreamChunk
+from llamapy.session.config import DecodeConfig, StreamChunk, decode_sampling
 
 __all__ = ["DecodeRun"]
 
@@ -42,15 +42,7 @@ class DecodeRun:
 
     @staticmethod
     def _sampling(config: DecodeConfig, defaults: SamplingParams) -> SamplingParams:
-        changes: dict[str, Any] = {}
-        if config.temperature is not None:
-            changes["temp"] = config.temperature
-        if config.top_p is not None:
-            changes["top_p"] = config.top_p
-        if config.top_k is not None:
-            changes["top_k"] = config.top_k
-        if config.seed is not None:
-            changes["seed"] = config.seed
+        changes: dict[str, Any] = decode_sampling(config)
         structured = config.structured_output
         if structured.kind == "grammar":
             changes["grammar"] = structured.grammar

@@ -5,12 +5,11 @@ through the engine's adapter set, exactly as on a shared server."""
 from __future__ import annotations
 
 from llamapy._native import Model
-from llamapy._native.context import ContextOptions
 from llamapy.adapters import resolve_adapters
 from llamapy.engine.options import EngineConfig
 from llamapy.runtime import TickLoop
 from llamapy.runtime.native import host_model
-from llamapy.session.config import SessionConfig
+from llamapy.session.config import SessionConfig, standalone_context_options
 from llamapy.session.host import ServerHost
 from llamapy.session.session import Session
 
@@ -18,15 +17,15 @@ __all__ = ["open_standalone"]
 
 
 def open_standalone(model: Model, config: SessionConfig | None = None) -> Session:
-    """A :class:`Session` on ``model`` with a private ``config.n_ctx`` context. The session
-    closes the context, its adapters and its thread; the model stays the caller's."""
+    """A :class:`Session` on ``model`` with a private one-sequence context sized by ``config``
+    (:func:`~llamapy.session.config.standalone_context_options`, which raises for unknown or
+    conflicting ``context_options``). The session closes the context, its adapters and its
+    thread; the model stays the caller's."""
     config = config or SessionConfig()
     adapter_set = resolve_adapters(config.adapters)
-    options = ContextOptions(**{"n_ctx": config.n_ctx, "n_batch": config.n_batch,
-                                "n_ubatch": min(config.n_batch, 512), "n_seq_max": 1,
-                                **dict(config.context_options)})
-    engine = EngineConfig(n_parallel=1, n_batch=config.n_batch, chunk_size=config.n_batch,
-                          kv_unified=options.kv_unified)
+    options = standalone_context_options(config)
+    engine = EngineConfig(n_parallel=1, n_batch=options.effective_n_batch,
+                          chunk_size=options.effective_n_batch, kv_unified=options.kv_unified)
     loop = TickLoop(lambda: host_model(model, options, engine), thread_name="llamapy-session")
     host: ServerHost | None = None
     try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from types import MappingProxyType
 
 import pytest
 
@@ -33,7 +34,7 @@ from llamapy.openai_api.tool_grammar import select_tools, tool_call_grammar
 from llamapy.serve.__main__ import build_parser
 from llamapy.serve.context import cache_headers
 from llamapy.serve.errors import error_body, error_headers
-from llamapy.serve.flags import option_specs, start_options
+from llamapy.serve.flags import option_specs, shown_default, start_options
 from llamapy.server import request_option_keys, start_option_keys
 
 MESSAGES = [{"role": "user", "content": "hi"}]
@@ -178,6 +179,24 @@ def test_every_start_option_has_a_flag() -> None:
                  "--log-level", "--chat-template", "--threads", "--no-cache-prompt",
                  "--no-kv-unified"):
         assert flag in text
+
+
+def test_every_start_option_flag_has_help_and_a_readable_default() -> None:
+    parser = build_parser()
+    text = parser.format_help()
+    assert "mappingproxy" not in text and "--no-no-" not in text
+    actions = {a.dest: a for a in parser._actions}
+    for key in start_option_keys():
+        assert key in actions, key
+        assert (actions[key].help or "").strip(), key
+    assert "(default: {})" in " ".join(actions["logit_bias"].help.split())
+    assert "--perf, --no-perf" in text
+    assert start_options(parser.parse_args(["--perf"])) == {"no_perf": False}
+    assert start_options(parser.parse_args(["--no-perf"])) == {"no_perf": True}
+    assert (shown_default(MappingProxyType({})), shown_default(("a", "b")), shown_default(()),
+            shown_default(True), shown_default(False), shown_default(0.5)) == \
+        ("{}", "a,b", "none", "on", "off", "0.5")
+    assert shown_default(("\n", ",")) == '["\\n", ","]'  # not comma-separable: JSON
 
 
 def test_flags_parse_to_start_options() -> None:

@@ -54,6 +54,21 @@ def test_option_keys_and_unknown_options(model_path: Path) -> None:
         assert k in request_option_keys()
     with pytest.raises(UnknownOptionError, match="valid keys"):
         Server(model_path, n_paralel=2)
+    assert "model_path" not in keys  # Server's positional argument, never an option
+    for key in ("vocab_only", "n_seq_max"):
+        assert key not in keys
+        with pytest.raises(UnknownOptionError):
+            Server(model_path, **{key: 1})
+
+
+def test_default_sizing_on_the_real_model(model_path: Path) -> None:
+    with Server(model_path, n_threads=2) as server:
+        server.wait_ready(60)
+        start, stats = server.start_options, server.stats()
+        assert start.server.n_ctx == start.context.n_ctx == stats["n_ctx"] == 8192
+        assert start.context.n_batch == start.engine.n_batch == stats["n_batch"] == 2048
+        assert start.context.n_seq_max == start.engine.n_parallel == 4
+        assert start.context.kv_unified and stats["n_ctx_seq"] == 8192
 
 
 def test_generate_complete_and_stream_agree(server: Server) -> None:

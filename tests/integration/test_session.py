@@ -17,6 +17,7 @@ import pytest
 
 from llamapy.errors import (
     ContextOverflowError,
+    InvalidOptionError,
     ManifestMismatchError,
     SessionClosedError,
     UnsupportedFeatureError,
@@ -26,10 +27,12 @@ from llamapy.session import (
     DecodeConfig,
     PrefixInput,
     Session,
+    SessionConfig,
     SessionSnapshot,
     StreamChunk,
     StructuredOutput,
     SuffixInput,
+    open_standalone,
 )
 
 STABLE = "You are a careful coding assistant. Repository map: src/a.py src/b.py tests/t.py. " * 3
@@ -314,3 +317,17 @@ def test_session_lora_on_a_shared_server(server: Server, tmp_path: Path) -> None
     assert tuned_text != base_text
     with server.open_session(tuned_config) as again:
         assert again.ensure_prefix(PrefixInput(text=STABLE)).reused_tokens > 0  # same set
+
+
+def test_context_knobs_are_typed(server: Server) -> None:
+    """A shared-server session refuses context sizing; a standalone one refuses sizing through
+    context_options (both before anything is leased or created)."""
+    for knob, value in (("n_ctx", 1024), ("n_batch", 64), ("context_options", {"n_ubatch": 8})):
+        with pytest.raises(InvalidOptionError) as info:
+            server.open_session(SessionConfig(**{knob: value}))
+        assert info.value.option == knob
+    with pytest.raises(InvalidOptionError) as info:
+        open_standalone(server.model, SessionConfig(context_options={"n_seq_max": 2}))
+    assert info.value.option == "n_seq_max"
+    stats = server.stats()
+    assert stats["slots_active"] == 0

@@ -125,6 +125,16 @@ def test_chat_template_has_chatml_markers(model: Model) -> None:
     assert text.endswith("<|im_start|>assistant\n")
 
 
+def test_option_defaults_reach_the_native_objects(model: Model, model_path: Path) -> None:
+    assert model.options.n_gpu_layers == 99
+    with Context(model, n_threads=2) as c:  # the tree's defaults: 8192 / 2048 / 4 / unified
+        assert (c.n_ctx, c.n_batch, c.n_seq_max) == (8192, 2048, 4)
+        assert c.options.kv_unified and c.n_ctx_seq == 8192
+    with Model(model_path, vocab_only=True) as vocab:  # Model takes it; a Server never does
+        assert vocab.options.vocab_only and vocab.n_vocab == model.n_vocab
+        assert vocab.tokenize("Hello") == model.tokenize("Hello")
+
+
 def test_greedy_generation_is_deterministic(model: Model) -> None:
     prompt = model.tokenize("The capital of France is", add_special=True)
     runs = []

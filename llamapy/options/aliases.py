@@ -1,0 +1,40 @@
+"""Other spellings of our options: the OpenAI / llama-server alias table, reasoning formats.
+
+:data:`ALIASES` maps a foreign name to the option it means (``temperature`` -> ``temp``). The
+HTTP layer renames request fields through it, llama-server's ``/completion`` reads its token
+budget spellings from it and a session's ``DecodeConfig`` (OpenAI spelling) maps onto
+``SamplingParams`` with it. The engine itself accepts only the canonical names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+__all__ = ["ALIASES", "REASONING_FORMATS", "aliases_of", "canonical_name"]
+
+#: Foreign name -> canonical option name (``SamplingParams`` / ``RequestOptions`` fields).
+ALIASES: Mapping[str, str] = MappingProxyType({
+    "temperature": "temp",
+    "repeat_penalty": "penalty_repeat",
+    "frequency_penalty": "penalty_freq",
+    "presence_penalty": "penalty_present",
+    "repeat_last_n": "penalty_last_n",
+    "typ_p": "typical_p",
+    "n_predict": "max_tokens",
+    "max_completion_tokens": "max_tokens",
+})
+
+#: ``reasoning_format`` values (llama-server's): ``auto`` and ``deepseek`` separate the
+#: reasoning (``reasoning_content`` / a session's ``thinking``); ``none`` leaves it in the text.
+REASONING_FORMATS = ("auto", "deepseek", "none")
+
+
+def canonical_name(name: str) -> str:
+    """The option ``name`` means (``name`` itself when it is no alias)."""
+    return ALIASES.get(name, name)
+
+
+def aliases_of(name: str) -> tuple[str, ...]:
+    """The foreign spellings of option ``name``, in table order."""
+    return tuple(alias for alias, target in ALIASES.items() if target == name)

@@ -1,0 +1,97 @@
+"""The engine's scheduling options and heuristics.
+
+``EngineConfig`` holds the server-level scheduling options (and the server's sampling
+defaults); :func:`make_engine_config` builds it from flat keys, raising
+:class:`~llamapy.errors.UnknownOptionError` for unknown ones. ``EngineTuning`` holds heuristics
+that are not server options.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from llamapy.options._spec import check, is_int, is_num, option, option_factory, option_names
+from llamapy.options.context import KV_UNIFIED, N_CTX, N_PARALLEL, default_n_batch
+from llamapy.options.sampling import SamplingParams, sampling_option_keys, split_sampling
+
+__all__ = ["EngineConfig", "EngineTuning", "engine_option_keys", "make_engine_config"]
+
+
+@dataclass(slots=True, frozen=True, kw_only=True)
+class EngineConfig:
+    """Server-level scheduling options (``n_ctx``/``n_batch`` limits come from the backend).
+
+    ``n_batch`` is capped by the backend's ``n_batch``; ``chunk_size`` bounds prefill tokens per
+    slot per tick; ``max_queue`` bounds requests waiting for a slot (0 = unlimited).
+    ``kv_unified`` must match the backend's. ``prompt_cache_ram_mb`` is the level-2 RAM prompt
+    cache budget (0 = off). ``batch_strategy`` is a strategy name (``"decode_maximal"``,
+    ``"prefill_priority"``, ``"balanced"``), class or instance (see
+    :mod:`llamapy.engine.strategies`). ``sampling`` holds the server's sampling defaults.
+    """
+
+    n_parallel: int = option(N_PARALLEL, "slots: requests decoded concurrently")
+    n_batch: int = option(default_n_batch(N_CTX), "most tokens per decode call")
+    chunk_size: int = option(512, "most prefill tokens per slot per tick")
+    max_queue: int = option(64, "most requests waiting for a slot (0 = unlimited)")
+    cache_prompt: bool = option(True, "reuse cached prompt prefixes (requests may opt out)")
+    kv_unified: bool = option(KV_UNIFIED, "one KV cell pool shared by all slots")
+    prompt_cache_ram_mb: float = option(0, "RAM prompt cache budget in MB (0 = off)")
+    batch_strategy: Any = option(
+        "decode_maximal", "batch strategy: decode_maximal, prefill_priority or balanced")
+    sampling: SamplingParams = option_factory(SamplingParams, "the server's sampling defaults")
+
+    def __post_init__(self) -> None:
+        for name in ("n_parallel", "n_batch", "chunk_size"):
+            value = getattr(self, name)
+            check(is_int(value) and value >= 1, name, f"must be an integer >= 1, got {value!r}")
+        check(is_int(self.max_queue) and self.max_queue >= 0, "max_queue",
+              "must be an integer >= 0 (0 = unlimited)")
+        check(isinstance(self.cache_prompt, bool), "cache_prompt", "must be a bool")
+        check(isinstance(self.kv_unified, bool), "kv_unified", "must be a bool")
+        check(is_num(self.prompt_cache_ram_mb) and self.prompt_cache_ram_mb >= 0,
+              "prompt_cache_ram_mb", "must be a number >= 0")
+        # The strategy registry belongs to the engine; this call-time import creates no import
+        # cycle (the tree itself never imports the engine at module level).
+        from llamapy.engine.strategies import resolve_strategy
+
+        resolve_strategy(self.batch_strategy)  # validate at start, raise InvalidOptionError
+
+    @property
+    def prompt_cache_ram_bytes(self) -> int:
+        """The RAM prompt cache budget in bytes."""
+        return int(self.prompt_cache_ram_mb * 1024 * 1024)
+
+
+def engine_option_keys() -> tuple[str, ...]:
+    """Server-level option names: :class:`EngineConfig` fields plus the sampling defaults."""
+    return option_names(EngineConfig, exclude=("sampling",)) + sampling_option_keys()
+
+
+def make_engine_config(options: Mapping[str, Any]) -> EngineConfig:
+    """Build :class:`EngineConfig` from flat server-level keys (sampling keys become the
+    sampling defaults). Unknown keys raise ``UnknownOptionError``."""
+    mine, sampling = split_sampling(options, option_names(EngineConfig, exclude=("sampling",)),
+                                    "engine")
+    return EngineConfig(**mine, sampling=SamplingParams(**sampling))
+
+
+@dataclass(slots=True, frozen=True, kw_only=True)
+class EngineTuning:
+    """Engine heuristics (not server options; tests and simulations adjust them).
+
+    ``min_route_share``: a free slot's cached prefix must cover this share of a prompt to win
+    routing. ``ram_min_tokens`` / ``ram_min_fraction``: the RAM cache skips shorter prefixes and
+    restores an entry only when this share of it is reusable. ``inflight_dedup``: requests whose
+    prefix another slot is computing right now adopt it instead of recomputing it;
+    ``follow_min_tokens`` is the least shared remainder worth waiting a tick for.
+    ``instability_min_history``: histories shorter than this never raise prefix instability.
+    """
+
+    min_route_share: float = option(0.1, "cached share of a prompt that wins routing")
+    ram_min_tokens: int = option(32, "shortest prefix the RAM cache keeps")
+    ram_min_fraction: float = option(0.5, "reusable share needed to restore a RAM entry")
+    inflight_dedup: bool = option(True, "adopt a prefix another slot is computing")
+    follow_min_tokens: int = option(8, "least shared remainder worth waiting a tick for")
+    instability_min_history: int = option(256, "shortest history that can be unstable")

@@ -1,0 +1,203 @@
+"""Sampling and per-request options: the single source of their names and defaults.
+
+``SamplingParams`` mirrors llama-server's sampling defaults (``common_params_sampling``);
+``RequestOptions`` holds the other per-request options. :func:`resolve_request_options` builds
+them from flat keys and raises :class:`~llamapy.errors.UnknownOptionError` for unknown keys
+instead of dropping them (llama-server / OpenAI spellings are mapped by the HTTP layer through
+:data:`llamapy.options.ALIASES`, never here).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from types import MappingProxyType
+from typing import Any, cast
+
+from llamapy.errors import UnknownOptionError
+from llamapy.options._spec import (
+    check,
+    check_typed_fields,
+    is_int,
+    is_num,
+    option,
+    option_factory,
+    option_names,
+)
+
+__all__ = [
+    "LLAMA_DEFAULT_SEED",
+    "RequestOptions",
+    "SamplingParams",
+    "request_option_keys",
+    "resolve_request_options",
+    "sampling_option_keys",
+]
+
+#: llama.cpp's "random seed" value; ``seed=-1`` means this.
+LLAMA_DEFAULT_SEED = 0xFFFFFFFF
+
+_DRY_BREAKERS = ("\n", ":", '"', "*")
+
+
+def _no_bias() -> Mapping[int, float]:
+    return MappingProxyType({})
+
+
+@dataclass(slots=True, frozen=True, kw_only=True)
+class SamplingParams:
+    """Sampling options with llama-server's defaults.
+
+    ``seed=-1`` means random (the backend passes ``LLAMA_DEFAULT_SEED``); ``temp <= 0`` means
+    greedy. ``logit_bias`` maps token id to an additive bias (``-inf`` bans a token).
+    ``grammar`` is GBNF text ("" = none), ``grammar_root`` its start rule. ``n_probs > 0`` asks
+    for that many top log-probabilities per generated token.
+    """
+
+    temp: float = option(0.8, "sampling temperature (<= 0: greedy)")
+    top_k: int = option(40, "keep only the k most likely tokens (0 = off)")
+    top_p: float = option(0.95, "keep the most likely tokens up to this total probability")
+    min_p: float = option(0.05, "drop tokens below this share of the top token's probability")
+    typical_p: float = option(1.0, "locally typical sampling mass (1 = off)")
+    seed: int = option(-1, "sampling RNG seed (-1 = random)")
+    penalty_repeat: float = option(1.0, "repetition penalty (1 = off)")
+    penalty_freq: float = option(0.0, "frequency penalty (0 = off)")
+    penalty_present: float = option(0.0, "presence penalty (0 = off)")
+    penalty_last_n: int = option(64, "tokens the penalties look back over (-1 = the context)")
+    dry_multiplier: float = option(0.0, "DRY repetition penalty strength (0 = off)")
+    dry_base: float = option(1.75, "DRY penalty base")
+    dry_allowed_length: int = option(2, "repeats this long or shorter are not DRY-penalised")
+    dry_penalty_last_n: int = option(-1, "tokens DRY looks back over (-1 = the context)")
+    dry_sequence_breakers: tuple[str, ...] = option(
+        _DRY_BREAKERS, "strings that break DRY's repeat matching")
+    top_n_sigma: float = option(-1.0, "keep tokens within n sigmas of the top logit (-1 = off)")
+    xtc_probability: float = option(0.0, "chance that XTC removes the top tokens (0 = off)")
+    xtc_threshold: float = option(0.1, "XTC removes tokens above this probability")
+    dynatemp_range: float = option(0.0, "dynamic temperature range (0 = off)")
+    dynatemp_exponent: float = option(1.0, "dynamic temperature exponent")
+    mirostat: int = option(0, "Mirostat version (0 = off, 1 or 2)")
+    mirostat_tau: float = option(5.0, "Mirostat target entropy")
+    mirostat_eta: float = option(0.1, "Mirostat learning rate")
+    logit_bias: Mapping[int, float] = option_factory(
+        _no_bias, "token id -> additive logit bias (-inf bans the token)")
+    grammar: str = option("", "GBNF grammar the output must match ('' = none)")
+    grammar_root: str = option("root", "start rule of the grammar")
+    n_probs: int = option(0, "top log-probabilities reported per generated token")
+
+    def __post_init__(self) -> None:
+        check_typed_fields(self)
+        self._check_ranges()
+        self._freeze_collections()
+
+    def _check_ranges(self) -> None:
+        check(0.0 <= self.top_p <= 1.0, "top_p", "must be within [0, 1]")
+        check(0.0 <= self.min_p <= 1.0, "min_p", "must be within [0, 1]")
+        check(0.0 <= self.typical_p <= 1.0, "typical_p", "must be within [0, 1]")
+        check(0.0 <= self.xtc_probability <= 1.0, "xtc_probability", "must be within [0, 1]")
+        check(-1 <= self.seed <= LLAMA_DEFAULT_SEED, "seed", "must be -1 or a uint32")
+        check(self.penalty_last_n >= -1, "penalty_last_n", "must be >= -1")
+        check(self.dry_penalty_last_n >= -1, "dry_penalty_last_n", "must be >= -1")
+        check(self.dry_allowed_length >= 0, "dry_allowed_length", "must be >= 0")
+        check(self.mirostat in (0, 1, 2), "mirostat", "must be 0, 1 or 2")
+        check(self.n_probs >= 0, "n_probs", "must be >= 0")
+        check(isinstance(self.grammar, str), "grammar", "must be a GBNF string")
+        check(isinstance(self.grammar_root, str) and bool(self.grammar_root), "grammar_root",
+              "must be a non-empty rule name")
+
+    def _freeze_collections(self) -> None:
+        breakers = self.dry_sequence_breakers
+        check(not isinstance(breakers, str) and all(isinstance(b, str) for b in breakers),
+              "dry_sequence_breakers", "must be a sequence of strings")
+        object.__setattr__(self, "dry_sequence_breakers", tuple(breakers))
+        bias = self.logit_bias
+        check(isinstance(bias, Mapping), "logit_bias", "must map token id to bias")
+        check(all(is_int(k) and is_num(v) for k, v in bias.items()), "logit_bias",
+              "must map int token ids to numeric biases")
+        object.__setattr__(self, "logit_bias", MappingProxyType(dict(bias)))
+
+    @property
+    def native_seed(self) -> int:
+        """The seed as libllama takes it (``-1`` -> ``LLAMA_DEFAULT_SEED``)."""
+        return LLAMA_DEFAULT_SEED if self.seed == -1 else self.seed
+
+
+@dataclass(slots=True, frozen=True, kw_only=True)
+class RequestOptions:
+    """Per-request options (resolved: ``sampling`` already merged with server defaults).
+
+    ``max_tokens=0`` makes a prefill-only request (finish reason ``"prefill"``).
+    ``cache_prompt=None`` means the server's default. ``session`` routes requests of one
+    conversation to the slot that served it; ``cache_scope`` is the trust boundary for prefix
+    reuse (None: one shared pool). ``stop`` strings end generation and are never emitted.
+    ``adapters`` is the request's adapter set (``()`` = the base model), opaque to the engine:
+    any hashable items, kept in order; the backend interprets it (``LlamaBackend``:
+    ``((path, scale), ...)``). Runs of different sets never share a decode call or any KV.
+    """
+
+    max_tokens: int = option(256, "most tokens to generate (0 = prefill only)")
+    cache_prompt: bool | None = option(None, "reuse a cached prompt prefix (None = server's)")
+    session: Hashable | None = option(None, "routes a conversation to the slot that served it")
+    cache_scope: str | None = option(None, "trust boundary of prefix reuse (None = shared)")
+    adapters: tuple[Hashable, ...] = option((), "the request's LoRA adapter set (() = none)")
+    stop: tuple[str, ...] = option((), "strings that end generation (never emitted)")
+    sampling: SamplingParams = option_factory(SamplingParams, "the request's sampling options")
+
+    def __post_init__(self) -> None:
+        check(is_int(self.max_tokens) and self.max_tokens >= 0, "max_tokens",
+              f"must be an integer >= 0, got {self.max_tokens!r}")
+        check(self.cache_prompt is None or isinstance(self.cache_prompt, bool),
+              "cache_prompt", "must be a bool or None")
+        check(self.cache_scope is None or isinstance(self.cache_scope, str), "cache_scope",
+              "must be a string or None")
+        check(isinstance(self.session, Hashable), "session", "must be hashable")
+        stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+        check(all(isinstance(s, str) and s for s in stop), "stop", "must be non-empty strings")
+        object.__setattr__(self, "stop", stop)
+        object.__setattr__(self, "adapters", _adapter_set(self.adapters))
+        check(isinstance(self.sampling, SamplingParams), "sampling", "must be SamplingParams")
+
+
+def _adapter_set(value: object) -> tuple[Hashable, ...]:
+    """``value`` as a hashable tuple (``InvalidOptionError`` otherwise)."""
+    check(isinstance(value, Iterable) and not isinstance(value, str | bytes | Mapping),
+          "adapters", "must be a sequence")
+    items = tuple(cast("Iterable[Hashable]", value))
+    try:
+        hash(items)
+    except TypeError:
+        check(False, "adapters", "items must be hashable")
+    return items
+
+
+def sampling_option_keys() -> tuple[str, ...]:
+    """Names of the sampling options (fields of :class:`SamplingParams`)."""
+    return option_names(SamplingParams)
+
+
+def request_option_keys() -> tuple[str, ...]:
+    """Per-request option names: :class:`RequestOptions` fields plus the sampling options."""
+    return option_names(RequestOptions, exclude=("sampling",)) + sampling_option_keys()
+
+
+def split_sampling(options: Mapping[str, Any], own: tuple[str, ...], where: str
+                   ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(own options, sampling options)`` of flat ``options``; unknown keys raise."""
+    sampling_keys = set(sampling_option_keys())
+    unknown = set(options) - set(own) - sampling_keys
+    if unknown:
+        raise UnknownOptionError(unknown, (*own, *sampling_keys), where=where)
+    mine = {k: v for k, v in options.items() if k in own}
+    sampling = {k: v for k, v in options.items() if k in sampling_keys}
+    return mine, sampling
+
+
+def resolve_request_options(
+    overrides: Mapping[str, Any], *, defaults: SamplingParams | None = None
+) -> RequestOptions:
+    """Build :class:`RequestOptions` from flat per-request keys over the server's sampling
+    ``defaults``. Unknown keys raise ``UnknownOptionError``; bad values ``InvalidOptionError``.
+    """
+    own = option_names(RequestOptions, exclude=("sampling",))
+    mine, sampling = split_sampling(overrides, own, "request")
+    base = defaults if defaults is not None else SamplingParams()
+    return RequestOptions(**mine, sampling=replace(base, **sampling))

@@ -1,0 +1,153 @@
+"""A ``Server``'s start options, composed from the option dataclasses of the tree.
+
+A ``Server`` takes flat keyword options (as the seed's ``start_link/1`` does). They split into:
+the server's own sizing (:class:`ServerOptions`), the engine's scheduling options and sampling
+defaults (:class:`~llamapy.options.EngineConfig`), context tuning options
+(:func:`~llamapy.options.tuning_option_keys`: the context's sizing comes from the server's) and
+model loading options (all but :data:`~llamapy.options.MODEL_ONLY_KEYS`). Unknown keys raise
+:class:`~llamapy.errors.UnknownOptionError` naming the valid ones; ``model_path`` is
+``Server``'s positional argument, ``n_seq_max`` is ``n_parallel`` and ``vocab_only`` is
+refused (a vocabulary-only model cannot decode).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from llamapy.errors import InvalidOptionError, UnknownOptionError
+from llamapy.options._spec import check, is_int, option, option_names, required
+from llamapy.options.context import (
+    N_CTX,
+    N_PARALLEL,
+    ContextOptions,
+    default_n_batch,
+    tuning_option_keys,
+)
+from llamapy.options.engine import EngineConfig, engine_option_keys, make_engine_config
+from llamapy.options.model import MODEL_ONLY_KEYS, ModelOptions, load_option_keys
+from llamapy.options.sampling import SamplingParams, request_option_keys
+
+__all__ = [
+    "CALL_OPTION_KEYS",
+    "START_OPTION_OWNERS",
+    "ResolvedStart",
+    "ServerOptions",
+    "call_option_keys",
+    "resolve_start_options",
+    "server_request_option_keys",
+    "start_option_keys",
+]
+
+#: Per-call options that are not engine request options.
+CALL_OPTION_KEYS = ("timeout", "request_id")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerOptions:
+    """The server's own options. ``n_batch=None`` means ``min(n_ctx, 2048)``.
+
+    ``lora`` lists LoRA adapter files loaded at start (a load failure fails the start);
+    requests select them by index (the HTTP ``lora: [{"id", "scale"}]`` field) or pass
+    ``adapters`` directly in-process.
+    """
+
+    model_path: str = required("the GGUF model file (Server's positional argument)")
+    n_ctx: int = option(N_CTX, "context size in tokens, shared by all slots when kv_unified")
+    n_parallel: int = option(N_PARALLEL, "slots: requests decoded concurrently (n_seq_max)")
+    n_batch: int | None = option(None, "most tokens per decode call (default: min(n_ctx, 2048))")
+    name: str | None = option(None, "server thread name (default: llamapy-server)")
+    lora: tuple[str, ...] = option((), "LoRA adapter files loaded at start (select by index)")
+
+    def __post_init__(self) -> None:
+        check(is_int(self.n_ctx) and self.n_ctx >= 1, "n_ctx", "must be an integer >= 1")
+        check(is_int(self.n_parallel) and self.n_parallel >= 1, "n_parallel",
+              "must be an integer >= 1")
+        check(self.n_batch is None or (is_int(self.n_batch) and self.n_batch >= 1), "n_batch",
+              "must be an integer >= 1")
+
+    @property
+    def effective_n_batch(self) -> int:
+        """``n_batch``, defaulting to ``min(n_ctx, 2048)``."""
+        return self.n_batch if self.n_batch is not None else default_n_batch(self.n_ctx)
+
+
+#: The classes that define start options, in the order their CLI flags are grouped (the first
+#: owner of a name describes it), with the group titles.
+START_OPTION_OWNERS: tuple[tuple[type, str], ...] = (
+    (ServerOptions, "server sizing"),
+    (EngineConfig, "scheduling and prompt cache"),
+    (SamplingParams, "sampling defaults (requests may override them)"),
+    (ContextOptions, "context tuning"),
+    (ModelOptions, "model loading"),
+)
+
+
+def _own_keys() -> tuple[str, ...]:
+    return option_names(ServerOptions, exclude=("model_path",))
+
+
+def _load_keys() -> list[str]:
+    return [k for k in load_option_keys() if k not in MODEL_ONLY_KEYS]
+
+
+def start_option_keys() -> list[str]:
+    """Every option ``Server(path, ...)`` accepts."""
+    keys = set(_own_keys()) | set(engine_option_keys()) | set(tuning_option_keys())
+    return sorted(keys | set(_load_keys()))
+
+
+def server_request_option_keys() -> list[str]:
+    """Per-request options of ``generate``/``stream``/... beyond ``max_tokens``/``timeout``."""
+    return [k for k in request_option_keys() if k != "max_tokens"]
+
+
+def call_option_keys() -> list[str]:
+    """Every keyword a generation call accepts (request options, ``max_tokens``, ``timeout``)."""
+    return sorted(set(request_option_keys()) | set(CALL_OPTION_KEYS))
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedStart:
+    """Start options split by the component that owns them."""
+
+    server: ServerOptions
+    engine: EngineConfig
+    context: ContextOptions
+    model: ModelOptions
+
+
+def _pick(options: Mapping[str, Any], keys: Any) -> dict[str, Any]:
+    wanted = set(keys)
+    return {k: v for k, v in options.items() if k in wanted}
+
+
+def _server_options(model_path: str | os.PathLike[str], options: Mapping[str, Any]
+                    ) -> ServerOptions:
+    own = _pick(options, _own_keys())
+    if "lora" in own:
+        if isinstance(own["lora"], (str, os.PathLike)):
+            raise InvalidOptionError("lora must be a sequence of paths", option="lora")
+        own["lora"] = tuple(str(Path(p).expanduser().resolve()) for p in own["lora"])
+    return ServerOptions(model_path=str(Path(model_path)), **own)
+
+
+def resolve_start_options(model_path: str | os.PathLike[str], options: Mapping[str, Any]
+                          ) -> ResolvedStart:
+    """Split and validate flat start options (raises on unknown keys or bad values)."""
+    unknown = set(options) - set(start_option_keys())
+    if unknown:
+        raise UnknownOptionError(unknown, start_option_keys(), where="start")
+    server = _server_options(model_path, options)
+    engine_opts = {k: v for k, v in _pick(options, engine_option_keys()).items()
+                   if k != "n_batch"}
+    engine_opts.setdefault("n_parallel", server.n_parallel)
+    engine = make_engine_config({**engine_opts, "n_batch": server.effective_n_batch})
+    context = ContextOptions(
+        n_ctx=server.n_ctx, n_batch=server.effective_n_batch, n_seq_max=server.n_parallel,
+        kv_unified=engine.kv_unified, **_pick(options, tuning_option_keys()),
+    )
+    return ResolvedStart(server, engine, context, ModelOptions(**_pick(options, _load_keys())))

@@ -1,0 +1,262 @@
+"""The option tree (``llamapy.options``): one name, one default, one help text per option.
+
+Fast (no model): defaults that every layer shares agree, timeouts come from ``Timeouts``,
+``vocab_only`` / ``n_seq_max`` / ``model_path`` never reach a server, the load mode collapse,
+the alias table and the standalone-session knobs.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+import llamapy.options
+from llamapy.errors import InvalidOptionError, UnknownOptionError
+from llamapy.options import (
+    ALIASES,
+    REASONING_FORMATS,
+    START_OPTION_OWNERS,
+    TIMEOUTS,
+    ContextOptions,
+    EngineConfig,
+    EngineTuning,
+    ModelOptions,
+    RequestOptions,
+    ServerOptions,
+    Timeouts,
+    aliases_of,
+    field_help,
+    resolve_start_options,
+    start_option_keys,
+)
+from llamapy.options.model import (
+    LOAD_MODE_DIRECT_IO,
+    LOAD_MODE_MLOCK,
+    LOAD_MODE_MMAP,
+    LOAD_MODE_MMAP_MLOCK,
+    LOAD_MODE_NONE,
+)
+from llamapy.session.config import (
+    DecodeConfig,
+    SessionConfig,
+    check_shared,
+    decode_sampling,
+    standalone_context_options,
+)
+
+TREE = Path(llamapy.options.__file__).parent
+
+
+def _defaults(cls: type) -> dict[str, object]:
+    return {f.name: f.default for f in dataclasses.fields(cls)}
+
+
+# --- one default per name -------------------------------------------------------------------
+
+
+def test_server_sizing_defaults() -> None:
+    start = resolve_start_options("m.gguf", {})
+    assert (start.server.n_ctx, start.context.n_ctx) == (8192, 8192)
+    assert start.server.effective_n_batch == start.context.n_batch == start.engine.n_batch == 2048
+    assert start.server.n_parallel == start.engine.n_parallel == start.context.n_seq_max == 4
+    assert start.engine.kv_unified is start.context.kv_unified is True
+    for n_ctx, n_batch in ((1024, 1024), (2048, 2048), (4096, 2048), (32768, 2048)):
+        start = resolve_start_options("m.gguf", {"n_ctx": n_ctx})
+        assert start.context.n_batch == start.engine.n_batch == n_batch == min(n_ctx, 2048)
+    start = resolve_start_options("m.gguf", {"n_ctx": 4096, "n_batch": 512, "n_parallel": 2})
+    assert (start.context.n_batch, start.engine.n_batch, start.context.n_seq_max) == (512, 512, 2)
+
+
+def test_defaults_agree_across_the_tree() -> None:
+    server, context, engine = _defaults(ServerOptions), ContextOptions(), EngineConfig()
+    assert context.n_ctx == server["n_ctx"] == llamapy.options.N_CTX == 8192
+    assert context.effective_n_batch == engine.n_batch == 2048
+    assert ServerOptions(model_path="m").effective_n_batch == context.effective_n_batch
+    assert context.n_seq_max == engine.n_parallel == server["n_parallel"] == 4
+    assert context.kv_unified is engine.kv_unified is llamapy.options.KV_UNIFIED is True
+    assert ContextOptions(n_ctx=512).effective_n_batch == 512
+
+
+def test_n_gpu_layers_defaults_to_99() -> None:
+    assert ModelOptions().n_gpu_layers == 99
+    assert resolve_start_options("m.gguf", {}).model.n_gpu_layers == 99
+
+
+@pytest.mark.parametrize("mmap", [False, True])
+@pytest.mark.parametrize("mlock", [False, True])
+@pytest.mark.parametrize("direct", [False, True])
+def test_load_mode_collapse(mmap: bool, mlock: bool, direct: bool) -> None:
+    mode = ModelOptions(use_mmap=mmap, use_mlock=mlock, use_direct_io=direct).load_mode
+    if direct:
+        assert mode == LOAD_MODE_DIRECT_IO  # direct I/O wins outright
+    else:
+        expected = {(False, False): LOAD_MODE_NONE, (True, False): LOAD_MODE_MMAP,
+                    (False, True): LOAD_MODE_MLOCK, (True, True): LOAD_MODE_MMAP_MLOCK}
+        assert mode == expected[mmap, mlock]
+
+
+# --- timeouts -------------------------------------------------------------------------------
+
+
+def test_timeouts_have_one_default_each() -> None:
+    assert (TIMEOUTS.call, TIMEOUTS.stream_chunk, TIMEOUTS.lease, TIMEOUTS.session_event,
+            TIMEOUTS.http_request) == (60.0, 30.0, 30.0, 120.0, 600.0)
+    with pytest.raises(InvalidOptionError):
+        Timeouts(call=0)
+
+
+def test_every_consumer_reads_its_timeout_from_the_tree() -> None:
+    from llamapy.openai_api.target import DEFAULT_REQUEST_TIMEOUT, ServedModel
+    from llamapy.serve.__main__ import build_parser
+    from llamapy.serve.app import create_app
+    from llamapy.server.options import DEFAULT_CALL_TIMEOUT, DEFAULT_STREAM_TIMEOUT
+
+    assert TIMEOUTS.call == DEFAULT_CALL_TIMEOUT
+    assert TIMEOUTS.stream_chunk == DEFAULT_STREAM_TIMEOUT
+    assert SessionConfig().lease_timeout == TIMEOUTS.lease
+    assert SessionConfig().request_timeout == TIMEOUTS.session_event
+    assert TIMEOUTS.http_request == DEFAULT_REQUEST_TIMEOUT
+    served_default = {f.name: f.default for f in dataclasses.fields(ServedModel)}
+    assert served_default["request_timeout"] == TIMEOUTS.http_request
+    assert inspect.signature(create_app).parameters["request_timeout"].default == \
+        TIMEOUTS.http_request
+    assert build_parser().parse_args([]).request_timeout == TIMEOUTS.http_request
+
+
+# --- what a server never takes ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key", ["vocab_only", "n_seq_max", "model_path"])
+def test_not_a_start_option(key: str) -> None:
+    assert key not in start_option_keys()
+    with pytest.raises(UnknownOptionError) as info:
+        resolve_start_options("m.gguf", {key: 1})
+    assert info.value.option == key
+
+
+def test_server_refuses_vocab_only_before_starting_a_thread() -> None:
+    from llamapy.server import Server
+
+    before = set(threading.enumerate())
+    with pytest.raises(UnknownOptionError):
+        Server("missing.gguf", vocab_only=True)
+    assert set(threading.enumerate()) == before
+    assert "vocab_only" in {f.name for f in dataclasses.fields(ModelOptions)}  # Model takes it
+
+
+# --- help texts and flags ---------------------------------------------------------------------
+
+
+def test_every_option_field_has_a_help_text() -> None:
+    owners = [cls for cls, _ in START_OPTION_OWNERS]
+    for cls in [*owners, RequestOptions, EngineTuning, Timeouts]:
+        for f in dataclasses.fields(cls):
+            assert field_help(f).strip(), f"{cls.__name__}.{f.name} has no help"
+
+
+def test_every_start_option_has_one_owner() -> None:
+    owned = {f.name for cls, _ in START_OPTION_OWNERS for f in dataclasses.fields(cls)}
+    assert set(start_option_keys()) <= owned
+
+
+# --- aliases and reasoning formats ------------------------------------------------------------
+
+
+def test_alias_table_is_read_by_every_consumer() -> None:
+    from llamapy.openai_api import llama_compat, params, prompt
+    from llamapy.session import config
+
+    assert {a: n for a, n in ALIASES.items() if n != "max_tokens"} == params.ENGINE_ALIASES
+    assert params.engine_extras({"typ_p": 0.5, "repeat_last_n": 8}) == \
+        {"typical_p": 0.5, "penalty_last_n": 8}
+    assert set(aliases_of("max_tokens")) == {"n_predict", "max_completion_tokens"}
+    assert llama_compat.BUDGET_FIELDS[0] == "n_predict"
+    assert prompt.REASONING_FORMATS is config.REASONING_FORMATS is REASONING_FORMATS
+
+
+def test_decode_config_maps_onto_sampling_params_through_the_aliases() -> None:
+    assert decode_sampling(DecodeConfig()) == {}
+    cfg = DecodeConfig(temperature=0.3, top_p=0.5, top_k=5, seed=7, max_tokens=9)
+    assert decode_sampling(cfg) == {"temp": 0.3, "top_p": 0.5, "top_k": 5, "seed": 7}
+    for fmt in REASONING_FORMATS:
+        assert DecodeConfig(reasoning_format=fmt).reasoning_format == fmt
+
+
+# --- session knobs ----------------------------------------------------------------------------
+
+
+def test_standalone_context_uses_the_tree_defaults() -> None:
+    opts = standalone_context_options(SessionConfig())
+    assert (opts.n_ctx, opts.n_batch, opts.n_seq_max, opts.kv_unified) == (8192, 2048, 1, True)
+    opts = standalone_context_options(SessionConfig(n_ctx=1024, context_options={
+        "type_k": "q8_0", "n_ubatch": 64}))
+    assert (opts.n_ctx, opts.n_batch, opts.type_k, opts.n_ubatch) == (1024, 1024, "q8_0", 64)
+    assert standalone_context_options(SessionConfig(n_ctx=1024, n_batch=256)).n_ubatch == 256
+
+
+@pytest.mark.parametrize("key", ["n_ctx", "n_batch", "n_seq_max", "kv_unified"])
+def test_context_options_may_not_size_the_context(key: str) -> None:
+    with pytest.raises(InvalidOptionError) as info:
+        standalone_context_options(SessionConfig(context_options={key: 1}))
+    assert info.value.option == key
+
+
+def test_unknown_context_option_is_typed() -> None:
+    with pytest.raises(UnknownOptionError) as info:
+        standalone_context_options(SessionConfig(context_options={"n_ctxx": 1}))
+    assert info.value.option == "n_ctxx"
+
+
+@pytest.mark.parametrize("knob, value", [("n_ctx", 1024), ("n_batch", 64),
+                                         ("context_options", {"type_k": "q8_0"})])
+def test_shared_session_refuses_context_knobs(knob: str, value: object) -> None:
+    check_shared(SessionConfig(cache_scope="x"))
+    with pytest.raises(InvalidOptionError) as info:
+        check_shared(SessionConfig(**{knob: value}))  # type: ignore[arg-type]
+    assert info.value.option == knob and knob in str(info.value)
+
+
+def test_session_config_validates_its_knobs() -> None:
+    for bad in ({"n_ctx": 0}, {"n_batch": -1}, {"n_ctx": 1.5}, {"context_options": 3}):
+        with pytest.raises(InvalidOptionError):
+            SessionConfig(**bad)  # type: ignore[arg-type]
+
+
+# --- layering ---------------------------------------------------------------------------------
+
+
+def _top_level_imports(path: Path) -> list[str]:
+    found = []
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            found.append(node.module or "")
+    return found
+
+
+def test_the_tree_imports_only_the_stdlib_and_errors() -> None:
+    files = sorted(TREE.glob("*.py"))
+    assert len(files) >= 8
+    for path in files:
+        for module in _top_level_imports(path):
+            top = module.split(".")[0]
+            ok = (top in sys.stdlib_module_names or module == "__future__"
+                  or module == "llamapy.errors" or module.startswith("llamapy.options"))
+            assert ok, (path.name, module)
+
+
+def test_importing_the_tree_loads_no_native_code_and_no_engine() -> None:
+    code = ("import sys, llamapy.options\n"
+            "bad = [m for m in sys.modules if m == 'cffi' or m.startswith(('llamapy._native', "
+            "'llamapy.engine', 'llamapy.server', 'numpy'))]\n"
+            "assert not bad, bad\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
