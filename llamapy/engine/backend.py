@@ -176,6 +176,12 @@ class Backend(Protocol):
         """Vocabulary size."""
         ...
 
+    @property
+    def adapter_set(self) -> Hashable:
+        """The adapter set applied by the last ``decode`` (``()`` before any); the engine
+        reads it instead of tracking the switch state a second time."""
+        ...
+
     def decode(self, plan: BatchPlan) -> None:
         """Apply ``plan.adapter_set`` (if it is not the current one), then run the model on
         ``plan``; output rows are kept until the next ``decode``. A set the backend cannot apply

@@ -13,7 +13,7 @@ event and frees the slot.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 
 from llamapy.engine.backend import Backend, Sampler
 from llamapy.engine.planner import Entry, ScheduledBatch
@@ -36,7 +36,6 @@ class Executor:
         self.counters = counters
         self.clock = clock
         self.deliver = deliver
-        self._adapter_set: Hashable = ()
 
     def execute(self, batch: ScheduledBatch) -> None:
         """Decode ``batch`` (splitting it under KV pressure), then sample and emit."""
@@ -45,8 +44,7 @@ class Executor:
             if entry.run.prefill_started_at is None:
                 entry.run.prefill_started_at = now
         plan = batch.to_plan()
-        if plan.adapter_set != self._adapter_set:  # the backend switches the context's LoRA
-            self._adapter_set = plan.adapter_set
+        if plan.adapter_set != self.backend.adapter_set:  # the backend switches its LoRA set
             self.counters.num_adapter_switches += 1
         while True:
             try:
