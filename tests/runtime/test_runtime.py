@@ -279,3 +279,35 @@ def wait_for(predicate, timeout: float = 5.0) -> None:  # type: ignore[no-untype
     while not predicate():
         assert time.monotonic() < deadline, "condition not reached"
         time.sleep(0.01)
+
+
+def test_a_ticks_events_for_many_async_streams_cost_one_loop_wakeup() -> None:
+    from llamapy.runtime.handles import AsyncHandle
+
+    async def main() -> tuple[list[list[int]], int]:
+        loop = asyncio.get_running_loop()
+        wakeups = 0
+        real = loop.call_soon_threadsafe
+
+        def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
+            nonlocal wakeups
+            wakeups += 1
+            return real(*args, **kwargs)
+
+        loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
+        handles = [AsyncHandle(i, loop) for i in range(16)]
+
+        def one_tick() -> None:  # the engine's thread delivering a tick's events
+            for step in range(3):
+                for h in handles:
+                    h.sink(TokenEvent(h.request_id, step, "x"))
+
+        thread = threading.Thread(target=one_tick)
+        thread.start()
+        thread.join()
+        got = [[(await h.aget(1)).token_id for _ in range(3)] for h in handles]
+        return got, wakeups
+
+    got, wakeups = asyncio.run(main())
+    assert got == [[0, 1, 2]] * 16
+    assert wakeups == 1
