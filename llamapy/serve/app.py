@@ -65,6 +65,13 @@ def create_app(
     app.include_router(openai_router(ctx))
     app.include_router(llama_router(ctx))
     _add_page(app)
+    _add_middleware(app, ctx, cors_origins, max_body_bytes)
+    return app
+
+
+def _add_middleware(app: FastAPI, ctx: AppContext, cors_origins: Sequence[str],
+                    max_body_bytes: int) -> None:
+    """Catch-all errors, request counting, the body limit and (if asked for) CORS."""
     app.add_middleware(CatchAll)
     app.add_middleware(RequestCounter, metrics=ctx.metrics)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
@@ -72,7 +79,6 @@ def create_app(
         app.add_middleware(CORSMiddleware, allow_origins=list(cors_origins),
                            allow_methods=["*"], allow_headers=["*"],
                            expose_headers=list(CACHE_HEADERS))
-    return app
 
 
 def _add_page(app: FastAPI) -> None:

@@ -62,7 +62,13 @@ def health_router(ctx: AppContext) -> APIRouter:
 def llama_router(ctx: AppContext) -> APIRouter:
     """The llama-server-compatible routes (behind the API key)."""
     router = APIRouter(dependencies=[Depends(ctx.check_key)])
+    _completion_routes(router, ctx)
+    _tool_routes(router, ctx)
+    _status_routes(router, ctx)
+    return router
 
+
+def _completion_routes(router: APIRouter, ctx: AppContext) -> None:
     @router.post("/completion")
     @router.post("/completions", include_in_schema=False)
     async def completion(request: Request) -> Response:
@@ -76,6 +82,8 @@ def llama_router(ctx: AppContext) -> APIRouter:
         ctx.metrics.observe(result["timings"])
         return JSONResponse(result, headers=cache_headers(result["timings"]))
 
+
+def _tool_routes(router: APIRouter, ctx: AppContext) -> None:
     @router.post("/tokenize")
     async def tokenize(request: Request) -> dict[str, Any]:
         """Text to tokens (``with_pieces`` adds each token's text)."""
@@ -91,6 +99,8 @@ def llama_router(ctx: AppContext) -> APIRouter:
         """The prompt a chat request renders to."""
         return compat.apply_template(ctx.served(), await read_json(request))
 
+
+def _status_routes(router: APIRouter, ctx: AppContext) -> None:
     @router.get("/props")
     async def props() -> dict[str, Any]:
         """Default generation settings, slot count, model and template."""
@@ -106,5 +116,3 @@ def llama_router(ctx: AppContext) -> APIRouter:
         """Prometheus metrics."""
         text = await run_in_threadpool(ctx.metrics.render)
         return Response(text, media_type=PROMETHEUS_TEXT)
-
-    return router

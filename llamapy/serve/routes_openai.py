@@ -44,7 +44,12 @@ def model_card(served: ServedModel) -> dict[str, Any]:
 def openai_router(ctx: AppContext) -> APIRouter:
     """The ``/v1`` routes (and llama-server's unversioned chat alias)."""
     router = APIRouter(dependencies=[Depends(ctx.check_key)])
+    _generation_routes(router, ctx)
+    _model_routes(router, ctx)
+    return router
 
+
+def _generation_routes(router: APIRouter, ctx: AppContext) -> None:
     async def generate(request: Request, body: Any, *, chat: bool) -> Response:
         served = ctx.served()
         if isinstance(body, dict) and body.get("stream"):
@@ -66,6 +71,8 @@ def openai_router(ctx: AppContext) -> APIRouter:
         """OpenAI text completions (SSE when ``stream``)."""
         return await generate(request, await read_json(request), chat=False)
 
+
+def _model_routes(router: APIRouter, ctx: AppContext) -> None:
     @router.get("/v1/models")
     @router.get("/models", include_in_schema=False)
     async def models() -> dict[str, Any]:
@@ -90,6 +97,4 @@ def openai_router(ctx: AppContext) -> APIRouter:
         inputs, fmt = parse_embedding_request(served, body)
         vectors = await aembed(ctx.embedder(served), inputs)
         return embedding_response(served, inputs, vectors, fmt)
-
-    return router
 
