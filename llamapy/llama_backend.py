@@ -287,6 +287,10 @@ class LlamaBackend:
         """Serialise a sequence's KV."""
         return self.ctx.state_seq_get(seq_id)
 
+    def state_seq_size(self, seq_id: int) -> int:
+        """Bytes :meth:`state_seq_get` would return, without serialising."""
+        return self.ctx.state_seq_size(seq_id)
+
     def state_seq_set(self, seq_id: int, data: bytes) -> bool:
         """Restore a sequence's KV; on failure the sequence is left empty."""
         if self.ctx.state_seq_set(seq_id, data):

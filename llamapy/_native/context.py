@@ -225,6 +225,10 @@ class Context:
         self.ptr  # noqa: B018
         native().lib.llama_memory_clear(self._memory, data)
 
+    def state_seq_size(self, seq_id: int) -> int:
+        """Bytes :meth:`state_seq_get` would return (``llama_state_seq_get_size``)."""
+        return int(native().lib.llama_state_seq_get_size(self.ptr, seq_id))
+
     def state_seq_get(self, seq_id: int) -> bytes:
         """Serialise one sequence's state (its KV cells)."""
         ffi, lib = native().ffi, native().lib

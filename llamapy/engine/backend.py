@@ -12,6 +12,7 @@ libllama so that each method is one or two native calls:
 ``clear``                  ``llama_memory_clear``
 ``seq_pos_max``            ``llama_memory_seq_pos_max``
 ``state_seq_get/set``      ``llama_state_seq_get_data`` / ``llama_state_seq_set_data``
+``state_seq_size``         ``llama_state_seq_get_size``
 ``logits``                 ``llama_get_logits_ith`` (a row of the most recent decode)
 ``token_to_piece``         ``llama_token_to_piece`` (special tokens not rendered)
 ``is_eog``                 ``llama_vocab_is_eog``
@@ -225,6 +226,11 @@ class Backend(Protocol):
 
     def state_seq_get(self, seq_id: int) -> bytes:
         """Serialise ``seq_id``'s KV (all positions) to bytes."""
+        ...
+
+    def state_seq_size(self, seq_id: int) -> int:
+        """Exactly ``len(state_seq_get(seq_id))``, computed without serialising (the RAM
+        prompt cache checks its budget with it before asking for the bytes)."""
         ...
 
     def state_seq_set(self, seq_id: int, data: bytes) -> bool:

@@ -25,7 +25,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 
 from llamapy.engine.backend import BatchPlan, Segment
-from llamapy.engine.fake_kv import Cell, decode_cells, encode_cells
+from llamapy.engine.fake_kv import Cell, decode_cells, encode_cells, encoded_size
 from llamapy.engine.fake_model import (
     ROOT_HASH,
     CostModel,
@@ -128,6 +128,7 @@ class FakeBackend:
         self.num_decoded_tokens = 0
         self.adapter_set: Hashable = ()
         self.num_adapter_switches = 0
+        self.num_state_gets = 0
         self._cells: list[Cell | None] = [None] * n_ctx
         n_streams = 1 if kv_unified else n_seq_max
         size = n_ctx // n_streams
@@ -345,9 +346,14 @@ class FakeBackend:
     # --- state ---------------------------------------------------------------------------------
 
     def state_seq_get(self, seq_id: int) -> bytes:
-        """Serialise ``seq_id`` (padded to ``state_bytes_per_token`` per cell)."""
-        cells = [self._cell(i) for _, i in sorted(self._seq[seq_id].items())]
-        return encode_cells(cells, self.state_bytes_per_token)
+        """Serialise ``seq_id`` (padded to ``state_bytes_per_token`` per cell); counted in
+        ``num_state_gets``."""
+        self.num_state_gets += 1
+        return encode_cells(self._seq_cells(seq_id), self.state_bytes_per_token)
+
+    def state_seq_size(self, seq_id: int) -> int:
+        """``len(state_seq_get(seq_id))``, without serialising (not counted)."""
+        return encoded_size(self._seq_cells(seq_id), self.state_bytes_per_token)
 
     def state_seq_set(self, seq_id: int, data: bytes) -> bool:
         """Replace ``seq_id`` with ``data``; False (sequence left empty) on any failure."""
@@ -361,6 +367,9 @@ class FakeBackend:
         for cell in cells:
             self._new_cell(seq_id, cell)
         return True
+
+    def _seq_cells(self, seq_id: int) -> list[Cell]:
+        return [self._cell(i) for _, i in sorted(self._seq[seq_id].items())]
 
     # --- inspection ----------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ import json
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["Cell", "decode_cells", "encode_cells"]
+__all__ = ["Cell", "decode_cells", "encode_cells", "encoded_size"]
 
 _MAGIC = "FAKEKV1"
 
@@ -36,10 +36,24 @@ class Cell:
 
 def encode_cells(cells: Sequence[Cell], bytes_per_token: int) -> bytes:
     """Serialise ``cells`` (in position order), padded to ``bytes_per_token`` per cell."""
+    body = _body(cells)
+    return body + b"\n" + b"\0" * _padding(len(body), len(cells), bytes_per_token)
+
+
+def encoded_size(cells: Sequence[Cell], bytes_per_token: int) -> int:
+    """``len(encode_cells(cells, bytes_per_token))`` without building the padded blob (like
+    ``llama_state_seq_get_size``, it walks the cells but copies no state)."""
+    n = len(_body(cells))
+    return n + 1 + _padding(n, len(cells), bytes_per_token)
+
+
+def _body(cells: Sequence[Cell]) -> bytes:
     rows = [[c.pos, c.token, c.hash, _out(c.tag), _out(c.adapter_set)] for c in cells]
-    body = json.dumps([_MAGIC, rows]).encode()
-    pad = max(0, bytes_per_token * len(rows) - len(body) - 1)
-    return body + b"\n" + b"\0" * pad
+    return json.dumps([_MAGIC, rows]).encode()
+
+
+def _padding(body_len: int, n_cells: int, bytes_per_token: int) -> int:
+    return max(0, bytes_per_token * n_cells - body_len - 1)
 
 
 def decode_cells(data: bytes) -> list[Cell] | None:

@@ -184,7 +184,8 @@ class PrefixResolver:
             return
         if self.ram.enabled and keep < 0.5 * len(slot.cached):
             seq = slot.seq_id
-            self.ram.offer(slot.key, slot.cached, lambda: self.backend.state_seq_get(seq))
+            self.ram.offer(slot.key, slot.cached, lambda: self.backend.state_seq_size(seq),
+                           lambda: self.backend.state_seq_get(seq))
         self.trim(slot, keep)
 
     def trim(self, slot: Slot, keep: int) -> None:

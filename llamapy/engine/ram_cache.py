@@ -6,8 +6,10 @@ Contract:
   with the same key (``(cache_scope, cache_identity, adapter_set)``).
 - ``offer`` stores a prefix that is about to be destroyed in the KV cache. It skips prefixes
   shorter than ``min_tokens``, prefixes an existing entry already covers, and entries larger
-  than the whole budget (a small budget degrades to "disabled", never to OOM). Entries the new
-  one covers are dropped; then least-recently-used entries are evicted until it fits.
+  than the whole budget (a small budget degrades to "disabled", never to OOM). The charge is
+  computed from the state's size (``Backend.state_seq_size``) before anything is serialised:
+  the state is only serialised for an entry that will be stored. Entries the new one covers
+  are dropped; then least-recently-used entries are evicted until it fits.
 - ``lookup`` finds the entry sharing the longest prefix with a prompt; it is only worth
   restoring when at least ``min_fraction`` of the entry is reusable (the tail is trimmed).
 - ``total_bytes <= budget_bytes`` always; ``check_integrity`` verifies the bookkeeping.
@@ -19,10 +21,15 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["CacheEntry", "PromptCache", "common_prefix"]
+__all__ = ["CacheEntry", "PromptCache", "charged_bytes", "common_prefix"]
 
 
 _BLOCK = 256
+
+
+def charged_bytes(state_bytes: int, n_tokens: int) -> int:
+    """Bytes an entry is charged against the budget: its state plus 4 bytes per token id."""
+    return state_bytes + 4 * n_tokens
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -51,8 +58,8 @@ class CacheEntry:
 
     @property
     def nbytes(self) -> int:
-        """Bytes charged against the budget (state + 4 bytes per token id)."""
-        return len(self.data) + 4 * len(self.token_ids)
+        """Bytes charged against the budget (:func:`charged_bytes`)."""
+        return charged_bytes(len(self.data), len(self.token_ids))
 
 
 class PromptCache:
@@ -82,15 +89,19 @@ class PromptCache:
         """Entries, least recently used first."""
         return list(self._entries.values())
 
-    def offer(self, key: Hashable, token_ids: Sequence[int],
+    def offer(self, key: Hashable, token_ids: Sequence[int], get_size: Callable[[], int],
               get_data: Callable[[], bytes]) -> bool:
-        """Store a prefix about to be destroyed; ``get_data`` is only called when it will be
-        considered. Returns whether it was stored."""
+        """Store a prefix about to be destroyed. ``get_size`` returns the length of the bytes
+        ``get_data`` would return; it is only called for a long enough, uncovered prefix, and
+        ``get_data`` only when the entry fits the budget (and so will be stored). Returns
+        whether it was stored."""
         token_ids = tuple(token_ids)
         if not self.enabled or len(token_ids) < self.min_tokens or self._covered(key, token_ids):
             return False
+        if charged_bytes(get_size(), len(token_ids)) > self.budget_bytes:
+            return False
         entry = CacheEntry(key, token_ids, get_data())
-        if entry.nbytes > self.budget_bytes:
+        if entry.nbytes > self.budget_bytes:  # the size lied (a broken backend): never overrun
             return False
         self._drop_covered_by(entry)
         while self.total_bytes + entry.nbytes > self.budget_bytes:

@@ -101,6 +101,16 @@ def test_state_roundtrip_gives_the_same_next_token(backend):
     assert backend.new_sampler(SamplingParams(seed=9)).sample(0) == token
 
 
+def test_state_size_is_the_length_of_the_serialised_state(backend):
+    assert backend.state_seq_size(1) == len(backend.state_seq_get(1))  # empty sequence
+    decode(backend, Segment(0, 0, [3, 1, 4], True), Segment(1, 0, [2, 7, 1, 8, 2, 8], True))
+    sizes = [backend.state_seq_size(seq) for seq in (0, 1)]
+    assert sizes == [len(backend.state_seq_get(seq)) for seq in (0, 1)]
+    assert sizes[0] < sizes[1]  # the size grows with the sequence's cells
+    backend.seq_rm(1, 3, -1)
+    assert backend.state_seq_size(1) == len(backend.state_seq_get(1)) == sizes[0]
+
+
 def test_state_set_rejects_garbage_and_leaves_the_sequence_empty(backend):
     decode(backend, Segment(1, 0, [1, 2], True))
     assert backend.state_seq_set(1, b"not a state") is False
@@ -156,6 +166,14 @@ def test_reading_cells_of_another_tag_is_recorded():
     decode(backend, Segment(1, 2, [3], True, tag=("b", "")))
     with pytest.raises(AssertionError, match="attends to cells"):
         backend.check_integrity()
+
+
+def test_state_size_does_not_serialise_and_counts_the_json_body():
+    backend = FakeBackend(n_ctx=16, n_seq_max=2, state_bytes_per_token=1)  # body > padding
+    decode(backend, Segment(0, 0, [1, 2, 3], True, tag=("a long cache scope", "id")))
+    size = backend.state_seq_size(0)
+    assert backend.num_state_gets == 0
+    assert size == len(backend.state_seq_get(0)) > 3 and backend.num_state_gets == 1
 
 
 def test_faults_fire_on_the_chosen_call():

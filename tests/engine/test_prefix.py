@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from engine_helpers import make_engine, ref, submit
 
 from llamapy.engine import EngineTuning
@@ -143,7 +144,24 @@ def test_ram_cache_restores_an_evicted_prefix():
     assert sink.final.timings.reuse_source == "ram"
     assert sink.final.timings.reused_tokens == len(long_a)
     assert engine.counters.num_ram_restores == 1
+    assert backend.num_state_gets == engine.ram.num_stored == 2  # A, then B: each when stored
     assert sink.tokens == ref(backend, [*long_a, 5], 2)
+
+
+@pytest.mark.parametrize(("budget_mb", "stores"), [(0.002, False), (1, True)])
+def test_only_stored_prefixes_are_serialised(budget_mb, stores):
+    # 0.002 MiB = 2097 bytes; a 40-token prefix costs 40 * (64 + 4) = 2720 bytes
+    engine, backend = make_engine(n_parallel=2, prompt_cache_ram_mb=budget_mb, n_ctx=512,
+                                  tuning=EngineTuning(ram_min_tokens=8))
+    sinks = []
+    for i in range(6):  # two slots, six distinct prompts: every slot's prefix is destroyed
+        prompt = [1 + (7 * i + j) % 200 for j in range(40)]
+        sinks.append((prompt, submit(engine, i, prompt, max_tokens=2)))
+        run_all(engine)
+    assert engine.ram.enabled and backend.num_state_gets == engine.ram.num_stored
+    assert (engine.ram.num_stored >= 4) if stores else (engine.ram.num_stored == 0)
+    for prompt, sink in sinks:
+        assert sink.tokens == ref(backend, prompt, 2)
 
 
 def test_failed_restore_falls_back_to_prefill():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from llamapy.engine.ram_cache import PromptCache
@@ -13,32 +15,56 @@ def data(n: int) -> bytes:
     return b"x" * n
 
 
+def sized(n: int) -> tuple[Callable[[], int], Callable[[], bytes]]:
+    """``(get_size, get_data)`` of an ``n``-byte state."""
+    return (lambda: n), (lambda: data(n))
+
+
+def unserialised(n: int) -> tuple[Callable[[], int], Callable[[], bytes]]:
+    """An ``n``-byte state that fails the test if it is serialised."""
+    return (lambda: n), (lambda: pytest.fail("serialised an entry that is not stored"))
+
+
 def test_disabled_with_zero_budget():
     cache = PromptCache(0, min_tokens=1)
     assert not cache.enabled
-    assert not cache.offer(K, [1, 2, 3], lambda: data(10))
+    assert not cache.offer(K, [1, 2, 3], *sized(10))
 
 
-def test_entries_larger_than_the_budget_are_never_stored():
+def test_entries_larger_than_the_budget_are_never_serialised_or_stored():
     cache = PromptCache(100, min_tokens=1)
-    calls = []
-    assert not cache.offer(K, [1, 2], lambda: calls.append(1) or data(200))
+    assert not cache.offer(K, [1, 2], *unserialised(93))  # 93 + 4 * 2 = 101 > 100
     assert len(cache) == 0 and cache.total_bytes == 0
+    assert cache.offer(K, [1, 2], *sized(92))              # exactly the budget: stored
+    assert cache.total_bytes == 100 and cache.entries()[0].data == data(92)
 
 
-def test_tiny_prefixes_are_skipped_without_serialising():
+def test_tiny_and_covered_prefixes_are_skipped_without_sizing_or_serialising():
     cache = PromptCache(1000, min_tokens=4)
-    assert not cache.offer(K, [1, 2, 3], lambda: pytest.fail("serialised a tiny prefix"))
+    untouchable = (lambda: pytest.fail("sized a skipped prefix"),
+                   lambda: pytest.fail("serialised a skipped prefix"))
+    assert not cache.offer(K, [1, 2, 3], *untouchable)
+    assert cache.offer(K, [1, 2, 3, 4, 5], *sized(10))
+    assert not cache.offer(K, [1, 2, 3, 4], *untouchable)
+
+
+def test_a_size_that_understates_the_state_never_overruns_the_budget():
+    cache = PromptCache(100, min_tokens=1)
+    assert not cache.offer(K, [1, 2], lambda: 10, lambda: data(200))
+    assert cache.offer(K, [3, 4], *sized(50))
+    assert not cache.offer(K, [5, 6], lambda: 10, lambda: data(200))
+    assert [e.token_ids for e in cache.entries()] == [(3, 4)]
+    cache.check_integrity()
 
 
 def test_lru_not_fifo():
     cache = PromptCache(3 * (40 + 16), min_tokens=1)
     for first in (1, 2, 3):
-        assert cache.offer(K, [first, 9, 9, 9], lambda: data(40))
+        assert cache.offer(K, [first, 9, 9, 9], *sized(40))
     entry, n = cache.lookup(K, [1, 9, 9, 9, 5], cap=4)
     assert n == 4
     cache.touch(entry)  # entry 1 is now the most recently used
-    cache.offer(K, [4, 9, 9, 9], lambda: data(40))
+    cache.offer(K, [4, 9, 9, 9], *sized(40))
     assert [e.token_ids[0] for e in cache.entries()] == [3, 1, 4]
     assert cache.num_evictions == 1
     cache.check_integrity()
@@ -46,17 +72,17 @@ def test_lru_not_fifo():
 
 def test_covered_prefixes_are_skipped_and_extensions_replace():
     cache = PromptCache(10_000, min_tokens=1)
-    assert cache.offer(K, [1, 2, 3, 4], lambda: data(10))
-    assert not cache.offer(K, [1, 2], lambda: data(5))          # covered by [1, 2, 3, 4]
-    assert cache.offer(("other", ""), [1, 2], lambda: data(5))  # other key: not covered
-    assert cache.offer(K, [1, 2, 3, 4, 5], lambda: data(12))     # covers and replaces
+    assert cache.offer(K, [1, 2, 3, 4], *sized(10))
+    assert not cache.offer(K, [1, 2], *sized(5))          # covered by [1, 2, 3, 4]
+    assert cache.offer(("other", ""), [1, 2], *sized(5))  # other key: not covered
+    assert cache.offer(K, [1, 2, 3, 4, 5], *sized(12))     # covers and replaces
     assert sorted(e.token_ids for e in cache.entries()) == [(1, 2), (1, 2, 3, 4, 5)]
     cache.check_integrity()
 
 
 def test_lookup_needs_the_same_key_and_enough_of_the_entry():
     cache = PromptCache(10_000, min_tokens=1, min_fraction=0.5)
-    cache.offer(K, [1, 2, 3, 4, 5, 6, 7, 8], lambda: data(10))
+    cache.offer(K, [1, 2, 3, 4, 5, 6, 7, 8], *sized(10))
     assert cache.lookup(("b", ""), [1, 2, 3, 4, 5], cap=5) == (None, 0)
     assert cache.lookup(K, [1, 2, 3, 9], cap=4) == (None, 0)     # 3 of 8: not worth it
     entry, n = cache.lookup(K, [1, 2, 3, 4, 5, 0], cap=5)
@@ -68,6 +94,6 @@ def test_lookup_needs_the_same_key_and_enough_of_the_entry():
 def test_budget_holds_under_many_offers():
     cache = PromptCache(500, min_tokens=1)
     for i in range(50):
-        cache.offer(K, [i, i + 1, i + 2], lambda i=i: data(37 + i % 50))
+        cache.offer(K, [i, i + 1, i + 2], *sized(37 + i % 50))
         assert cache.total_bytes <= 500
         cache.check_integrity()

@@ -44,6 +44,25 @@ def wait_idle(server: Server, timeout: float = 10.0) -> dict:
         time.sleep(0.02)
 
 
+def running_slot(server: Server, request_id: object = None) -> int:
+    """The id of the one slot running a request (tests leave the shared server idle); it must
+    be running ``request_id`` when one is given."""
+    busy = [s for s in server.slots() if s["request_id"] is not None]
+    assert len(busy) == 1, busy
+    assert request_id is None or busy[0]["request_id"] == repr(request_id), busy
+    return int(busy[0]["slot_id"])
+
+
+def assert_cancelled_and_freed(server: Server, cancelled_before: int,
+                               slot_id: int | None = None) -> None:
+    """Exactly one request was cancelled since ``cancelled_before`` and the slot it ran on
+    (``slot_id``; every slot when it is not known) is free again, with no request on it."""
+    stats = wait_idle(server)
+    assert stats["num_cancelled"] == cancelled_before + 1
+    slots = [s for s in stats["slots"] if slot_id is None or s["slot_id"] == slot_id]
+    assert slots and all(s["state"] == "idle" and s["request_id"] is None for s in slots), slots
+
+
 def test_option_keys_and_unknown_options(model_path: Path) -> None:
     keys = start_option_keys()
     for k in ("n_ctx", "n_parallel", "n_batch", "chunk_size", "max_queue", "cache_prompt",
@@ -150,31 +169,36 @@ def test_invalid_grammar_is_rejected_alone(server: Server) -> None:
 
 def test_cancel_running_and_closing_stream_early_frees_the_slot(server: Server) -> None:
     prompt = chat(server, "Write a very long essay about history.")
+    cancelled = wait_idle(server)["num_cancelled"]
     stream = server.stream(prompt, max_tokens=400, **GREEDY)
     first = list(itertools.islice(stream, 3))
     assert len(first) == 3
+    slot_id = running_slot(server)
     stream.close()
-    stats = wait_idle(server)
-    assert stats["slots_active"] == 0
+    assert_cancelled_and_freed(server, cancelled, slot_id)
 
+    cancelled += 1
     events = server.events(server.tokenize(prompt), max_tokens=400, **GREEDY)
     event = next(events)
+    slot_id = running_slot(server, event.request_id)
     server.cancel(event.request_id)
     with pytest.raises(CancelledError):
         for _ in events:
             pass
-    wait_idle(server)
+    assert_cancelled_and_freed(server, cancelled, slot_id)
 
 
 def test_per_token_timeout_cancels(server: Server) -> None:
+    """The request may time out before it reaches a slot, so every slot must be free."""
     prompt = chat(server, "Write a long story about dragons. " * 40)
+    cancelled = wait_idle(server)["num_cancelled"]
     with pytest.raises(RequestTimeoutError):
         for _ in server.stream(prompt, max_tokens=200, timeout=0.001, **GREEDY):
             pass
-    wait_idle(server)
+    assert_cancelled_and_freed(server, cancelled)
     with pytest.raises(RequestTimeoutError):
         server.generate(prompt, max_tokens=400, timeout=0.05, **GREEDY)
-    wait_idle(server)
+    assert_cancelled_and_freed(server, cancelled + 1)
 
 
 def test_cache_scope_isolation_and_prefix_reuse(server: Server) -> None:
@@ -327,11 +351,11 @@ def test_utf8_is_never_split_in_streams(server: Server) -> None:
 def test_garbage_collected_stream_cancels_its_request(server: Server) -> None:
     import gc
 
+    cancelled = wait_idle(server)["num_cancelled"]
     stream = server.stream(chat(server, "Write a long poem about autumn."), max_tokens=400,
                            **GREEDY)
     next(stream)
-    assert server.stats()["slots_active"] == 1
+    slot_id = running_slot(server)
     del stream
     gc.collect()
-    stats = wait_idle(server)
-    assert stats["num_cancelled"] >= 1
+    assert_cancelled_and_freed(server, cancelled, slot_id)

@@ -179,6 +179,8 @@ def test_state_roundtrip_reproduces_next_token_logits(model: Model, ctx: Context
     batch.add(2, 0, prompt[:-1], logits_last=False)
     ctx.decode(batch)
     state = ctx.state_seq_get(2)
+    assert ctx.state_seq_size(2) == len(state) > 0
+    assert ctx.state_seq_size(2) > ctx.state_seq_size(3) == len(ctx.state_seq_get(3))  # empty
     batch.clear()
     batch.add(2, len(prompt) - 1, prompt[-1:])
     ctx.decode(batch)
