@@ -7,7 +7,7 @@ from collections.abc import Container, Hashable
 
 from llamapy.engine.backend import Backend
 from llamapy.engine.options import RequestOptions
-from llamapy.engine.ram_cache import common_prefix
+from llamapy.engine.prompt_cache import common_prefix
 from llamapy.engine.request import Request
 from llamapy.engine.slots import SlotPool
 from llamapy.errors import ContextOverflowError, InvalidOptionError

@@ -29,7 +29,7 @@ from llamapy.engine.leases import LeaseOps
 from llamapy.engine.options import EngineConfig, EngineTuning
 from llamapy.engine.planner import Planner, ScheduledBatch, queued_view
 from llamapy.engine.prefix import PrefixResolver
-from llamapy.engine.ram_cache import PromptCache
+from llamapy.engine.prompt_cache import PromptCache
 from llamapy.engine.request import (
     CacheKey,
     DoneEvent,

@@ -5,7 +5,7 @@ Sources for a newly admitted run, longest match wins, ties to the cheaper (own <
 - **own**: the longest common prefix of the slot's cached tokens and the prompt;
 - **donor** (``kv_unified`` only): another slot's computed tokens, adopted by a metadata-only
   ``seq_cp`` (an active slot counts with the tokens it has already computed);
-- **RAM**: a :class:`~llamapy.engine.ram_cache.PromptCache` entry restored with
+- **RAM**: a :class:`~llamapy.engine.prompt_cache.PromptCache` entry restored with
   ``state_seq_set`` and trimmed to the match (a failed restore clears the sequence and the run
   prefills from scratch).
 
@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 
 from llamapy.engine.backend import Backend
 from llamapy.engine.options import EngineTuning
-from llamapy.engine.ram_cache import CacheEntry, PromptCache, common_prefix
+from llamapy.engine.prompt_cache import CacheEntry, PromptCache, common_prefix
 from llamapy.engine.request import Run
 from llamapy.engine.slots import Slot, SlotPool
 from llamapy.engine.states import SlotState

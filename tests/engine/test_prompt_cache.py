@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from llamapy.engine.ram_cache import PromptCache
+from llamapy.engine.prompt_cache import PromptCache
 
 K = ("scope", "")
 
