@@ -18,7 +18,7 @@ from typing import Any
 
 from .._native import Model
 from ..chat import ChatTemplate, OutputParser
-from ..errors import ModelNotFoundError
+from ..errors import InvalidOptionError, ModelNotFoundError
 from ..options import TIMEOUTS
 from ..runtime import AsyncRequestStream, RequestStream
 from ..server import Server
@@ -148,10 +148,33 @@ class ServedModel:
                 _n_ctx_seq[self.server] = cached
         return cached
 
+    def ignore_eos(self, options: dict[str, Any], flag: object) -> dict[str, Any]:
+        """llama-server's ``ignore_eos``: with a true ``flag``, every end-of-generation token
+        is banned (``logit_bias`` -inf), in place. A non-boolean flag is a 400."""
+        if flag is None or flag is False:
+            return options
+        if flag is not True:
+            raise InvalidOptionError("ignore_eos must be a boolean", option="ignore_eos")
+        bias = dict(options.get("logit_bias") or {})
+        bias.update(dict.fromkeys(eog_tokens(self.model), float("-inf")))
+        options["logit_bias"] = bias
+        return options
+
     def default_max_tokens(self, prompt_tokens: int) -> int:
         """Generation budget when a request sets none: the rest of the context."""
         n_ctx = self.n_ctx_seq()
         return max(1, n_ctx - prompt_tokens) if n_ctx else 256
+
+
+_eog_cache: weakref.WeakKeyDictionary[Model, tuple[int, ...]] = weakref.WeakKeyDictionary()
+
+
+def eog_tokens(model: Model) -> tuple[int, ...]:
+    """Every end-of-generation token of ``model`` (EOS, EOT, ...), found once per model."""
+    cached = _eog_cache.get(model)
+    if cached is None:
+        cached = _eog_cache[model] = tuple(t for t in range(model.n_vocab) if model.is_eog(t))
+    return cached
 
 
 def private_server(model: Model) -> Server:

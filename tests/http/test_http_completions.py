@@ -82,3 +82,20 @@ def test_native_completion_stream(http: httpx.Client) -> None:
     text = "".join(e["content"] for e in events)
     assert text == http.post("/completion", json={**body, "stream": False}).json()["content"]
     assert "[DONE]" not in response.text
+
+
+def test_ignore_eos_generates_the_whole_budget(client: openai.OpenAI, http: httpx.Client) -> None:
+    """llama-server's ``ignore_eos``: the end-of-generation tokens are banned."""
+    chat = "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"
+    stops = client.completions.create(model=MODEL_ALIAS, prompt=chat, max_tokens=200,
+                                      temperature=0)
+    assert stops.choices[0].finish_reason == "stop"  # the model ends its short answer
+    forced = client.completions.create(model=MODEL_ALIAS, prompt=chat, max_tokens=200,
+                                       temperature=0, extra_body={"ignore_eos": True})
+    assert forced.choices[0].finish_reason == "length"
+    assert forced.usage.completion_tokens == 200
+    native = http.post("/completion", json={"prompt": chat, "n_predict": 40,
+                                            "ignore_eos": True, "temperature": 0}).json()
+    assert native["tokens_predicted"] == 40 and native["stop_type"] == "limit"
+    bad = http.post("/completion", json={"prompt": chat, "ignore_eos": "yes"})
+    assert bad.status_code == 400 and bad.json()["error"]["type"] == "invalid_request_error"
