@@ -16,6 +16,20 @@ Every response of a generation carries the cache explanation: ``timings.cache_n`
 call the library functions of :mod:`llamapy.openai_api`, which also work without HTTP.
 """
 
-from .app import create_app
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .app import create_app
 
 __all__ = ["create_app"]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy: ``python -m llamapy.serve`` starts loading the model before FastAPI is imported.
+    if name == "create_app":
+        from .app import create_app
+
+        return create_app
+    raise AttributeError(f"module 'llamapy.serve' has no attribute {name!r}")

@@ -14,10 +14,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import LlamapyError
-from ..openai_api.target import DEFAULT_REQUEST_TIMEOUT
+from ..options import TIMEOUTS
 from ..server import Server
-from .app import DEFAULT_MAX_BODY_BYTES, create_app
-from .flags import add_option_flags, start_options
+from .flags import DEFAULT_MAX_BODY_BYTES, add_option_flags, serve_start_options
+
+DEFAULT_REQUEST_TIMEOUT = TIMEOUTS.http_request
 
 log = logging.getLogger("llamapy.serve")
 
@@ -80,11 +81,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    import uvicorn
-
     try:
         path = model_path(args.model)
-        server = Server(path, **start_options(args))
+        server = Server(path, **serve_start_options(args))  # loads on its thread from now on
+    except (LlamapyError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    import uvicorn  # the HTTP stack imports while the model loads
+
+    from .app import create_app
+
+    try:
         app = create_app(server, alias=args.alias, api_key=args.api_key,
                          cors_origins=args.cors_origin,
                          chat_template=read_template(args.chat_template),
@@ -92,6 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                          max_body_bytes=int(args.max_body_mb * 2**20),
                          embeddings=not args.no_embeddings_endpoint, own_server=True)
     except (LlamapyError, OSError) as exc:
+        server.close()
         print(f"error: {exc}", file=sys.stderr)
         return 2
     alias = args.alias or path.stem

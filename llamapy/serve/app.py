@@ -15,14 +15,13 @@ from ..openai_api.target import DEFAULT_REQUEST_TIMEOUT
 from ..server import Server
 from .context import CACHE_HEADERS, AppContext
 from .errors import BodyLimit, CatchAll, install_error_handlers
+from .flags import DEFAULT_MAX_BODY_BYTES
 from .host import Loader, ModelHost
 from .metrics import RequestCounter
 from .routes_llama import health_router, llama_router
 from .routes_openai import openai_router
 
 STATIC_DIR = Path(__file__).with_name("static")
-#: Default request body limit: generous for long prompts, small enough to stop abuse.
-DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 
 
 def create_app(

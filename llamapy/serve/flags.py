@@ -22,7 +22,32 @@ from typing import Any
 
 from ..options import START_OPTION_OWNERS, field_default, field_help, start_option_keys
 
-__all__ = ["OptionSpec", "add_option_flags", "option_specs", "shown_default", "start_options"]
+#: Default request body limit: generous for long prompts, small enough to stop abuse.
+DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
+
+__all__ = ["SERVE_DEFAULTS", "OptionSpec", "add_option_flags", "option_specs",
+           "serve_cache_ram_mb", "serve_start_options", "shown_default", "start_options"]
+
+
+def serve_cache_ram_mb() -> float:
+    """The RAM prompt cache budget of ``python -m llamapy.serve``: a quarter of the memory
+    available now, at most 8192 MB (llama-server's ``--cache-ram`` default). The cache only
+    holds what it stores, so the budget is a ceiling, not an allocation."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            info = dict(line.split(":", 1) for line in f)
+        available_mb = int(info["MemAvailable"].split()[0]) / 1024
+    except (OSError, KeyError, ValueError):
+        return 1024.0
+    return float(min(8192, int(available_mb / 4)))
+
+
+#: Start options whose default differs when serving over HTTP: ``(value, how it is shown)``.
+#: The library ``Server`` keeps the tree's defaults (the seed's ``prompt_cache_ram_mb`` 0).
+SERVE_DEFAULTS: dict[str, tuple[Callable[[], Any], str]] = {
+    "prompt_cache_ram_mb": (serve_cache_ram_mb,
+                            "a quarter of available memory, at most 8192; 0 = off"),
+}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -142,7 +167,8 @@ def shown_default(value: Any) -> str | None:
 def _help(spec: OptionSpec) -> str:
     """The help text with the default; a negated bool's text describes its ``--no-x`` flag."""
     text = f"{spec.switches[1]}: {spec.help}" if spec.negated else spec.help
-    shown = shown_default(spec.default)
+    serve = SERVE_DEFAULTS.get(spec.name)
+    shown = serve[1] if serve else shown_default(spec.default)
     text = text if shown is None else f"{text} (default: {shown})"
     return text.replace("%", "%%")
 
@@ -186,3 +212,12 @@ def start_options(args: argparse.Namespace) -> dict[str, Any]:
     """The start options given on the command line."""
     keys = {spec.name for spec in option_specs()}
     return {k: v for k, v in vars(args).items() if k in keys}
+
+
+def serve_start_options(args: argparse.Namespace) -> dict[str, Any]:
+    """:func:`start_options` plus the serving defaults (:data:`SERVE_DEFAULTS`) of the
+    options not given."""
+    options = start_options(args)
+    for name, (default, _) in SERVE_DEFAULTS.items():
+        options.setdefault(name, default())
+    return options

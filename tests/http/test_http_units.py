@@ -211,3 +211,22 @@ def test_flags_parse_to_start_options() -> None:
     assert start_options(parser.parse_args([])) == {}
     assert {spec.name for spec in option_specs()} == set(start_option_keys()) - {"model_path"}
     assert isinstance(parser, argparse.ArgumentParser)
+
+
+def test_serving_enables_the_ram_prompt_cache_by_default() -> None:
+    """``python -m llamapy.serve`` sizes the RAM prompt cache from free memory (llama-server
+    keeps one by default too); ``--cache-ram`` / ``--prompt-cache-ram-mb`` override it and 0
+    turns it off. The library ``Server`` keeps the seed's default of 0."""
+    from llamapy.options import EngineConfig
+    from llamapy.serve.flags import serve_cache_ram_mb, serve_start_options
+
+    parser = build_parser()
+    default = serve_start_options(parser.parse_args([]))["prompt_cache_ram_mb"]
+    assert default == serve_cache_ram_mb() and 0 < default <= 8192
+    assert serve_start_options(parser.parse_args(["--cache-ram", "0"]))[
+        "prompt_cache_ram_mb"] == 0
+    assert serve_start_options(parser.parse_args(["--prompt-cache-ram-mb", "64"]))[
+        "prompt_cache_ram_mb"] == 64
+    assert "prompt_cache_ram_mb" not in start_options(parser.parse_args([]))
+    assert EngineConfig().prompt_cache_ram_mb == 0
+    assert "quarter of available memory" in parser.format_help()

@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""``python -m llamapy.serve`` against llama-server (same build), one server at a time.
+
+Each round starts one target, measures seconds to a healthy ``/health`` and to the first
+streamed token, runs one wave per concurrency level (default 1, 4, 8, 16, 32 streams of
+~100-token prompts, 64 tokens out, greedy, ``ignore_eos``), and stops it; the next round
+starts the other target first (A B B A ...), so drift of the shared machine hits both. Every
+round is printed, then the medians and ratios. Settings mirror each other: ``-c``/``--n-ctx``,
+``-np``/``--n-parallel``, ``-b``/``--n-batch``, ``-t``/``--threads``.
+
+Needs ``python build_lib.py --with-server``. Usage:
+``python bench/bench_http.py [--rounds 2] [--levels 1,4,8,16,32] [--n-parallel 4]``
+(run nothing else on the machine meanwhile).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+from collections import defaultdict
+
+from http_load import (
+    Settings,
+    Wave,
+    first_token_s,
+    llama_server_cmd,
+    llamapy_cmd,
+    prompts_for,
+    start,
+    stop,
+    wave,
+)
+
+TARGETS = {"llama-server": llama_server_cmd, "llamapy.serve": llamapy_cmd}
+
+
+def run_target(name: str, s: Settings, levels: list[int], n_out: int, rnd: int
+               ) -> tuple[float, float, dict[int, Wave]]:
+    proc, healthy_s = start(TARGETS[name](s), s.port)
+    try:
+        first_s = first_token_s(s.port)
+        asyncio.run(wave(s.port, prompts_for(2, 7, f"warm {name}"), 8))
+        out = {}
+        for c in levels:
+            out[c] = w = asyncio.run(wave(s.port, prompts_for(c, 100 * rnd + c, name), n_out))
+            print(f"round {rnd} {name:13s} c={c:2d} {w.tok_per_s:6.1f} tok/s  TTFT p50 "
+                  f"{w.ttft(0.5):.3f} p99 {w.ttft(0.99):.3f}", flush=True)
+    finally:
+        stop(proc)
+    print(f"round {rnd} {name:13s} healthy after {healthy_s:.2f} s, first token "
+          f"{first_s:.3f} s", flush=True)
+    return healthy_s, first_s, out
+
+
+def median(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else 0.0
+
+
+def report(levels: list[int], runs: dict[str, list[tuple[float, float, dict[int, Wave]]]]
+           ) -> None:
+    a, b = runs["llama-server"], runs["llamapy.serve"]
+    print("\n| streams | llama-server tok/s (rounds) | llamapy.serve tok/s (rounds) | "
+          "ratio (medians) | TTFT p99 llama-server / llamapy |")
+    print("|---|---|---|---|---|")
+    for c in levels:
+        xa = [r[2][c].tok_per_s for r in a]
+        xb = [r[2][c].tok_per_s for r in b]
+        pa = median([r[2][c].ttft(0.99) for r in a])
+        pb = median([r[2][c].ttft(0.99) for r in b])
+        print(f"| {c} | {' / '.join(f'{x:.1f}' for x in xa)} | "
+              f"{' / '.join(f'{x:.1f}' for x in xb)} | {median(xb) / median(xa):.2f} | "
+              f"{pa:.3f} / {pb:.3f} |")
+    for i, label in ((0, "healthy /health s"), (1, "first token s")):
+        xa, xb = [r[i] for r in a], [r[i] for r in b]
+        print(f"| {label} | {' / '.join(f'{x:.2f}' for x in xa)} | "
+              f"{' / '.join(f'{x:.2f}' for x in xb)} | {median(xb) / median(xa):.2f} | |")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--levels", default="1,4,8,16,32")
+    p.add_argument("--n-out", type=int, default=64)
+    p.add_argument("--n-parallel", type=int, default=4)
+    p.add_argument("--threads", type=int, default=2)
+    args = p.parse_args()
+    levels = [int(x) for x in args.levels.split(",")]
+    s = Settings(n_parallel=args.n_parallel, threads=args.threads)
+    runs: dict[str, list] = defaultdict(list)
+    order = list(TARGETS)
+    for rnd in range(args.rounds):
+        for name in (order if rnd % 2 == 0 else order[::-1]):
+            runs[name].append(run_target(name, s, levels, args.n_out, rnd))
+    report(levels, runs)
+
+
+if __name__ == "__main__":
+    main()
