@@ -209,9 +209,11 @@ class Engine:
 
     def _admission_order(self, runs: list[Run]) -> list[Run]:
         order_fn = getattr(self.strategy, "admission_order", None)
-        if order_fn is None or len(runs) < 2:
+        idle = self.pool.idle()
+        if order_fn is None or len(runs) < 2 or not idle:
             return runs
-        order = list(order_fn(tuple(queued_view(r) for r in runs), self.clock()))
+        views = tuple(queued_view(r, self.prefix.warm_tokens(r, idle)) for r in runs)
+        order = list(order_fn(views, self.clock()))
         if sorted(order) != list(range(len(runs))):
             raise InvalidOptionError("batch_strategy.admission_order must return a permutation "
                                      "of queue indices", option="batch_strategy")

@@ -73,11 +73,12 @@ def slot_view(slot: Slot) -> SlotView:
                     leased=slot.lease_id is not None)
 
 
-def queued_view(run: Run) -> QueuedView:
+def queued_view(run: Run, cached_tokens: int = 0) -> QueuedView:
     """How a queued run looks to strategies."""
     return QueuedView(request_id=run.request_id, prompt_tokens=len(run.prompt),
                       submitted_at=run.submitted_at, serial=run.serial,
-                      session=run.request.options.session, lease_id=run.request.lease_id)
+                      session=run.request.options.session, lease_id=run.request.lease_id,
+                      cached_tokens=cached_tokens)
 
 
 class AdapterRotation:

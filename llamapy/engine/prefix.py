@@ -143,6 +143,20 @@ class PrefixResolver:
             self.on_instability(InstabilityEvent(run.request_id, slot.slot_id, history,
                                                  matched, len(run.prompt)))
 
+    def warm_tokens(self, run: Run, idle: list[Slot]) -> int:
+        """Prompt tokens ``run`` could reuse if admitted now: the best idle slot's cache under
+        its key, or a RAM cache entry (0 for ``cache_prompt=False``)."""
+        if not run.cache_prompt:
+            return 0
+        best = 0
+        for slot in idle:
+            if slot.key == run.key and len(slot.cached) > best:
+                best = max(best, min(common_prefix(slot.cached, run.prompt), run.reuse_cap))
+        if self.ram.enabled:
+            exact = not self.backend.supports_partial_removal
+            best = max(best, self.ram.lookup(run.key, run.prompt, run.reuse_cap, exact=exact)[1])
+        return best
+
     # --- in-flight dedup -----------------------------------------------------------------------
 
     def follow(self, run: Run) -> bool:

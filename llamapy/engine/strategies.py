@@ -63,6 +63,8 @@ class QueuedView:
     serial: int
     session: Hashable | None = None
     lease_id: int | None = None
+    #: Prompt tokens it could reuse if admitted now (an idle slot's cache or the RAM cache).
+    cached_tokens: int = 0
 
 
 @dataclass(slots=True, frozen=True)
@@ -116,16 +118,30 @@ class BatchStrategy(Protocol):
 
 
 class BaseStrategy:
-    """Helpers shared by the built-in strategies; FIFO admission."""
+    """Helpers shared by the built-in strategies; cache-aware FIFO admission."""
 
     name = "base"
+    #: A queued request that has waited this long is admitted before warmer ones.
+    warm_first_max_wait_s = 2.0
 
     def allocate(self, view: BatchView) -> BatchDecision:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def admission_order(self, queue: Sequence[QueuedView], now: float) -> Sequence[int]:
-        """FIFO: the order requests were submitted."""
-        return range(len(queue))
+        """Cache-aware FIFO. Requests that can reuse a cached prefix now (``cached_tokens``)
+        go before cold ones, so a conversation's next turn is not pushed out of its cache by a
+        cold request that happened to arrive first; a request that has waited
+        ``warm_first_max_wait_s`` goes first whatever its cache, so none starves. Submission
+        order within each group."""
+        overdue, warm, cold = [], [], []
+        for i, q in enumerate(queue):
+            if now - q.submitted_at >= self.warm_first_max_wait_s:
+                overdue.append(i)
+            elif q.cached_tokens > 0:
+                warm.append(i)
+            else:
+                cold.append(i)
+        return overdue + warm + cold
 
     @staticmethod
     def decoders_by_wait(view: BatchView) -> list[SlotView]:

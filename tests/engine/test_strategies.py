@@ -15,6 +15,7 @@ from llamapy.engine import (
     SlotView,
     resolve_strategy,
 )
+from llamapy.engine.engine import Engine
 from llamapy.engine.testing import drain
 from llamapy.errors import EngineError, InvalidOptionError
 
@@ -205,3 +206,52 @@ def test_a_backend_raising_a_foreign_error_fails_only_that_batch():
     assert b.tokens == ref(backend, list(range(1, 10)), 3)
     engine.check_integrity()
     backend.check_integrity()
+
+
+def _clocked_engine(clock: list[float]):  # type: ignore[no-untyped-def]
+    engine, backend = make_engine(n_parallel=1, prompt_cache_ram_mb=1)
+    return Engine(backend, engine.config, tuning=engine.tuning, clock=lambda: clock[0])
+
+
+def _finish_order(engine, sinks: dict) -> list[object]:  # type: ignore[no-untyped-def]
+    """Request ids in the order they finished (one slot: the order they were admitted)."""
+    order: list[object] = []
+    while engine.tick():
+        order += [rid for rid, sink in sinks.items() if sink.final and rid not in order]
+    return order
+
+
+def test_a_warm_request_is_admitted_before_an_earlier_cold_one():
+    """One slot; conversation A's history went to the RAM cache when another request took the
+    slot. A's next turn, queued after a cold request, is admitted first and restores it; the
+    cold one follows."""
+    clock = [0.0]
+    engine = _clocked_engine(clock)
+    history = list(range(100, 160))
+    submit(engine, "a1", history, max_tokens=1)
+    drain(engine)
+    blocker = submit(engine, "busy", [7, 7, 7], max_tokens=3)
+    engine.tick()  # the slot is busy: both of the next requests queue
+    cold = submit(engine, "cold", list(range(300, 340)), max_tokens=1)
+    warm = submit(engine, "a2", [*history, 5, 6], max_tokens=1)
+    assert [r.request_id for r in engine.queue] == ["cold", "a2"]
+    engine.cancel("busy")
+    assert blocker.finish_reason == "cancelled"
+    assert _finish_order(engine, {"cold": cold, "a2": warm}) == ["a2", "cold"]
+    assert warm.final.timings.reuse_source == "ram" and warm.final.timings.reused_tokens > 50
+    assert cold.final.timings.reused_tokens == 0
+
+
+def test_a_cold_request_that_waited_long_enough_goes_first():
+    clock = [0.0]
+    engine = _clocked_engine(clock)
+    history = list(range(100, 160))
+    submit(engine, "a1", history, max_tokens=1)
+    drain(engine)
+    submit(engine, "busy", [7, 7, 7], max_tokens=3)
+    engine.tick()
+    cold = submit(engine, "cold", list(range(300, 340)), max_tokens=1)
+    clock[0] += DecodeMaximal.warm_first_max_wait_s  # the cold one is now overdue
+    warm = submit(engine, "a2", [*history, 5, 6], max_tokens=1)
+    engine.cancel("busy")
+    assert _finish_order(engine, {"cold": cold, "a2": warm}) == ["cold", "a2"]
