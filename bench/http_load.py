@@ -42,6 +42,10 @@ class Settings:
     n_batch: int = 2048
     threads: int = 2
     port: int = 18191
+    #: Run ``python -m llamapy.serve`` from this checkout (e.g. an older commit to compare).
+    llamapy_dir: str | None = None
+    #: Send ``ignore_eos`` (an older llamapy without it answers 400).
+    ignore_eos: bool = True
 
 
 @dataclass(slots=True)
@@ -77,11 +81,11 @@ def llamapy_cmd(s: Settings) -> list[str]:
             "--log-level", "warning"]
 
 
-def start(cmd: list[str], port: int, timeout: float = 120.0) -> tuple[subprocess.Popen[bytes],
-                                                                      float]:
+def start(cmd: list[str], port: int, timeout: float = 120.0, cwd: str | None = None
+          ) -> tuple[subprocess.Popen[bytes], float]:
     """Start a server; returns it and the seconds until ``/health`` answered 200."""
     started = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd)
     while time.perf_counter() - started < timeout:
         try:
             if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
@@ -101,10 +105,13 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         proc.kill()
 
 
-async def stream_one(client: httpx.AsyncClient, prompt: str, n_out: int) -> tuple[float, int]:
+async def stream_one(client: httpx.AsyncClient, prompt: str, n_out: int,
+                     ignore_eos: bool = True) -> tuple[float, int]:
     """One streamed completion: (time to first token, tokens received)."""
-    body = {"prompt": prompt, "max_tokens": n_out, "temperature": 0.0, "stream": True,
-            "ignore_eos": True}
+    body: dict[str, object] = {"prompt": prompt, "max_tokens": n_out, "temperature": 0.0,
+                               "stream": True}
+    if ignore_eos:
+        body["ignore_eos"] = True
     t0 = time.perf_counter()
     ttft, n = 0.0, 0
     async with client.stream("POST", "/v1/completions", json=body, timeout=600) as resp:
@@ -120,12 +127,13 @@ async def stream_one(client: httpx.AsyncClient, prompt: str, n_out: int) -> tupl
     return ttft, n
 
 
-async def wave(port: int, prompts: list[str], n_out: int) -> Wave:
+async def wave(port: int, prompts: list[str], n_out: int, ignore_eos: bool = True) -> Wave:
     """All ``prompts`` at once; streamed tokens counted as SSE chunks with text."""
     limits = httpx.Limits(max_connections=len(prompts) + 4)
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", limits=limits) as client:
         t0 = time.perf_counter()
-        results = await asyncio.gather(*(stream_one(client, p, n_out) for p in prompts))
+        results = await asyncio.gather(*(stream_one(client, p, n_out, ignore_eos)
+                                         for p in prompts))
         wall = time.perf_counter() - t0
     return Wave(wall, [r[0] for r in results], sum(r[1] for r in results))
 

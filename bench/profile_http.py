@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import signal
 import subprocess
 import tempfile
@@ -52,6 +53,8 @@ LOOP_RULES = (
     ("asyncio loop", "selectors.py"),
 )
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+#: ``thread (TID): NAME;frame;...`` (py-spy ``--threads`` raw output; NAME may be missing).
+_THREAD = re.compile(r"^thread \((\d+)\)(?:: ([^;]*))?;(.*)$")
 
 
 def thread_cpu(pid: int) -> dict[int, float]:
@@ -79,17 +82,17 @@ def parse_raw(path: Path) -> dict[tuple[int, str], Counter[str]]:
     out: dict[tuple[int, str], Counter[str]] = defaultdict(Counter)
     for line in path.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
-        if not stack.startswith("thread (") or not count.isdigit():
+        match = _THREAD.match(stack)
+        if match is None or not count.isdigit():
             continue
-        head, _, rest = stack.partition(": ")
-        tid = int(head[len("thread ("):-1])
-        name, *frames = rest.split(";")
+        tid, name = int(match[1]), match[2] or ""
+        frames = match[3].split(";")
         rules = TICK_RULES if name.startswith("llamapy") else LOOP_RULES
         out[(tid, name)][classify(frames, rules)] += int(count)
     return out
 
 
-def profile_level(pid: int, port: int, c: int, n_out: int, tag: str,
+def profile_level(pid: int, s: Settings, c: int, n_out: int, tag: str,
                   min_tokens: int = 768) -> dict[str, float]:
     """CPU seconds per generated token by layer over waves of ``c`` streams (at least
     ``min_tokens`` generated, so every layer gets enough samples)."""
@@ -99,7 +102,7 @@ def profile_level(pid: int, port: int, c: int, n_out: int, tag: str,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(1.0)  # let py-spy attach
     before = thread_cpu(pid)
-    waves = [asyncio.run(wave(port, prompts_for(c, 1000 * k + c, tag), n_out))
+    waves = [asyncio.run(wave(s.port, prompts_for(c, 1000 * k + c, tag), n_out, s.ignore_eos))
              for k in range(max(1, -(-min_tokens // (c * n_out))))]
     after = thread_cpu(pid)
     result = Wave(sum(w.wall_s for w in waves), tokens=sum(w.tokens for w in waves))
@@ -141,13 +144,16 @@ def main() -> None:
     p.add_argument("--levels", default="1,4,8,16")
     p.add_argument("--n-out", type=int, default=64)
     p.add_argument("--n-parallel", type=int, default=4)
+    p.add_argument("--llamapy-dir", help="profile the llamapy of this checkout instead")
+    p.add_argument("--no-ignore-eos", action="store_true", help="for llamapy without it")
     args = p.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
-    s = Settings(n_parallel=args.n_parallel)
-    proc, healthy_s = start(llamapy_cmd(s), s.port)
+    s = Settings(n_parallel=args.n_parallel, llamapy_dir=args.llamapy_dir,
+                 ignore_eos=not args.no_ignore_eos)
+    proc, healthy_s = start(llamapy_cmd(s), s.port, cwd=s.llamapy_dir)
     try:
-        asyncio.run(wave(s.port, prompts_for(2, 1, "warm"), 8))
-        rows = {c: profile_level(proc.pid, s.port, c, args.n_out, "profile") for c in levels}
+        asyncio.run(wave(s.port, prompts_for(2, 1, "warm"), 8, s.ignore_eos))
+        rows = {c: profile_level(proc.pid, s, c, args.n_out, "profile") for c in levels}
     finally:
         stop(proc)
     print(f"healthy after {healthy_s:.2f} s")

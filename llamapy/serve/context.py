@@ -97,19 +97,29 @@ async def read_json(request: Request) -> Any:
 
 async def cancel_on_disconnect(request: Request, work: Awaitable[T]) -> T:
     """Await ``work``; cancel it (and so its engine request) if the client disconnects, then
-    raise :class:`~llamapy.errors.CancelledError` (499, answered to nobody)."""
+    raise :class:`~llamapy.errors.CancelledError` (499, answered to nobody).
+
+    The disconnect is awaited (the server's ``http.disconnect`` message), never polled, so a
+    request waiting in the queue costs nothing until its first token or its client leaves.
+    """
     task = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(_disconnect(request))
     try:
-        while True:
-            done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
-            if done:
-                return task.result()
-            if await request.is_disconnected():
-                await _cancel(task)
-                raise CancelledError("the client disconnected")
+        done, _ = await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+        if task in done:
+            return task.result()
+        await _cancel(task)
+        raise CancelledError("the client disconnected")
     finally:
+        gone.cancel()
         if not task.done():
             task.cancel()
+
+
+async def _disconnect(request: Request) -> None:
+    """Return once the client has gone (the request body was read before)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 async def _cancel(task: asyncio.Future[Any]) -> None:
