@@ -303,6 +303,11 @@ class Batch:
         if n + k > self.capacity:
             raise InvalidOptionError(f"batch overflow: {n} + {k} > capacity {self.capacity}")
         end = n + k
+        if k == 1:  # a decode step: plain cffi stores beat four numpy slice assignments
+            self._token[n], self._pos[n], self._seq[n] = token_ids[0], start_pos, seq_id
+            self._logits[n] = 1 if logits_last else 0
+            self.struct.n_tokens = end
+            return n
         self.token[n:end] = token_ids
         self.pos[n:end] = np.arange(start_pos, start_pos + k, dtype=np.int32)
         self.seq[n:end] = seq_id

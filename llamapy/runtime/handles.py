@@ -114,7 +114,7 @@ class _Mailbox:
         items = self.items
         while items:
             handle, event = items.popleft()
-            handle.events.put_nowait(event)
+            handle.deliver(event)
 
 
 _mailboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Mailbox] = \
@@ -130,9 +130,14 @@ def _mailbox(loop: asyncio.AbstractEventLoop) -> _Mailbox:
 
 
 class AsyncHandle:
-    """Events of one request for an asyncio consumer on ``loop``."""
+    """Events of one request for an asyncio consumer on ``loop``.
 
-    __slots__ = ("_box", "_sent", "_taken", "events", "gone", "limit", "loop", "request_id")
+    The mailbox appends to ``events`` on the loop and wakes a waiting :meth:`aget` through a
+    bare future: no task, queue or ``asyncio.wait`` per token.
+    """
+
+    __slots__ = ("_box", "_sent", "_taken", "_waiter", "events", "gone", "limit", "loop",
+                 "request_id")
 
     def __init__(self, request_id: Hashable, loop: asyncio.AbstractEventLoop,
                  limit: int = MAX_BUFFERED_EVENTS) -> None:
@@ -140,7 +145,8 @@ class AsyncHandle:
         self.loop = loop
         self.limit = limit
         self.gone = False
-        self.events: asyncio.Queue[Event] = asyncio.Queue()
+        self.events: deque[Event] = deque()
+        self._waiter: asyncio.Future[None] | None = None
         self._box = _mailbox(loop)
         self._sent = 0  # written on the engine's thread only
         self._taken = 0  # written on the consumer's loop only
@@ -155,6 +161,13 @@ class AsyncHandle:
         self._sent += 1
         return self._sent - self._taken <= self.limit
 
+    def deliver(self, event: Event) -> None:
+        """Called on the loop (by the mailbox): buffer ``event``, wake the reader."""
+        self.events.append(event)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
     def get(self, timeout: float | None) -> Event:
         """Not for blocking consumers (they get a :class:`SyncHandle`)."""
         raise TypeError("AsyncHandle is read with aget()")
@@ -163,22 +176,28 @@ class AsyncHandle:
         """The next event; ``TimeoutError`` past ``timeout`` seconds.
 
         Not ``asyncio.wait_for``: before Python 3.12 it can swallow a cancellation that
-        arrives together with an event, and a cancelled consumer must always cancel.
+        arrives together with an event, and a cancelled consumer must always cancel. A
+        cancellation here propagates from the ``await`` as it should.
         """
-        if timeout is None:
-            event = await self.events.get()
-        else:
-            getter = asyncio.ensure_future(self.events.get())
+        if not self.events:
+            waiter = self._waiter = self.loop.create_future()
+            timer = None if timeout is None else self.loop.call_later(timeout, _expire, waiter)
             try:
-                done, _ = await asyncio.wait({getter}, timeout=timeout)
+                await waiter
+            except TimeoutError:
+                if not self.events:  # (an event that raced the timer still counts)
+                    raise
             finally:
-                if not getter.done():
-                    getter.cancel()
-            if getter not in done:
-                raise TimeoutError
-            event = getter.result()
+                self._waiter = None
+                if timer is not None:
+                    timer.cancel()
         self._taken += 1
-        return event
+        return self.events.popleft()
+
+
+def _expire(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_exception(TimeoutError())
 
 
 class InlineHandle:
