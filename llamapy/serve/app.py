@@ -17,6 +17,7 @@ from .context import CACHE_HEADERS, AppContext
 from .errors import BodyLimit, CatchAll, install_error_handlers
 from .host import Loader, ModelHost
 from .metrics import RequestCounter
+from .routes_anthropic import anthropic_router
 from .routes_llama import health_router, llama_router
 from .routes_openai import openai_router
 
@@ -37,7 +38,7 @@ def create_app(
     embeddings: bool = True,
     own_server: bool = False,
 ) -> FastAPI:
-    """The OpenAI-compatible app for ``target``.
+    """The OpenAI-compatible app for ``target`` (also serving the Anthropic Messages API).
 
     ``target`` is a :class:`Server` (loading or ready) or a callable returning one, run in a
     background thread (the app answers ``/health`` with 503 meanwhile). ``alias`` is the
@@ -63,6 +64,7 @@ def create_app(
     install_error_handlers(app)
     app.include_router(health_router(ctx))
     app.include_router(openai_router(ctx))
+    app.include_router(anthropic_router(ctx))
     app.include_router(llama_router(ctx))
     _add_page(app)
     _add_middleware(app, ctx, cors_origins, max_body_bytes)
