@@ -4,6 +4,9 @@
   templates, tools (forced calls under a grammar), ``response_format``, reasoning, logprobs,
   usage with ``prompt_tokens_details.cached_tokens``, and ``timings`` explaining prefix reuse.
 - :func:`completion` / :func:`stream_completion` (and ``a*``): text completions.
+- :func:`create_response` / :func:`stream_response` (and ``a*``): the Responses API, built on
+  the chat machinery (see :mod:`.bridge`); :func:`count_input_tokens` and
+  :func:`count_chat_input_tokens` count prompts without generating.
 
 ``target`` is a :class:`~llamapy.server.Server`, a :class:`~llamapy._native.Model` (run
 through a private single-slot server) or a :class:`ServedModel` (a server with a public name,
@@ -27,6 +30,16 @@ from .completions import (
 )
 from .params import ENGINE_ALIASES, ChatBody, CompletionBody
 from .prompt import ChatPlan, prepare_chat
+from .responses import (
+    ResponseStream,
+    acreate_response,
+    astream_response,
+    count_chat_input_tokens,
+    count_input_tokens,
+    create_response,
+    stream_response,
+)
+from .responses_input import ResponsesPlan, prepare_responses
 from .target import ServedModel, served
 
 __all__ = [
@@ -35,16 +48,25 @@ __all__ = [
     "ChatPlan",
     "ChatStream",
     "CompletionBody",
+    "ResponseStream",
+    "ResponsesPlan",
     "ServedModel",
     "achat_completion",
     "acompletion",
+    "acreate_response",
     "astream_chat_completion",
     "astream_completion",
+    "astream_response",
     "chat_completion",
     "chat_response",
     "completion",
+    "count_chat_input_tokens",
+    "count_input_tokens",
+    "create_response",
     "prepare_chat",
+    "prepare_responses",
     "served",
     "stream_chat_completion",
     "stream_completion",
+    "stream_response",
 ]

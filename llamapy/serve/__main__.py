@@ -37,7 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--alias", help="public model id (default: the file's stem)")
     serve.add_argument("--host", default="127.0.0.1", help="bind address (default: 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8080, help="port (default: 8080)")
-    serve.add_argument("--api-key", help="require 'Authorization: Bearer KEY' (not on /health)")
+    serve.add_argument("--api-key", help="require 'Authorization: Bearer KEY' or 'x-api-key: KEY' "
+                       "(not on /health)")
     serve.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
                        help="allow browser requests from ORIGIN (repeatable; '*' for any)")
     serve.add_argument("--chat-template", metavar="FILE_OR_JINJA",

@@ -18,8 +18,10 @@ from .errors import BodyLimit, CatchAll, install_error_handlers
 from .flags import DEFAULT_MAX_BODY_BYTES
 from .host import Loader, ModelHost
 from .metrics import RequestCounter
+from .routes_anthropic import anthropic_router
 from .routes_llama import health_router, llama_router
 from .routes_openai import openai_router
+from .routes_responses import responses_router
 
 STATIC_DIR = Path(__file__).with_name("static")
 
@@ -36,7 +38,8 @@ def create_app(
     embeddings: bool = True,
     own_server: bool = False,
 ) -> FastAPI:
-    """The OpenAI-compatible app for ``target``.
+    """The OpenAI-compatible app for ``target`` (also serving the OpenAI Responses API and
+    the Anthropic Messages API).
 
     ``target`` is a :class:`Server` (loading or ready) or a callable returning one, run in a
     background thread (the app answers ``/health`` with 503 meanwhile). ``alias`` is the
@@ -62,6 +65,8 @@ def create_app(
     install_error_handlers(app)
     app.include_router(health_router(ctx))
     app.include_router(openai_router(ctx))
+    app.include_router(responses_router(ctx))
+    app.include_router(anthropic_router(ctx))
     app.include_router(llama_router(ctx))
     _add_page(app)
     _add_middleware(app, ctx, cors_origins, max_body_bytes)

@@ -77,13 +77,17 @@ class AppContext:
             embedder.close()
 
     def check_key(self, request: Request) -> None:
-        """Raise :class:`AuthenticationError` unless the request carries the API key."""
+        """Raise :class:`AuthenticationError` unless the request carries the API key, as
+        ``Authorization: Bearer KEY`` or (Anthropic's header) ``x-api-key: KEY``."""
         if self.api_key is None:
             return
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not secrets.compare_digest(
-                token.strip().encode(), self.api_key.encode()):
-            raise AuthenticationError("missing or invalid API key (Authorization: Bearer ...)")
+        offered = [token.strip()] if scheme.lower() == "bearer" else []
+        offered.append(request.headers.get("x-api-key", "").strip())
+        expected = self.api_key.encode()
+        if not any(key and secrets.compare_digest(key.encode(), expected) for key in offered):
+            raise AuthenticationError(
+                "missing or invalid API key (Authorization: Bearer ... or x-api-key: ...)")
 
 
 async def read_json(request: Request) -> Any:

@@ -1,0 +1,230 @@
+"""From an Anthropic Messages request to a :class:`~llamapy.openai_api.ChatPlan`.
+
+The request is translated into an OpenAI chat request and prepared by
+:func:`~llamapy.openai_api.prepare_chat`, so the chat template, tool instructions, forced-call
+grammar, request options and output parser are those of ``/v1/chat/completions``:
+
+- ``system`` (a string or text blocks) becomes the system message. Claude Code starts it with
+  an ``x-anthropic-billing-header`` line whose ``cch=`` stamp changes on every request; the
+  stamp is blanked so the prompt prefix stays cacheable.
+- Blocks keep their order: a user turn's ``text`` blocks become user messages and each
+  ``tool_result`` a ``tool`` message (``is_error`` prefixes the result with ``Error:``); an
+  assistant turn's ``text``, ``thinking`` (as ``reasoning_content``) and ``tool_use`` (as
+  ``tool_calls``) become one assistant message. ``redacted_thinking`` is opaque and dropped;
+  ``image`` is refused (the model has no vision).
+- History the template cannot show is inlined (:func:`~llamapy.openai_api.bridge.polyfill_history`).
+- ``tools`` become functions; ``tool_choice`` ``auto``/``none``/``any``/``tool`` become
+  ``auto``/``none``/``required``/the named function (the last two force a call by grammar).
+- ``stop_sequences``, ``temperature``, ``top_p``, ``top_k`` map to engine options;
+  ``metadata.user_id`` becomes the ``session`` affinity key; ``thinking`` sets the template's
+  ``enable_thinking``; ``output_config.format`` is ``response_format`` ``json_schema``.
+  Reasoning (``<think>``) is always parsed out of the answer.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import InvalidOptionError, UnsupportedFeatureError
+from ..openai_api.bridge import api_id, forward_extras, polyfill_history
+from ..openai_api.params import parse_body
+from ..openai_api.prompt import ChatPlan, prepare_chat
+from ..openai_api.target import ServedModel
+from .params import (
+    MESSAGES_FIELDS,
+    Block,
+    ImageBlock,
+    InputMessage,
+    MessagesBody,
+    TextBlock,
+    ThinkingBlock,
+    ToolChoice,
+    ToolResultBlock,
+    ToolUseBlock,
+    parse_block,
+    parse_tool,
+)
+
+BILLING_HEADER = "x-anthropic-billing-header:"
+_BILLING_STAMP = re.compile(r"cch=[0-9A-Za-z]*;")
+#: Engine options the translation sets from Anthropic's own fields.
+OWNED_OPTIONS = ("stop", "temp", "temperature", "top_p", "top_k")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MessagesPlan:
+    """A Messages request ready to run: the chat plan and the message id."""
+
+    chat: ChatPlan
+    body: MessagesBody
+    id: str = field(default_factory=lambda: api_id("msg"))
+
+    @property
+    def model_name(self) -> str:
+        """The ``model`` field of responses."""
+        return self.chat.model_name
+
+
+def system_text(system: str | list[TextBlock] | None) -> str | None:
+    """The system prompt (text blocks joined by newlines), billing stamp blanked."""
+    if system is None:
+        return None
+    texts = [system] if isinstance(system, str) else [block.text for block in system]
+    out = []
+    for text in texts:
+        if text.startswith(BILLING_HEADER):
+            text = _BILLING_STAMP.sub("cch=00000;", text, count=1)
+        out.append(text)
+    return "\n".join(out)
+
+
+def _tool_result_text(block: ToolResultBlock, where: str) -> str:
+    content = block.content
+    if isinstance(content, list):
+        parts = [parse_block(part, f"{where}.content[{j}]") for j, part in enumerate(content)]
+        texts = []
+        for part in parts:
+            if not isinstance(part, TextBlock):
+                raise UnsupportedFeatureError(
+                    part.type, f"{where}: tool_result content may only hold text blocks")
+            texts.append(part.text)
+        content = "\n".join(texts)
+    text = content or ""
+    return f"Error: {text}" if block.is_error else text
+
+
+def _refuse_image(block: Block, where: str) -> None:
+    if isinstance(block, ImageBlock):
+        raise UnsupportedFeatureError("image", f"{where}: image input is not supported "
+                                               "(the model has no vision)")
+
+
+def _user_messages(blocks: list[Block], where: str) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    texts: list[dict[str, Any]] = []
+    for j, block in enumerate(blocks):
+        _refuse_image(block, f"{where}[{j}]")
+        if isinstance(block, TextBlock):
+            texts.append({"type": "text", "text": block.text})
+        elif isinstance(block, ToolResultBlock):
+            if texts:
+                out.append({"role": "user", "content": texts})
+                texts = []
+            out.append({"role": "tool", "tool_call_id": block.tool_use_id,
+                        "content": _tool_result_text(block, f"{where}[{j}]")})
+        else:
+            raise InvalidOptionError(f"{where}[{j}]: a user turn cannot hold {block.type!r} "
+                                     "blocks", option=where)
+    if texts or not out:
+        out.append({"role": "user", "content": texts})
+    return out
+
+
+def _assistant_message(blocks: list[Block], where: str) -> dict[str, Any]:
+    texts, reasoning, calls = [], [], []
+    for j, block in enumerate(blocks):
+        _refuse_image(block, f"{where}[{j}]")
+        if isinstance(block, TextBlock):
+            texts.append(block.text)
+        elif isinstance(block, ThinkingBlock):
+            reasoning.append(block.thinking)
+        elif isinstance(block, ToolUseBlock):
+            calls.append({"id": block.id, "type": "function", "function": {
+                "name": block.name, "arguments": json.dumps(block.input, ensure_ascii=False)}})
+        elif isinstance(block, ToolResultBlock):
+            raise InvalidOptionError(f"{where}[{j}]: tool_result belongs in a user turn",
+                                     option=where)
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts)}
+    if reasoning:
+        message["reasoning_content"] = "\n".join(reasoning)
+    if calls:
+        message["tool_calls"] = calls
+    return message
+
+
+def chat_messages(messages: list[InputMessage]) -> list[dict[str, Any]]:
+    """Anthropic ``messages`` as OpenAI chat messages (before polyfilling)."""
+    out: list[dict[str, Any]] = []
+    for i, message in enumerate(messages):
+        where = f"messages[{i}].content"
+        if isinstance(message.content, str):
+            out.append({"role": message.role, "content": message.content})
+            continue
+        blocks = [parse_block(raw, f"{where}[{j}]") for j, raw in enumerate(message.content)]
+        if message.role == "user":
+            out.extend(_user_messages(blocks, where))
+        else:
+            out.append(_assistant_message(blocks, where))
+    return out
+
+
+def _tool_choice(choice: ToolChoice | None) -> str | dict[str, Any] | None:
+    if choice is None:
+        return None
+    if choice.type == "tool":
+        if not choice.name:
+            raise InvalidOptionError("tool_choice of type 'tool' needs a 'name'",
+                                     option="tool_choice.name")
+        return {"type": "function", "function": {"name": choice.name}}
+    return {"auto": "auto", "none": "none", "any": "required"}[choice.type]
+
+
+def _tools(body: MessagesBody) -> list[dict[str, Any]] | None:
+    if body.tools is None:
+        return None
+    tools = [parse_tool(raw, i) for i, raw in enumerate(body.tools)]
+    return [{"type": "function", "function": {
+        "name": tool.name, "parameters": tool.input_schema,
+        **({"description": tool.description} if tool.description else {})}} for tool in tools]
+
+
+def _response_format(body: MessagesBody) -> dict[str, Any] | None:
+    fmt = body.output_config.format if body.output_config else None
+    if fmt is None:
+        return None
+    return {"type": "json_schema", "json_schema": {"name": "output", "schema": fmt.schema_}}
+
+
+def _template_kwargs(body: MessagesBody, extra: dict[str, Any]) -> dict[str, Any] | None:
+    kwargs = extra.pop("chat_template_kwargs", None)
+    if body.thinking is None:
+        return kwargs
+    if kwargs is not None and not isinstance(kwargs, Mapping):
+        raise InvalidOptionError("chat_template_kwargs must be an object",
+                                 option="chat_template_kwargs")
+    return {"enable_thinking": body.thinking.type != "disabled", **(kwargs or {})}
+
+
+def chat_request(served: ServedModel, body: MessagesBody) -> dict[str, Any]:
+    """The OpenAI chat request a Messages body stands for."""
+    extra = forward_extras(body.model_extra or {}, fields=MESSAGES_FIELDS, owned=OWNED_OPTIONS)
+    messages = chat_messages(body.messages)
+    system = system_text(body.system)
+    if system is not None:
+        messages.insert(0, {"role": "system", "content": system})
+    fields: dict[str, Any] = {
+        "model": body.model, "max_tokens": body.max_tokens, "stop": body.stop_sequences,
+        "temperature": body.temperature, "top_p": body.top_p, "top_k": body.top_k,
+        "tools": _tools(body), "tool_choice": _tool_choice(body.tool_choice),
+        "response_format": _response_format(body),
+        "session": body.metadata.user_id if body.metadata else None,
+        "chat_template_kwargs": _template_kwargs(body, extra),
+    }
+    request = {key: value for key, value in fields.items() if value is not None}
+    request.update(extra)
+    request["messages"] = polyfill_history(served.template().source, messages)
+    return request
+
+
+def prepare_messages(served: ServedModel, request: Mapping[str, Any], *,
+                     generate: bool = True) -> MessagesPlan:
+    """Validate a Messages request and prepare it (``generate=False``: for counting only, so
+    ``max_tokens`` may be absent)."""
+    body = parse_body(MessagesBody, request)
+    if generate and body.max_tokens is None:
+        raise InvalidOptionError("max_tokens is required", option="max_tokens")
+    return MessagesPlan(chat=prepare_chat(served, chat_request(served, body)), body=body)

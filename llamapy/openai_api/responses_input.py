@@ -1,0 +1,207 @@
+"""From an OpenAI Responses request to a :class:`~.prompt.ChatPlan`.
+
+The request is translated into an OpenAI chat request and prepared by
+:func:`~.prompt.prepare_chat` (same template, tool instructions, forced-call grammar, options
+and output parser as ``/v1/chat/completions``):
+
+- ``instructions`` becomes the system message; a string ``input`` one user message.
+- Items keep their order: ``message`` items become messages (``developer`` a system message);
+  ``reasoning``, assistant ``message`` and ``function_call`` items that follow each other form
+  one assistant turn (reasoning as ``reasoning_content``, calls as ``tool_calls``);
+  ``function_call_output`` becomes a ``tool`` message. History the template cannot show is
+  inlined (:func:`~.bridge.polyfill_history`).
+- ``tools`` (flat function tools) become chat tools; ``tool_choice`` ``required`` or
+  ``{"type": "function", "name"}`` force a call by grammar.
+- ``max_output_tokens``, ``temperature``, ``top_p`` map to engine options; ``text.format``
+  to ``response_format`` (``json_schema`` is structured output under a grammar);
+  ``prompt_cache_key`` becomes the ``session`` affinity key; ``reasoning.effort`` goes to the
+  template (``none`` sets ``enable_thinking: false``). Reasoning is always parsed out.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import InvalidOptionError, UnsupportedFeatureError
+from .bridge import api_id, forward_extras, polyfill_history
+from .params import parse_body
+from .prompt import ChatPlan, prepare_chat
+from .responses_params import (
+    RESPONSES_FIELDS,
+    FunctionCallItem,
+    FunctionCallOutputItem,
+    FunctionChoice,
+    FunctionTool,
+    Item,
+    MessageItem,
+    ReasoningItem,
+    RefusalPart,
+    ResponsesBody,
+    TextFormat,
+    check_refused,
+    parse_item,
+    parse_part,
+    parse_tool,
+)
+from .target import ServedModel
+
+#: Engine options the translation sets from the API's own fields.
+OWNED_OPTIONS = ("temp", "temperature", "top_p")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResponsesPlan:
+    """A Responses request ready to run: the chat plan, the body, the response id."""
+
+    chat: ChatPlan
+    body: ResponsesBody
+    id: str = field(default_factory=lambda: api_id("resp"))
+    created_at: int = field(default_factory=lambda: int(time.time()))
+
+    @property
+    def model_name(self) -> str:
+        """The ``model`` field of responses."""
+        return self.chat.model_name
+
+    @property
+    def encrypt_reasoning(self) -> bool:
+        """Whether reasoning items carry ``encrypted_content`` (asked for with ``include``)."""
+        return "reasoning.encrypted_content" in (self.body.include or ())
+
+
+def _parts_text(content: str | list[dict[str, Any]], where: str) -> str:
+    if isinstance(content, str):
+        return content
+    parts = [parse_part(raw, f"{where}[{j}]") for j, raw in enumerate(content)]
+    return "".join(part.refusal if isinstance(part, RefusalPart) else part.text
+                   for part in parts)
+
+
+def _assistant_turn(messages: list[dict[str, Any]], *, reasoning: bool = False
+                    ) -> dict[str, Any]:
+    """The assistant message an assistant-side item joins (a reasoning item starts a turn
+    unless the open one is still empty)."""
+    last = messages[-1] if messages else None
+    if last is not None and last["role"] == "assistant":
+        started = last["content"] or last.get("tool_calls") or last.get("reasoning_content")
+        if not (reasoning and started):
+            return last
+    turn: dict[str, Any] = {"role": "assistant", "content": ""}
+    messages.append(turn)
+    return turn
+
+
+def _reasoning_text(item: ReasoningItem, where: str) -> str:
+    for source in (item.content, item.summary):
+        if source:
+            return "\n".join(parse_part(raw, f"{where}[{j}]").text  # type: ignore[union-attr]
+                             for j, raw in enumerate(source))
+    return item.encrypted_content or ""
+
+
+def _add_item(messages: list[dict[str, Any]], item: Item, where: str) -> None:
+    if isinstance(item, MessageItem) and item.role != "assistant":
+        role = "system" if item.role == "developer" else item.role
+        messages.append({"role": role, "content": _parts_text(item.content, f"{where}.content")})
+    elif isinstance(item, MessageItem):
+        turn = _assistant_turn(messages)
+        text = _parts_text(item.content, f"{where}.content")
+        turn["content"] += ("\n" if turn["content"] and text else "") + text
+    elif isinstance(item, FunctionCallItem):
+        _assistant_turn(messages).setdefault("tool_calls", []).append(
+            {"id": item.call_id, "type": "function",
+             "function": {"name": item.name, "arguments": item.arguments}})
+    elif isinstance(item, FunctionCallOutputItem):
+        messages.append({"role": "tool", "tool_call_id": item.call_id,
+                         "content": _parts_text(item.output, f"{where}.output")})
+    else:
+        text = _reasoning_text(item, f"{where}.content")
+        if text:
+            _assistant_turn(messages, reasoning=True)["reasoning_content"] = text
+
+
+def chat_messages(body: ResponsesBody) -> list[dict[str, Any]]:
+    """``instructions`` and ``input`` as OpenAI chat messages (before polyfilling)."""
+    messages: list[dict[str, Any]] = []
+    if body.instructions:
+        messages.append({"role": "system", "content": body.instructions})
+    if isinstance(body.input, str):
+        messages.append({"role": "user", "content": body.input})
+        return messages
+    for i, raw in enumerate(body.input):
+        _add_item(messages, parse_item(raw, f"input[{i}]"), f"input[{i}]")
+    return messages
+
+
+def _chat_tool(tool: FunctionTool) -> dict[str, Any]:
+    function = {"name": tool.name, "description": tool.description,
+                "parameters": tool.parameters, "strict": tool.strict}
+    return {"type": "function",
+            "function": {key: value for key, value in function.items() if value is not None}}
+
+
+def _tool_choice(choice: str | dict[str, Any] | None) -> str | dict[str, Any] | None:
+    if choice is None or isinstance(choice, str):
+        return choice
+    if choice.get("type") != "function":
+        kind = str(choice.get("type"))
+        raise UnsupportedFeatureError(kind, f"tool_choice of type {kind!r} is not supported "
+                                            "(use none, auto, required or a function)")
+    named = parse_body(FunctionChoice, choice)
+    return {"type": "function", "function": {"name": named.name}}
+
+
+def _response_format(fmt: TextFormat | None) -> dict[str, Any] | None:
+    if fmt is None or fmt.type == "text":
+        return None
+    if fmt.type == "json_object":
+        return {"type": "json_object"}
+    if fmt.schema_ is None:
+        raise InvalidOptionError("text.format json_schema needs a 'schema'",
+                                 option="text.format.schema")
+    schema = {"name": fmt.name or "response", "schema": fmt.schema_, "strict": fmt.strict,
+              "description": fmt.description}
+    return {"type": "json_schema",
+            "json_schema": {key: value for key, value in schema.items() if value is not None}}
+
+
+def _template_kwargs(body: ResponsesBody, extra: dict[str, Any]) -> Any:
+    kwargs = extra.pop("chat_template_kwargs", None)
+    effort = body.reasoning.effort if body.reasoning else None
+    if effort is None:
+        return kwargs
+    if kwargs is not None and not isinstance(kwargs, Mapping):
+        raise InvalidOptionError("chat_template_kwargs must be an object",
+                                 option="chat_template_kwargs")
+    own = {"enable_thinking": False} if effort == "none" else {"reasoning_effort": effort}
+    return {**own, **(kwargs or {})}
+
+
+def chat_request(served: ServedModel, body: ResponsesBody) -> dict[str, Any]:
+    """The OpenAI chat request a Responses body stands for."""
+    extra = forward_extras(body.model_extra or {}, fields=RESPONSES_FIELDS, owned=OWNED_OPTIONS)
+    tools = [parse_tool(raw, i) for i, raw in enumerate(body.tools or [])]
+    fields: dict[str, Any] = {
+        "model": body.model, "max_tokens": body.max_output_tokens,
+        "temperature": body.temperature, "top_p": body.top_p,
+        "tools": [_chat_tool(tool) for tool in tools] or None,
+        "tool_choice": _tool_choice(body.tool_choice),
+        "parallel_tool_calls": body.parallel_tool_calls,
+        "response_format": _response_format(body.text.format if body.text else None),
+        "session": body.prompt_cache_key,
+        "chat_template_kwargs": _template_kwargs(body, extra),
+    }
+    request = {key: value for key, value in fields.items() if value is not None}
+    request.update(extra)
+    request["messages"] = polyfill_history(served.template().source, chat_messages(body))
+    return request
+
+
+def prepare_responses(served: ServedModel, request: Mapping[str, Any]) -> ResponsesPlan:
+    """Validate a Responses request and turn it into a :class:`ResponsesPlan`."""
+    body = parse_body(ResponsesBody, request)
+    check_refused(body)
+    return ResponsesPlan(chat=prepare_chat(served, chat_request(served, body)), body=body)

@@ -1,0 +1,233 @@
+"""OpenAI Responses request bodies (pydantic models), as the Responses API documents them.
+
+Top-level fields are the API's; any other field must be an engine request option or a llamapy
+API extra (see :func:`~.bridge.forward_extras`). Fields that need state or tools we do not
+have are refused with :class:`~llamapy.errors.UnsupportedFeatureError` by
+:func:`check_refused` (``previous_response_id``, ``conversation``, ``background``, ``prompt``,
+``truncation: "auto"``, ``top_logprobs``, ``max_tool_calls``); accepted-and-ignored fields
+change nothing we could honour (``store``: nothing is stored either way; ``user``,
+``safety_identifier``, ``service_tier``, ``include``, ``stream_options``).
+
+Input items and their content parts are validated one by one by ``type``
+(:func:`parse_item`, :func:`parse_part`); items echoed back from an earlier response may carry
+fields we do not use (``id``, ``status``, ``annotations``): those are data and are ignored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..errors import InvalidOptionError, UnsupportedFeatureError
+from .params import parse_body
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class _Data(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class TextPart(_Data):
+    """``input_text`` / ``output_text`` / ``summary_text`` / ``reasoning_text``."""
+
+    type: Literal["input_text", "output_text", "summary_text", "reasoning_text"]
+    text: str
+
+
+class RefusalPart(_Data):
+    """``{"type": "refusal", "refusal": ...}`` of an earlier answer."""
+
+    type: Literal["refusal"]
+    refusal: str
+
+
+Part = TextPart | RefusalPart
+PARTS: dict[str, type[Part]] = {
+    "input_text": TextPart, "output_text": TextPart, "summary_text": TextPart,
+    "reasoning_text": TextPart, "refusal": RefusalPart,
+}
+
+
+class MessageItem(_Data):
+    """A ``message`` item (``type`` may be omitted: the easy input message)."""
+
+    type: Literal["message"] = "message"
+    role: Literal["user", "system", "developer", "assistant"]
+    content: str | list[dict[str, Any]]
+
+
+class FunctionCallItem(_Data):
+    """A ``function_call`` item of an earlier answer."""
+
+    type: Literal["function_call"]
+    call_id: str
+    name: str
+    arguments: str
+
+
+class FunctionCallOutputItem(_Data):
+    """A ``function_call_output`` item: the result of a call."""
+
+    type: Literal["function_call_output"]
+    call_id: str
+    output: str | list[dict[str, Any]]
+
+
+class ReasoningItem(_Data):
+    """A ``reasoning`` item of an earlier answer (``content``, ``summary`` or the opaque
+    ``encrypted_content`` this server issued)."""
+
+    type: Literal["reasoning"]
+    summary: list[dict[str, Any]] = Field(default_factory=list)
+    content: list[dict[str, Any]] | None = None
+    encrypted_content: str | None = None
+
+
+Item = MessageItem | FunctionCallItem | FunctionCallOutputItem | ReasoningItem
+ITEMS: dict[str, type[Item]] = {
+    "message": MessageItem, "function_call": FunctionCallItem,
+    "function_call_output": FunctionCallOutputItem, "reasoning": ReasoningItem,
+}
+
+
+class FunctionTool(_Data):
+    """``{"type": "function", "name", "description", "parameters", "strict"}``."""
+
+    type: Literal["function"]
+    name: str = Field(min_length=1, max_length=64)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class FunctionChoice(_Strict):
+    """``tool_choice: {"type": "function", "name": ...}``."""
+
+    type: Literal["function"]
+    name: str
+
+
+class TextFormat(_Strict):
+    """``text.format``: ``text``, ``json_object`` or ``json_schema`` (flat ``name``/``schema``)."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    name: str | None = None
+    description: str | None = None
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+
+class TextConfig(_Strict):
+    """``text``: the output ``format`` (and ``verbosity``, accepted)."""
+
+    format: TextFormat | None = None
+    verbosity: Literal["low", "medium", "high"] | None = None
+
+
+class ReasoningConfig(_Strict):
+    """``reasoning``: ``effort`` goes to the template; ``summary`` is accepted."""
+
+    effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
+    summary: Literal["auto", "concise", "detailed"] | None = None
+    generate_summary: Literal["auto", "concise", "detailed"] | None = None
+
+
+class ResponsesBody(BaseModel):
+    """``POST /v1/responses`` (and ``/v1/responses/input_tokens``)."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    model: str | None = None
+    input: str | list[dict[str, Any]]
+    instructions: str | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    max_output_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, ge=0.0, le=1.0)
+    stream: bool = False
+    stream_options: dict[str, Any] | None = None
+    store: bool | None = None
+    reasoning: ReasoningConfig | None = None
+    text: TextConfig | None = None
+    metadata: dict[str, str] | None = None
+    user: str | None = None
+    safety_identifier: str | None = None
+    prompt_cache_key: str | None = None
+    prompt_cache_retention: str | None = None
+    service_tier: str | None = None
+    include: list[str] | None = None
+    truncation: Literal["auto", "disabled"] | None = None
+    previous_response_id: str | None = None
+    conversation: str | dict[str, Any] | None = None
+    background: bool | None = None
+    prompt: dict[str, Any] | None = None
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    max_tool_calls: int | None = Field(default=None, ge=1)
+
+
+#: The Responses API's own field names.
+RESPONSES_FIELDS = tuple(ResponsesBody.model_fields)
+
+#: Refused fields: name -> why (each refused when set to anything but its "off" value).
+REFUSED = {
+    "previous_response_id": "responses are not stored; send the whole conversation in "
+                            "'input' (store: false)",
+    "conversation": "conversations are not stored; send the whole conversation in 'input'",
+    "background": "background responses are not supported",
+    "prompt": "stored prompt templates are not supported",
+    "max_tool_calls": "max_tool_calls is not supported",
+}
+
+
+def check_refused(body: ResponsesBody) -> None:
+    """Raise :class:`UnsupportedFeatureError` for a field we cannot honour."""
+    for name, why in REFUSED.items():
+        value = getattr(body, name)
+        if value not in (None, False, ""):
+            raise UnsupportedFeatureError(name, f"{name}: {why}")
+    if body.truncation == "auto":
+        raise UnsupportedFeatureError("truncation", "truncation 'auto' is not supported: a "
+                                      "conversation that does not fit is an error")
+    if body.top_logprobs:
+        raise UnsupportedFeatureError("top_logprobs", "top_logprobs is not supported on "
+                                      "/v1/responses (use /v1/chat/completions)")
+
+
+def _by_type(table: Mapping[str, type[Model]], raw: object, where: str, what: str,
+             default: str | None = None) -> Model:
+    kind = raw.get("type", default) if isinstance(raw, Mapping) else None
+    if not isinstance(kind, str):
+        raise InvalidOptionError(f"{where} must be an object with a 'type'", option=where)
+    model = table.get(kind)
+    if model is None:
+        raise UnsupportedFeatureError(kind, f"{where}: {what} type {kind!r} is not supported "
+                                            f"(supported: {', '.join(table)})")
+    try:
+        return parse_body(model, raw)
+    except InvalidOptionError as exc:
+        raise InvalidOptionError(f"{where}: {exc}", option=where) from None
+
+
+def parse_item(raw: object, where: str) -> Item:
+    """One input item (a ``role`` without ``type`` is a message)."""
+    default = "message" if isinstance(raw, Mapping) and "role" in raw else None
+    return _by_type(ITEMS, raw, where, "input item", default)  # type: ignore[arg-type]
+
+
+def parse_part(raw: object, where: str) -> Part:
+    """One content part; images, files and audio are refused (a text-only model)."""
+    return _by_type(PARTS, raw, where, "content part")  # type: ignore[arg-type]
+
+
+def parse_tool(raw: object, index: int) -> FunctionTool:
+    """One entry of ``tools``; only ``function`` tools are supported."""
+    return _by_type({"function": FunctionTool}, raw, f"tools[{index}]", "tool")

@@ -1,0 +1,53 @@
+"""The Anthropic endpoints: ``POST /v1/messages`` and ``POST /v1/messages/count_tokens``.
+
+Handlers read JSON, call :mod:`llamapy.anthropic_api` and frame the result (JSON with the cache
+headers, or SSE with named events). Errors, including a wrong key (``x-api-key`` or
+``Authorization: Bearer``), answer in Anthropic's shape (:class:`AnthropicRoute`). The
+``anthropic-version`` and ``anthropic-beta`` headers are accepted and change nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request, Response
+from fastapi.responses import JSONResponse
+
+from ..anthropic_api import (
+    MessagesBody,
+    acreate_message,
+    astream_message,
+    count_message_tokens,
+)
+from .anthropic_errors import AnthropicRoute, anthropic_error_event
+from .context import AppContext, cache_headers, cancel_on_disconnect, read_json
+from .sse_named import named_event_stream
+
+_SCHEMA = {"requestBody": {"required": True, "content": {
+    "application/json": {"schema": MessagesBody.model_json_schema()}}}}
+
+
+def anthropic_router(ctx: AppContext) -> APIRouter:
+    """The Anthropic Messages routes (behind the API key)."""
+    router = APIRouter(route_class=AnthropicRoute, dependencies=[Depends(ctx.check_key)])
+
+    @router.post("/v1/messages", openapi_extra=_SCHEMA)
+    async def messages(request: Request) -> Response:
+        """Anthropic Messages (SSE with named events when ``stream``)."""
+        body = await read_json(request)
+        served = ctx.served()
+        if isinstance(body, dict) and body.get("stream"):
+            events = astream_message(served, body, observe=ctx.metrics.observe)
+            return await named_event_stream(request, events, error_event=anthropic_error_event)
+        timings: dict[str, Any] = {}
+        result = await cancel_on_disconnect(
+            request, acreate_message(served, body, observe=timings.update))
+        ctx.metrics.observe(timings)
+        return JSONResponse(result, headers=cache_headers(timings))
+
+    @router.post("/v1/messages/count_tokens")
+    async def count_tokens(request: Request) -> dict[str, Any]:
+        """``{"input_tokens": N}`` for a Messages request, nothing generated."""
+        return count_message_tokens(ctx.served(), await read_json(request))
+
+    return router

@@ -1,0 +1,69 @@
+"""The OpenAI Responses endpoints and the prompt token counts.
+
+``POST /v1/responses`` (and ``/responses``), ``POST /v1/responses/input_tokens`` and
+``POST /v1/chat/completions/input_tokens`` (each also without ``/v1``, as llama-server has
+them). Errors are in the OpenAI shape, like every OpenAI route; a stream reports an error after
+its first event as the Responses ``error`` event.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request, Response
+from fastapi.responses import JSONResponse
+
+from ..openai_api import (
+    acreate_response,
+    astream_response,
+    count_chat_input_tokens,
+    count_input_tokens,
+)
+from ..openai_api.responses_params import ResponsesBody
+from .context import AppContext, cache_headers, cancel_on_disconnect, read_json
+from .errors import error_body
+from .sse_named import named_event_stream
+
+_SCHEMA = {"requestBody": {"required": True, "content": {
+    "application/json": {"schema": ResponsesBody.model_json_schema()}}}}
+
+
+def responses_error_event(exc: BaseException, sent: int) -> dict[str, Any]:
+    """The Responses stream's ``error`` event (numbered after the ``sent`` events)."""
+    error = error_body(exc)[1]["error"]
+    return {"type": "error", "code": error["code"] or error["type"],
+            "message": error["message"], "param": error["param"], "sequence_number": sent}
+
+
+def responses_router(ctx: AppContext) -> APIRouter:
+    """The Responses and token count routes (behind the API key)."""
+    router = APIRouter(dependencies=[Depends(ctx.check_key)])
+
+    @router.post("/v1/responses", openapi_extra=_SCHEMA)
+    @router.post("/responses", include_in_schema=False)
+    async def responses(request: Request) -> Response:
+        """OpenAI Responses (SSE with typed events when ``stream``)."""
+        body = await read_json(request)
+        served = ctx.served()
+        if isinstance(body, dict) and body.get("stream"):
+            events = astream_response(served, body, observe=ctx.metrics.observe)
+            return await named_event_stream(request, events, error_event=responses_error_event)
+        timings: dict[str, Any] = {}
+        result = await cancel_on_disconnect(
+            request, acreate_response(served, body, observe=timings.update))
+        ctx.metrics.observe(timings)
+        return JSONResponse(result, headers=cache_headers(timings))
+
+    @router.post("/v1/responses/input_tokens")
+    @router.post("/responses/input_tokens", include_in_schema=False)
+    async def response_input_tokens(request: Request) -> dict[str, Any]:
+        """The prompt tokens of a Responses request, nothing generated."""
+        return count_input_tokens(ctx.served(), await read_json(request))
+
+    @router.post("/v1/chat/completions/input_tokens")
+    @router.post("/chat/completions/input_tokens", include_in_schema=False)
+    async def chat_input_tokens(request: Request) -> dict[str, Any]:
+        """The prompt tokens of a chat completions request, nothing generated."""
+        return count_chat_input_tokens(ctx.served(), await read_json(request))
+
+    return router
