@@ -49,14 +49,19 @@ class ContextOptions:
 
     n_ctx: int = option(N_CTX, "context size in tokens (shared by all slots when kv_unified)")
     n_batch: int | None = option(None, "most tokens per decode call (default: min(n_ctx, 2048))")
-    n_ubatch: int = option(512, "physical batch: most tokens per compute graph")
+    n_ubatch: int = option(512, "physical batch: most tokens per compute graph",
+                           flags=("-ub", "--ubatch-size"))
     n_seq_max: int = option(N_PARALLEL, "sequences the context serves (a server's n_parallel)")
     n_threads: int = option(0, "threads for generation (0 = the physical core count)",
-                            flags=("--threads",))
-    n_threads_batch: int = option(0, "threads for prompt processing (0 = n_threads)")
-    type_k: str = option("f16", "KV cache type of K: f32, f16, bf16, q8_0, q4_0, ...")
-    type_v: str = option("f16", "KV cache type of V: f32, f16, bf16, q8_0, q4_0, ...")
-    flash_attn: str | bool = option("auto", "flash attention: auto, on or off")
+                            flags=("-t", "--threads"))
+    n_threads_batch: int = option(0, "threads for prompt processing (0 = n_threads)",
+                                  flags=("-tb", "--threads-batch"))
+    type_k: str = option("f16", "KV cache type of K: f32, f16, bf16, q8_0, q4_0, ...",
+                         flags=("-ctk", "--cache-type-k"))
+    type_v: str = option("f16", "KV cache type of V: f32, f16, bf16, q8_0, q4_0, ...",
+                         flags=("-ctv", "--cache-type-v"))
+    flash_attn: str | bool = option("auto", "flash attention: auto, on or off",
+                                    flags=("-fa",))
     offload_kqv: bool = option(True, "keep the KV cache and attention on the GPU")
     op_offload: bool = option(True, "offload host tensor operations to the device")
     rope_scaling_type: str = option(
@@ -70,7 +75,8 @@ class ContextOptions:
     yarn_orig_ctx: int = option(0, "YaRN original context size (0 = the model's)")
     attention_type: str = option("unspecified", "attention: unspecified, causal, non_causal")
     pooling_type: str = option(
-        "unspecified", "embedding pooling: unspecified, none, mean, cls, last, rank")
+        "unspecified", "embedding pooling: unspecified, none, mean, cls, last, rank",
+        flags=("--pooling",))
     embeddings: bool = option(False, "compute embeddings instead of logits")
     swa_full: bool = option(True, "full-size KV cache for sliding-window attention layers")
     kv_unified: bool = option(KV_UNIFIED, "one KV cell pool shared by all sequences")

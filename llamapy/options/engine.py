@@ -36,9 +36,10 @@ class EngineConfig:
     chunk_size: int = option(512, "most prefill tokens per slot per tick")
     max_queue: int = option(64, "most requests waiting for a slot (0 = unlimited)")
     cache_prompt: bool = option(True, "reuse cached prompt prefixes (requests may opt out)")
-    kv_unified: bool = option(KV_UNIFIED, "one KV cell pool shared by all slots")
+    kv_unified: bool = option(KV_UNIFIED, "one KV cell pool shared by all slots",
+                              flags=("-kvu", "-no-kvu"))
     prompt_cache_ram_mb: float = option(0, "RAM prompt cache budget in MB (0 = off)",
-                                        flags=("--cache-ram",))
+                                        flags=("-cram", "--cache-ram"))
     batch_strategy: Any = option(
         "decode_maximal", "batch strategy: decode_maximal, prefill_priority or balanced")
     sampling: SamplingParams = option_factory(SamplingParams, "the server's sampling defaults")

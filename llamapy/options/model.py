@@ -36,7 +36,8 @@ MODEL_ONLY_KEYS = ("vocab_only",)
 class ModelOptions:
     """Model loading options (the single source of their names and defaults)."""
 
-    n_gpu_layers: int = option(99, "layers offloaded to the GPU (99 = all)")
+    n_gpu_layers: int = option(99, "layers offloaded to the GPU (99 = all)",
+                               flags=("-ngl", "--gpu-layers"))
     main_gpu: int = option(0, "the GPU used when split_mode is none")
     split_mode: str = option("layer", "how to split over GPUs: none, layer, row or tensor")
     tensor_split: tuple[float, ...] = option((), "share of the model on each GPU")

@@ -54,12 +54,13 @@ class SamplingParams:
     for that many top log-probabilities per generated token.
     """
 
-    temp: float = option(0.8, "sampling temperature (<= 0: greedy)")
+    temp: float = option(0.8, "sampling temperature (<= 0: greedy)",
+                         flags=("--temperature",))
     top_k: int = option(40, "keep only the k most likely tokens (0 = off)")
     top_p: float = option(0.95, "keep the most likely tokens up to this total probability")
     min_p: float = option(0.05, "drop tokens below this share of the top token's probability")
     typical_p: float = option(1.0, "locally typical sampling mass (1 = off)")
-    seed: int = option(-1, "sampling RNG seed (-1 = random)")
+    seed: int = option(-1, "sampling RNG seed (-1 = random)", flags=("-s",))
     penalty_repeat: float = option(1.0, "repetition penalty (1 = off)")
     penalty_freq: float = option(0.0, "frequency penalty (0 = off)")
     penalty_present: float = option(0.0, "presence penalty (0 = off)")

@@ -56,9 +56,12 @@ class ServerOptions:
     """
 
     model_path: str = required("the GGUF model file (Server's positional argument)")
-    n_ctx: int = option(N_CTX, "context size in tokens, shared by all slots when kv_unified")
-    n_parallel: int = option(N_PARALLEL, "slots: requests decoded concurrently (n_seq_max)")
-    n_batch: int | None = option(None, "most tokens per decode call (default: min(n_ctx, 2048))")
+    n_ctx: int = option(N_CTX, "context size in tokens, shared by all slots when kv_unified",
+                        flags=("-c", "--ctx-size"))
+    n_parallel: int = option(N_PARALLEL, "slots: requests decoded concurrently (n_seq_max)",
+                             flags=("-np", "--parallel"))
+    n_batch: int | None = option(None, "most tokens per decode call (default: min(n_ctx, 2048))",
+                                 flags=("-b", "--batch-size"))
     name: str | None = option(None, "server thread name (default: llamapy-server)")
     lora: tuple[str, ...] = option((), "LoRA adapter files loaded at start (select by index)")
 

@@ -26,18 +26,16 @@ from ..options import START_OPTION_OWNERS, field_default, field_help, start_opti
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 
 __all__ = ["SERVE_DEFAULTS", "OptionSpec", "add_option_flags", "option_specs",
-           "serve_cache_ram_mb", "serve_start_options", "shown_default", "start_options"]
+           "serve_cache_ram_mb", "serve_start_options", "shown_default", "start_options",
+           "unlimited_cache_ram_mb"]
 
 
 def serve_cache_ram_mb() -> float:
     """The RAM prompt cache budget of ``python -m llamapy.serve``: a quarter of the memory
     available now, at most 8192 MB (llama-server's ``--cache-ram`` default). The cache only
     holds what it stores, so the budget is a ceiling, not an allocation."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            info = dict(line.split(":", 1) for line in f)
-        available_mb = int(info["MemAvailable"].split()[0]) / 1024
-    except (OSError, KeyError, ValueError):
+    available_mb = _meminfo_mb("MemAvailable")
+    if available_mb is None:
         return 1024.0
     return float(min(8192, int(available_mb / 4)))
 
@@ -46,7 +44,7 @@ def serve_cache_ram_mb() -> float:
 #: The library ``Server`` keeps the tree's defaults (the seed's ``prompt_cache_ram_mb`` 0).
 SERVE_DEFAULTS: dict[str, tuple[Callable[[], Any], str]] = {
     "prompt_cache_ram_mb": (serve_cache_ram_mb,
-                            "a quarter of available memory, at most 8192; 0 = off"),
+                            "a quarter of available memory, at most 8192; 0 = off, -1 = no limit"),
 }
 
 
@@ -183,7 +181,7 @@ class _Switch(argparse.Action):
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
                  values: Any, option_string: str | None = None) -> None:
-        positive = not (option_string or "").startswith("--no-")
+        positive = not (option_string or "").lstrip("-").startswith("no-")  # -no-kvu too
         setattr(namespace, self.dest, self.on if positive else not self.on)
 
 
@@ -214,10 +212,30 @@ def start_options(args: argparse.Namespace) -> dict[str, Any]:
     return {k: v for k, v in vars(args).items() if k in keys}
 
 
+def _meminfo_mb(key: str) -> float | None:
+    """A ``/proc/meminfo`` value in MB (None where there is none)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            info = dict(line.split(":", 1) for line in f)
+        return int(info[key].split()[0]) / 1024
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def unlimited_cache_ram_mb() -> float:
+    """llama-server's ``--cache-ram -1`` ("no limit"): the machine's whole memory, a budget
+    the cache can never reach (it only holds what it stores)."""
+    total = _meminfo_mb("MemTotal")
+    return float(int(total)) if total else float(2**20)
+
+
 def serve_start_options(args: argparse.Namespace) -> dict[str, Any]:
     """:func:`start_options` plus the serving defaults (:data:`SERVE_DEFAULTS`) of the
-    options not given."""
+    options not given; ``--cache-ram -1`` (llama-server's "no limit") becomes
+    :func:`unlimited_cache_ram_mb` (other negative budgets are refused by the tree)."""
     options = start_options(args)
     for name, (default, _) in SERVE_DEFAULTS.items():
         options.setdefault(name, default())
+    if options["prompt_cache_ram_mb"] == -1:
+        options["prompt_cache_ram_mb"] = unlimited_cache_ram_mb()
     return options

@@ -230,3 +230,63 @@ def test_serving_enables_the_ram_prompt_cache_by_default() -> None:
     assert "prompt_cache_ram_mb" not in start_options(parser.parse_args([]))
     assert EngineConfig().prompt_cache_ram_mb == 0
     assert "quarter of available memory" in parser.format_help()
+
+
+LLAMA_SERVER_SPELLINGS = [
+    (["-c", "1024"], {"n_ctx": 1024}), (["--ctx-size", "1024"], {"n_ctx": 1024}),
+    (["-np", "3"], {"n_parallel": 3}), (["--parallel", "3"], {"n_parallel": 3}),
+    (["-t", "2"], {"n_threads": 2}), (["--threads", "2"], {"n_threads": 2}),
+    (["-tb", "3"], {"n_threads_batch": 3}), (["--threads-batch", "3"], {"n_threads_batch": 3}),
+    (["-b", "256"], {"n_batch": 256}), (["--batch-size", "256"], {"n_batch": 256}),
+    (["-ub", "128"], {"n_ubatch": 128}), (["--ubatch-size", "128"], {"n_ubatch": 128}),
+    (["-ngl", "7"], {"n_gpu_layers": 7}), (["--gpu-layers", "7"], {"n_gpu_layers": 7}),
+    (["--n-gpu-layers", "7"], {"n_gpu_layers": 7}),
+    (["--temp", "0.7"], {"temp": 0.7}), (["--temperature", "0.7"], {"temp": 0.7}),
+    (["--seed", "42"], {"seed": 42}), (["-s", "42"], {"seed": 42}),
+    (["-kvu"], {"kv_unified": True}), (["--kv-unified"], {"kv_unified": True}),
+    (["-no-kvu"], {"kv_unified": False}), (["--no-kv-unified"], {"kv_unified": False}),
+    (["-ctk", "q8_0"], {"type_k": "q8_0"}), (["--cache-type-k", "q8_0"], {"type_k": "q8_0"}),
+    (["-ctv", "q4_0"], {"type_v": "q4_0"}), (["--cache-type-v", "q4_0"], {"type_v": "q4_0"}),
+    (["-fa", "on"], {"flash_attn": True}), (["-fa", "off"], {"flash_attn": False}),
+    (["-fa", "auto"], {"flash_attn": "auto"}), (["--flash-attn", "on"], {"flash_attn": True}),
+    (["-cram", "64"], {"prompt_cache_ram_mb": 64}),
+    (["--pooling", "mean"], {"pooling_type": "mean"}),
+]
+
+
+@pytest.mark.parametrize(("argv", "expected"), LLAMA_SERVER_SPELLINGS)
+def test_llama_server_spellings_parse_to_start_options(argv: list[str], expected: dict) -> None:
+    assert start_options(build_parser().parse_args(argv)) == expected
+
+
+def test_llama_server_option_values_start_the_server_options() -> None:
+    from llamapy.options import resolve_start_options
+
+    args = build_parser().parse_args(["-c", "1024", "-np", "2", "-b", "256", "-ub", "64",
+                                      "-fa", "off", "-no-kvu", "-ctk", "q8_0", "-t", "2"])
+    start = resolve_start_options("m.gguf", start_options(args))
+    assert (start.server.n_ctx, start.server.n_parallel, start.context.n_seq_max) == (1024, 2, 2)
+    assert (start.context.n_batch, start.context.n_ubatch, start.context.n_threads) == (256, 64, 2)
+    assert (start.context.flash_attn, start.context.kv_unified, start.engine.kv_unified) == (
+        False, False, False)
+    assert start.context.type_k == "q8_0"
+
+
+def test_cache_ram_minus_one_is_no_limit_and_other_negatives_are_refused() -> None:
+    from llamapy.options import resolve_start_options
+    from llamapy.serve.flags import serve_start_options, unlimited_cache_ram_mb
+
+    parser = build_parser()
+    unlimited = serve_start_options(parser.parse_args(["--cache-ram", "-1"]))
+    assert unlimited["prompt_cache_ram_mb"] == unlimited_cache_ram_mb() > 8192
+    refused = serve_start_options(parser.parse_args(["--cache-ram", "-2"]))
+    with pytest.raises(InvalidOptionError, match="prompt_cache_ram_mb"):
+        resolve_start_options("m.gguf", refused)
+
+
+def test_an_unknown_flag_is_still_an_error(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["--ctx-sise", "5"], ["-kvx"], ["--n-parralel", "2"]):
+        with pytest.raises(SystemExit) as exc:
+            build_parser().parse_args(argv)
+        assert exc.value.code == 2
+        assert "unrecognized arguments" in capsys.readouterr().err
