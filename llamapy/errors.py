@@ -343,3 +343,10 @@ class RouteNotFoundError(LlamapyError):
 
     http_status = 404
     error_type = "invalid_request_error"
+
+
+class EndpointDisabledError(LlamapyError):
+    """An endpoint turned off at start (``--no-slots``, ``--no-metrics``): llama-server's 501."""
+
+    http_status = 501
+    error_type = "not_supported_error"

@@ -103,7 +103,8 @@ def render_prompt(served: ServedModel, body: ChatBody, tools_active: bool) -> st
         raise InvalidOptionError("chat_template_kwargs must be an object",
                                  option="chat_template_kwargs")
     return served.template().render(messages, tools=tools if tools_active else None,
-                                    add_generation_prompt=True, **dict(kwargs))
+                                    add_generation_prompt=True,
+                                    **{**served.template_kwargs, **kwargs})
 
 
 def _tool_grammar(served: ServedModel, body: ChatBody) -> str | None:
@@ -142,8 +143,8 @@ def response_grammar(served: ServedModel, body: ChatBody) -> str | None:
     return grammars[0] if grammars else None
 
 
-def _reasoning(body: ChatBody) -> bool:
-    fmt = api_extra(body, "reasoning_format", "auto")
+def _reasoning(served: ServedModel, body: ChatBody) -> bool:
+    fmt = api_extra(body, "reasoning_format", served.reasoning_format)
     if fmt not in REASONING_FORMATS:
         raise InvalidOptionError(f"reasoning_format must be one of {REASONING_FORMATS}",
                                  option="reasoning_format")
@@ -178,7 +179,7 @@ def prepare_chat(served: ServedModel, request: Mapping[str, Any]) -> ChatPlan:
         options["grammar"] = grammar
     if body.logprobs:
         options["n_probs"] = max(options.get("n_probs", 0), body.top_logprobs or 0, MIN_CANDIDATES)
-    reasoning = _reasoning(body)
+    reasoning = _reasoning(served, body)
     return ChatPlan(
         served=served, body=body, prompt=prompt, token_ids=token_ids, options=options,
         tools_active=tools_active, reasoning=reasoning,

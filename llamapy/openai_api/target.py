@@ -19,7 +19,7 @@ from typing import Any
 from .._native import Model
 from ..chat import ChatTemplate, OutputParser
 from ..errors import InvalidOptionError, ModelNotFoundError
-from ..options import TIMEOUTS
+from ..options import REASONING_FORMATS, TIMEOUTS
 from ..runtime import AsyncRequestStream, RequestStream
 from ..server import Server
 from .params import lora_adapters
@@ -55,20 +55,33 @@ def _special_text(model: Model, token: int) -> str:
 class ServedModel:
     """A server as the API presents it.
 
-    ``name`` is the public model id (default: the file's stem); requests naming another model
-    than one of :attr:`names` get :class:`~llamapy.errors.ModelNotFoundError`.
-    ``chat_template`` overrides the GGUF's template (Jinja source).
+    ``name`` is the public model id (default: the file's stem) and ``aliases`` more ids it
+    answers to; requests naming another model than one of :attr:`names` get
+    :class:`~llamapy.errors.ModelNotFoundError`. ``tags`` are informational (``/v1/models``).
+    ``chat_template`` overrides the GGUF's template (Jinja source). The server-wide request
+    defaults (llama-server's flags): ``n_predict`` is the token budget of a request that sets
+    none (-1: the rest of the context), ``reasoning_format`` the ``reasoning_format`` of a
+    request that sets none, ``template_kwargs`` chat template variables a request's
+    ``chat_template_kwargs`` extend (``--reasoning off``: ``enable_thinking: false``).
     """
 
     server: Server
     name: str = ""
+    aliases: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
     chat_template: str | None = None
     request_timeout: float = DEFAULT_REQUEST_TIMEOUT
+    n_predict: int = -1
+    reasoning_format: str = "auto"
+    template_kwargs: Mapping[str, Any] = field(default_factory=dict)
     created: int = field(default_factory=lambda: int(time.time()))
 
     def __post_init__(self) -> None:
         if not self.name:
             self.name = Path(self.server.model_path).stem
+        if self.reasoning_format not in REASONING_FORMATS:
+            raise InvalidOptionError(f"reasoning_format must be one of {REASONING_FORMATS}",
+                                     option="reasoning_format")
         if self.chat_template:  # a broken override fails here, at startup
             compiled_template(self.chat_template, "", "")
 
@@ -76,7 +89,7 @@ class ServedModel:
     def names(self) -> frozenset[str]:
         """Model ids a request may use for this model."""
         path = Path(self.server.model_path)
-        return frozenset({self.name, path.stem, path.name, str(path)})
+        return frozenset({self.name, *self.aliases, path.stem, path.name, str(path)})
 
     def check_model(self, requested: str | None) -> None:
         """Raise :class:`ModelNotFoundError` unless ``requested`` is empty or one of ours."""
@@ -161,9 +174,11 @@ class ServedModel:
         return options
 
     def default_max_tokens(self, prompt_tokens: int) -> int:
-        """Generation budget when a request sets none: the rest of the context."""
+        """Generation budget when a request sets none: ``n_predict`` (llama-server's ``-n``)
+        within the rest of the context, else the rest of the context."""
         n_ctx = self.n_ctx_seq()
-        return max(1, n_ctx - prompt_tokens) if n_ctx else 256
+        rest = max(1, n_ctx - prompt_tokens) if n_ctx else 256
+        return min(self.n_predict, rest) if self.n_predict >= 0 else rest
 
 
 _eog_cache: weakref.WeakKeyDictionary[Model, tuple[int, ...]] = weakref.WeakKeyDictionary()

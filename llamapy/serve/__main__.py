@@ -14,15 +14,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import LlamapyError
-from ..options import TIMEOUTS
 from ..server import Server
-from .flags import DEFAULT_MAX_BODY_BYTES, add_option_flags, serve_start_options
+from .flags import add_option_flags, serve_start_options
+from .serving_flags import LOG_LEVELS, add_serving_flags, app_options, read_template
 
-DEFAULT_REQUEST_TIMEOUT = TIMEOUTS.http_request
+__all__ = ["LOG_LEVELS", "build_parser", "main", "model_path", "read_template"]
 
 log = logging.getLogger("llamapy.serve")
-
-LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,42 +28,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m llamapy.serve",
         description="Serve a GGUF model with an OpenAI-compatible API (plus llama-server's "
-                    "native endpoints, /metrics and a chat page at /).")
-    serve = parser.add_argument_group("serving")
-    serve.add_argument("--model", "-m", metavar="PATH",
-                       help="GGUF file to serve (default: the default model, fetched if missing)")
-    serve.add_argument("--alias", help="public model id (default: the file's stem)")
-    serve.add_argument("--host", default="127.0.0.1", help="bind address (default: 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=8080, help="port (default: 8080)")
-    serve.add_argument("--api-key", help="require 'Authorization: Bearer KEY' or 'x-api-key: KEY' "
-                       "(not on /health)")
-    serve.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
-                       help="allow browser requests from ORIGIN (repeatable; '*' for any)")
-    serve.add_argument("--chat-template", metavar="FILE_OR_JINJA",
-                       help="chat template overriding the GGUF's: a file path or Jinja source")
-    serve.add_argument("--request-timeout", type=float, default=DEFAULT_REQUEST_TIMEOUT,
-                       metavar="SECONDS", help="per request; per token when streaming "
-                       f"(default: {DEFAULT_REQUEST_TIMEOUT:g})")
-    serve.add_argument("--max-body-mb", type=float, default=DEFAULT_MAX_BODY_BYTES / 2**20,
-                       help="largest request body accepted, MB (default: %(default)g)")
-    serve.add_argument("--no-embeddings-endpoint", action="store_true",
-                       help="disable /v1/embeddings (and its dedicated context)")
-    serve.add_argument("--log-level", choices=LOG_LEVELS, default="info",
-                       help="log level (default: info)")
+                    "native endpoints, /metrics and a chat page at /). llama-server's flag "
+                    "spellings are accepted (-m, -c, -np, -ngl, -fa, --alias, ...).")
+    add_serving_flags(parser.add_argument_group("serving"))
     add_option_flags(parser)
     return parser
-
-
-def read_template(value: str | None) -> str | None:
-    """``--chat-template``: the file's text when ``value`` names a file, else ``value``."""
-    if value is None:
-        return None
-    path = Path(value)
-    try:
-        is_file = len(value) < 4096 and path.is_file()
-    except OSError:
-        is_file = False
-    return path.read_text(encoding="utf-8") if is_file else value
 
 
 def model_path(value: str | None) -> Path:
@@ -93,17 +60,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .app import create_app
 
     try:
-        app = create_app(server, alias=args.alias, api_key=args.api_key,
-                         cors_origins=args.cors_origin,
-                         chat_template=read_template(args.chat_template),
-                         request_timeout=args.request_timeout,
-                         max_body_bytes=int(args.max_body_mb * 2**20),
-                         embeddings=not args.no_embeddings_endpoint, own_server=True)
+        options = app_options(args)
+        app = create_app(server, own_server=True, **options)
     except (LlamapyError, OSError) as exc:
         server.close()
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    alias = args.alias or path.stem
+    alias = options["alias"] or path.stem
     log.info("serving %s (%s) at http://%s:%d/", alias, path, args.host, args.port)
     uvicorn.run(app, host=args.host, port=args.port,
                 log_level="debug" if args.log_level == "debug" else "warning",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
@@ -36,7 +37,11 @@ def create_app(
     request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     embeddings: bool = True,
+    webui: bool = True,
+    slots: bool = True,
+    metrics: bool = True,
     own_server: bool = False,
+    **served: Any,
 ) -> FastAPI:
     """The OpenAI-compatible app for ``target`` (also serving the OpenAI Responses API and
     the Anthropic Messages API).
@@ -45,12 +50,17 @@ def create_app(
     background thread (the app answers ``/health`` with 503 meanwhile). ``alias`` is the
     public model id (default: the GGUF file's stem); ``api_key`` protects everything but
     ``/health`` and the chat page; ``cors_origins`` are allowed browser origins;
-    ``chat_template`` is Jinja source overriding the GGUF's template. With ``own_server`` the
-    server is closed when the app shuts down.
+    ``chat_template`` is Jinja source overriding the GGUF's template. ``webui=False`` removes
+    the chat page at ``/`` (404); ``slots=False`` / ``metrics=False`` make ``/slots`` /
+    ``/metrics`` answer 501 (llama-server's ``--no-slots``, its ``/metrics`` without
+    ``--metrics``). ``served`` are more :class:`~llamapy.openai_api.ServedModel` options
+    (``aliases``, ``tags``, ``n_predict``, ``reasoning_format``, ``template_kwargs``). With
+    ``own_server`` the server is closed when the app shuts down.
     """
     host = ModelHost(target, name=alias or "", chat_template=chat_template,
-                     request_timeout=request_timeout)
-    ctx = AppContext(host, api_key=api_key, embeddings=embeddings)
+                     request_timeout=request_timeout, **served)
+    ctx = AppContext(host, api_key=api_key, embeddings=embeddings, slots=slots,
+                     metrics_endpoint=metrics)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -68,7 +78,8 @@ def create_app(
     app.include_router(responses_router(ctx))
     app.include_router(anthropic_router(ctx))
     app.include_router(llama_router(ctx))
-    _add_page(app)
+    if webui:
+        _add_page(app)
     _add_middleware(app, ctx, cors_origins, max_body_bytes)
     return app
 

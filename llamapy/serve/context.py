@@ -14,7 +14,13 @@ from typing import Any, TypeVar
 from fastapi import Request
 
 from ..embeddings import Embedder
-from ..errors import AuthenticationError, CancelledError, InvalidRequestError, LlamapyError
+from ..errors import (
+    AuthenticationError,
+    CancelledError,
+    EndpointDisabledError,
+    InvalidRequestError,
+    LlamapyError,
+)
 from ..openai_api import ServedModel
 from .host import ModelHost
 from .metrics import Metrics
@@ -43,6 +49,8 @@ class AppContext:
     host: ModelHost
     api_key: str | None = None
     embeddings: bool = True
+    slots: bool = True
+    metrics_endpoint: bool = True
     metrics: Metrics = field(init=False)
     _embedder: Embedder | None = field(default=None, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
@@ -75,6 +83,14 @@ class AppContext:
             embedder, self._embedder = self._embedder, None
         if embedder is not None:
             embedder.close()
+
+    def check_enabled(self, endpoint: str) -> None:
+        """Raise :class:`EndpointDisabledError` (501) when ``endpoint`` (``slots`` or
+        ``metrics``) was turned off at start, with the flag that turns it on."""
+        enabled = self.slots if endpoint == "slots" else self.metrics_endpoint
+        if not enabled:
+            raise EndpointDisabledError(
+                f"This server does not support {endpoint} endpoint. Start it with `--{endpoint}`")
 
     def check_key(self, request: Request) -> None:
         """Raise :class:`AuthenticationError` unless the request carries the API key, as

@@ -20,6 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..errors import (
     AuthenticationError,
     ContextOverflowError,
+    EndpointDisabledError,
     GrammarError,
     LlamapyError,
     ModelNotFoundError,
@@ -45,6 +46,7 @@ ERROR_CODES: dict[type[LlamapyError], str] = {
     TemplateError: "chat_template_error",
     PayloadTooLargeError: "payload_too_large",
     RouteNotFoundError: "not_found",
+    EndpointDisabledError: "endpoint_disabled",
 }
 
 #: Seconds a client should wait after a 429 before retrying.

@@ -3,7 +3,8 @@
 :func:`llamapy.options.start_option_keys` is the authority on which options exist; the
 dataclasses that define them (:data:`llamapy.options.START_OPTION_OWNERS`: server sizing,
 engine scheduling, sampling defaults, context tuning, model loading) give each one's type,
-default and help text. ``n_ctx`` becomes ``--n-ctx``; a bool option becomes a ``--name`` /
+default and help text. ``n_ctx`` becomes ``--n-ctx`` (llama-server's spellings, ``-c``, are
+declared on the field with ``flags=``; :data:`CLI_NAMES` renames a clash); a bool option becomes a ``--name`` /
 ``--no-name`` pair (``--no-cache-prompt``, ``--no-kv-unified``), and one whose name is a
 negation reads positively (``no_perf``: ``--perf`` / ``--no-perf``); tuples take
 comma-separated values or a JSON list; mappings take JSON. Only flags given on the command line
@@ -48,6 +49,12 @@ SERVE_DEFAULTS: dict[str, tuple[Callable[[], Any], str]] = {
 }
 
 
+#: Start options whose generated flag would take a llama-server serving flag's name: the
+#: context's ``embeddings`` (embeddings instead of logits) is ``--context-embeddings``, since
+#: llama-server's ``--embeddings`` is accepted by the serving flags (and changes nothing).
+CLI_NAMES: dict[str, str] = {"embeddings": "context_embeddings"}
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class OptionSpec:
     """One start option as a flag: name, Python type, default, owner group, help, aliases."""
@@ -60,9 +67,14 @@ class OptionSpec:
     aliases: tuple[str, ...] = ()
 
     @property
+    def cli_name(self) -> str:
+        """The name its flags are made from (:data:`CLI_NAMES`, else the option's)."""
+        return CLI_NAMES.get(self.name, self.name)
+
+    @property
     def flag(self) -> str:
         """``--n-ctx`` for ``n_ctx``."""
-        return "--" + self.name.replace("_", "-")
+        return "--" + self.cli_name.replace("_", "-")
 
     @property
     def negated(self) -> bool:
@@ -72,7 +84,7 @@ class OptionSpec:
     @property
     def switches(self) -> tuple[str, str]:
         """``(on, off)`` flags of a bool option: ``--x, --no-x`` (``--perf, --no-perf``)."""
-        base = self.name[3:] if self.negated else self.name
+        base = self.cli_name[3:] if self.negated else self.cli_name
         on = "--" + base.replace("_", "-")
         return on, "--no-" + on[2:]
 

@@ -108,11 +108,13 @@ def _status_routes(router: APIRouter, ctx: AppContext) -> None:
 
     @router.get("/slots")
     async def slots() -> list[dict[str, Any]]:
-        """Each slot's state and cached tokens."""
+        """Each slot's state and cached tokens (501 with ``--no-slots``)."""
+        ctx.check_enabled("slots")
         return await run_in_threadpool(compat.slots, ctx.served())
 
     @router.get("/metrics")
     async def metrics() -> Response:
-        """Prometheus metrics."""
+        """Prometheus metrics (501 with ``--no-metrics``)."""
+        ctx.check_enabled("metrics")
         text = await run_in_threadpool(ctx.metrics.render)
         return Response(text, media_type=PROMETHEUS_TEXT)

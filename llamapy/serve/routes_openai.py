@@ -38,7 +38,9 @@ def model_card(served: ServedModel) -> dict[str, Any]:
             "owned_by": "llamapy",
             "meta": {"n_ctx_train": model.n_ctx_train, "n_embd": model.n_embd,
                      "n_params": model.n_params, "size": model.size, "n_vocab": model.n_vocab,
-                     "description": model.description}}
+                     "description": model.description},
+            **({"aliases": list(served.aliases)} if served.aliases else {}),
+            **({"tags": list(served.tags)} if served.tags else {})}
 
 
 def openai_router(ctx: AppContext) -> APIRouter:

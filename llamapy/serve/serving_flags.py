@@ -1,0 +1,151 @@
+"""The serving flags of ``python -m llamapy.serve`` (the start options' flags are in
+:mod:`llamapy.serve.flags`), spelled as llama-server spells them where it has them.
+
+llama-server's names that change nothing here are accepted so its command lines run
+unchanged: ``--jinja`` / ``--no-jinja`` (templates are always Jinja), ``--embedding`` /
+``--embeddings`` (embeddings are always served; ``--no-embeddings-endpoint`` turns them off).
+``--metrics`` is accepted and ``/metrics`` is on unless ``--no-metrics`` (llama-server's
+default is off). :func:`app_options` turns the parsed flags into ``create_app`` keywords.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..chat.builtin_templates import BUILTIN_TEMPLATES
+from ..options import REASONING_FORMATS, TIMEOUTS
+from .flags import DEFAULT_MAX_BODY_BYTES
+
+__all__ = ["LOG_LEVELS", "add_serving_flags", "app_options", "read_template",
+           "template_kwargs"]
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+DEFAULT_REQUEST_TIMEOUT = TIMEOUTS.http_request
+#: ``--reasoning`` values (llama-server's) and the template variables they set.
+REASONING_SWITCH = {"on": {"enable_thinking": True}, "off": {"enable_thinking": False},
+                    "auto": {}}
+
+
+class _ListAppend(argparse.Action):
+    """A repeatable flag whose values may also be comma-separated (llama-server's lists)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        items = list(getattr(namespace, self.dest, None) or [])
+        items.extend(v.strip() for v in str(values).split(",") if v.strip())
+        setattr(namespace, self.dest, items)
+
+
+def _switch(group: argparse._ArgumentGroup, names: Sequence[str], dest: str, on: bool,
+            help: str) -> None:
+    group.add_argument(*names, dest=dest, action="store_const", const=on, help=help)
+
+
+def _add_identity(group: argparse._ArgumentGroup) -> None:
+    group.add_argument("--model", "-m", metavar="PATH",
+                       help="GGUF file to serve (default: the default model, fetched if missing)")
+    group.add_argument("-a", "--alias", action=_ListAppend, default=[], metavar="NAME",
+                       help="public model id (default: the file's stem); repeatable or "
+                            "comma-separated: the first is shown, the others are also accepted")
+    group.add_argument("--tags", action=_ListAppend, default=[], metavar="TAG",
+                       help="informational model tags, comma-separated (shown in /v1/models)")
+    group.add_argument("--host", default="127.0.0.1", help="bind address (default: 127.0.0.1)")
+    group.add_argument("--port", type=int, default=8080, help="port (default: 8080)")
+    group.add_argument("--api-key", help="require 'Authorization: Bearer KEY' or "
+                       "'x-api-key: KEY' (not on /health)")
+    group.add_argument("--cors-origin", "--cors-origins", dest="cors_origin", action=_ListAppend,
+                       default=[], metavar="ORIGIN", help="allow browser requests from ORIGIN "
+                       "(repeatable or comma-separated; '*' for any)")
+
+
+def _add_requests(group: argparse._ArgumentGroup) -> None:
+    group.add_argument("--chat-template", metavar="NAME_FILE_OR_JINJA",
+                       help="chat template overriding the GGUF's: a built-in name ("
+                            + ", ".join(BUILTIN_TEMPLATES) + "), a file path or Jinja source")
+    group.add_argument("--chat-template-file", metavar="FILE",
+                       help="chat template file overriding the GGUF's (wins over "
+                            "--chat-template)")
+    group.add_argument("-n", "--predict", "--n-predict", dest="n_predict", type=int, default=-1,
+                       metavar="N", help="tokens to generate when a request sets no limit "
+                       "(default: -1 = the rest of the context)")
+    group.add_argument("--reasoning-format", choices=REASONING_FORMATS, default="auto",
+                       help="reasoning_format of requests that set none: auto/deepseek "
+                            "separate reasoning_content, none leaves it in the text "
+                            "(default: auto)")
+    group.add_argument("-rea", "--reasoning", choices=tuple(REASONING_SWITCH), default="auto",
+                       help="thinking in the chat template: on/off set enable_thinking for "
+                            "requests that do not (default: auto = the template's own)")
+    group.add_argument("--request-timeout", type=float, default=DEFAULT_REQUEST_TIMEOUT,
+                       metavar="SECONDS", help="per request; per token when streaming "
+                       f"(default: {DEFAULT_REQUEST_TIMEOUT:g})")
+    group.add_argument("--max-body-mb", type=float, default=DEFAULT_MAX_BODY_BYTES / 2**20,
+                       help="largest request body accepted, MB (default: %(default)g)")
+
+
+def _add_endpoints(group: argparse._ArgumentGroup) -> None:
+    group.add_argument("--no-embeddings-endpoint", action="store_true",
+                       help="disable /v1/embeddings (and its dedicated context)")
+    group.add_argument("--embedding", "--embeddings", dest="embedding", action="store_true",
+                       help="accepted for llama-server compatibility: embeddings are always "
+                            "served next to generation")
+    _switch(group, ("--webui", "--ui"), "webui", True, "serve the chat page at / (default)")
+    _switch(group, ("--no-webui", "--no-ui"), "webui", False, "no chat page: / answers 404")
+    _switch(group, ("--slots",), "slots", True, "serve /slots (default)")
+    _switch(group, ("--no-slots",), "slots", False, "/slots answers 501")
+    _switch(group, ("--metrics",), "metrics", True,
+            "serve Prometheus /metrics (on by default here, unlike llama-server)")
+    _switch(group, ("--no-metrics",), "metrics", False, "/metrics answers 501")
+    _switch(group, ("--jinja",), "jinja", True,
+            "accepted for llama-server compatibility: templates are always rendered as Jinja")
+    _switch(group, ("--no-jinja",), "jinja", False,
+            "accepted for llama-server compatibility; ignored (templates are always Jinja)")
+    group.add_argument("--log-level", choices=LOG_LEVELS, default="info",
+                       help="log level (default: info)")
+    group.add_argument("-v", "--verbose", "--log-verbose", dest="log_level",
+                       action="store_const", const="debug", help="same as --log-level debug")
+
+
+def add_serving_flags(group: argparse._ArgumentGroup) -> None:
+    """Add the serving flags to ``group``."""
+    _add_identity(group)
+    _add_requests(group)
+    _add_endpoints(group)
+
+
+def read_template(value: str | None) -> str | None:
+    """``--chat-template``: a built-in's source, the file's text when ``value`` names a file,
+    else ``value`` (Jinja source)."""
+    if value is None:
+        return None
+    if value in BUILTIN_TEMPLATES:
+        return BUILTIN_TEMPLATES[value]
+    path = Path(value)
+    try:
+        is_file = len(value) < 4096 and path.is_file()
+    except OSError:
+        is_file = False
+    return path.read_text(encoding="utf-8") if is_file else value
+
+
+def template_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """The server-wide chat template variables ``--reasoning`` sets."""
+    return dict(REASONING_SWITCH[args.reasoning])
+
+
+def app_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``create_app`` keywords (beyond the target and ``own_server``) from the flags."""
+    template = (Path(args.chat_template_file).read_text(encoding="utf-8")
+                if args.chat_template_file else read_template(args.chat_template))
+    names = args.alias or [None]
+    return {
+        "alias": names[0], "aliases": tuple(names[1:]), "tags": tuple(args.tags),
+        "api_key": args.api_key, "cors_origins": args.cors_origin, "chat_template": template,
+        "request_timeout": args.request_timeout, "max_body_bytes": int(args.max_body_mb * 2**20),
+        "embeddings": not args.no_embeddings_endpoint, "webui": args.webui is not False,
+        "slots": args.slots is not False, "metrics": args.metrics is not False,
+        "n_predict": args.n_predict, "reasoning_format": args.reasoning_format,
+        "template_kwargs": template_kwargs(args),
+    }
