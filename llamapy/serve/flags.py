@@ -4,11 +4,11 @@
 dataclasses that define them (:data:`llamapy.options.START_OPTION_OWNERS`: server sizing,
 engine scheduling, sampling defaults, context tuning, model loading) give each one's type,
 default and help text. ``n_ctx`` becomes ``--n-ctx`` (llama-server's spellings, ``-c``, are
-declared on the field with ``flags=``; :data:`CLI_NAMES` renames a clash); a bool option becomes a ``--name`` /
-``--no-name`` pair (``--no-cache-prompt``, ``--no-kv-unified``), and one whose name is a
-negation reads positively (``no_perf``: ``--perf`` / ``--no-perf``); tuples take
-comma-separated values or a JSON list; mappings take JSON. Only flags given on the command line
-are passed to ``Server``, so its own defaults apply otherwise.
+declared on the field with ``flags=``; :data:`CLI_NAMES` renames a clash); a bool option
+becomes a ``--name`` / ``--no-name`` pair (``--no-cache-prompt``, ``--no-kv-unified``), and one
+whose name is a negation reads positively (``no_perf``: ``--perf`` / ``--no-perf``); tuples
+take comma-separated values or a JSON list; mappings take JSON. Only flags given on the command
+line are passed to ``Server``, so its own defaults apply otherwise.
 """
 
 from __future__ import annotations

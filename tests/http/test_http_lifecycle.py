@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -12,7 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from http_helpers import WAIT_S, chat
+from http_helpers import WAIT_S, chat, free_port, poll
 from live import LiveApp
 
 from llamapy._native import Model
@@ -22,20 +21,6 @@ from llamapy.serve import create_app
 from llamapy.server import Server
 
 SMALL = {"n_ctx": 512, "n_parallel": 1, "n_threads": 1}
-
-
-def poll(http: httpx.Client, path: str, status: int) -> httpx.Response:
-    """GET ``path`` until it answers ``status`` (bounded)."""
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        try:
-            response = http.get(path)
-            if response.status_code == status:
-                return response
-        except httpx.TransportError:
-            pass
-        assert time.monotonic() < deadline, f"{path} never answered {status}"
-        time.sleep(0.05)
 
 
 def test_health_is_503_while_loading(model_path: Path) -> None:
@@ -71,13 +56,6 @@ def test_failed_load_is_503_with_the_reason() -> None:
             assert time.monotonic() < deadline
             response = http.get("/health")
         assert response.status_code == 503
-
-
-def free_port() -> int:
-    """A port that was free a moment ago."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def test_cli_serves_and_logs_one_startup_line(model_path: Path) -> None:

@@ -177,8 +177,12 @@ def test_every_start_option_has_a_flag() -> None:
         assert "--" + key.replace("_", "-") in text, key
     for flag in ("--model", "--alias", "--host", "--port", "--api-key", "--cors-origin",
                  "--log-level", "--chat-template", "--threads", "--no-cache-prompt",
-                 "--no-kv-unified"):
-        assert flag in text
+                 "--no-kv-unified", "-c INT", "--ctx-size", "-np", "-ngl", "-kvu", "-no-kvu",
+                 "-fa", "--cache-ram", "--cors-origins", "--n-predict", "--no-webui",
+                 "--no-slots", "--no-metrics", "--jinja", "--verbose", "--embeddings",
+                 "--chat-template-file", "--reasoning-format", "--context-embeddings"):
+        assert flag in text, flag
+    assert all((action.help or "").strip() for action in parser._actions)
 
 
 def test_every_start_option_flag_has_help_and_a_readable_default() -> None:
