@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from server_helpers import wait_idle
 
 from llamapy.engine import DecodeMaximal
 from llamapy.errors import CancelledError, EngineError, NotRunningError
@@ -34,16 +35,6 @@ def cancelled(server: Server) -> int:
     return int(server.stats()["num_cancelled"])
 
 
-def wait_free(server: Server, timeout: float = 10.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        stats = server.stats()
-        if stats["slots_active"] == 0 and stats["queue_depth"] == 0:
-            return stats
-        assert time.monotonic() < deadline, stats
-        time.sleep(0.02)
-
-
 def test_generate_is_cancelled_from_another_thread_by_its_request_id(small: Server) -> None:
     before = cancelled(small)
     timer = threading.Timer(0.3, small.cancel, args=("story-1",))
@@ -53,7 +44,7 @@ def test_generate_is_cancelled_from_another_thread_by_its_request_id(small: Serv
         small.generate(PROMPT, max_tokens=1500, request_id="story-1", temp=0.0,
                        logit_bias={small.model.eos: float("-inf")})
     assert time.monotonic() - started < 10
-    wait_free(small)
+    wait_idle(small)
     assert cancelled(small) - before == 1
 
 
@@ -65,7 +56,7 @@ def test_a_stream_carries_its_id_and_the_server_cancels_it(small: Server) -> Non
     small.cancel(stream)
     with pytest.raises(CancelledError):
         list(stream)
-    wait_free(small)
+    wait_idle(small)
     assert cancelled(small) - before == 1
 
 
@@ -74,7 +65,7 @@ def test_an_islice_that_is_dropped_cancels_the_rest(small: Server) -> None:
     first = list(itertools.islice(small.stream(PROMPT, max_tokens=1500, temp=0.0), 3))
     assert len(first) == 3
     gc.collect()
-    stats = wait_free(small)
+    stats = wait_idle(small)
     assert cancelled(small) - before == 1
     assert all(slot["state"] == "idle" for slot in stats["slots"])
 
@@ -140,4 +131,4 @@ def test_session_embeddings_on_a_server_use_the_sessions_adapters(
     assert plain.shape == adapted.shape
     assert not np.allclose(plain, adapted, atol=1e-3)
     np.testing.assert_allclose(adapted, again, atol=1e-5)
-    wait_free(small)
+    wait_idle(small)

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from server_helpers import wait_idle
 
 from llamapy.errors import (
     CancelledError,
@@ -32,16 +33,6 @@ GREEDY = {"temp": 0.0}
 def chat(server: Server, text: str) -> str:
     """A ChatML prompt for SmolLM2."""
     return f"<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n"
-
-
-def wait_idle(server: Server, timeout: float = 10.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        stats = server.stats()
-        if stats["slots_active"] == 0 and stats["queue_depth"] == 0:
-            return stats
-        assert time.monotonic() < deadline, stats
-        time.sleep(0.02)
 
 
 def running_slot(server: Server, request_id: object = None) -> int:
