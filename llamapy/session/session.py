@@ -12,7 +12,7 @@ Overflow is checked before anything changes; a failed prefill makes the session 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncIterator, Generator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -24,14 +24,11 @@ from llamapy.engine.request import (
     CacheKey,
     DoneEvent,
     ErrorEvent,
-    Event,
     Request,
     RequestTimings,
-    TokenEvent,
 )
 from llamapy.errors import (
     ContextOverflowError,
-    GrammarError,
     InvalidOptionError,
     LlamapyError,
     ManifestMismatchError,
@@ -40,7 +37,7 @@ from llamapy.errors import (
     SessionClosedError,
     SessionFatalError,
 )
-from llamapy.runtime import AsyncRequestStream, RequestStream, new_request_id
+from llamapy.runtime import RequestStream, new_request_id
 from llamapy.session.config import (
     ContextReport,
     DecodeConfig,
@@ -51,22 +48,19 @@ from llamapy.session.config import (
     SuffixInput,
     SuffixStatus,
 )
-from llamapy.session.decoding import DecodeRun
 from llamapy.session.host import SessionHost
 from llamapy.session.inputs import as_decode_config, as_prefix, as_suffix, tokenize_prefix
 from llamapy.session.manifest import ContextManifest
 from llamapy.session.snapshot import SessionSnapshot
+from llamapy.session.streams import DecodeStreams
 
 __all__ = ["Session"]
 
 #: Errors an engine raises at submission, changing nothing (the session stays usable).
 _SUBMIT_ERRORS = (InvalidOptionError, ContextOverflowError, QueueFullError)
-_DECODE_SUBMIT_ERRORS = (*_SUBMIT_ERRORS, GrammarError)
-#: Resident tokens rendered to see whether the prompt opened a reasoning block.
-_TAIL_TOKENS = 16
 
 
-class Session:
+class Session(DecodeStreams):
     """A persistent workspace session holding one leased slot. Use as a context manager.
 
     Not for concurrent use from several threads; a primitive called while a decode stream is
@@ -315,96 +309,3 @@ class Session:
         assert isinstance(stream.final, DoneEvent), "prefill ended without a final event"
         self.num_prefill_tokens += stream.final.timings.prefill_tokens
         return stream.final.timings
-
-    # --- decoding -------------------------------------------------------------------------------
-    def _decode_request(self, config: DecodeConfig) -> tuple[Request, DecodeRun]:
-        self._check()
-        resident = self.resident
-        if not resident:
-            raise InvalidOptionError("decode needs a resident prefix or suffix", option="prefix")
-        room = self.n_ctx - len(resident)
-        max_tokens = config.max_tokens if config.max_tokens is not None else room
-        if max_tokens > room or room <= 0:
-            raise ContextOverflowError(stage="decode", resident_tokens=len(resident),
-                                       additional_tokens=max(1, max_tokens), n_ctx=self.n_ctx)
-        tail = ""
-        if config.parser_protocols and config.reasoning_format != "none":
-            tail = self._host.detokenize(resident[-_TAIL_TOKENS:])
-        run = DecodeRun(config, self._host.sampling, tail)
-        request = self._request(resident, max_tokens, self._manifest.identity_digest,
-                                run.sampling)
-        return request, run
-
-    def _stream(self, request: Request, run: DecodeRun) -> Generator[StreamChunk, None, None]:
-        self._check()
-        self._busy = True
-        stream = None
-        try:
-            stream = RequestStream(self._runtime, request, self.config.request_timeout)
-            for event in stream:
-                chunk = self._on_event(event, run)
-                if chunk is not None:
-                    yield chunk
-        except LlamapyError as exc:
-            yield self._failed(exc, stream)
-        finally:
-            self._ended(stream)
-
-    async def _astream(self, request: Request, run: DecodeRun) -> AsyncIterator[StreamChunk]:
-        self._check()
-        self._busy = True
-        stream = None
-        try:
-            stream = AsyncRequestStream(self._runtime, request, self.config.request_timeout)
-            async for event in stream:
-                chunk = self._on_event(event, run)
-                if chunk is not None:
-                    yield chunk
-        except LlamapyError as exc:
-            yield self._failed(exc, stream)
-        finally:
-            self._ended(stream)
-
-    def _on_event(self, event: Event, run: DecodeRun) -> StreamChunk | None:
-        if isinstance(event, TokenEvent):
-            self._generated.append(event.token_id)
-            self.num_decode_tokens += 1
-            return run.feed(event.text)
-        assert isinstance(event, DoneEvent)
-        return run.finish(str(event.finish_reason))
-
-    def _failed(self, exc: LlamapyError, stream: RequestStream | AsyncRequestStream | None
-                ) -> StreamChunk:
-        """The error chunk; the session turns fatal unless the request was refused before
-        it generated anything (bad grammar, no room, queue full)."""
-        final = None if stream is None else stream.final
-        harmless = isinstance(exc, _DECODE_SUBMIT_ERRORS) and (
-            stream is None or (isinstance(final, ErrorEvent) and final.completion_tokens == 0))
-        if not harmless:
-            self._fatal = exc
-        return StreamChunk(error=exc, finish_reason="error")
-
-    def _ended(self, stream: RequestStream | AsyncRequestStream | None) -> None:
-        """After a decode stream: one closed early (or whose task was cancelled) cancels its
-        request; the tokens that reached the KV meanwhile are read back before the next
-        primitive (:meth:`_sync_generated`)."""
-        self._busy = False
-        if stream is not None and not stream.done:
-            stream.cancel()
-            self._stale = self._fatal is None
-
-    def _sync_generated(self) -> None:
-        """After a cancelled decode: the generated tokens are those in the lease's KV (the
-        engine may have produced more than were read), or the tokens read when they are one
-        sampled token ahead of the KV (that token's KV is computed by the next request)."""
-        self._stale = False
-        lease, fixed, seen = self._lease, self._prefix + self._suffix, self._generated
-        kv = self._runtime.call(lambda engine: engine.leases.tokens(lease))
-        if kv[:len(fixed)] != fixed:
-            self._fatal = LlamapyError("the lease's KV no longer holds the session's prefix")
-            raise SessionFatalError("session KV out of sync; close and reopen it")
-        in_kv = kv[len(fixed):]
-        if len(seen) == len(in_kv) + 1 and seen[:len(in_kv)] == in_kv:
-            return
-        self.num_decode_tokens += max(0, len(in_kv) - len(seen))
-        self._generated = in_kv
