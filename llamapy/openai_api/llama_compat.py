@@ -65,6 +65,7 @@ def prepare_native(served: ServedModel, request: Mapping[str, Any]
     ids, text = pairs[0]
     extras = {k: v for k, v in request.items() if k not in OWN_FIELDS + IGNORED_FIELDS}
     options = served.select_adapters(engine_extras(extras))
+    served.resolve_logit_bias(options)
     served.ignore_eos(options, request.get("ignore_eos"))
     if request.get("json_schema") is not None:
         from ..grammar.json_schema import schema_to_gbnf

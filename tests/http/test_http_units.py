@@ -114,8 +114,12 @@ def test_n_and_best_of_and_suffix_are_rejected_clearly() -> None:
 def test_logit_bias_forms() -> None:
     assert logit_bias({"1": 2, "3": False}) == {1: 2.0, 3: -math.inf}
     assert logit_bias([[1, -1.5], [2, False]]) == {1: -1.5, 2: -math.inf}
-    with pytest.raises(InvalidOptionError):
-        logit_bias({"abc": 1})
+    assert logit_bias([["Hello", -1.0]]) == {"Hello": -1.0}  # text: tokenized later
+    assert logit_bias({"Hello": 2}) == {"Hello": 2.0}
+    for bad in ({"1": math.inf}, {"1": math.nan}, {"1": 101}, {"1": True}, {"1": "x"},
+                [[1, 2, 3]], [1], [[None, 1]], "x"):
+        with pytest.raises(InvalidOptionError, match="logit_bias"):
+            logit_bias(bad)
 
 
 def test_errors_map_by_type_to_the_openai_shape() -> None:

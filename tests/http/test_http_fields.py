@@ -1,0 +1,104 @@
+"""Fields and bad input (issue 10): hostile bodies are 400s in the OpenAI shape and the server
+keeps serving; ``logit_bias`` in every llama-server form on the real model."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from http_helpers import chat
+
+JSON = {"Content-Type": "application/json"}
+
+
+def error_of(response: httpx.Response, param: str | None = None) -> dict:
+    """The 400 error object of a response, checking its shape (and ``param`` when given)."""
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request_error" and error["message"]
+    if param is not None:
+        assert error["param"] == param
+    return error
+
+
+def still_serving(http: httpx.Client) -> None:
+    response = http.post("/v1/chat/completions", json=chat("hi", max_tokens=2))
+    assert response.status_code == 200 and response.json()["choices"][0]["message"]
+
+
+@pytest.mark.parametrize("content", [
+    b"[" * 100_000,
+    b'{"messages": ' + b"[" * 100_000,
+    b'{"messages": [{"role": "user", "content": "\\ud800"}], "max_tokens": 2}',
+    b'{"messages": [{"role": "user", "content": "hi"}], "temperature": NaN}',
+    b'{"messages": [{"role": "user", "content": "hi"}], "logit_bias": {"15": Infinity}}',
+])
+def test_hostile_json_is_400_and_the_server_stays_up(http: httpx.Client, content: bytes) -> None:
+    error = error_of(http.post("/v1/chat/completions", content=content, headers=JSON))
+    assert "malformed JSON" in error["message"]
+    still_serving(http)
+
+
+def test_lone_surrogate_is_400_on_every_route(http: httpx.Client) -> None:
+    prompt = b'{"prompt": "a\\udc00b", "max_tokens": 2}'
+    for path in ("/completion", "/v1/completions", "/tokenize", "/v1/embeddings"):
+        body = prompt.replace(b"prompt", b"content") if path == "/tokenize" else prompt
+        body = body.replace(b"prompt", b"input") if path == "/v1/embeddings" else body
+        error_of(http.post(path, content=body, headers=JSON))
+    valid_pair = b'{"content": "\\ud83d\\ude00"}'  # a surrogate pair is fine
+    assert http.post("/tokenize", content=valid_pair, headers=JSON).json()["tokens"]
+    still_serving(http)
+
+
+@pytest.mark.parametrize("stream", ["yes", 1, "false", [True]])
+def test_stream_must_be_a_boolean(http: httpx.Client, stream: object) -> None:
+    error_of(http.post("/v1/chat/completions", json=chat("hi", stream=stream)), "stream")
+    error_of(http.post("/v1/completions", json={"prompt": "hi", "stream": stream}), "stream")
+    error_of(http.post("/completion", json={"prompt": "hi", "stream": stream}), "stream")
+    still_serving(http)
+
+
+@pytest.mark.parametrize("bias", [
+    {"99999999": 1}, {"-5": 1}, [[49152, 1.0]], [[-1, False]],
+    {"15": 1000}, [[15, -101]], {"15": True}, {"15": "x"}, [[15]], "x",
+])
+def test_bad_logit_bias_is_400(http: httpx.Client, bias: object) -> None:
+    error_of(http.post("/v1/chat/completions", json=chat("hi", logit_bias=bias)), "logit_bias")
+    error_of(http.post("/v1/completions", json={"prompt": "hi", "logit_bias": bias}),
+             "logit_bias")
+    error_of(http.post("/completion", json={"prompt": "hi", "logit_bias": bias}), "logit_bias")
+    still_serving(http)
+
+
+def native_tokens(http: httpx.Client, **fields: object) -> list[int]:
+    """The greedy ``/completion`` tokens of a fixed prompt."""
+    body = {"prompt": "The capital of France is", "n_predict": 3, "temperature": 0,
+            "return_tokens": True, **fields}
+    response = http.post("/completion", json=body)
+    assert response.status_code == 200, response.text
+    return list(response.json()["tokens"])
+
+
+def test_logit_bias_forms_on_completion(http: httpx.Client) -> None:
+    first = native_tokens(http)[0]
+    forced = 1000 if first != 1000 else 1001
+    assert native_tokens(http, logit_bias={str(forced): 100})[0] == forced
+    assert native_tokens(http, logit_bias=[[forced, 100.0]])[0] == forced
+    for banned in ({str(first): False}, [[first, False]], [[first, -100]]):
+        assert first not in native_tokens(http, logit_bias=banned)
+    piece = http.post("/detokenize", json={"tokens": [first]}).json()["content"]
+    text_ids = http.post("/tokenize", json={"content": piece}).json()["tokens"]
+    assert first in text_ids  # so banning the text bans the greedy token
+    for banned_text in ([[piece, False]], {piece: False}):
+        tokens = native_tokens(http, logit_bias=banned_text)
+        assert not set(tokens) & set(text_ids), (piece, tokens)
+
+
+def test_logit_bias_forms_on_the_openai_routes(http: httpx.Client) -> None:
+    forced = http.post("/tokenize", json={"content": " Paris"}).json()["tokens"][0]
+    body = {"prompt": "Name a city:", "max_tokens": 1, "temperature": 0}
+    for bias in ({str(forced): 100}, [[forced, 100]], [[" Paris", 100]]):
+        response = http.post("/v1/completions", json={**body, "logit_bias": bias})
+        assert response.json()["choices"][0]["text"] == " Paris", bias
+    response = http.post("/v1/chat/completions",
+                         json=chat("Say hi", max_tokens=1, logit_bias={str(forced): 100}))
+    assert response.json()["choices"][0]["message"]["content"].strip() == "Paris"
