@@ -102,3 +102,20 @@ def test_logit_bias_forms_on_the_openai_routes(http: httpx.Client) -> None:
     response = http.post("/v1/chat/completions",
                          json=chat("Say hi", max_tokens=1, logit_bias={str(forced): 100}))
     assert response.json()["choices"][0]["message"]["content"].strip() == "Paris"
+
+
+@pytest.mark.parametrize(("path", "body"), [
+    ("/v1/chat/completions", chat("word " * 5000, max_tokens=4)),
+    ("/v1/completions", {"prompt": "word " * 5000, "max_tokens": 4}),
+    ("/completion", {"prompt": "word " * 5000, "n_predict": 4}),
+    ("/completion", {"prompt": "word " * 5000, "n_predict": 4, "stream": True}),
+])
+def test_context_overflow_has_llama_servers_shape(http: httpx.Client, path: str,
+                                                  body: dict) -> None:
+    response = http.post(path, json=body)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["type"] == "exceed_context_size_error"
+    assert error["code"] == "context_length_exceeded"  # OpenAI clients key on this
+    assert error["n_ctx"] == 4096 and error["n_prompt_tokens"] > 4096
+    still_serving(http)

@@ -129,6 +129,7 @@ def test_errors_map_by_type_to_the_openai_shape() -> None:
     error = body["error"]
     assert error["code"] == "context_length_exceeded"
     assert (error["additional_tokens"], error["n_ctx"]) == (5000, 4096)
+    assert (error["type"], error["n_prompt_tokens"]) == ("exceed_context_size_error", 5000)
     assert set(error) >= {"message", "type", "param", "code"}
     assert error_body(ModelNotFoundError("nope"))[0] == 404
     status, body = error_body(QueueFullError(4))
