@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from http_helpers import chat
+from http_helpers import MODEL_ALIAS, chat
+from live import LiveApp
+
+from llamapy.serve import create_app
+from llamapy.server import Server
 
 JSON = {"Content-Type": "application/json"}
 
@@ -119,3 +123,29 @@ def test_context_overflow_has_llama_servers_shape(http: httpx.Client, path: str,
     assert error["code"] == "context_length_exceeded"  # OpenAI clients key on this
     assert error["n_ctx"] == 4096 and error["n_prompt_tokens"] > 4096
     still_serving(http)
+
+
+def preflight(http: httpx.Client, origin: str) -> httpx.Response:
+    return http.options("/v1/chat/completions", headers={
+        "Origin": origin, "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "authorization, content-type"})
+
+
+def test_cors_preflight_for_llama_server_origin_values(server: Server) -> None:
+    app = create_app(server, alias=MODEL_ALIAS, api_key="k",
+                     cors_origins=["http://a.example,http://b.example", "localhost"])
+    with LiveApp(app) as live, httpx.Client(base_url=live.url, timeout=60) as http:
+        for origin in ("http://a.example", "http://b.example", "http://localhost:5173",
+                       "http://127.0.0.1:8080", "https://[::1]"):
+            response = preflight(http, origin)  # no key: browsers send none on a preflight
+            assert response.status_code == 200, (origin, response.text)
+            assert response.headers["access-control-allow-origin"] == origin
+            assert "POST" in response.headers["access-control-allow-methods"]
+            assert "authorization" in response.headers["access-control-allow-headers"].lower()
+        for origin in ("http://c.example", "http://localhost.evil.example"):
+            assert "access-control-allow-origin" not in preflight(http, origin).headers
+        answer = http.post("/v1/chat/completions", json=chat("hi", max_tokens=1),
+                           headers={"Origin": "http://localhost:3000",
+                                    "Authorization": "Bearer k"})
+        assert answer.status_code == 200
+        assert answer.headers["access-control-allow-origin"] == "http://localhost:3000"
