@@ -118,7 +118,7 @@ class GenerationBody(BaseModel):
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     logit_bias: dict[str, Any] | list[Any] | None = None
-    n: int = Field(default=1, ge=1)
+    n: int = Field(default=1, ge=1, le=128)
     stream: StrictBool = False
     stream_options: StreamOptions | None = None
     user: str | None = None
@@ -182,14 +182,29 @@ def parse_body(model: type[Body], body: object) -> Body:
 
 
 def check_unsupported(body: GenerationBody) -> None:
-    """Reject what we do not implement, clearly (``n`` > 1, ``best_of`` > 1, ``suffix``)."""
-    if body.n != 1:
-        raise UnsupportedFeatureError("n", "only n=1 is supported")
+    """Reject what we do not implement, clearly (``n`` > 1 streamed, ``best_of`` > 1,
+    ``suffix``)."""
+    if body.n > 1 and body.stream:
+        raise UnsupportedFeatureError("n", "n > 1 is supported without streaming only "
+                                      "(set stream to false)")
     if isinstance(body, CompletionBody):
         if body.best_of not in (None, 1):
             raise UnsupportedFeatureError("best_of", "only best_of=1 is supported")
         if body.suffix:
             raise UnsupportedFeatureError("suffix", "suffix (fill-in-the-middle) is unsupported")
+
+
+def choice_options(options: Mapping[str, Any], n: int) -> list[dict[str, Any]]:
+    """The engine options of each of ``n`` choices of one prompt (they run concurrently and
+    share the prompt's prefix in the cache). A request ``seed`` is offset per choice, so
+    seeded choices are reproducible but not all alike."""
+    out = []
+    for index in range(n):
+        opts = dict(options)
+        if index and isinstance(opts.get("seed"), int) and opts["seed"] >= 0:
+            opts["seed"] += index
+        out.append(opts)
+    return out
 
 
 #: The largest ``|bias|`` a request may set (OpenAI's range); ``false`` bans a token.

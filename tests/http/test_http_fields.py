@@ -4,6 +4,7 @@ keeps serving; ``logit_bias`` in every llama-server form on the real model."""
 from __future__ import annotations
 
 import httpx
+import openai
 import pytest
 from http_helpers import MODEL_ALIAS, chat
 from live import LiveApp
@@ -149,3 +150,36 @@ def test_cors_preflight_for_llama_server_origin_values(server: Server) -> None:
                                     "Authorization": "Bearer k"})
         assert answer.status_code == 200
         assert answer.headers["access-control-allow-origin"] == "http://localhost:3000"
+
+
+def test_n_chat_choices(client: openai.OpenAI) -> None:
+    messages: list = [{"role": "user", "content": "Write a long story about a dragon."}]
+    one = client.chat.completions.create(model=MODEL_ALIAS, messages=messages, max_tokens=4,
+                                         temperature=0)
+    assert one.usage is not None
+    many = client.chat.completions.create(model=MODEL_ALIAS, messages=messages, max_tokens=4,
+                                          temperature=0, n=3)
+    assert [c.index for c in many.choices] == [0, 1, 2]
+    assert all(c.message.content for c in many.choices)
+    assert all(c.finish_reason == "length" for c in many.choices)
+    assert many.usage is not None
+    assert many.usage.completion_tokens == 3 * one.usage.completion_tokens == 12
+    assert many.usage.prompt_tokens == 3 * one.usage.prompt_tokens
+    sampled = client.chat.completions.create(model=MODEL_ALIAS, messages=messages,
+                                             max_tokens=12, temperature=1.5, seed=5, n=4)
+    assert len({c.message.content for c in sampled.choices}) > 1  # seeds differ per choice
+
+
+def test_n_completion_choices_per_prompt(http: httpx.Client) -> None:
+    body = {"prompt": ["Once upon a time", "The cat"], "max_tokens": 5, "temperature": 0}
+    response = http.post("/v1/completions", json={**body, "n": 2, "echo": True}).json()
+    choices = response["choices"]
+    assert [c["index"] for c in choices] == [0, 1, 2, 3]
+    prompts = ["Once upon a time"] * 2 + ["The cat"] * 2  # choice i * n + j: prompt i
+    for choice, prompt in zip(choices, prompts, strict=True):
+        assert choice["text"].startswith(prompt) and len(choice["text"]) > len(prompt)
+        assert choice["finish_reason"] == "length"
+    assert response["usage"]["completion_tokens"] == 4 * 5
+    error = error_of(http.post("/v1/completions", json={**body, "n": 2, "stream": True}), "n")
+    assert error["code"] == "unsupported_feature"
+    error_of(http.post("/v1/chat/completions", json=chat("hi", n=129)), "n")

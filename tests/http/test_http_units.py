@@ -24,6 +24,7 @@ from llamapy.openai_api.params import (
     ChatBody,
     CompletionBody,
     check_unsupported,
+    choice_options,
     engine_extras,
     logit_bias,
     parse_body,
@@ -102,13 +103,22 @@ def test_body_must_be_an_object() -> None:
         parse_body(ChatBody, [1, 2])
 
 
-def test_n_and_best_of_and_suffix_are_rejected_clearly() -> None:
-    with pytest.raises(UnsupportedFeatureError, match="n=1"):
-        check_unsupported(parse_body(ChatBody, {"messages": MESSAGES, "n": 2}))
+def test_streamed_n_best_of_and_suffix_are_rejected_clearly() -> None:
+    with pytest.raises(UnsupportedFeatureError, match="without streaming"):
+        check_unsupported(parse_body(ChatBody, {"messages": MESSAGES, "n": 2, "stream": True}))
+    check_unsupported(parse_body(ChatBody, {"messages": MESSAGES, "n": 2}))
+    with pytest.raises(InvalidOptionError, match="'n'"):
+        parse_body(ChatBody, {"messages": MESSAGES, "n": 129})
     with pytest.raises(UnsupportedFeatureError, match="best_of"):
         check_unsupported(parse_body(CompletionBody, {"prompt": "x", "best_of": 3}))
     with pytest.raises(UnsupportedFeatureError, match="suffix"):
         check_unsupported(parse_body(CompletionBody, {"prompt": "x", "suffix": "y"}))
+
+
+def test_choice_options_offset_a_request_seed() -> None:
+    assert [o["seed"] for o in choice_options({"seed": 7, "top_k": 2}, 3)] == [7, 8, 9]
+    assert choice_options({"top_k": 2}, 2) == [{"top_k": 2}, {"top_k": 2}]
+    assert [o["seed"] for o in choice_options({"seed": -1}, 2)] == [-1, -1]
 
 
 def test_logit_bias_forms() -> None:
