@@ -183,3 +183,19 @@ def test_n_completion_choices_per_prompt(http: httpx.Client) -> None:
     error = error_of(http.post("/v1/completions", json={**body, "n": 2, "stream": True}), "n")
     assert error["code"] == "unsupported_feature"
     error_of(http.post("/v1/chat/completions", json=chat("hi", n=129)), "n")
+
+
+def test_embeddings_take_content_and_mixed_lists(http: httpx.Client) -> None:
+    ids = http.post("/tokenize", json={"content": "a red apple", "add_special": True}
+                    ).json()["tokens"]
+    by_input = http.post("/v1/embeddings", json={"input": "a red apple"}).json()
+    by_content = http.post("/v1/embeddings", json={"content": "a red apple"}).json()
+    assert by_content["data"][0]["embedding"] == pytest.approx(
+        by_input["data"][0]["embedding"], abs=1e-5)
+    mixed = http.post("/v1/embeddings", json={"content": ["a red apple", ids, "tax law"]})
+    data = mixed.json()["data"]
+    assert [d["index"] for d in data] == [0, 1, 2]
+    assert data[1]["embedding"] == pytest.approx(data[0]["embedding"], abs=1e-4)
+    assert data[2]["embedding"] != pytest.approx(data[0]["embedding"], abs=1e-2)
+    error_of(http.post("/v1/embeddings", json={"input": "x", "content": "x"}), "input")
+    error_of(http.post("/v1/embeddings", json={}), "input")
