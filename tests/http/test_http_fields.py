@@ -3,6 +3,8 @@ keeps serving; ``logit_bias`` in every llama-server form on the real model."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import httpx
 import openai
 import pytest
@@ -199,3 +201,23 @@ def test_embeddings_take_content_and_mixed_lists(http: httpx.Client) -> None:
     assert data[2]["embedding"] != pytest.approx(data[0]["embedding"], abs=1e-2)
     error_of(http.post("/v1/embeddings", json={"input": "x", "content": "x"}), "input")
     error_of(http.post("/v1/embeddings", json={}), "input")
+
+
+def test_props_has_llama_servers_fields(http: httpx.Client) -> None:
+    props = http.get("/props").json()
+    settings = props["default_generation_settings"]
+    assert settings["n_ctx"] == 4096 == http.get("/slots").json()[0]["n_ctx"]  # unified KV
+    assert (settings["id"], settings["is_processing"]) == (0, False)
+    assert (props["total_slots"], props["is_sleeping"]) == (4, False)
+    assert props["modalities"] == {"vision": False, "audio": False}
+    assert props["build_info"].startswith("llamapy-") and "llama.cpp-" in props["build_info"]
+    assert "<|im_start|>" in props["chat_template"]
+
+
+def test_props_n_ctx_is_per_slot_without_a_unified_cache(model_path: Path) -> None:
+    with Server(model_path, n_ctx=2048, n_parallel=2, kv_unified=False, n_threads=1) as server:
+        server.wait_ready(60)
+        with LiveApp(create_app(server)) as live, httpx.Client(base_url=live.url) as http:
+            props = http.get("/props").json()
+            assert props["default_generation_settings"]["n_ctx"] == 1024
+            assert props["total_slots"] == 2
