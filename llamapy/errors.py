@@ -76,10 +76,11 @@ class ContextOverflowError(LlamapyError):
     ``stage`` names the primitive that would overflow (``"admit"``, ``"prefill"``, ``"decode"``,
     ``"ensure_prefix"``, ``"prefill_suffix"``); ``resident_tokens`` are already in the sequence,
     ``additional_tokens`` are the ones that did not fit, ``n_ctx`` is the limit that applied.
+    Its ``error_type`` is llama-server's, so its clients recognise the overflow.
     """
 
     http_status = 400
-    error_type = "invalid_request_error"
+    error_type = "exceed_context_size_error"
 
     def __init__(
         self, *, stage: str, resident_tokens: int, additional_tokens: int, n_ctx: int
@@ -92,6 +93,11 @@ class ContextOverflowError(LlamapyError):
             f"context overflow at {stage}: {resident_tokens} resident + {additional_tokens} "
             f"additional tokens exceed n_ctx={n_ctx}"
         )
+
+    @property
+    def n_prompt_tokens(self) -> int:
+        """llama-server's count: the tokens the request needed in the context."""
+        return self.resident_tokens + self.additional_tokens
 
 
 class ManifestMismatchError(LlamapyError):

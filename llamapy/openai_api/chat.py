@@ -13,7 +13,7 @@ A stream yields nothing before the engine's first event, so an error that reject
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Iterator, Mapping
+from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
 from contextlib import aclosing, closing
 from typing import Any
 
@@ -22,8 +22,9 @@ from ..chat import Delta
 from ..engine import DoneEvent, TokenEvent
 from ..server import Completion, Server, Usage
 from .logprobs import chat_logprob, chat_logprobs
+from .params import choice_options
 from .prompt import ChatPlan, prepare_chat
-from .report import finish_reason, timings_dict, usage_dict
+from .report import finish_reason, timings_dict, total_usage, usage_dict
 from .target import ServedModel, served
 
 Target = Server | Model | ServedModel
@@ -36,18 +37,28 @@ def _envelope(plan: ChatPlan, kind: str) -> dict[str, Any]:
 
 def chat_response(plan: ChatPlan, completion: Completion) -> dict[str, Any]:
     """The ``chat.completion`` object for a finished generation."""
+    return chat_choices_response(plan, [completion])
+
+
+def _choice(plan: ChatPlan, index: int, completion: Completion) -> dict[str, Any]:
     parser = plan.parser()
     parser.feed(completion.text)
     message = parser.finish()
-    model = plan.served.model
     top = plan.top_logprobs
     logprobs = None if top is None else chat_logprobs(
-        model, completion.token_ids, completion.logprobs, top)
-    choice = {"index": 0, "message": message.to_openai(), "logprobs": logprobs,
-              "finish_reason": finish_reason(completion.finish_reason, bool(message.tool_calls))}
-    return {**_envelope(plan, "chat.completion"), "choices": [choice],
-            "usage": usage_dict(completion.usage),
-            "timings": timings_dict(completion.timings, model, plan.token_ids)}
+        plan.served.model, completion.token_ids, completion.logprobs, top)
+    return {"index": index, "message": message.to_openai(), "logprobs": logprobs,
+            "finish_reason": finish_reason(completion.finish_reason, bool(message.tool_calls))}
+
+
+def chat_choices_response(plan: ChatPlan, completions: Sequence[Completion]
+                          ) -> dict[str, Any]:
+    """The ``chat.completion`` object for the ``n`` generations of a request (one choice
+    each, usage summed, ``timings`` of the first)."""
+    choices = [_choice(plan, index, done) for index, done in enumerate(completions)]
+    return {**_envelope(plan, "chat.completion"), "choices": choices,
+            "usage": usage_dict(total_usage([done.usage for done in completions])),
+            "timings": timings_dict(completions[0].timings, plan.served.model, plan.token_ids)}
 
 
 class ChatStream:
@@ -138,8 +149,10 @@ async def aready(target: Target) -> ServedModel:
 def chat_completion(target: Target, request: Mapping[str, Any]) -> dict[str, Any]:
     """A ``chat.completion`` for an OpenAI chat request (``stream`` is ignored)."""
     plan = prepare_chat(ready(target), request)
-    completion = plan.served.server.complete_tokens(plan.token_ids, **plan.options)
-    return chat_response(plan, completion)
+    server = plan.served.server
+    return chat_choices_response(plan, [server.complete_tokens(plan.token_ids, **options)
+                                        for options in choice_options(plan.options,
+                                                                      plan.body.n)])
 
 
 def stream_chat_completion(target: Target, request: Mapping[str, Any]
@@ -162,8 +175,10 @@ def _stream(plan: ChatPlan) -> Iterator[dict[str, Any]]:
 async def achat_completion(target: Target, request: Mapping[str, Any]) -> dict[str, Any]:
     """Async :func:`chat_completion`; cancelling the task cancels the request."""
     plan = prepare_chat(await aready(target), request)
-    completion = await plan.served.server.acomplete_tokens(plan.token_ids, **plan.options)
-    return chat_response(plan, completion)
+    server = plan.served.server
+    done = await asyncio.gather(*(server.acomplete_tokens(plan.token_ids, **options)
+                                  for options in choice_options(plan.options, plan.body.n)))
+    return chat_choices_response(plan, done)
 
 
 async def astream_chat_completion(target: Target, request: Mapping[str, Any]

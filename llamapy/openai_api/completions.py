@@ -20,9 +20,9 @@ from ..errors import InvalidOptionError, UnsupportedFeatureError
 from ..server import Completion, Usage
 from .chat import Target, aready, ready
 from .logprobs import MIN_CANDIDATES, legacy_logprobs
-from .params import CompletionBody, check_unsupported, parse_body
+from .params import CompletionBody, check_unsupported, choice_options, parse_body
 from .prompt import call_options, new_id
-from .report import finish_reason, timings_dict, usage_dict
+from .report import finish_reason, timings_dict, total_usage, usage_dict
 from .target import ServedModel
 
 
@@ -86,13 +86,13 @@ def prepare_completion(served: ServedModel, request: Mapping[str, Any]) -> Compl
     if body.echo and body.logprobs is not None:
         raise UnsupportedFeatureError("echo+logprobs", "echo with logprobs (prompt logprobs) "
                                       "is unsupported")
-    pairs = prompt_list(served, body.prompt)
+    pairs = [pair for pair in prompt_list(served, body.prompt) for _ in range(body.n)]
     options = []
-    for ids, _ in pairs:
-        opts = call_options(served, body, body.max_tokens, len(ids))
+    for index in range(0, len(pairs), body.n):  # choice i * n + j: prompt i, choice j
+        opts = call_options(served, body, body.max_tokens, len(pairs[index][0]))
         if body.logprobs is not None:
             opts["n_probs"] = max(opts.get("n_probs", 0), body.logprobs, MIN_CANDIDATES)
-        options.append(opts)
+        options.extend(choice_options(opts, body.n))
     return CompletionPlan(served, body, [ids for ids, _ in pairs], [t for _, t in pairs],
                           options)
 
@@ -107,18 +107,13 @@ def _choice(plan: CompletionPlan, index: int, completion: Completion) -> dict[st
             "finish_reason": finish_reason(completion.finish_reason)}
 
 
-def _total(usages: Sequence[Usage]) -> Usage:
-    return Usage(sum(u.prompt_tokens for u in usages), sum(u.completion_tokens for u in usages),
-                 sum(u.cached_tokens for u in usages))
-
-
 def completion_response(plan: CompletionPlan, completions: Sequence[Completion]
                         ) -> dict[str, Any]:
     """The ``text_completion`` object (one choice per prompt)."""
     model = plan.served.model
     return {**plan.envelope(),
             "choices": [_choice(plan, i, c) for i, c in enumerate(completions)],
-            "usage": usage_dict(_total([c.usage for c in completions])),
+            "usage": usage_dict(total_usage([c.usage for c in completions])),
             "timings": timings_dict(completions[0].timings, model, plan.prompts[0])}
 
 
@@ -164,7 +159,8 @@ class CompletionStream:
         """The usage chunk, when ``stream_options.include_usage`` asks for it."""
         if not self.plan.body.include_usage():
             return []
-        return [{**self.plan.envelope(), "choices": [], "usage": usage_dict(_total(self.usages))}]
+        usage = usage_dict(total_usage(self.usages))
+        return [{**self.plan.envelope(), "choices": [], "usage": usage}]
 
 
 def completion(target: Target, request: Mapping[str, Any]) -> dict[str, Any]:

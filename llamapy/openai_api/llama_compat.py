@@ -13,7 +13,9 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from .. import __version__
 from .._native import Model
+from .._pins import LLAMA_CPP_COMMIT
 from ..engine import DoneEvent, TokenEvent
 from ..errors import InvalidOptionError
 from ..options import aliases_of
@@ -65,6 +67,7 @@ def prepare_native(served: ServedModel, request: Mapping[str, Any]
     ids, text = pairs[0]
     extras = {k: v for k, v in request.items() if k not in OWN_FIELDS + IGNORED_FIELDS}
     options = served.select_adapters(engine_extras(extras))
+    served.resolve_logit_bias(options)
     served.ignore_eos(options, request.get("ignore_eos"))
     if request.get("json_schema") is not None:
         from ..grammar.json_schema import schema_to_gbnf
@@ -179,34 +182,46 @@ def apply_template(served: ServedModel, request: Mapping[str, Any]) -> dict[str,
     return {"prompt": render_prompt(served, body, tools_active)}
 
 
+def slot_n_ctx(served: ServedModel) -> int:
+    """The context one slot may use: all of it with a unified KV cache, else its share."""
+    start = served.server.start_options
+    n_ctx = start.context.n_ctx
+    return n_ctx if start.engine.kv_unified else n_ctx // start.server.n_parallel
+
+
+def build_info() -> str:
+    """llama-server's ``build_info``: ours and the llama.cpp commit we build."""
+    return f"llamapy-{__version__}-llama.cpp-{LLAMA_CPP_COMMIT}"
+
+
 def props(served: ServedModel) -> dict[str, Any]:
-    """``/props``: default generation settings, slot count, model and template."""
+    """``/props``: default generation settings (with the per-slot ``n_ctx``), slot count,
+    model, template, modalities and build."""
     start = served.server.start_options
     defaults = start.engine.sampling
     sampling = {f.name: getattr(defaults, f.name) for f in dataclasses.fields(defaults)}
     sampling["logit_bias"] = dict(defaults.logit_bias)
-    model = served.model
     template = served.template()
     return {
-        "default_generation_settings": {"n_ctx": start.server.n_ctx, "params": sampling,
+        "default_generation_settings": {"id": 0, "id_task": -1, "n_ctx": slot_n_ctx(served),
+                                        "is_processing": False, "params": sampling,
                                         "model": served.name},
         "total_slots": start.server.n_parallel,
+        "is_sleeping": False,
         "model_alias": served.name,
         "model_path": served.server.model_path,
+        "model_description": served.model.description,
         "chat_template": template.source,
         "bos_token": template.bos_token,
         "eos_token": template.eos_token,
         "modalities": {"vision": False, "audio": False},
-        "build_info": model.description,
+        "build_info": build_info(),
     }
 
 
 def slots(served: ServedModel) -> list[dict[str, Any]]:
     """``/slots``: each slot's state, cached tokens and current request."""
-    server = served.server
-    n_ctx = server.start_options.context.n_ctx
-    if not server.start_options.engine.kv_unified:
-        n_ctx //= server.start_options.server.n_parallel
+    n_ctx = slot_n_ctx(served)
     return [{"id": slot["slot_id"], "id_task": slot["request_id"] or -1, "n_ctx": n_ctx,
              "is_processing": slot["request_id"] is not None, **slot}
-            for slot in server.slots()]
+            for slot in served.server.slots()]

@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
 from ..errors import InvalidOptionError, UnknownOptionError, UnsupportedFeatureError
 from ..options import ALIASES
@@ -117,9 +117,9 @@ class GenerationBody(BaseModel):
     stop: str | list[str] | None = None
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
-    logit_bias: dict[str, float | bool] | list[list[Any]] | None = None
-    n: int = Field(default=1, ge=1)
-    stream: bool = False
+    logit_bias: dict[str, Any] | list[Any] | None = None
+    n: int = Field(default=1, ge=1, le=128)
+    stream: StrictBool = False
     stream_options: StreamOptions | None = None
     user: str | None = None
 
@@ -182,9 +182,11 @@ def parse_body(model: type[Body], body: object) -> Body:
 
 
 def check_unsupported(body: GenerationBody) -> None:
-    """Reject what we do not implement, clearly (``n`` > 1, ``best_of`` > 1, ``suffix``)."""
-    if body.n != 1:
-        raise UnsupportedFeatureError("n", "only n=1 is supported")
+    """Reject what we do not implement, clearly (``n`` > 1 streamed, ``best_of`` > 1,
+    ``suffix``)."""
+    if body.n > 1 and body.stream:
+        raise UnsupportedFeatureError("n", "n > 1 is supported without streaming only "
+                                      "(set stream to false)")
     if isinstance(body, CompletionBody):
         if body.best_of not in (None, 1):
             raise UnsupportedFeatureError("best_of", "only best_of=1 is supported")
@@ -192,27 +194,73 @@ def check_unsupported(body: GenerationBody) -> None:
             raise UnsupportedFeatureError("suffix", "suffix (fill-in-the-middle) is unsupported")
 
 
-def logit_bias(value: Mapping[str, float | bool] | list[list[Any]]) -> dict[int, float]:
-    """OpenAI ``{"token_id": bias}`` or llama-server ``[[token_id, bias], ...]``.
-
-    ``false`` bans a token (bias ``-inf``), as in llama-server.
-    """
-    pairs = value.items() if isinstance(value, Mapping) else value
-    out: dict[int, float] = {}
-    for pair in pairs:
-        if len(pair) != 2:
-            raise InvalidOptionError("logit_bias entries must be [token_id, bias]",
-                                     option="logit_bias")
-        token, bias = pair
-        try:
-            token_id = int(token)
-        except (TypeError, ValueError):
-            raise InvalidOptionError(f"logit_bias key {token!r} is not a token id",
-                                     option="logit_bias") from None
-        if bias is True:
-            raise InvalidOptionError("logit_bias value true is meaningless", option="logit_bias")
-        out[token_id] = -math.inf if bias is False else float(bias)
+def choice_options(options: Mapping[str, Any], n: int) -> list[dict[str, Any]]:
+    """The engine options of each of ``n`` choices of one prompt (they run concurrently and
+    share the prompt's prefix in the cache). A request ``seed`` is offset per choice, so
+    seeded choices are reproducible but not all alike."""
+    out = []
+    for index in range(n):
+        opts = dict(options)
+        if index and isinstance(opts.get("seed"), int) and opts["seed"] >= 0:
+            opts["seed"] += index
+        out.append(opts)
     return out
+
+
+#: The largest ``|bias|`` a request may set (OpenAI's range); ``false`` bans a token.
+MAX_LOGIT_BIAS = 100.0
+
+#: ``logit_bias`` as parsed, before the vocabulary is known: token id or text -> bias.
+BiasSpec = dict[int | str, float]
+
+
+def logit_bias(value: object) -> BiasSpec:
+    """Every llama-server form of ``logit_bias``, checked but not yet tokenized.
+
+    An object ``{"15043": -1}`` or a list ``[[15043, -1.0]]``; a key or first element that is
+    not an integer is text (:func:`~.target.resolve_logit_bias` gives each of its tokens the
+    bias); ``false`` bans (``-inf``). A bias must be a finite number within
+    :data:`MAX_LOGIT_BIAS`; anything else is a 400.
+    """
+    if isinstance(value, Mapping):
+        pairs: list[Any] = list(value.items())
+    elif isinstance(value, list):
+        pairs = value
+    else:
+        raise InvalidOptionError("logit_bias must be an object or a list of [token, bias]",
+                                 option="logit_bias")
+    out: BiasSpec = {}
+    for pair in pairs:
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+            raise InvalidOptionError("logit_bias entries must be [token, bias]",
+                                     option="logit_bias")
+        out[_bias_key(pair[0])] = _bias_value(pair[1])
+    return out
+
+
+def _bias_key(token: object) -> int | str:
+    if isinstance(token, int) and not isinstance(token, bool):
+        return token
+    if not isinstance(token, str):
+        raise InvalidOptionError(f"logit_bias key {token!r} is neither a token id nor text",
+                                 option="logit_bias")
+    try:
+        return int(token)
+    except ValueError:
+        return token
+
+
+def _bias_value(bias: object) -> float:
+    if bias is False:
+        return -math.inf
+    if isinstance(bias, bool) or not isinstance(bias, (int, float)):
+        raise InvalidOptionError(f"logit_bias value {bias!r} is not a number or false",
+                                 option="logit_bias")
+    if not math.isfinite(bias) or abs(bias) > MAX_LOGIT_BIAS:
+        raise InvalidOptionError(
+            f"logit_bias value {bias!r} is outside [-{MAX_LOGIT_BIAS:g}, {MAX_LOGIT_BIAS:g}] "
+            "(use false to ban a token)", option="logit_bias")
+    return float(bias)
 
 
 def engine_extras(extra: Mapping[str, Any]) -> dict[str, Any]:

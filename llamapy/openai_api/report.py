@@ -31,6 +31,12 @@ def finish_reason(engine_reason: str, tool_calls: bool = False) -> str:
     return FINISH_REASONS.get(str(engine_reason), "stop")
 
 
+def total_usage(usages: Sequence[Usage]) -> Usage:
+    """The usage of several generations of one request (choices, prompts), summed."""
+    return Usage(sum(u.prompt_tokens for u in usages), sum(u.completion_tokens for u in usages),
+                 sum(u.cached_tokens for u in usages))
+
+
 def usage_dict(usage: Usage) -> dict[str, Any]:
     """OpenAI ``usage`` with ``prompt_tokens_details.cached_tokens``."""
     return {

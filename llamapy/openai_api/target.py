@@ -22,7 +22,7 @@ from ..errors import InvalidOptionError, ModelNotFoundError
 from ..options import REASONING_FORMATS, TIMEOUTS
 from ..runtime import AsyncRequestStream, RequestStream
 from ..server import Server
-from .params import lora_adapters
+from .params import BiasSpec, lora_adapters
 
 SyncEvents = RequestStream
 AsyncEvents = AsyncRequestStream
@@ -161,6 +161,14 @@ class ServedModel:
                 _n_ctx_seq[self.server] = cached
         return cached
 
+    def resolve_logit_bias(self, options: dict[str, Any]) -> dict[str, Any]:
+        """Turn a parsed ``logit_bias`` (:func:`~.params.logit_bias`) into token ids, in
+        place: a text entry biases every token of its tokenization (no special tokens, as
+        llama-server does); a token id outside the vocabulary is a 400."""
+        if options.get("logit_bias"):
+            options["logit_bias"] = resolve_logit_bias(self.model, options["logit_bias"])
+        return options
+
     def ignore_eos(self, options: dict[str, Any], flag: object) -> dict[str, Any]:
         """llama-server's ``ignore_eos``: with a true ``flag``, every end-of-generation token
         is banned (``logit_bias`` -inf), in place. A non-boolean flag is a 400."""
@@ -190,6 +198,21 @@ def eog_tokens(model: Model) -> tuple[int, ...]:
     if cached is None:
         cached = _eog_cache[model] = tuple(t for t in range(model.n_vocab) if model.is_eog(t))
     return cached
+
+
+def resolve_logit_bias(model: Model, spec: BiasSpec) -> dict[int, float]:
+    """``token id -> bias`` of a parsed ``logit_bias`` on ``model``'s vocabulary."""
+    out: dict[int, float] = {}
+    for key, bias in spec.items():
+        if isinstance(key, str):
+            out.update(dict.fromkeys(model.tokenize(key, False, False), bias))
+        elif 0 <= key < model.n_vocab:
+            out[key] = bias
+        else:
+            raise InvalidOptionError(
+                f"logit_bias token id {key} is outside the vocabulary (0..{model.n_vocab - 1})",
+                option="logit_bias")
+    return out
 
 
 def private_server(model: Model) -> Server:

@@ -25,6 +25,8 @@ from .routes_openai import openai_router
 from .routes_responses import responses_router
 
 STATIC_DIR = Path(__file__).with_name("static")
+#: Origins the ``localhost`` CORS value allows (llama-server's ``origin_is_localhost``).
+LOCALHOST_ORIGIN = r"https?://(localhost|127\.0\.0\.1|\[::1\])(:[0-9]+)?"
 
 
 def create_app(
@@ -91,9 +93,21 @@ def _add_middleware(app: FastAPI, ctx: AppContext, cors_origins: Sequence[str],
     app.add_middleware(RequestCounter, metrics=ctx.metrics)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     if cors_origins:
-        app.add_middleware(CORSMiddleware, allow_origins=list(cors_origins),
+        app.add_middleware(CORSMiddleware, **cors_options(cors_origins),
                            allow_methods=["*"], allow_headers=["*"],
                            expose_headers=list(CACHE_HEADERS))
+
+
+def cors_options(origins: Sequence[str]) -> dict[str, Any]:
+    """``CORSMiddleware``'s origin options for ``--cors-origin`` values: each may be a
+    comma-separated list (llama-server's spelling); ``*`` allows any origin; ``localhost``
+    (llama-server's special value) any ``http(s)://localhost``, ``127.0.0.1`` or ``[::1]``
+    origin on any port."""
+    names = [name.strip() for value in origins for name in value.split(",") if name.strip()]
+    out: dict[str, Any] = {"allow_origins": [name for name in names if name != "localhost"]}
+    if "localhost" in names:
+        out["allow_origin_regex"] = LOCALHOST_ORIGIN
+    return out
 
 
 def _add_page(app: FastAPI) -> None:

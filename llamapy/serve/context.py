@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import secrets
 import threading
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import orjson
 from fastapi import Request
 
 from ..embeddings import Embedder
@@ -18,6 +18,7 @@ from ..errors import (
     AuthenticationError,
     CancelledError,
     EndpointDisabledError,
+    InvalidOptionError,
     InvalidRequestError,
     LlamapyError,
 )
@@ -107,12 +108,27 @@ class AppContext:
 
 
 async def read_json(request: Request) -> Any:
-    """The request body as JSON (400 when it is not)."""
+    """The request body as JSON (400 when it is not).
+
+    Parsed by orjson, which (unlike ``json``) rejects what would fail later as a 500: nesting
+    deeper than 1024 levels, lone UTF-16 surrogates (``"\\ud800"``), invalid UTF-8, and the
+    non-JSON ``NaN`` / ``Infinity`` / overflowing numbers.
+    """
     raw = await request.body()
     try:
-        return json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
         raise InvalidRequestError(f"malformed JSON body: {exc}") from None
+
+
+def stream_flag(body: Any) -> bool:
+    """A body's ``stream`` (absent or null: false); anything but a boolean is a 400."""
+    value = body.get("stream") if isinstance(body, Mapping) else None
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise InvalidOptionError(f"stream must be a boolean, got {value!r}", option="stream")
+    return value
 
 
 async def cancel_on_disconnect(request: Request, work: Awaitable[T]) -> T:

@@ -4,7 +4,8 @@ The generation ``Server`` owns its context; embeddings get their own (mean pooli
 loaded model, touched only by the embedder's worker thread. All inputs of a request go into
 one decode (split only past ``n_ctx`` tokens or ``n_seq_max`` sequences); vectors are
 L2-normalised, as OpenAI's are. ``encoding_format`` ``float`` or ``base64`` (little-endian
-float32). ``input``: a string, a list of strings, token ids, or a list of token-id lists.
+float32). ``input`` (or llama-server's ``content``): a string, token ids, or a list mixing
+strings and token-id lists.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def parse_embedding_request(served: ServedModel, request: Mapping[str, Any]
     """``(token lists, encoding_format)`` of an embeddings request."""
     if not isinstance(request, Mapping):
         raise InvalidOptionError("request body must be a JSON object")
-    known = {"input", "model", "encoding_format", "dimensions", "user"}
+    known = {"input", "content", "model", "encoding_format", "dimensions", "user"}
     unknown = set(request) - known
     if unknown:
         raise InvalidOptionError(f"unknown field(s): {', '.join(sorted(unknown))}",
@@ -63,9 +64,16 @@ def parse_embedding_request(served: ServedModel, request: Mapping[str, Any]
     dims = request.get("dimensions")
     if dims is not None and dims != served.model.n_embd:
         raise UnsupportedFeatureError("dimensions", f"dimensions must be {served.model.n_embd}")
-    if "input" not in request:
-        raise InvalidOptionError("missing field 'input'", option="input")
-    return embedding_inputs(served, request["input"]), fmt
+    return embedding_inputs(served, _input(request)), fmt
+
+
+def _input(request: Mapping[str, Any]) -> object:
+    """``input``, or llama-server's spelling ``content`` (not both)."""
+    given = [key for key in ("input", "content") if key in request]
+    if len(given) != 1:
+        raise InvalidOptionError("give exactly one of 'input' or 'content' (its llama-server "
+                                 "spelling)", option="input")
+    return request[given[0]]
 
 
 def embedding_response(served: ServedModel, inputs: Sequence[list[int]],

@@ -20,7 +20,7 @@ from ..anthropic_api import (
     count_message_tokens,
 )
 from .anthropic_errors import AnthropicRoute, anthropic_error_event
-from .context import AppContext, cache_headers, cancel_on_disconnect, read_json
+from .context import AppContext, cache_headers, cancel_on_disconnect, read_json, stream_flag
 from .sse_named import named_event_stream
 
 _SCHEMA = {"requestBody": {"required": True, "content": {
@@ -36,7 +36,7 @@ def anthropic_router(ctx: AppContext) -> APIRouter:
         """Anthropic Messages (SSE with named events when ``stream``)."""
         body = await read_json(request)
         served = ctx.served()
-        if isinstance(body, dict) and body.get("stream"):
+        if stream_flag(body):
             events = astream_message(served, body, observe=ctx.metrics.observe)
             return await named_event_stream(request, events, error_event=anthropic_error_event)
         timings: dict[str, Any] = {}

@@ -15,7 +15,14 @@ from fastapi.responses import JSONResponse
 from ..engine import TokenEvent
 from ..openai_api import ServedModel
 from ..openai_api import llama_compat as compat
-from .context import AppContext, cache_headers, cancel_on_disconnect, final_timings, read_json
+from .context import (
+    AppContext,
+    cache_headers,
+    cancel_on_disconnect,
+    final_timings,
+    read_json,
+    stream_flag,
+)
 from .errors import error_response
 from .sse import event_stream
 
@@ -75,7 +82,7 @@ def _completion_routes(router: APIRouter, ctx: AppContext) -> None:
         """llama-server's native completion (``n_predict``, ``timings``, ...)."""
         body = await read_json(request)
         served = ctx.served()
-        if isinstance(body, dict) and body.get("stream"):
+        if stream_flag(body):
             return await event_stream(request, stream_native(served, body), done_marker=False,
                                       on_chunk=final_timings(ctx.metrics.observe))
         result = await cancel_on_disconnect(request, complete_native(served, body))

@@ -21,7 +21,14 @@ from ..openai_api import (
     astream_chat_completion,
     astream_completion,
 )
-from .context import AppContext, cache_headers, cancel_on_disconnect, final_timings, read_json
+from .context import (
+    AppContext,
+    cache_headers,
+    cancel_on_disconnect,
+    final_timings,
+    read_json,
+    stream_flag,
+)
 from .embeddings import aembed, embedding_response, parse_embedding_request
 from .sse import event_stream
 
@@ -54,7 +61,7 @@ def openai_router(ctx: AppContext) -> APIRouter:
 def _generation_routes(router: APIRouter, ctx: AppContext) -> None:
     async def generate(request: Request, body: Any, *, chat: bool) -> Response:
         served = ctx.served()
-        if isinstance(body, dict) and body.get("stream"):
+        if stream_flag(body):
             chunks = (astream_chat_completion if chat else astream_completion)(served, body)
             return await event_stream(request, chunks, on_chunk=final_timings(ctx.metrics.observe))
         run = achat_completion if chat else acompletion

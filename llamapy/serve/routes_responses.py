@@ -20,7 +20,7 @@ from ..openai_api import (
     count_input_tokens,
 )
 from ..openai_api.responses_params import ResponsesBody
-from .context import AppContext, cache_headers, cancel_on_disconnect, read_json
+from .context import AppContext, cache_headers, cancel_on_disconnect, read_json, stream_flag
 from .errors import error_body
 from .sse_named import named_event_stream
 
@@ -45,7 +45,7 @@ def responses_router(ctx: AppContext) -> APIRouter:
         """OpenAI Responses (SSE with typed events when ``stream``)."""
         body = await read_json(request)
         served = ctx.served()
-        if isinstance(body, dict) and body.get("stream"):
+        if stream_flag(body):
             events = astream_response(served, body, observe=ctx.metrics.observe)
             return await named_event_stream(request, events, error_event=responses_error_event)
         timings: dict[str, Any] = {}

@@ -24,6 +24,7 @@ from llamapy.openai_api.params import (
     ChatBody,
     CompletionBody,
     check_unsupported,
+    choice_options,
     engine_extras,
     logit_bias,
     parse_body,
@@ -102,20 +103,33 @@ def test_body_must_be_an_object() -> None:
         parse_body(ChatBody, [1, 2])
 
 
-def test_n_and_best_of_and_suffix_are_rejected_clearly() -> None:
-    with pytest.raises(UnsupportedFeatureError, match="n=1"):
-        check_unsupported(parse_body(ChatBody, {"messages": MESSAGES, "n": 2}))
+def test_streamed_n_best_of_and_suffix_are_rejected_clearly() -> None:
+    with pytest.raises(UnsupportedFeatureError, match="without streaming"):
+        check_unsupported(parse_body(ChatBody, {"messages": MESSAGES, "n": 2, "stream": True}))
+    check_unsupported(parse_body(ChatBody, {"messages": MESSAGES, "n": 2}))
+    with pytest.raises(InvalidOptionError, match="'n'"):
+        parse_body(ChatBody, {"messages": MESSAGES, "n": 129})
     with pytest.raises(UnsupportedFeatureError, match="best_of"):
         check_unsupported(parse_body(CompletionBody, {"prompt": "x", "best_of": 3}))
     with pytest.raises(UnsupportedFeatureError, match="suffix"):
         check_unsupported(parse_body(CompletionBody, {"prompt": "x", "suffix": "y"}))
 
 
+def test_choice_options_offset_a_request_seed() -> None:
+    assert [o["seed"] for o in choice_options({"seed": 7, "top_k": 2}, 3)] == [7, 8, 9]
+    assert choice_options({"top_k": 2}, 2) == [{"top_k": 2}, {"top_k": 2}]
+    assert [o["seed"] for o in choice_options({"seed": -1}, 2)] == [-1, -1]
+
+
 def test_logit_bias_forms() -> None:
     assert logit_bias({"1": 2, "3": False}) == {1: 2.0, 3: -math.inf}
     assert logit_bias([[1, -1.5], [2, False]]) == {1: -1.5, 2: -math.inf}
-    with pytest.raises(InvalidOptionError):
-        logit_bias({"abc": 1})
+    assert logit_bias([["Hello", -1.0]]) == {"Hello": -1.0}  # text: tokenized later
+    assert logit_bias({"Hello": 2}) == {"Hello": 2.0}
+    for bad in ({"1": math.inf}, {"1": math.nan}, {"1": 101}, {"1": True}, {"1": "x"},
+                [[1, 2, 3]], [1], [[None, 1]], "x"):
+        with pytest.raises(InvalidOptionError, match="logit_bias"):
+            logit_bias(bad)
 
 
 def test_errors_map_by_type_to_the_openai_shape() -> None:
@@ -125,6 +139,7 @@ def test_errors_map_by_type_to_the_openai_shape() -> None:
     error = body["error"]
     assert error["code"] == "context_length_exceeded"
     assert (error["additional_tokens"], error["n_ctx"]) == (5000, 4096)
+    assert (error["type"], error["n_prompt_tokens"]) == ("exceed_context_size_error", 5000)
     assert set(error) >= {"message", "type", "param", "code"}
     assert error_body(ModelNotFoundError("nope"))[0] == 404
     status, body = error_body(QueueFullError(4))
