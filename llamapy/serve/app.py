@@ -45,45 +45,42 @@ def create_app(
     own_server: bool = False,
     **served: Any,
 ) -> FastAPI:
-    """The OpenAI-compatible app for ``target`` (also serving the OpenAI Responses API and
-    the Anthropic Messages API).
+    """The app for ``target`` (a :class:`Server`, or a callable returning one, run on a thread:
+    ``/health`` answers 503 meanwhile): OpenAI, Responses, Anthropic and llama-server routes.
 
-    ``target`` is a :class:`Server` (loading or ready) or a callable returning one, run in a
-    background thread (the app answers ``/health`` with 503 meanwhile). ``alias`` is the
-    public model id (default: the GGUF file's stem); ``api_key`` protects everything but
-    ``/health`` and the chat page; ``cors_origins`` are allowed browser origins;
-    ``chat_template`` is Jinja source overriding the GGUF's template. ``webui=False`` removes
-    the chat page at ``/`` (404); ``slots=False`` / ``metrics=False`` make ``/slots`` /
-    ``/metrics`` answer 501 (llama-server's ``--no-slots``, its ``/metrics`` without
-    ``--metrics``). ``served`` are more :class:`~llamapy.openai_api.ServedModel` options
-    (``aliases``, ``tags``, ``n_predict``, ``reasoning_format``, ``template_kwargs``). With
-    ``own_server`` the server is closed when the app shuts down.
+    ``alias``: the public model id (default: the file's stem). ``api_key`` protects all but
+    ``/health`` and the page. ``chat_template``: Jinja overriding the GGUF's. ``webui=False``:
+    no page at ``/``; ``slots`` / ``metrics=False``: those endpoints answer 501. ``served``:
+    more :class:`~llamapy.openai_api.ServedModel` options (``aliases``, ``tags``, ``n_predict``,
+    ``reasoning_format``, ``template_kwargs``). ``own_server``: close it on shutdown.
     """
     host = ModelHost(target, name=alias or "", chat_template=chat_template,
                      request_timeout=request_timeout, **served)
     ctx = AppContext(host, api_key=api_key, embeddings=embeddings, slots=slots,
                      metrics_endpoint=metrics)
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        yield
-        ctx.close()
-        if own_server:
-            host.close()
-
     app = FastAPI(title="llamapy", summary="OpenAI-compatible llama.cpp server",
-                  lifespan=lifespan)
+                  lifespan=_lifespan(ctx, host if own_server else None))
     app.state.llamapy = ctx
     install_error_handlers(app)
-    app.include_router(health_router(ctx))
-    app.include_router(openai_router(ctx))
-    app.include_router(responses_router(ctx))
-    app.include_router(anthropic_router(ctx))
-    app.include_router(llama_router(ctx))
+    for router in (health_router, openai_router, responses_router, anthropic_router,
+                   llama_router):
+        app.include_router(router(ctx))
     if webui:
         _add_page(app)
     _add_middleware(app, ctx, cors_origins, max_body_bytes)
     return app
+
+
+def _lifespan(ctx: AppContext, owned: ModelHost | None) -> Any:
+    """On shutdown: close the app's context, then the server if the app owns it."""
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        ctx.close()
+        if owned is not None:
+            owned.close()
+
+    return lifespan
 
 
 def _add_middleware(app: FastAPI, ctx: AppContext, cors_origins: Sequence[str],
