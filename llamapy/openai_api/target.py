@@ -74,6 +74,7 @@ class ServedModel:
     n_predict: int = -1
     reasoning_format: str = "auto"
     template_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    accept_any_model: bool = False
     created: int = field(default_factory=lambda: int(time.time()))
 
     def __post_init__(self) -> None:
@@ -92,10 +93,12 @@ class ServedModel:
         return frozenset({self.name, *self.aliases, path.stem, path.name, str(path)})
 
     def check_model(self, requested: str | None) -> None:
-        """Raise :class:`ModelNotFoundError` unless ``requested`` is empty or one of ours."""
-        if requested and requested not in self.names:
+        """Raise :class:`ModelNotFoundError` unless ``requested`` is empty or one of ours (any
+        name passes with ``accept_any_model``, as llama-server answers any)."""
+        if requested and requested not in self.names and not self.accept_any_model:
             raise ModelNotFoundError(
-                f"model {requested!r} is not served here (serving {self.name!r})"
+                f"model {requested!r} is not served here (serving {self.name!r}; start the "
+                "server with --accept-any-model to answer any model name)"
             )
 
     @property

@@ -50,6 +50,9 @@ def _add_identity(group: argparse._ArgumentGroup) -> None:
     group.add_argument("-a", "--alias", action=_ListAppend, default=[], metavar="NAME",
                        help="public model id (default: the file's stem); repeatable or "
                             "comma-separated: the first is shown, the others are also accepted")
+    group.add_argument("--accept-any-model", action="store_true",
+                       help="answer requests naming any model (llama-server does; by default an "
+                       "unknown model is a 404, as in vLLM)")
     group.add_argument("--tags", action=_ListAppend, default=[], metavar="TAG",
                        help="informational model tags, comma-separated (shown in /v1/models)")
     group.add_argument("--host", default="127.0.0.1", help="bind address (default: 127.0.0.1)")
@@ -147,5 +150,5 @@ def app_options(args: argparse.Namespace) -> dict[str, Any]:
         "embeddings": not args.no_embeddings_endpoint, "webui": args.webui is not False,
         "slots": args.slots is not False, "metrics": args.metrics is not False,
         "n_predict": args.n_predict, "reasoning_format": args.reasoning_format,
-        "template_kwargs": template_kwargs(args),
+        "template_kwargs": template_kwargs(args), "accept_any_model": args.accept_any_model,
     }

@@ -79,8 +79,19 @@ def test_unknown_model_and_route_are_404(client: openai.OpenAI, http: httpx.Clie
         client.chat.completions.create(model="gpt-4o", max_tokens=1,
                                        messages=[{"role": "user", "content": "hi"}])
     assert info.value.body["code"] == "model_not_found"  # type: ignore[index]
+    assert "--accept-any-model" in info.value.body["message"]  # type: ignore[index]
     error_of(http.get("/v2/nothing"), 404)
     error_of(http.post("/v1/embeddings", json={"input": "x", "model": "other"}), 404)
+
+
+def test_accept_any_model_answers_clients_that_hard_code_a_name(server: Server) -> None:
+    """Many clients send ``gpt-3.5-turbo``: ``--accept-any-model`` serves them (llama-server
+    answers any name); the default stays a 404, as in vLLM."""
+    with LiveApp(create_app(server, alias=MODEL_ALIAS, accept_any_model=True)) as app:
+        client = openai.OpenAI(base_url=app.url + "/v1", api_key="unused", max_retries=0)
+        reply = client.chat.completions.create(model="gpt-3.5-turbo", max_tokens=2,
+                                               messages=[{"role": "user", "content": "hi"}])
+        assert reply.choices[0].message.content is not None
 
 
 def test_context_overflow_is_400_with_token_counts(http: httpx.Client) -> None:

@@ -138,3 +138,8 @@ def test_no_webui_no_slots_no_metrics(unloaded: threading.Event) -> None:
             assert response.status_code == 501, path
             assert response.json()["error"]["type"] == "not_supported_error"
             assert flag in response.json()["error"]["message"]
+
+
+def test_accept_any_model_is_off_unless_asked() -> None:
+    assert options()["accept_any_model"] is False
+    assert options("--accept-any-model")["accept_any_model"] is True
