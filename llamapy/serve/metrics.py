@@ -5,7 +5,8 @@ histograms (observed from each response's timings). Engine-side, read from
 :meth:`Server.stats` at scrape time: prompt/prefill/generated tokens, queue depth, slots by
 state, and the cache metrics no peer exposes: reused prompt tokens by source (own slot, donor
 slot, RAM cache, in-flight), RAM cache bytes/entries/evictions/restores, prefix instability
-events (a template rewriting history), KV pressure purges.
+events (a template rewriting history), KV pressure purges. llama-server's ``llamacpp:`` names
+come alongside (:mod:`llamapy.serve.metrics_compat`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .metrics_compat import LlamaCppCollector
 
 PREFIX = "llamapy"
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -98,6 +101,7 @@ class Metrics:
                                        "Decode time per generated token after the first",
                                        buckets=_TOKEN_BUCKETS, registry=self.registry)
         self.registry.register(EngineCollector(stats))
+        self.registry.register(LlamaCppCollector(stats))
 
     def observe(self, timings: Mapping[str, Any] | None) -> None:
         """Record a response's ``timings`` (as built by ``openai_api.report``)."""

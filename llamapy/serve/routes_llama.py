@@ -24,6 +24,7 @@ from .context import (
     stream_flag,
 )
 from .errors import error_response
+from .metrics_compat import PROCESS_START
 from .sse import event_stream
 
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
@@ -124,4 +125,5 @@ def _status_routes(router: APIRouter, ctx: AppContext) -> None:
         """Prometheus metrics (501 with ``--no-metrics``)."""
         ctx.check_enabled("metrics")
         text = await run_in_threadpool(ctx.metrics.render)
-        return Response(text, media_type=PROMETHEUS_TEXT)
+        return Response(text, media_type=PROMETHEUS_TEXT,
+                        headers={"Process-Start-Time-Unix": str(PROCESS_START)})

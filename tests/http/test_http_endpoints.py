@@ -4,6 +4,7 @@ slots, health, metrics."""
 from __future__ import annotations
 
 import base64
+import time
 
 import httpx
 import numpy as np
@@ -95,6 +96,20 @@ def test_health_and_metrics(http: httpx.Client) -> None:
               for line in text.splitlines() if line.startswith("llamapy_reused_tokens_total{")}
     assert set(reused) == {"own", "donor", "ram", "inflight"}
     assert sum(reused.values()) > 0
+
+
+def test_metrics_carry_llama_servers_names_and_start_time(http: httpx.Client) -> None:
+    """Dashboards written for llama-server read ``llamacpp:`` names and the start header."""
+    assert http.post("/v1/chat/completions", json=chat("Hi", max_tokens=3)).status_code == 200
+    response = http.get("/metrics")
+    started = int(response.headers["Process-Start-Time-Unix"])
+    assert 0 < time.time() - started < 24 * 3600
+    values = {line.split()[0]: float(line.split()[1]) for line in response.text.splitlines()
+              if line.startswith("llamacpp:")}
+    assert values["llamacpp:tokens_predicted_total"] >= 3
+    assert values["llamacpp:prompt_tokens_total"] > 0 and values["llamacpp:n_decode_total"] > 0
+    assert values["llamacpp:requests_processing"] == 0
+    assert values["llamacpp:requests_deferred"] == 0
 
 
 def test_chat_page_is_served(http: httpx.Client) -> None:

@@ -1,0 +1,46 @@
+"""llama-server's ``llamacpp:`` metric names, read from the same engine stats as ours, so
+dashboards and alerts written for llama-server work unchanged. ``PROCESS_START`` is the
+``Process-Start-Time-Unix`` header llama-server puts on ``/metrics``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+__all__ = ["PROCESS_START", "LlamaCppCollector"]
+
+#: Seconds since the epoch when the serving module was loaded (the process's start, closely).
+PROCESS_START = int(time.time())
+
+#: ``llamacpp:<name>_total`` counters: name -> (stats key, help).
+COUNTERS = {
+    "prompt_tokens": ("num_prefill_tokens", "Number of prompt tokens processed."),
+    "tokens_predicted": ("num_generated_tokens", "Number of generation tokens processed."),
+    "n_decode": ("num_decode_calls", "Total number of llama_decode() calls"),
+}
+#: ``llamacpp:<name>`` gauges: name -> (stats key, help).
+GAUGES = {
+    "requests_processing": ("slots_active", "Number of requests processing."),
+    "requests_deferred": ("queue_depth", "Number of requests deferred."),
+}
+
+
+class LlamaCppCollector(Collector):
+    """The ``llamacpp:`` families (nothing while the model loads)."""
+
+    def __init__(self, stats: Callable[[], Mapping[str, Any] | None]) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        """llama-server's metric families from the engine's stats."""
+        stats = self._stats()
+        if not stats or "num_submitted" not in stats:
+            return
+        for name, (key, doc) in COUNTERS.items():
+            yield CounterMetricFamily(f"llamacpp:{name}", doc, value=float(stats.get(key, 0)))
+        for name, (key, doc) in GAUGES.items():
+            yield GaugeMetricFamily(f"llamacpp:{name}", doc, value=float(stats.get(key, 0)))
