@@ -19,7 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .metrics_compat import LlamaCppCollector
+from .metrics_compat import llamacpp_families
 
 PREFIX = "llamapy"
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -85,6 +85,7 @@ class EngineCollector(Collector):
         for reason, count in sorted(dict(stats.get("finish_reasons") or {}).items()):
             finished.add_metric([str(reason)], float(count))
         yield finished
+        yield from llamacpp_families(stats)
 
 
 class Metrics:
@@ -101,7 +102,6 @@ class Metrics:
                                        "Decode time per generated token after the first",
                                        buckets=_TOKEN_BUCKETS, registry=self.registry)
         self.registry.register(EngineCollector(stats))
-        self.registry.register(LlamaCppCollector(stats))
 
     def observe(self, timings: Mapping[str, Any] | None) -> None:
         """Record a response's ``timings`` (as built by ``openai_api.report``)."""

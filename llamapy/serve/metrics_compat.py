@@ -5,13 +5,12 @@ dashboards and alerts written for llama-server work unchanged. ``PROCESS_START``
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
 
-__all__ = ["PROCESS_START", "LlamaCppCollector"]
+__all__ = ["PROCESS_START", "llamacpp_families"]
 
 #: Seconds since the epoch when the serving module was loaded (the process's start, closely).
 PROCESS_START = int(time.time())
@@ -29,18 +28,10 @@ GAUGES = {
 }
 
 
-class LlamaCppCollector(Collector):
-    """The ``llamacpp:`` families (nothing while the model loads)."""
-
-    def __init__(self, stats: Callable[[], Mapping[str, Any] | None]) -> None:
-        self._stats = stats
-
-    def collect(self) -> Iterator[Metric]:
-        """llama-server's metric families from the engine's stats."""
-        stats = self._stats()
-        if not stats or "num_submitted" not in stats:
-            return
-        for name, (key, doc) in COUNTERS.items():
-            yield CounterMetricFamily(f"llamacpp:{name}", doc, value=float(stats.get(key, 0)))
-        for name, (key, doc) in GAUGES.items():
-            yield GaugeMetricFamily(f"llamacpp:{name}", doc, value=float(stats.get(key, 0)))
+def llamacpp_families(stats: Mapping[str, Any]) -> Iterator[Metric]:
+    """llama-server's metric families from the engine's stats (the engine collector of
+    :mod:`llamapy.serve.metrics` yields them after its own)."""
+    for name, (key, doc) in COUNTERS.items():
+        yield CounterMetricFamily(f"llamacpp:{name}", doc, value=float(stats.get(key, 0)))
+    for name, (key, doc) in GAUGES.items():
+        yield GaugeMetricFamily(f"llamacpp:{name}", doc, value=float(stats.get(key, 0)))
