@@ -188,7 +188,7 @@ class LlamaBackend:
         batch = self._batch
         batch.clear()
         for seg in plan.segments:
-            batch.add(seg.seq_id, seg.start_pos, seg.token_ids, seg.logits)
+            batch.add(seg.seq_id, seg.start_pos, seg.token_ids, seg.logits, seg.n_outputs)
         self.ctx.decode(batch)
 
     def _check(self, plan: BatchPlan) -> None:

@@ -256,8 +256,9 @@ class Context:
 class Batch:
     """A preallocated ``llama_batch`` filled through numpy views (one sequence id per token).
 
-    ``add(seq_id, start_pos, token_ids, logits_last)`` appends a run of tokens for one sequence;
-    the returned index is the batch row of the run's last token (for sampling and logits).
+    ``add(seq_id, start_pos, token_ids, logits_last, n_outputs)`` appends a run of tokens for one
+    sequence (with output rows for its last ``n_outputs`` tokens when ``logits_last``); the
+    returned index is the batch row of the run's last token (for sampling and logits).
     """
 
     def __init__(self, capacity: int) -> None:
@@ -294,8 +295,10 @@ class Batch:
         self.struct.n_tokens = 0
 
     def add(self, seq_id: int, start_pos: int, token_ids: Sequence[int],
-            logits_last: bool = True) -> int:
-        """Append ``token_ids`` of ``seq_id`` at positions from ``start_pos``; return last row."""
+            logits_last: bool = True, n_outputs: int = 1) -> int:
+        """Append ``token_ids`` of ``seq_id`` at positions from ``start_pos``; return last row.
+        With ``logits_last`` the last ``n_outputs`` tokens get output rows (a speculative
+        draft's verification reads one per drafted position)."""
         n = int(self.struct.n_tokens)
         k = len(token_ids)
         if k == 0:
@@ -313,6 +316,6 @@ class Batch:
         self.seq[n:end] = seq_id
         self.logits[n:end] = 0
         if logits_last:
-            self.logits[end - 1] = 1
+            self.logits[end - min(max(n_outputs, 1), k):end] = 1
         self.struct.n_tokens = end
         return end - 1

@@ -45,10 +45,14 @@ class Segment:
 
     The tokens occupy positions ``start_pos .. start_pos + len(token_ids) - 1`` of sequence
     ``seq_id``; ``start_pos`` is always ``seq_pos_max(seq_id) + 1`` (positions stay
-    consecutive). ``logits=True`` asks for an output row for the segment's *last* token only.
-    ``tag`` is an opaque label (the ``(cache_scope, cache_identity, adapter_set)`` of the request
-    that owns the tokens); real backends ignore it, the fake backend records it in every KV cell
-    it writes so tests can prove reuse never crosses scopes.
+    consecutive). ``logits=True`` asks for output rows for the segment's last ``n_outputs``
+    tokens (1: the usual decode or last prefill chunk; more: a speculative draft's verification,
+    one row per drafted position plus the bonus row). ``tag`` is an opaque label (the
+    ``(cache_scope, cache_identity, adapter_set)`` of the request that owns the tokens); real
+    backends ignore it, the fake backend records it in every KV cell it writes so tests can
+    prove reuse never crosses scopes. ``draft_tag`` is the key of the text a speculative draft
+    was proposed from (None: no draft); the fake backend records a violation when it differs
+    from ``tag`` (a cross-scope proposal).
     """
 
     seq_id: int
@@ -56,6 +60,8 @@ class Segment:
     token_ids: Sequence[int]
     logits: bool = False
     tag: Hashable = None
+    n_outputs: int = 1
+    draft_tag: Hashable = None
 
 
 @dataclass(slots=True)

@@ -18,11 +18,12 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from itertools import chain
 
 from llamapy.engine.admission import check_request
 from llamapy.engine.backend import Backend, Sampler
+from llamapy.engine.drafting import Drafter, NgramDrafter
 from llamapy.engine.executor import Executor
 from llamapy.engine.integrity import build_stats, check_engine
 from llamapy.engine.leases import LeaseOps
@@ -41,6 +42,7 @@ from llamapy.engine.request import (
     TokenEvent,
 )
 from llamapy.engine.slots import Slot, SlotPool
+from llamapy.engine.speculation import Speculator
 from llamapy.engine.states import RequestState, SlotState
 from llamapy.engine.stats import Counters, EngineStats, InstabilityEvent, recent_events
 from llamapy.engine.strategies import resolve_strategy
@@ -59,11 +61,17 @@ log = logging.getLogger("llamapy.engine")
 
 
 class Engine:
-    """Continuous batching over a :class:`~llamapy.engine.backend.Backend`."""
+    """Continuous batching over a :class:`~llamapy.engine.backend.Backend`.
+
+    ``drafters`` adds speculative drafters by name (``"draft"``: a
+    :class:`~llamapy.engine.model_drafter.ModelDrafter`); the ``"ngram"`` drafter is built in.
+    The engine closes them with itself.
+    """
 
     def __init__(self, backend: Backend, config: EngineConfig | None = None, *,
                  tuning: EngineTuning | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 drafters: Mapping[str, Drafter] | None = None) -> None:
         self.config = config = config or EngineConfig()
         self.tuning = tuning = tuning or EngineTuning()
         _check_backend(backend, config)
@@ -79,7 +87,10 @@ class Engine:
         self.prefix = PrefixResolver(backend, self.pool, self.ram, self.counters, tuning,
                                      self.instability_events.append)
         self.planner = Planner(self.strategy, self.n_batch, config.chunk_size)
-        self.executor = Executor(backend, self.prefix, self.counters, clock, self._deliver)
+        self.speculator = Speculator(backend, self.counters, _drafters(config, drafters),
+                                     config.speculative, tuning.spec_prior_beta)
+        self.executor = Executor(backend, self.prefix, self.counters, clock, self._deliver,
+                                 self.speculator)
         #: KV operations on leased slots (snapshot, restore, clear, next-token logits).
         self.leases = LeaseOps(backend, self.pool, self.prefix)
         self._queue: list[Run] = []
@@ -107,6 +118,7 @@ class Engine:
         sampler = None if request.options.max_tokens == 0 else \
             self.backend.new_sampler(request.options.sampling)
         run = self._new_run(request, prompt, sampler)
+        self.speculator.start(run)
         self._runs[request.request_id] = run
         self._queue.append(run)
         if slot is not None:
@@ -178,6 +190,7 @@ class Engine:
             waiting = self._resolve_prefixes()
             batch = self._plan_batch(waiting)
             if batch is not None:
+                self.speculator.extend(batch, self.n_batch, self.backend.n_ctx_seq)
                 self.executor.execute(batch)
         except Exception as exc:  # planning or decoding: fail the runs on slots
             self._fail_runs([s.run for s in self.pool.running() if s.run], "tick", exc)
@@ -281,6 +294,7 @@ class Engine:
             self._queue.remove(run)
         run.machine.fire("finish")
         del self._runs[run.request_id]
+        self.speculator.finished(run)
         if run.sampler is not None:
             run.sampler.close()
         self._count_finish(run, reason)
@@ -374,10 +388,18 @@ class Engine:
         self._closed = True
         for run in sorted(self._runs.values(), key=lambda r: r.serial):
             self._finish(run, FinishReason.ERROR, ClosedError("engine closed"))
+        self.speculator.close()
 
     def _check_open(self) -> None:
         if self._closed:
             raise ClosedError("engine is closed")
+
+
+def _drafters(config: EngineConfig, extra: Mapping[str, Drafter] | None) -> dict[str, Drafter]:
+    """The built-in n-gram drafter plus ``extra`` (by name)."""
+    drafters: dict[str, Drafter] = {"ngram": NgramDrafter(config.spec_ngram_size)}
+    drafters.update(extra or {})
+    return drafters
 
 
 def _check_backend(backend: Backend, config: EngineConfig) -> None:

@@ -1,11 +1,16 @@
 """Decode a batch, handle KV pressure, then sample and emit.
 
 KV pressure (``KVCacheFullError``): purge idle slots' caches one at a time (least recently used
-first, each offered to the RAM cache) and retry; when nothing is left to purge, split the batch
+first, each offered to the RAM cache) and retry; then drop the batch's speculative drafts and
+retry; when nothing is left to purge or drop, split the batch
 in halves and decode each; an entry that still does not fit alone fails its run with
 ``ContextOverflowError`` and gives up its KV, so the others carry on. Any other decode error
 fails the runs of the batch with that error, after trimming whatever the backend wrote past
 each slot's known KV.
+
+A decode entry carrying a draft is verified row by row (see
+:mod:`llamapy.engine.speculation`): sampling goes on while the sampled token equals the drafted
+one, then the rejected positions' KV is removed.
 
 Runs are only *marked* finished here (``run.finish``); the engine's reap phase sends the final
 event and frees the slot.
@@ -19,6 +24,7 @@ from llamapy.engine.backend import Backend, Sampler
 from llamapy.engine.planner import Entry, ScheduledBatch
 from llamapy.engine.prefix import PrefixResolver
 from llamapy.engine.request import Event, FinishReason, Run, TokenEvent
+from llamapy.engine.speculation import Speculator, trim_to_run
 from llamapy.engine.states import SlotState
 from llamapy.engine.stats import Counters
 from llamapy.errors import ContextOverflowError, DecodeError, KVCacheFullError, LlamapyError
@@ -30,8 +36,10 @@ class Executor:
     """Runs batches against the backend."""
 
     def __init__(self, backend: Backend, prefix: PrefixResolver, counters: Counters,
-                 clock: Callable[[], float], deliver: Callable[[Run, Event], None]) -> None:
+                 clock: Callable[[], float], deliver: Callable[[Run, Event], None],
+                 speculator: Speculator) -> None:
         self.backend = backend
+        self.speculator = speculator
         self.prefix = prefix
         self.counters = counters
         self.clock = clock
@@ -48,11 +56,16 @@ class Executor:
             self.counters.num_adapter_switches += 1
         while True:
             try:
+                started = self.clock()
                 self.backend.decode(plan)
+                self.speculator.cost.record(plan.n_tokens, self.clock() - started)
                 break
             except KVCacheFullError:
                 self.counters.num_kv_pressure_events += 1
                 if self.prefix.purge_one():
+                    continue
+                if _drop_drafts(batch):
+                    plan = batch.to_plan()
                     continue
                 self._split_or_overflow(batch)
                 return
@@ -91,13 +104,29 @@ class Executor:
             if entry.prefill:
                 self.counters.num_prefill_tokens += len(entry.token_ids)
                 run.timings.prefill_tokens += len(entry.token_ids)
-            if row is not None:
+            if row is not None and entry.draft:
+                self._verify(entry, row)
+            elif row is not None:
                 self._sample(entry, row)
             elif run.prefill_only and entry.slot.remaining_prefill == 0:
                 run.timings.prefill_s = self.clock() - (run.prefill_started_at or 0.0)
                 run.finish = FinishReason.PREFILL
 
-    def _sample(self, entry: Entry, row: int) -> None:
+    def _verify(self, entry: Entry, row: int) -> None:
+        """Sample the rows of a drafted entry while they confirm the draft; trim the rest."""
+        run, draft = entry.run, entry.draft
+        first, accepted = row - len(draft), 0
+        for i in range(len(draft) + 1):
+            token = self._sample(entry, first + i)
+            matched = token is not None and i < len(draft) and token == draft[i]
+            accepted += matched
+            if not matched or run.finish is not None:
+                break
+        trim_to_run(self.backend, run, entry.slot.seq_id, entry.slot.cached)
+        self.speculator.verified(run, len(draft), accepted)
+
+    def _sample(self, entry: Entry, row: int) -> int | None:
+        """Sample, account and emit one token of ``entry`` from ``row`` (None: it failed)."""
         run, slot = entry.run, entry.slot
         assert run.sampler is not None, "sampling a prefill-only run"
         try:
@@ -106,7 +135,7 @@ class Executor:
             logprobs = _logprobs(run.sampler, row, token, n_probs) if n_probs else None
         except LlamapyError as exc:  # e.g. a grammar with no allowed token: this run only
             run.error, run.finish = exc, FinishReason.ERROR
-            return
+            return None
         run.tokens.append(token)
         self.counters.num_generated_tokens += 1
         self._time_token(run)
@@ -116,6 +145,7 @@ class Executor:
         if reason is not None:
             run.finish = reason
         self.deliver(run, TokenEvent(run.request_id, token, text, logprobs))
+        return token
 
     def _time_token(self, run: Run) -> None:
         now = self.clock()
@@ -136,6 +166,16 @@ class Executor:
         if run.num_generated >= run.request.options.max_tokens:
             return text + run.text.flush(), FinishReason.MAX_TOKENS
         return text, None
+
+
+def _drop_drafts(batch: ScheduledBatch) -> bool:
+    """Remove every draft from ``batch``; False when it had none."""
+    dropped = False
+    for entry in batch.entries:
+        if entry.draft:
+            entry.token_ids = entry.token_ids[:len(entry.token_ids) - len(entry.draft)]
+            entry.draft, entry.draft_tag, dropped = [], None, True
+    return dropped
 
 
 def _logprobs(sampler: Sampler, row: int, token: int, n: int) -> tuple[tuple[int, float], ...]:

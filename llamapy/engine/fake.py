@@ -209,13 +209,18 @@ class FakeBackend:
         if sets - {adapters}:
             self.violations.append(f"seq {seq} decoded under adapter set {adapters!r} attends "
                                    f"to cells computed under {sets}")
+        if seg.draft_tag is not None and seg.draft_tag != seg.tag:
+            self.violations.append(f"seq {seq} (tag {seg.tag!r}) verifies a draft proposed "
+                                   f"from {seg.draft_tag!r}")
         h = self._cell(self._seq[seq][pos - 1]).hash if pos > 0 else ROOT_HASH
         salt = adapter_salt(adapters)
+        n = len(seg.token_ids)
+        first_out = n - max(1, seg.n_outputs) if seg.logits else n
         for i, token in enumerate(seg.token_ids):
             h = chain_hash(h, token, salt)
             self._new_cell(seq, Cell(pos + i, token, h, seg.tag, adapters))
-        if seg.logits:
-            self._rows[offset + len(seg.token_ids) - 1] = h
+            if i >= first_out:
+                self._rows[offset + i] = h
 
     def _cell(self, index: int) -> Cell:
         cell = self._cells[index]

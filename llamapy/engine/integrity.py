@@ -112,4 +112,5 @@ def _slot_info(slot: Slot) -> SlotInfo:
 
 
 def _copy(counters: Counters) -> Counters:
-    return replace(counters, finish_reasons=dict(counters.finish_reasons))
+    return replace(counters, finish_reasons=dict(counters.finish_reasons),
+                   draft_accepted_per_pos=list(counters.draft_accepted_per_pos))

@@ -14,7 +14,7 @@ of that set; the other sets' slots wait for a later tick.
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from llamapy.engine.backend import BatchPlan, Segment
 from llamapy.engine.request import Run
@@ -35,6 +35,8 @@ class Entry:
     start_pos: int
     prefill: bool
     samples: bool
+    draft: list[int] = field(default_factory=list)
+    draft_tag: Hashable = None
 
 
 @dataclass(slots=True)
@@ -46,7 +48,8 @@ class ScheduledBatch:
 
     def to_plan(self) -> BatchPlan:
         """The backend's view of this batch."""
-        return BatchPlan([Segment(e.slot.seq_id, e.start_pos, e.token_ids, e.samples, e.run.key)
+        return BatchPlan([Segment(e.slot.seq_id, e.start_pos, e.token_ids, e.samples, e.run.key,
+                                  len(e.draft) + 1, e.draft_tag)
                           for e in self.entries], self.adapter_set)
 
     @property

@@ -23,6 +23,7 @@ from llamapy.errors import LlamapyError
 if TYPE_CHECKING:
     from llamapy.engine.backend import Sampler
     from llamapy.engine.slots import Slot
+    from llamapy.engine.speculation import Speculation
 
 __all__ = [
     "CacheKey",
@@ -71,6 +72,7 @@ class RequestTimings:
     ``reused_tokens`` is the prompt prefix whose KV was reused; ``reuse_source`` names where the
     biggest part came from (``"own"``, ``"donor"``, ``"ram"``, ``"inflight"`` or ``None``);
     ``inflight_tokens`` were adopted from another slot computing the same prefix right now.
+    ``draft_tokens`` / ``draft_accepted`` count speculative draft tokens verified / accepted.
     """
 
     submitted_at: float = 0.0
@@ -85,6 +87,8 @@ class RequestTimings:
     completion_tokens: int = 0
     decode_s: float = 0.0
     finish_reason: str | None = None
+    draft_tokens: int = 0
+    draft_accepted: int = 0
 
     @property
     def prefill_tok_per_s(self) -> float | None:
@@ -205,6 +209,7 @@ class Run:
     last_token_at: float | None = None
     finish: FinishReason | None = None
     error: LlamapyError | None = None
+    spec: Speculation | None = None
 
     @property
     def request_id(self) -> Hashable:

@@ -74,6 +74,10 @@ class Counters:
     num_context_overflows: int = 0
     num_instability_events: int = 0
     num_adapter_switches: int = 0
+    num_draft_tokens: int = 0
+    num_draft_accepted: int = 0
+    num_draft_steps: int = 0
+    draft_accepted_per_pos: list[int] = field(default_factory=list)
     finish_reasons: dict[str, int] = field(default_factory=dict)
 
     @property

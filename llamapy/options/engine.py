@@ -15,6 +15,7 @@ from typing import Any
 from llamapy.options._spec import check, is_int, is_num, option, option_factory, option_names
 from llamapy.options.context import KV_UNIFIED, N_CTX, N_PARALLEL, default_n_batch
 from llamapy.options.sampling import SamplingParams, sampling_option_keys, split_sampling
+from llamapy.options.speculative import SpeculativeParams, parse_spec_type
 
 __all__ = ["EngineConfig", "EngineTuning", "engine_option_keys", "make_engine_config"]
 
@@ -29,6 +30,8 @@ class EngineConfig:
     cache budget (0 = off). ``batch_strategy`` is a strategy name (``"decode_maximal"``,
     ``"prefill_priority"``, ``"balanced"``), class or instance (see
     :mod:`llamapy.engine.strategies`). ``sampling`` holds the server's sampling defaults.
+    The ``spec_*`` fields are the server's speculative decoding defaults (llama-server's flag
+    names; see :mod:`llamapy.options.speculative`), :attr:`speculative` their resolved form.
     """
 
     n_parallel: int = option(N_PARALLEL, "slots: requests decoded concurrently")
@@ -42,6 +45,16 @@ class EngineConfig:
                                         flags=("-cram", "--cache-ram"))
     batch_strategy: Any = option(
         "decode_maximal", "batch strategy: decode_maximal, prefill_priority or balanced")
+    spec_type: str = option("off", "speculative drafters, comma-separated: ngram (ngram-mod, "
+                            "ngram-simple, ...), draft (draft-simple) or off")
+    spec_draft_n_max: int = option(16, "most draft tokens verified per step",
+                                   flags=("--draft-max", "--draft"))
+    spec_draft_n_min: int = option(0, "fewest draft tokens worth verifying",
+                                   flags=("--draft-min",))
+    spec_draft_p_min: float = option(0.0, "draft model: stop drafting below this probability",
+                                     flags=("--draft-p-min",))
+    spec_ngram_size: int = option(4, "longest n-gram the prompt lookup matches")
+    spec_adaptive: bool = option(True, "adapt draft length to acceptance, off below break-even")
     sampling: SamplingParams = option_factory(SamplingParams, "the server's sampling defaults")
 
     def __post_init__(self) -> None:
@@ -59,6 +72,15 @@ class EngineConfig:
         from llamapy.engine.strategies import resolve_strategy
 
         resolve_strategy(self.batch_strategy)  # validate at start, raise InvalidOptionError
+        self.speculative  # validate the spec_* fields at start  # noqa: B018
+
+    @property
+    def speculative(self) -> SpeculativeParams:
+        """The server's speculative decoding defaults, resolved (built on each call: keep it)."""
+        return SpeculativeParams(
+            type=parse_spec_type(self.spec_type), n_max=self.spec_draft_n_max,
+            n_min=self.spec_draft_n_min, p_min=self.spec_draft_p_min,
+            ngram_size=self.spec_ngram_size, adaptive=self.spec_adaptive)
 
     @property
     def prompt_cache_ram_bytes(self) -> int:
@@ -89,6 +111,8 @@ class EngineTuning:
     prefix another slot is computing right now adopt it instead of recomputing it;
     ``follow_min_tokens`` is the least shared remainder worth waiting a tick for.
     ``instability_min_history``: histories shorter than this never raise prefix instability.
+    ``spec_prior_beta``: the marginal cost of a batch token relative to a one-token decode,
+    assumed by adaptive speculation until the engine has measured it.
     """
 
     min_route_share: float = option(0.1, "cached share of a prompt that wins routing")
@@ -97,3 +121,4 @@ class EngineTuning:
     inflight_dedup: bool = option(True, "adopt a prefix another slot is computing")
     follow_min_tokens: int = option(8, "least shared remainder worth waiting a tick for")
     instability_min_history: int = option(256, "shortest history that can be unstable")
+    spec_prior_beta: float = option(0.3, "assumed cost of a batch token until it is measured")

@@ -24,6 +24,7 @@ from llamapy.options._spec import (
     option_factory,
     option_names,
 )
+from llamapy.options.speculative import speculative_overrides
 
 __all__ = [
     "LLAMA_DEFAULT_SEED",
@@ -133,6 +134,9 @@ class RequestOptions:
     ``adapters`` is the request's adapter set (``()`` = the base model), opaque to the engine:
     any hashable items, kept in order; the backend interprets it (``LlamaBackend``:
     ``((path, scale), ...)``). Runs of different sets never share a decode call or any KV.
+    ``speculative`` overrides the server's speculative decoding settings (a drafter name,
+    ``False``, or a mapping of :class:`~llamapy.options.speculative.SpeculativeParams` fields;
+    stored as validated field overrides, None = the server's).
     """
 
     max_tokens: int = option(256, "most tokens to generate (0 = prefill only)")
@@ -141,6 +145,7 @@ class RequestOptions:
     cache_scope: str | None = option(None, "trust boundary of prefix reuse (None = shared)")
     adapters: tuple[Hashable, ...] = option((), "the request's LoRA adapter set (() = none)")
     stop: tuple[str, ...] = option((), "strings that end generation (never emitted)")
+    speculative: Any = option(None, "speculative decoding: a drafter name, False or settings")
     sampling: SamplingParams = option_factory(SamplingParams, "the request's sampling options")
 
     def __post_init__(self) -> None:
@@ -155,6 +160,8 @@ class RequestOptions:
         check(all(isinstance(s, str) and s for s in stop), "stop", "must be non-empty strings")
         object.__setattr__(self, "stop", stop)
         object.__setattr__(self, "adapters", _adapter_set(self.adapters))
+        spec = speculative_overrides(self.speculative)
+        object.__setattr__(self, "speculative", None if spec is None else MappingProxyType(spec))
         check(isinstance(self.sampling, SamplingParams), "sampling", "must be SamplingParams")
 
 

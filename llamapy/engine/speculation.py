@@ -1,0 +1,241 @@
+"""Speculative decoding: drafts verified inside the normal tick.
+
+After the planner lays out a tick's batch, :meth:`Speculator.extend` asks the drafters for
+proposals for the decoding slots that speculate and appends them to those slots' decode
+entries, within ``n_batch`` (the strategy's tokens come first; drafts use what is left). Each
+such segment asks for an output row per position: the row after the last sampled token and one
+after each drafted token. The executor then samples row by row with the request's own sampler
+(:meth:`~llamapy.engine.executor.Executor`): while the sampled token equals the drafted one the
+next row is valid too; the first token that differs (or the row after a fully accepted draft) is
+the last one emitted, and the KV of the rejected positions is removed with ``seq_rm``.
+
+Why the output never changes: every emitted token is drawn by the request's sampler from logits
+computed on exactly the tokens that precede it, in the same order and with the same sampler
+state (grammar, penalties, RNG) as without speculation. A draft is a point proposal, so this
+*is* the rejection-sampling rule (accept a drafted ``x`` with probability ``p(x)``, else draw
+from ``p`` without ``x``): greedy requests accept by argmax, sampled requests keep their exact
+distribution (and, with a seed, their exact tokens). Stop strings, ``max_tokens``, EOG, grammar,
+logprobs and streaming see the tokens one at a time, as always.
+
+Adaptive (``adaptive=True``): the payoff of a draft of ``k`` tokens is ``E(k) / c(k)``: the
+expected tokens a step emits, ``E(k) = 1 + a + ... + a^k`` for a per-token acceptance ``a``,
+over the step's cost relative to a plain decode, ``c(k) = 1 + beta * k``. :class:`DecodeCost`
+measures ``beta`` (the marginal cost of a batch token) from the engine's own decode timings:
+about 0.3-0.5 for a small model on a few CPU cores, near 0 on a GPU. :class:`Speculation` (one
+per request) estimates ``a`` from its verifications (exponentially decayed counts of accepted
+tokens and of rejections), drafts the ``k`` that maximises the payoff (at most ``n_max``), and
+turns speculation off for the request once even the best ``k`` does not pay (``E / c < 1``)
+after a few steps: open-ended text stops paying for drafts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from llamapy.engine.backend import Backend
+from llamapy.engine.drafting import Drafter, DraftJob
+from llamapy.engine.planner import ScheduledBatch
+from llamapy.engine.request import Run
+from llamapy.engine.stats import Counters
+from llamapy.options.speculative import SpeculativeParams
+
+__all__ = ["Speculation", "Speculator"]
+
+#: Verification steps before the adaptive rule may switch speculation off.
+MIN_STEPS_BEFORE_OFF = 4
+#: Decay of the acceptance counts per verification step (recent steps weigh more).
+ACCEPT_DECAY = 0.8
+#: Prior acceptance: as if 2 of 3 drafted tokens had been accepted.
+PRIOR_ACCEPTED, PRIOR_REJECTED = 2.0, 1.0
+
+
+class DecodeCost:
+    """The marginal cost of a batch token relative to a one-token decode (``beta``), fitted
+    to ``seconds = a + b * n_tokens`` over recent decodes (exponentially forgotten)."""
+
+    def __init__(self, prior_beta: float, decay: float = 0.98) -> None:
+        self.prior_beta = prior_beta
+        self.decay = decay
+        self._s = [0.0] * 5  # weight, sum n, sum n^2, sum t, sum n*t
+
+    def record(self, n_tokens: int, seconds: float) -> None:
+        """Add one decode's size and duration."""
+        d, s = self.decay, self._s
+        for i, v in enumerate((1.0, n_tokens, n_tokens * n_tokens, seconds,
+                               n_tokens * seconds)):
+            s[i] = d * s[i] + v
+
+    @property
+    def beta(self) -> float:
+        """``b / (a + b)``, clamped to [0.01, 1]; the prior until sizes vary enough."""
+        w, sn, snn, st, snt = self._s
+        var = w * snn - sn * sn
+        if w < 4 or var <= 1e-9 * max(1.0, w * snn):
+            return self.prior_beta
+        b = (w * snt - sn * st) / var
+        a = (st - b * sn) / w
+        if b <= 0 or a + b <= 0:
+            return self.prior_beta
+        return min(1.0, max(0.01, b / (a + b)))
+
+
+def best_draft_len(acceptance: float, beta: float, n_max: int) -> tuple[int, float]:
+    """The draft length ``k`` in ``1..n_max`` maximising ``E(k) / (1 + beta k)``, and that
+    payoff (see the module docstring)."""
+    best_k, best, expected, term = 1, 0.0, 1.0, 1.0
+    for k in range(1, max(1, n_max) + 1):
+        term *= acceptance
+        expected += term
+        payoff = expected / (1.0 + beta * k)
+        if payoff > best:
+            best_k, best = k, payoff
+    return best_k, best
+
+
+@dataclass(slots=True)
+class Speculation:
+    """One request's speculation state and measurements."""
+
+    params: SpeculativeParams
+    n_cur: int = 1
+    active: bool = True
+    steps: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    accepted_per_pos: list[int] = field(default_factory=list)
+    _hits: float = PRIOR_ACCEPTED
+    _misses: float = PRIOR_REJECTED
+
+    def __post_init__(self) -> None:
+        self.n_cur = self.params.n_max
+
+    @property
+    def acceptance(self) -> float:
+        """Estimated chance that the next drafted token is accepted."""
+        return self._hits / (self._hits + self._misses)
+
+    def adapt(self, beta: float) -> None:
+        """Choose the next draft length for the measured ``beta`` (adaptive only)."""
+        if not self.params.adaptive:
+            return
+        k, payoff = best_draft_len(self.acceptance, beta, self.params.n_max)
+        self.n_cur = k
+        if self.steps >= MIN_STEPS_BEFORE_OFF and payoff < 1.0:
+            self.active = False
+
+    def record(self, drafted: int, accepted: int) -> None:
+        """Account one verification step."""
+        self.steps += 1
+        self.drafted += drafted
+        self.accepted += accepted
+        while len(self.accepted_per_pos) < accepted:
+            self.accepted_per_pos.append(0)
+        for i in range(accepted):
+            self.accepted_per_pos[i] += 1
+        self._hits = ACCEPT_DECAY * self._hits + accepted
+        self._misses = ACCEPT_DECAY * self._misses + (accepted < drafted)
+
+
+class Speculator:
+    """Attaches drafts to a batch's decode entries and accounts their verification."""
+
+    def __init__(self, backend: Backend, counters: Counters, drafters: Mapping[str, Drafter],
+                 defaults: SpeculativeParams, prior_beta: float) -> None:
+        self.backend = backend
+        self.counters = counters
+        self.drafters = dict(drafters)
+        self.defaults = defaults
+        self.cost = DecodeCost(prior_beta)
+
+    def start(self, run: Run) -> None:
+        """Give ``run`` its speculation state if its settings turn speculation on."""
+        params = self.defaults.merged(run.request.options.speculative)
+        usable = [t for t in params.type if t in self.drafters]
+        if not params.enabled or not usable or run.prefill_only \
+                or not self.backend.supports_partial_removal:
+            return
+        run.spec = Speculation(params)
+        run.spec.adapt(self.cost.beta)
+
+    def extend(self, batch: ScheduledBatch, n_batch: int, n_ctx_seq: int) -> None:
+        """Append drafts to ``batch``'s decode entries of speculating runs, within ``n_batch``
+        (and never past ``max_tokens`` or the sequence's context)."""
+        room = n_batch - batch.n_tokens
+        jobs: list[DraftJob] = []
+        for entry in batch.entries:
+            spec = entry.run.spec
+            if room <= 0 or entry.prefill or spec is None or not spec.active:
+                continue
+            run = entry.run
+            left = min(run.request.options.max_tokens - run.num_generated - 1,
+                       n_ctx_seq - len(entry.slot.cached) - 2)
+            n = min(spec.n_cur, room, left)
+            if n >= max(1, spec.params.n_min):
+                jobs.append(DraftJob(entry.slot, run, n))
+        if not jobs:
+            return
+        self._propose(jobs)
+        by_slot = {job.slot.slot_id: job for job in jobs}
+        for entry in batch.entries:
+            job = by_slot.get(entry.slot.slot_id)
+            spec = entry.run.spec
+            if job is None or spec is None or len(job.tokens) < max(1, spec.params.n_min):
+                continue
+            draft = job.tokens[:min(job.n_max, room)]
+            room -= len(draft)
+            entry.draft, entry.draft_tag = draft, job.source
+            entry.token_ids = [*entry.token_ids, *draft]
+
+    def _propose(self, jobs: list[DraftJob]) -> None:
+        """Ask each drafter, in each run's order, for the jobs still without a draft."""
+        order: list[str] = []
+        for job in jobs:
+            assert job.run.spec is not None
+            order += [t for t in job.run.spec.params.type if t not in order]
+        for name in order:
+            drafter = self.drafters.get(name)
+            wanting = [j for j in jobs if not j.tokens and j.run.spec is not None
+                       and name in j.run.spec.params.type]
+            if drafter is not None and wanting:
+                drafter.propose(wanting)
+
+    def verified(self, run: Run, drafted: int, accepted: int) -> None:
+        """Account a verification step of ``run`` (counters, timings, adaptation)."""
+        spec = run.spec
+        assert spec is not None, "verified: run does not speculate"
+        spec.record(drafted, accepted)
+        spec.adapt(self.cost.beta)
+        c = self.counters
+        c.num_draft_tokens += drafted
+        c.num_draft_accepted += accepted
+        c.num_draft_steps += 1
+        while len(c.draft_accepted_per_pos) < accepted:
+            c.draft_accepted_per_pos.append(0)
+        for i in range(accepted):
+            c.draft_accepted_per_pos[i] += 1
+        run.timings.draft_tokens = spec.drafted
+        run.timings.draft_accepted = spec.accepted
+
+    def finished(self, run: Run) -> None:
+        """Let the drafters learn from / forget ``run``."""
+        if run.spec is None:
+            return
+        for name in run.spec.params.type:
+            drafter = self.drafters.get(name)
+            if drafter is not None:
+                drafter.finished(run)
+
+    def close(self) -> None:
+        """Close every drafter."""
+        for drafter in self.drafters.values():
+            drafter.close()
+
+
+def trim_to_run(backend: Backend, run: Run, seq_id: int, cached: list[int]) -> None:
+    """Drop the KV of rejected draft positions: ``cached`` becomes ``run.tokens[:-1]``."""
+    keep = len(run.tokens) - 1
+    if len(cached) > keep:
+        backend.seq_rm(seq_id, keep, -1)
+        del cached[keep:]
+
