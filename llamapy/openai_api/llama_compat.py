@@ -220,8 +220,11 @@ def props(served: ServedModel) -> dict[str, Any]:
 
 
 def slots(served: ServedModel) -> list[dict[str, Any]]:
-    """``/slots``: each slot's state, cached tokens and current request."""
+    """``/slots``: each slot's state, cached tokens and current request (``speculative``:
+    whether the server drafts by default, as llama-server reports it)."""
     n_ctx = slot_n_ctx(served)
+    speculative = served.server.start_options.engine.speculative.enabled
     return [{"id": slot["slot_id"], "id_task": slot["request_id"] or -1, "n_ctx": n_ctx,
-             "is_processing": slot["request_id"] is not None, **slot}
+             "speculative": speculative, "is_processing": slot["request_id"] is not None,
+             **slot}
             for slot in served.server.slots()]

@@ -272,6 +272,9 @@ def engine_extras(extra: Mapping[str, Any]) -> dict[str, Any]:
         name = ENGINE_ALIASES.get(key, key)
         if key in API_EXTRAS or value is None:  # null means "not set"
             continue
+        if key.startswith(SPEC_PREFIX):  # llama-server's flat "speculative.n_max" spelling
+            _speculative_field(out, key.removeprefix(SPEC_PREFIX), value)
+            continue
         if name in SERVER_ONLY:
             raise InvalidOptionError(
                 f"{key} cannot be set over HTTP; start the server with --lora PATH and select "
@@ -290,6 +293,20 @@ def engine_extras(extra: Mapping[str, Any]) -> dict[str, Any]:
     if extra.get("lora") is not None:
         out["lora"] = extra["lora"]
     return out
+
+
+#: llama-server's prefix of per-request speculative fields (``speculative.n_max``, ...).
+SPEC_PREFIX = "speculative."
+
+
+def _speculative_field(out: dict[str, Any], field: str, value: Any) -> None:
+    """Merge one ``speculative.<field>`` into ``out["speculative"]`` (a mapping)."""
+    spec = out.get("speculative")
+    if isinstance(spec, str | bool | list):
+        spec = {"type": ("ngram" if spec else "off") if isinstance(spec, bool) else spec}
+    spec = dict(spec or {})
+    spec[field] = value
+    out["speculative"] = spec
 
 
 def lora_adapters(selection: Any, loaded: Sequence[str]) -> tuple[tuple[str, float], ...]:

@@ -87,6 +87,9 @@ def timings_dict(timings: RequestTimings, model: Model | None = None,
         "cache_inflight_n": timings.inflight_tokens,
         "cache_diverged_at": at,
     }
+    if timings.draft_tokens:  # llama-server reports these only when the request drafted
+        out["draft_n"] = timings.draft_tokens
+        out["draft_n_accepted"] = timings.draft_accepted
     if model is not None and prompt_ids is not None and at is not None:
         window = list(prompt_ids[at:at + DIVERGED_TEXT_TOKENS])
         out["cache_diverged_text"] = model.detokenize(window, False, True) if window else ""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +52,8 @@ class ServerOptions:
 
     ``lora`` lists LoRA adapter files loaded at start (a load failure fails the start);
     requests select them by index (the HTTP ``lora: [{"id", "scale"}]`` field) or pass
-    ``adapters`` directly in-process.
+    ``adapters`` directly in-process. ``spec_draft_model`` is loaded next to the model, with the
+    same loading options and a context of the same size, for the ``draft`` drafter.
     """
 
     model_path: str = required("the GGUF model file (Server's positional argument)")
@@ -64,6 +65,9 @@ class ServerOptions:
                                  flags=("-b", "--batch-size"))
     name: str | None = option(None, "server thread name (default: llamapy-server)")
     lora: tuple[str, ...] = option((), "LoRA adapter files loaded at start (select by index)")
+    spec_draft_model: str | None = option(
+        None, "draft model GGUF (same vocabulary) for speculative decoding; implies "
+        "--spec-type draft when no type is given", flags=("-md", "--model-draft"))
 
     def __post_init__(self) -> None:
         check(is_int(self.n_ctx) and self.n_ctx >= 1, "n_ctx", "must be an integer >= 1")
@@ -138,6 +142,18 @@ def _server_options(model_path: str | os.PathLike[str], options: Mapping[str, An
     return ServerOptions(model_path=str(Path(model_path)), **own)
 
 
+def _with_draft_type(engine: EngineConfig, server: ServerOptions) -> EngineConfig:
+    """A draft model without a ``spec_type`` turns the ``draft`` drafter on (llama-server's
+    ``-md`` alone does); ``draft`` without a draft model is refused."""
+    kinds = engine.speculative.type
+    if server.spec_draft_model and not kinds:
+        return replace(engine, spec_type="draft")
+    if "draft" in kinds and not server.spec_draft_model:
+        raise InvalidOptionError("spec_type 'draft' needs a draft model (spec_draft_model, "
+                                 "--spec-draft-model / -md)", option="spec_type")
+    return engine
+
+
 def resolve_start_options(model_path: str | os.PathLike[str], options: Mapping[str, Any]
                           ) -> ResolvedStart:
     """Split and validate flat start options (raises on unknown keys or bad values)."""
@@ -148,7 +164,8 @@ def resolve_start_options(model_path: str | os.PathLike[str], options: Mapping[s
     engine_opts = {k: v for k, v in _pick(options, engine_option_keys()).items()
                    if k != "n_batch"}
     engine_opts.setdefault("n_parallel", server.n_parallel)
-    engine = make_engine_config({**engine_opts, "n_batch": server.effective_n_batch})
+    engine = _with_draft_type(
+        make_engine_config({**engine_opts, "n_batch": server.effective_n_batch}), server)
     context = ContextOptions(
         n_ctx=server.n_ctx, n_batch=server.effective_n_batch, n_seq_max=server.n_parallel,
         kv_unified=engine.kv_unified, **_pick(options, tuning_option_keys()),

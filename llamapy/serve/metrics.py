@@ -40,6 +40,9 @@ ENGINE_COUNTERS = {
     "num_kv_pressure_events": "KV pressure events",
     "num_context_overflows": "Context overflows",
     "num_instability_events": "Prefix instability events (cached history matched 10-50%)",
+    "num_draft_tokens": "Speculative draft tokens verified",
+    "num_draft_accepted": "Speculative draft tokens accepted",
+    "num_draft_steps": "Speculative verification steps",
     "ram_cache_evictions": "RAM prompt cache evictions",
 }
 #: Engine gauges exported as ``llamapy_<name>``.
@@ -85,7 +88,17 @@ class EngineCollector(Collector):
         for reason, count in sorted(dict(stats.get("finish_reasons") or {}).items()):
             finished.add_metric([str(reason)], float(count))
         yield finished
+        yield _per_position(f"{PREFIX}_draft_accepted_per_pos",
+                            "Accepted speculative draft tokens by draft position", stats)
         yield from llamacpp_families(stats)
+
+
+def _per_position(name: str, doc: str, stats: Mapping[str, Any]) -> Metric:
+    """A counter with one series per draft position (0 = the first drafted token)."""
+    family = CounterMetricFamily(name, doc, labels=["position"])
+    for position, count in enumerate(stats.get("draft_accepted_per_pos") or ()):
+        family.add_metric([str(position)], float(count))
+    return family
 
 
 class Metrics:

@@ -20,6 +20,13 @@ COUNTERS = {
     "prompt_tokens": ("num_prefill_tokens", "Number of prompt tokens processed."),
     "tokens_predicted": ("num_generated_tokens", "Number of generation tokens processed."),
     "n_decode": ("num_decode_calls", "Total number of llama_decode() calls"),
+    "spec_decode_num_draft_tokens": ("num_draft_tokens",
+                                     "Speculative: Total draft tokens generated"),
+    "spec_decode_num_accepted_tokens": ("num_draft_accepted",
+                                        "Speculative: Total draft tokens accepted by the target "
+                                        "model"),
+    "spec_decode_num_drafts": ("num_draft_steps",
+                               "Speculative: Total speculative decoding verification steps"),
 }
 #: ``llamacpp:<name>`` gauges: name -> (stats key, help).
 GAUGES = {
@@ -35,3 +42,10 @@ def llamacpp_families(stats: Mapping[str, Any]) -> Iterator[Metric]:
         yield CounterMetricFamily(f"llamacpp:{name}", doc, value=float(stats.get(key, 0)))
     for name, (key, doc) in GAUGES.items():
         yield GaugeMetricFamily(f"llamacpp:{name}", doc, value=float(stats.get(key, 0)))
+    per_pos = stats.get("draft_accepted_per_pos") or ()
+    if per_pos:  # llama-server writes this family only once a draft was accepted
+        family = CounterMetricFamily("llamacpp:spec_decode_num_accepted_tokens_per_pos",
+                                     "Accepted tokens per draft position", labels=["position"])
+        for position, count in enumerate(per_pos):
+            family.add_metric([str(position)], float(count))
+        yield family

@@ -12,12 +12,18 @@ __all__ = ["load_server"]
 
 
 def load_server(start: ResolvedStart) -> Hosted:
-    """Load the model and host an engine on it; the ``lora`` start adapters are preloaded.
-    A failure frees what was made (the model included) and raises."""
+    """Load the model (and the draft model, if any) and host an engine on it; the ``lora``
+    start adapters are preloaded. A failure frees what was made (the models included) and
+    raises."""
     model = Model(start.server.model_path, start.model)
+    draft: Model | None = None
     try:
+        if start.server.spec_draft_model:
+            draft = Model(start.server.spec_draft_model, start.model)
         preload = tuple((path, 1.0) for path in start.server.lora)
-        return host_model(model, start.context, start.engine, preload)
+        return host_model(model, start.context, start.engine, preload, draft_model=draft)
     except BaseException:
         model.close()
+        if draft is not None:
+            draft.close()
         raise

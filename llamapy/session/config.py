@@ -21,6 +21,7 @@ from llamapy.options import (
     sampling_option_keys,
     tuning_option_keys,
 )
+from llamapy.options.speculative import speculative_overrides
 from llamapy.session.manifest import ContextManifest
 
 __all__ = [
@@ -216,7 +217,11 @@ class DecodeConfig:
     ``reasoning_format``: one of :data:`~llamapy.options.REASONING_FORMATS`: ``"auto"`` or
     ``"deepseek"`` (reasoning goes to ``thinking``) or ``"none"`` (left in ``text``). The
     sampling fields use the OpenAI spelling (``temperature``); :func:`decode_sampling` maps
-    them onto ``SamplingParams`` through the alias table."""
+    them onto ``SamplingParams`` through the alias table. ``speculative`` takes the engine's
+    per-request form (a drafter name such as ``"ngram"``, ``False``, or a mapping like
+    ``{"type": "ngram", "n_max": 8}``; None = the server's default): the n-gram drafter looks
+    up the whole resident sequence, so code the model rewrites from the stable prefix is
+    drafted from it."""
 
     max_tokens: int | None = 256
     temperature: float | None = None
@@ -226,8 +231,10 @@ class DecodeConfig:
     parser_protocols: tuple[str, ...] = ()
     reasoning_format: str = "auto"
     structured_output: StructuredOutput = field(default_factory=StructuredOutput)
+    speculative: Any = None
 
     def __post_init__(self) -> None:
+        speculative_overrides(self.speculative)  # validate now (InvalidOptionError)
         if self.max_tokens is not None and self.max_tokens < 1:
             raise InvalidOptionError("max_tokens must be >= 1 (or None)", option="max_tokens")
         if self.reasoning_format not in REASONING_FORMATS:

@@ -285,9 +285,9 @@ class Session(DecodeStreams):
         self._prefix, self._suffix, self._generated = [], [], []
 
     def _request(self, tokens: list[int], max_tokens: int, identity: str,
-                 sampling: Any = None) -> Request:
+                 sampling: Any = None, speculative: Any = None) -> Request:
         options = RequestOptions(max_tokens=max_tokens, cache_scope=self.config.cache_scope,
-                                 adapters=self._host.adapter_set,
+                                 adapters=self._host.adapter_set, speculative=speculative,
                                  **({} if sampling is None else {"sampling": sampling}))
         return Request(request_id=new_request_id(), token_ids=tokens, options=options,
                        cache_identity=identity, lease_id=self._lease)

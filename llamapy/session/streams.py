@@ -66,7 +66,7 @@ class DecodeStreams:
         def _check(self) -> None: ...
 
         def _request(self, tokens: list[int], max_tokens: int, identity: str,
-                     sampling: Any = None) -> Request: ...
+                     sampling: Any = None, speculative: Any = None) -> Request: ...
 
     def _decode_request(self, config: DecodeConfig) -> tuple[Request, DecodeRun]:
         self._check()
@@ -83,7 +83,7 @@ class DecodeStreams:
             tail = self._host.detokenize(resident[-_TAIL_TOKENS:])
         run = DecodeRun(config, self._host.sampling, tail)
         request = self._request(resident, max_tokens, self._manifest.identity_digest,
-                                run.sampling)
+                                run.sampling, config.speculative)
         return request, run
 
     def _stream(self, request: Request, run: DecodeRun) -> Generator[StreamChunk, None, None]:
