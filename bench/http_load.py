@@ -87,6 +87,8 @@ def start(cmd: list[str], port: int, timeout: float = 120.0, cwd: str | None = N
     started = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd)
     while time.perf_counter() - started < timeout:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{cmd[0]} exited with status {proc.returncode}")
         try:
             if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
                 return proc, time.perf_counter() - started
