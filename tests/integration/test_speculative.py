@@ -1,11 +1,12 @@
 """Speculative decoding on the real model: what is generated does not change.
 
 llama.cpp's CPU kernels are not batch-invariant: the logits of a position computed in a
-one-token decode and in a multi-token verification batch differ slightly (up to ~0.7 here on
-SmolLM2 Q4_1), so two greedy runs can part at a near-tie whatever the scheduler does. The tests
-therefore compare greedy outputs token for token up to the first position where the reference
-run's top-2 log-probability margin is below :data:`DECISIVE_MARGIN` (well above that noise),
-and require that this decisive stretch is long, so the comparison is never vacuous.
+one-token decode and in a multi-token batch differ slightly (up to ~0.7 here on SmolLM2 Q4_1),
+so two greedy runs can part at a near-tie whatever the scheduler does (with 4 concurrent
+requests, plain continuous batching does it too). The tests therefore require greedy outputs to
+agree token for token until they part, that they part only where the reference run's top-2
+log-probability gap is below :data:`NEAR_TIE` (a wrong row, KV cell or sampler state parts them
+at a decisive token), and that the agreeing stretch is long.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ import pytest
 from llamapy.runtime.client import Completion
 from llamapy.server import Server
 
-#: Top-2 log-probability gap above which batch-shape noise cannot flip a greedy choice.
-DECISIVE_MARGIN = 1.5
+#: Top-2 log-probability gap below which batch-shape noise may flip a greedy choice.
+NEAR_TIE = 1.5
 
 CODE = '''def merge_intervals(intervals):
     """Merge overlapping [start, end] intervals and return them sorted."""
@@ -51,11 +52,15 @@ def chat(text: str) -> str:
     return f"<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n"
 
 
-def decisive_len(reference: Completion) -> int:
-    """How many leading tokens of ``reference`` were chosen by a clear margin."""
-    for i, pairs in enumerate(reference.logprobs):
-        if len(pairs) >= 2 and pairs[0][1] - pairs[1][1] < DECISIVE_MARGIN:
+def agreement(reference: Completion, other: Completion) -> int:
+    """Leading tokens ``other`` shares with ``reference``; ``AssertionError`` when they part
+    at a token the reference chose by a clear margin."""
+    for i, (a, b) in enumerate(zip(reference.token_ids, other.token_ids, strict=False)):
+        if a != b:
+            top = reference.logprobs[i]
+            assert top[0][1] - top[1][1] < NEAR_TIE, (i, top, reference.text, other.text)
             return i
+    assert len(reference.token_ids) == len(other.token_ids), (reference.text, other.text)
     return len(reference.token_ids)
 
 
@@ -64,7 +69,7 @@ def run_all(server: Server, prompts: list[str], **options: object) -> list[Compl
     out: list[Completion | None] = [None] * len(prompts)
 
     def one(i: int) -> None:
-        out[i] = server.complete(chat(prompts[i]), max_tokens=160, temp=0.0, n_probs=2,
+        out[i] = server.complete(chat(prompts[i]), max_tokens=96, temp=0.0, n_probs=2,
                                  timeout=600, **options)
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(len(prompts))]
@@ -86,12 +91,8 @@ def test_greedy_output_is_unchanged_by_ngram_speculation(model_path: Path, n_par
             runs.append(run_all(srv, prompts))
             drafted.append(srv.call(lambda e: (e.counters.num_draft_tokens,
                                                e.counters.num_draft_accepted)))
-    compared = 0
-    for ref, spec in zip(*runs, strict=True):
-        n = decisive_len(ref)
-        assert list(spec.token_ids[:n]) == list(ref.token_ids[:n])
-        compared += n
-    assert compared >= 100 * len(prompts) // 2, compared  # a long stretch was compared
+    agreed = sum(agreement(ref, spec) for ref, spec in zip(*runs, strict=True))
+    assert agreed >= 25 * len(prompts), agreed  # a long stretch was compared
     assert drafted[0] == (0, 0)
     assert drafted[1][1] > 40, drafted  # input-grounded text is drafted and accepted
 
