@@ -311,12 +311,14 @@ def without_drafts(plan: BatchPlan) -> list[tuple[int, int, tuple[int, ...]]]:
 
 def assert_drafts_dropped_first(backend: AttemptLog) -> None:
     """After a KV-full attempt with drafts, the next attempt is that batch again (after a
-    purge) or without its drafts, never a split."""
-    attempts = backend.attempts
+    purge) or without its drafts, never a split; and there was such an attempt."""
+    attempts, seen = backend.attempts, 0
     for (plan, ok), (after, _) in itertools.pairwise(attempts):
         if not ok and any(d > 0 for d in draft_lens([plan])):
+            seen += 1
             assert without_drafts(after) == without_drafts(plan), "split before dropping"
             assert after.segments == plan.segments or not any(draft_lens([after]))
+    assert seen, "no decode with drafts ran out of KV"
 
 
 def test_kv_pressure_drops_drafts_and_everyone_finishes():
