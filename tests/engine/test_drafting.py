@@ -6,7 +6,14 @@ from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
-from spec_helpers import AuditedNgramDrafter, job, reference_of, run_jobs, spec_engine
+from spec_helpers import (
+    AuditedNgramDrafter,
+    job,
+    reference_of,
+    run_jobs,
+    spec_engine,
+    submit_jobs,
+)
 
 from llamapy.engine import FakeModel, Request, RequestOptions
 from llamapy.engine.drafting import POOL_NGRAM, DraftJob, NgramDrafter, NgramIndex, NgramPool
@@ -156,3 +163,10 @@ def test_pool_learned_drafts_are_used_within_the_same_key():
     assert sink.tokens == reference_of(backend, j)
     assert c.num_draft_accepted > 0 and sink.final.timings.draft_accepted == c.num_draft_accepted
     assert ngram.num_proposed > 0
+
+
+def test_a_requests_ngram_size_reaches_its_run():
+    _, engine, _ = scoped_engine()
+    submit_jobs(engine, [job(1, TEXT[:8], speculative={"ngram_size": 2}), job(2, TEXT[:8])])
+    sizes = {rid: run.spec.params.ngram_size for rid, run in engine.runs.items() if run.spec}
+    assert sizes == {1: 2, 2: 4}
