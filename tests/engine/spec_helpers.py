@@ -111,26 +111,44 @@ class LeakyDrafter(OracleDrafter):
 
 
 class AuditedNgramDrafter(NgramDrafter):
-    """The built-in n-gram drafter, asserting after each proposal that the draft is a run of
-    the request's own tokens or of a text learned under the request's own cache key."""
+    """The built-in n-gram drafter, checking after each proposal that the draft is a run of
+    the request's own tokens or of a text learned under the request's own cache key. A
+    failure is recorded (an exception would only fail the tick's requests) and raised by
+    :meth:`check_integrity`."""
 
     def __init__(self, ngram_size: int = 4) -> None:
         super().__init__(ngram_size)
         self.learned: dict[Hashable, list[list[int]]] = {}
-        self.num_proposed = 0
+        self.proposals: list[Proposal] = []
+        self.violations: list[str] = []
+
+    @property
+    def num_proposed(self) -> int:
+        """Drafts proposed."""
+        return len(self.proposals)
 
     def propose(self, jobs: Sequence[DraftJob]) -> None:
-        """Propose, then audit every filled job."""
-        super().propose(jobs)
-        for job in jobs:
+        """Propose, then audit every job it filled."""
+        wanting = [job for job in jobs if not job.tokens]
+        super().propose(wanting)
+        for job in wanting:
             if not job.tokens:
                 continue
-            self.num_proposed += 1
             run = job.run
-            assert job.source == run.key, f"draft source {job.source!r} != {run.key!r}"
+            self.proposals.append(Proposal(run.request_id, run.num_generated, job.n_max,
+                                           tuple(job.tokens)))
             texts = [run.tokens, *self.learned.get(run.key, [])]
-            assert any(contains(text, job.tokens) for text in texts), \
-                f"draft {job.tokens} of {run.key!r} is no text of that key"
+            if len(job.tokens) > job.n_max:
+                self.violations.append(f"{len(job.tokens)} draft tokens over {job.n_max}")
+            if job.source != run.key:
+                self.violations.append(f"draft source {job.source!r} != {run.key!r}")
+            if not any(contains(text, job.tokens) for text in texts):
+                self.violations.append(f"draft {job.tokens} of {run.key!r} is no text of it")
+
+    def check_integrity(self) -> None:
+        """Raise ``AssertionError`` if a proposal failed the audit."""
+        if self.violations:
+            raise AssertionError(f"n-gram drafter: {self.violations[0]}")
 
     def finished(self, run: Run) -> None:
         """Learn (as the base does) and remember the text under the run's key."""
@@ -169,9 +187,12 @@ def spec_engine(*, drafter: object | None = None, n_ctx: int = 2048, n_parallel:
 
 def check_all(engine: Engine, backend: FakeBackend) -> None:
     """Engine and backend integrity, and every slot's KV equal to what the engine believes
-    (after a verification: the run's tokens but the last)."""
+    (after a verification: the run's tokens but the last), and audited drafters clean."""
     engine.check_integrity()
     backend.check_integrity()
+    for drafter in engine.speculator.drafters.values():
+        if isinstance(drafter, AuditedNgramDrafter):
+            drafter.check_integrity()
     for slot in engine.pool.slots:
         assert backend.seq_tokens(slot.seq_id) == slot.cached, f"slot {slot.slot_id} KV drifted"
 
