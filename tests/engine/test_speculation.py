@@ -28,9 +28,16 @@ from spec_helpers import (
     transcript,
 )
 
-from llamapy.engine import BatchPlan, ErrorEvent, FakeBackend, FakeModel, SamplingParams
+from llamapy.engine import (
+    BatchPlan,
+    ErrorEvent,
+    FakeBackend,
+    FakeModel,
+    Request,
+    SamplingParams,
+)
 from llamapy.engine.speculation import MIN_STEPS_BEFORE_OFF
-from llamapy.engine.testing import drain
+from llamapy.engine.testing import Recorder, drain
 from llamapy.errors import ContextOverflowError, KVCacheFullError
 
 MODEL = FakeModel(n_vocab=512)
@@ -481,3 +488,21 @@ def test_timings_of_concurrent_requests_add_up_to_the_counters():
     assert sum(s.final.timings.draft_tokens for s in sinks) == c.num_draft_tokens > 0
     assert sum(s.final.timings.draft_accepted for s in sinks) == c.num_draft_accepted
     check_all(engine, backend)
+
+
+def test_a_consumer_gone_mid_draft_gets_no_more_tokens():
+    def run(spec_type: str) -> Recorder:
+        engine, backend = spec_engine(drafter=OracleDrafter(ENDLESS), model=ENDLESS,
+                                      n_parallel=1, spec_type=spec_type, spec_adaptive=False)
+        sink = Recorder()
+        sink.on_event = lambda _: setattr(sink, "gone", len(sink.tokens) >= 3)
+        j = job(1, PROMPTS[0], max_tokens=20)
+        engine.submit(Request(j.request_id, j.prompt, j.options, sink))
+        checked_drain(engine, backend)
+        assert engine.counters.num_draft_tokens == (16 if spec_type == "draft" else 0)
+        return sink
+
+    plain, spec = run("off"), run("draft")
+    assert spec.tokens == plain.tokens and len(spec.tokens) == 3
+    assert spec.finish_reason == plain.finish_reason == "cancelled"
+    assert spec.final.completion_tokens == 3
