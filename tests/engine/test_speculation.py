@@ -38,7 +38,7 @@ from llamapy.engine import (
 )
 from llamapy.engine.speculation import MIN_STEPS_BEFORE_OFF
 from llamapy.engine.testing import Recorder, drain
-from llamapy.errors import ContextOverflowError, KVCacheFullError
+from llamapy.errors import ContextOverflowError
 
 MODEL = FakeModel(n_vocab=512)
 ENDLESS = FakeModel(n_vocab=512, eog_permille=0)  # never draws EOG: outputs reach max_tokens
@@ -296,7 +296,7 @@ def test_a_draft_cut_by_n_batch_below_n_min_is_not_verified():
 
 
 class AttemptLog(FakeBackend):
-    """Records every decode attempt and whether the KV had room for it."""
+    """Records every decode attempt and whether it succeeded."""
 
     def __init__(self, **kw) -> None:
         super().__init__(**kw)
@@ -305,7 +305,7 @@ class AttemptLog(FakeBackend):
     def decode(self, plan: BatchPlan) -> None:
         try:
             super().decode(plan)
-        except KVCacheFullError:
+        except Exception:
             self.attempts.append((plan, False))
             raise
         self.attempts.append((plan, True))
@@ -506,3 +506,57 @@ def test_a_consumer_gone_mid_draft_gets_no_more_tokens():
     assert spec.tokens == plain.tokens and len(spec.tokens) == 3
     assert spec.finish_reason == plain.finish_reason == "cancelled"
     assert spec.final.completion_tokens == 3
+
+
+# --- faults, reuse after a verification, exact fits ----------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["decode_error", "abort", "invalid_batch"])
+def test_a_failed_verification_decode_leaves_no_draft_kv(kind):
+    engine, backend = spec_engine(drafter=OracleDrafter(ENDLESS), model=ENDLESS,
+                                  backend_cls=AttemptLog, spec_type="draft", spec_adaptive=False)
+    backend.inject(kind, at_call=2)  # the first decode after the prefill carries the drafts
+    jobs = [job(i, PROMPTS[i], max_tokens=12, seed=i) for i in range(2)]
+    run_jobs(engine, backend, jobs)  # check_all after every tick: KV == what the engine knows
+    assert isinstance(backend, AttemptLog)
+    failed, ok = backend.attempts[1]
+    assert not ok and all(n > 0 for n in draft_lens([failed]))
+    for j in jobs:
+        assert isinstance(j.sink.final, ErrorEvent)
+        assert j.sink.tokens == reference_of(backend, j)[:1]
+
+
+def test_an_injected_kv_full_drops_the_drafts_and_retries():
+    engine, backend = spec_engine(drafter=OracleDrafter(ENDLESS), model=ENDLESS,
+                                  backend_cls=AttemptLog, spec_type="draft", spec_adaptive=False)
+    backend.inject("kv_full", at_call=2)
+    jobs = [job(i, PROMPTS[i], max_tokens=12, seed=i) for i in range(2)]
+    run_jobs(engine, backend, jobs)
+    assert_reference(backend, jobs)
+    assert isinstance(backend, AttemptLog)
+    (failed, _), (retried, ok) = backend.attempts[1:3]
+    assert any(draft_lens([failed])) and not any(draft_lens([retried])) and ok
+    assert engine.counters.num_kv_pressure_events == 1 and engine.counters.num_batch_splits == 0
+
+
+def test_a_follow_up_request_reuses_the_kv_a_verification_left():
+    engine, backend = spec_engine(drafter=OracleDrafter(ENDLESS, 0.3, seed=1), model=ENDLESS,
+                                  n_parallel=1, spec_type="draft", spec_adaptive=False)
+    first = job(1, PROMPTS[0], max_tokens=15, temp=0.8)
+    run_jobs(engine, backend, [first])
+    assert engine.counters.num_draft_tokens > engine.counters.num_draft_accepted > 0
+    prompt = [*first.prompt, *first.sink.tokens, 7]
+    (sink,) = run_jobs(engine, backend, [second := job(2, prompt, max_tokens=15, temp=0.8)])
+    assert sink.tokens == reference_of(backend, second)
+    assert sink.final.timings.reused_tokens == len(first.prompt) + 15 - 1
+
+
+def test_per_sequence_kv_fits_exactly_with_drafts():
+    engine, backend = spec_engine(drafter=OracleDrafter(ENDLESS), model=ENDLESS, n_ctx=64,
+                                  n_parallel=2, unified=False, spec_type="draft",
+                                  spec_adaptive=False)
+    jobs = [job(i, [*range(1 + 20 * i, 21 + 20 * i)], max_tokens=12, seed=i) for i in range(2)]
+    run_jobs(engine, backend, jobs)  # 20 + 12 == n_ctx_seq
+    assert_reference(backend, jobs)
+    c = engine.counters
+    assert c.num_draft_accepted > 0 and c.num_kv_pressure_events == 0
