@@ -167,7 +167,7 @@ def accept_then_full_resample(history: list[int], draft: Sequence[int],
 def simulate(seed: int, rule: Rule | None) -> tuple[int, ...]:
     """One request's tokens: the first from the prompt's row, then verification steps with
     ``DRAFT`` cut as the engine cuts it (``rule=None``: no speculation, one draw a step)."""
-    rng, out = random.Random(seed), []
+    rng, out = random.Random(seed), list[int]()
     while len(out) < MAX_TOKENS:
         history = [*PROMPT, *out]
         n = min(len(DRAFT), MAX_TOKENS - len(out) - 1)

@@ -53,8 +53,9 @@ from llamapy.errors import (
     QueueFullError,
 )
 
-PREFIXES = ([], [1, 2, 3, 1, 2, 3, 1, 2], [1, 2, 3, 3, 2, 1, 1, 2, 3, 3, 2, 1],
-            [1, 2, 3, 3, 2, 1, 1, 2, 3, 3, 2, 1, 2, 2], [2, 2, 1])
+PREFIXES: tuple[list[int], ...] = (
+    [], [1, 2, 3, 1, 2, 3, 1, 2], [1, 2, 3, 3, 2, 1, 1, 2, 3, 3, 2, 1],
+    [1, 2, 3, 3, 2, 1, 1, 2, 3, 3, 2, 1, 2, 2], [2, 2, 1])
 SCOPES = (None, None, "a", "b")
 IDENTITIES = ("", "", "lora")
 ADAPTER_SETS = ((), (), (("a.gguf", 1.0),), (("b.gguf", 0.5),),
