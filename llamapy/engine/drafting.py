@@ -149,8 +149,9 @@ class NgramDrafter:
                 continue
             run = job.run
             index = self._indexes.get(run.serial)
-            if index is None:
-                index = self._indexes[run.serial] = NgramIndex(self.ngram_size)
+            if index is None:  # the request's own ngram_size (speculative option) wins
+                size = run.spec.params.ngram_size if run.spec is not None else self.ngram_size
+                index = self._indexes[run.serial] = NgramIndex(size)
             tokens = index.lookup(run.tokens, job.n_max)
             if tokens:
                 job.tokens, job.source = tokens, run.key

@@ -325,6 +325,8 @@ class Engine:
             alive = False
         if alive is False and isinstance(event, TokenEvent):
             self._gone.append(run)
+            if run.finish is None:  # a verification step emits nothing more to it
+                run.finish = FinishReason.CANCELLED
 
     # --- leases (for workspace sessions) -------------------------------------------------------
 

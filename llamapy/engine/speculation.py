@@ -180,9 +180,11 @@ class Speculator:
         for entry in batch.entries:
             job = by_slot.get(entry.slot.slot_id)
             spec = entry.run.spec
-            if job is None or spec is None or len(job.tokens) < max(1, spec.params.n_min):
+            if job is None or spec is None:
                 continue
             draft = job.tokens[:min(job.n_max, room)]
+            if len(draft) < max(1, spec.params.n_min):  # also when cut to fit n_batch
+                continue
             room -= len(draft)
             entry.draft, entry.draft_tag = draft, job.source
             entry.token_ids = [*entry.token_ids, *draft]
