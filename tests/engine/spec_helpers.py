@@ -36,6 +36,8 @@ from llamapy.engine.testing import Recorder, drain
 CPU_COST = CostModel(step_s=0.010, token_s=0.003)
 #: A decode costs the same whatever its size (beta clamps to its floor, 0.01).
 GPU_COST = CostModel(step_s=0.010, token_s=0.000001)
+#: The acceptance bucket of the oracle's proposals.
+ORACLE_BUCKET = ("oracle",)
 
 
 def true_continuation(model: FakeModel, run: Run, n: int) -> list[int]:
@@ -83,11 +85,13 @@ class OracleDrafter:
         for job in jobs:
             if job.tokens:
                 continue
-            job.tokens = [self._corrupt(t) for t in
-                          true_continuation(self.model, job.run, job.n_max)]
+            job.bucket, n = ORACLE_BUCKET, job.worth(ORACLE_BUCKET)
+            if n <= 0:
+                continue
+            job.tokens = [self._corrupt(t) for t in true_continuation(self.model, job.run, n)]
             job.source = self.source(job.run)
-            self.proposals.append(Proposal(job.run.request_id, job.run.num_generated,
-                                           job.n_max, tuple(job.tokens)))
+            self.proposals.append(Proposal(job.run.request_id, job.run.num_generated, n,
+                                           tuple(job.tokens)))
 
     def _corrupt(self, token: int) -> int:
         if self.rng.random() >= self.error_rate:
