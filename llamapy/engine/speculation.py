@@ -87,9 +87,26 @@ class DecodeCost:
     @property
     def beta(self) -> float:
         """``b / (a + b)``, clamped to [0.01, 1]; the prior until two sizes were seen."""
+        return self.beta_for(1)
+
+    def beta_for(self, n_decoding: int) -> float:
+        """The cost of one more batch token in units of a generated token when
+        ``n_decoding`` streams share each decode: ``b / ((a + n b) / n)``, clamped to
+        [0.01, 1]. A draft token slows every stream of the batch, so it must pay for itself
+        against the batch's own cost per token, which falls as streams are added."""
+        fit = self.fit()
+        if fit is None:
+            return self.prior_beta
+        a, b = fit
+        n = max(1, n_decoding)
+        return min(1.0, max(0.01, b * n / (a + n * b)))
+
+    def fit(self) -> tuple[float, float] | None:
+        """``(a, b)`` of ``seconds = a + b * n``; None until two sizes were seen or when the
+        fit is nonsense (no positive slope, ``a + b <= 0``)."""
         points = [(n, statistics.median(ts), len(ts)) for n, ts in self._samples.items()]
         if len(points) < 2:
-            return self.prior_beta
+            return None
         w = sum(c for _, _, c in points)
         sn = sum(c * n for n, _, c in points)
         st = sum(c * t for _, t, c in points)
@@ -97,9 +114,7 @@ class DecodeCost:
         snt = sum(c * n * t for n, t, c in points)
         b = (w * snt - sn * st) / (w * snn - sn * sn)
         a = (st - b * sn) / w
-        if b <= 0 or a + b <= 0:
-            return self.prior_beta
-        return min(1.0, max(0.01, b / (a + b)))
+        return (a, b) if b > 0 and a + b > 0 else None
 
 
 def best_draft_len(acceptance: float, beta: float, n_max: int) -> tuple[int, float]:
@@ -207,6 +222,7 @@ class Speculator:
         """Append drafts to ``batch``'s decode entries of speculating runs, within ``n_batch``
         (and never past ``max_tokens`` or the sequence's context)."""
         room = n_batch - batch.n_tokens
+        beta = self.cost.beta_for(sum(not e.prefill for e in batch.entries))
         jobs: list[DraftJob] = []
         for entry in batch.entries:
             spec = entry.run.spec
@@ -217,7 +233,7 @@ class Speculator:
                        n_ctx_seq - len(entry.slot.cached) - 2)
             n = min(spec.params.n_max, room, left)
             if n >= max(1, spec.params.n_min):
-                jobs.append(DraftJob(entry.slot, run, n, length=self._policy(spec)))
+                jobs.append(DraftJob(entry.slot, run, n, length=self._policy(spec, beta)))
         if not jobs:
             return
         self._propose(jobs)
@@ -237,22 +253,22 @@ class Speculator:
             entry.draft, entry.draft_tag, entry.draft_bucket = draft, job.source, job.bucket
             entry.token_ids = [*entry.token_ids, *draft]
 
-    def _policy(self, spec: Speculation) -> Callable[[Hashable], int]:
+    def _policy(self, spec: Speculation, beta: float) -> Callable[[Hashable], int]:
         """How many tokens of a proposal of a bucket ``spec``'s request should verify."""
         def length(bucket: Hashable) -> int:
             if not spec.params.adaptive:
                 return spec.params.n_max
-            return self.draft_len(bucket, spec)
+            return self.draft_len(bucket, spec, beta)
         return length
 
-    def draft_len(self, bucket: Hashable, spec: Speculation) -> int:
+    def draft_len(self, bucket: Hashable, spec: Speculation, beta: float | None = None) -> int:
         """The draft length that pays best for a proposal of ``bucket`` to ``spec``'s
         request: acceptance pooled from the bucket and the request, cost from ``beta``; a
         bucket that does not pay gets a one-token probe every :data:`EXPLORE_EVERY` tries."""
         counts = self.book.counts(bucket)
         total = counts[0] + counts[1] + spec.hits + spec.misses
-        k, payoff = best_draft_len((counts[0] + spec.hits) / total, self.cost.beta,
-                                   spec.params.n_max)
+        k, payoff = best_draft_len((counts[0] + spec.hits) / total,
+                                   self.cost.beta if beta is None else beta, spec.params.n_max)
         if payoff >= 1.0:
             return k
         return 1 if int(counts[2]) % EXPLORE_EVERY == 0 else 0

@@ -73,6 +73,14 @@ def test_decode_cost_recovers_the_marginal_token_cost():
     assert fed(1.0, 1e-6, SIZES).beta == 0.01  # a GPU: clamped to the floor
 
 
+def test_a_draft_token_costs_more_when_streams_share_the_batch():
+    cost = fed(0.009, 0.007, SIZES)
+    assert cost.beta_for(1) == pytest.approx(cost.beta) == pytest.approx(7 / 16)
+    assert cost.beta_for(4) == pytest.approx(0.028 / 0.037)  # vs the batch's cost per token
+    assert cost.beta_for(0) == cost.beta_for(1)
+    assert DecodeCost(0.3).beta_for(4) == 0.3  # the prior until it can fit
+
+
 def test_decode_cost_keeps_its_prior_until_it_can_fit():
     assert fed(0.01, 0.003, [4] * 20).beta == 0.3  # one size only
     assert fed(0.01, 0.0, SIZES).beta == 0.3  # no measurable slope
