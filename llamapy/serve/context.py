@@ -94,15 +94,17 @@ class AppContext:
                 f"This server does not support {endpoint} endpoint. Start it with `--{endpoint}`")
 
     def check_key(self, request: Request) -> None:
-        """Raise :class:`AuthenticationError` unless the request carries the API key, as
-        ``Authorization: Bearer KEY`` or (Anthropic's header) ``x-api-key: KEY``."""
+        """Raise :class:`AuthenticationError` unless the request carries the API key (one of
+        them: ``api_key`` may list several, comma-separated, as llama-server's ``--api-key``
+        does), as ``Authorization: Bearer KEY`` or (Anthropic's header) ``x-api-key: KEY``."""
         if self.api_key is None:
             return
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
         offered = [token.strip()] if scheme.lower() == "bearer" else []
         offered.append(request.headers.get("x-api-key", "").strip())
-        expected = self.api_key.encode()
-        if not any(key and secrets.compare_digest(key.encode(), expected) for key in offered):
+        keys = [k.strip().encode() for k in self.api_key.split(",") if k.strip()]
+        if not any(key and secrets.compare_digest(key.encode(), expected)
+                   for key in offered for expected in keys):
             raise AuthenticationError(
                 "missing or invalid API key (Authorization: Bearer ... or x-api-key: ...)")
 
