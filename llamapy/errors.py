@@ -209,6 +209,24 @@ class ModelNotFoundError(LlamapyError):
     error_type = "invalid_request_error"
 
 
+class UnknownModelError(ModelNotFoundError):
+    """A request named a model this server does not serve; ``served`` lists those it does."""
+
+    def __init__(self, name: str, served: Iterable[str]) -> None:
+        self.name = name
+        self.served = tuple(served)
+        super().__init__(f"model {name!r} is not served; served models: "
+                         f"{', '.join(self.served) or '(none)'}")
+
+
+class ModelBudgetError(LlamapyError):
+    """A model cannot be loaded within the memory budget (``models_max`` / ``memory_mb``):
+    it is larger than the budget, or every loaded model is in use or pinned until the wait
+    ends."""
+
+    http_status = 503
+
+
 # --- native --------------------------------------------------------------------------------------
 
 
