@@ -57,9 +57,11 @@ def health_router(ctx: AppContext) -> APIRouter:
     @router.get("/health")
     @router.get("/v1/health", include_in_schema=False)
     async def health() -> Response:
-        """200 ``{"status": "ok"}`` when ready, else the 503 error saying why."""
+        """200 ``{"status": "ok"}`` when ready, else the 503 error saying why (with several
+        models: ok while serving; ``/v1/models`` tells each model's state)."""
         try:
-            ctx.served()
+            if ctx.models is None:
+                ctx.served()
         except Exception as exc:
             return error_response(exc)
         return JSONResponse({"status": "ok"})

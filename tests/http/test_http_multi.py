@@ -1,0 +1,143 @@
+"""Several models behind one app (a ModelManager): the request's model picks the server; the
+budget unloads and the next request reloads; a stream in flight survives another model's load;
+a broken GGUF fails alone; router mode's /models/load and /models/unload; per-model /slots,
+/props, /metrics. The two models are SmolLM2 under two names (each its own Server)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from live import LiveApp
+
+from llamapy.serve import create_app
+from llamapy.server import ModelManager, ModelSpec
+
+SMALL = {"n_ctx": 512, "n_parallel": 2, "n_threads": 1, "n_batch": 256}
+
+
+def chat(model: str | None, content: str = "Say hi.", **fields: object) -> dict:
+    body = {"messages": [{"role": "user", "content": content}], "temperature": 0,
+            "max_tokens": 8, **fields}
+    return body if model is None else {"model": model, **body}
+
+
+def states(http: httpx.Client) -> dict[str, str]:
+    return {m["id"]: m["status"]["value"] for m in http.get("/v1/models").json()["data"]}
+
+
+@pytest.fixture
+def serve(model_path: Path, tmp_path: Path) -> Iterator[object]:
+    """``serve(models_max=..., **app_options)``: a live app on ``one``, ``two`` and ``broken``."""
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"GGUF" + b"\0" * 64)
+    stack: list[tuple[LiveApp, httpx.Client]] = []
+
+    def start(models_max: int = 0, **options: object) -> httpx.Client:
+        specs = [ModelSpec(name="one", path=model_path, aliases=("uno",), options=SMALL),
+                 ModelSpec(name="two", path=model_path, options=SMALL),
+                 ModelSpec(name="broken", path=broken, options=SMALL, memory_mb=1)]
+        manager = ModelManager(specs, models_max=models_max)
+        live = LiveApp(create_app(manager, own_server=True, **options)).start()  # type: ignore[arg-type]
+        http = httpx.Client(base_url=live.url, timeout=120)
+        stack.append((live, http))
+        return http
+
+    yield start
+    for live, http in stack:
+        http.close()
+        live.stop()
+
+
+def test_two_models_answer_alternately(serve) -> None:  # type: ignore[no-untyped-def]
+    http = serve()
+    assert states(http) == {"one": "unloaded", "two": "unloaded", "broken": "unloaded"}
+    answers = []
+    for model in ("one", "two", "uno", "two"):
+        response = http.post("/v1/chat/completions", json=chat(model))
+        assert response.status_code == 200, response.text
+        assert response.json()["model"] in ("one", "two", "uno")
+        answers.append(response.json()["choices"][0]["message"]["content"])
+    assert len(set(answers)) == 1  # the same weights, greedy
+    assert states(http)["one"] == states(http)["two"] == "loaded"
+    assert http.post("/v1/chat/completions", json=chat(None)).status_code == 200  # the first
+
+
+def test_unknown_model_is_a_404_listing_the_served_ones(serve) -> None:  # type: ignore[no-untyped-def]
+    http = serve()
+    response = http.post("/v1/chat/completions", json=chat("nope"))
+    assert response.status_code == 404
+    error = response.json()["error"]
+    assert error["code"] == "model_not_found" and "one, two, broken" in error["message"]
+    anthropic = http.post("/v1/messages", json={"model": "nope", "max_tokens": 4,
+                                                "messages": [{"role": "user", "content": "x"}]})
+    assert anthropic.status_code == 404 and anthropic.json()["type"] == "error"
+    assert http.get("/v1/models/nope").status_code == 404
+
+
+def test_the_budget_unloads_and_the_next_request_reloads(serve) -> None:  # type: ignore[no-untyped-def]
+    http = serve(models_max=1)
+    assert http.post("/v1/chat/completions", json=chat("one")).status_code == 200
+    assert http.post("/v1/completions", json={"model": "two", "prompt": "Hi",
+                                              "max_tokens": 4}).status_code == 200
+    assert states(http)["one"] == "unloaded" and states(http)["two"] == "loaded"
+    assert http.post("/v1/chat/completions", json=chat("one")).status_code == 200
+    assert states(http)["one"] == "loaded" and states(http)["two"] == "unloaded"
+
+
+def test_a_stream_in_flight_survives_another_models_load(serve) -> None:  # type: ignore[no-untyped-def]
+    http = serve(models_max=2)
+    body = chat("one", "Count from 1 to 20.", max_tokens=48, stream=True)
+    with http.stream("POST", "/v1/chat/completions", json=body) as stream:
+        lines = stream.iter_lines()
+        first = next(line for line in lines if line.startswith("data: "))
+        assert json.loads(first[6:])["object"] == "chat.completion.chunk"
+        other = http.post("/v1/chat/completions", json=chat("two"))  # loads two meanwhile
+        assert other.status_code == 200
+        rest = [line for line in lines if line.startswith("data: ")]
+    assert rest[-1] == "data: [DONE]"
+    assert states(http)["one"] == "loaded"
+
+
+def test_a_broken_gguf_fails_alone(serve) -> None:  # type: ignore[no-untyped-def]
+    http = serve()
+    failed = http.post("/v1/chat/completions", json=chat("broken"))
+    assert failed.status_code == 503 and "load failed" in failed.json()["error"]["message"]
+    assert http.post("/v1/chat/completions", json=chat("one")).status_code == 200
+    entry = next(m for m in http.get("/v1/models").json()["data"] if m["id"] == "broken")
+    assert entry["status"]["value"] == "failed" and entry["status"]["error"]
+    assert http.post("/models/load", json={"model": "broken"}).status_code == 503
+
+
+def test_router_mode_load_and_unload(serve) -> None:  # type: ignore[no-untyped-def]
+    http = serve()
+    loaded = http.post("/models/load", json={"model": "two"})
+    assert loaded.status_code == 200 and loaded.json()["success"] is True
+    assert states(http)["two"] == "loaded"
+    assert http.post("/models/unload", json={"model": "two"}).json()["success"] is True
+    assert states(http)["two"] == "unloaded"
+    assert http.post("/models/load", json={"model": "nope"}).status_code == 404
+    assert http.post("/models/load", json={}).status_code == 400
+
+
+def test_slots_props_and_metrics_per_model(serve) -> None:  # type: ignore[no-untyped-def]
+    http = serve()
+    slots = http.get("/slots", params={"model": "two"})
+    assert slots.status_code == 200 and len(slots.json()) == 2
+    assert http.get("/props", params={"model": "two"}).status_code == 200
+    assert http.get("/metrics", params={"model": "two"}).status_code == 200
+    assert http.get("/metrics").status_code == 200  # no model named: no load
+    assert states(http)["one"] == "unloaded"
+    assert http.get("/health").json() == {"status": "ok"}
+
+
+def test_the_api_key_is_checked_before_any_load(serve) -> None:  # type: ignore[no-untyped-def]
+    http = serve(api_key="secret")
+    assert http.post("/v1/chat/completions", json=chat("one")).status_code == 401
+    assert http.get("/v1/models", headers={"Authorization": "Bearer secret"}).status_code == 200
+    authed = http.post("/v1/chat/completions", json=chat("one"),
+                       headers={"Authorization": "Bearer secret"})
+    assert authed.status_code == 200
