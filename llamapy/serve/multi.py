@@ -46,14 +46,15 @@ class ModelRouter:
 
     ``chat_templates`` maps a model name to its template override (else ``served``'s
     ``chat_template``). ``served``: the app-wide ServedModel options (``request_timeout``,
-    ``n_predict``, ``tags``, ...); ``accept_any_model`` sends unknown names to the first model.
+    ``n_predict``, ``tags``, ...; a ``name`` or ``aliases`` here is ignored: each model's come
+from its spec); ``accept_any_model`` sends unknown names to the first model.
     """
 
     def __init__(self, manager: ModelManager, *, chat_templates: Mapping[str, str] | None = None,
                  **served: Any) -> None:
         self.manager = manager
         self._templates = dict(chat_templates or {})
-        self._served = served
+        self._served = {k: v for k, v in served.items() if k not in ("name", "aliases")}
         self._cache: dict[str, ServedModel] = {}
 
     @property

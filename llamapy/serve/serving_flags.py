@@ -45,11 +45,13 @@ def _switch(group: argparse._ArgumentGroup, names: Sequence[str], dest: str, on:
 
 
 def _add_identity(group: argparse._ArgumentGroup) -> None:
-    group.add_argument("--model", "-m", metavar="PATH",
-                       help="GGUF file to serve (default: the default model, fetched if missing)")
+    group.add_argument("--model", "-m", metavar="PATH", action="append",
+                       help="GGUF file to serve (default: the default model, fetched if "
+                            "missing); repeatable: several models, loaded on demand")
     group.add_argument("-a", "--alias", action=_ListAppend, default=[], metavar="NAME",
                        help="public model id (default: the file's stem); repeatable or "
-                            "comma-separated: the first is shown, the others are also accepted")
+                            "comma-separated: the first is shown, the others are also "
+                            "accepted; with several --model, one per model, in order")
     group.add_argument("--accept-any-model", action="store_true",
                        help="answer requests naming any model (llama-server does; by default an "
                        "unknown model is a 404, as in vLLM)")

@@ -140,6 +140,11 @@ class ModelManager:
         with self._cond:
             return self._entry(name).spec.name
 
+    def spec(self, name: str) -> ModelSpec:
+        """The spec of a model (by name or alias)."""
+        with self._cond:
+            return self._entry(name).spec
+
     def status(self) -> list[ModelStatus]:
         """A snapshot of every served model."""
         with self._cond:
