@@ -141,3 +141,19 @@ def test_the_api_key_is_checked_before_any_load(serve) -> None:  # type: ignore[
     authed = http.post("/v1/chat/completions", json=chat("one"),
                        headers={"Authorization": "Bearer secret"})
     assert authed.status_code == 200
+
+
+@pytest.mark.second_model
+def test_two_families_answer_alternately_over_http(model_path: Path,
+                                                   second_model_path: Path) -> None:
+    specs = [ModelSpec(name="smol", path=model_path, options=SMALL),
+             ModelSpec(name="gemma", path=second_model_path, options=SMALL)]
+    with LiveApp(create_app(ModelManager(specs, models_max=1), own_server=True)) as live, \
+            httpx.Client(base_url=live.url, timeout=120) as http:
+        for model in ("smol", "gemma", "smol", "gemma"):
+            response = http.post("/v1/chat/completions", json=chat(model))
+            assert response.status_code == 200, response.text
+            assert states(http)[model] == "loaded"
+        props = http.get("/props", params={"model": "gemma"}).json()
+        assert "gemma" in props["model_path"]
+        assert states(http) == {"smol": "unloaded", "gemma": "loaded"}

@@ -11,7 +11,7 @@ import pytest
 from llamapy.errors import LoadFailedError
 from llamapy.server import ModelManager, ModelSpec, ModelState
 
-OPTIONS = {"n_ctx": 512, "n_parallel": 1, "n_batch": 256}
+OPTIONS = {"n_ctx": 512, "n_parallel": 1, "n_batch": 256, "n_threads": 1}
 ASK = {"max_tokens": 8, "temp": 0.0, "timeout": 60}
 
 
@@ -63,3 +63,20 @@ def test_a_broken_gguf_fails_alone(model_path: Path, tmp_path: Path) -> None:
         assert ask(manager, "good") != ""
         status = manager.status_of("broken")
         assert status.state is ModelState.FAILED and status.error
+
+
+@pytest.mark.second_model
+def test_two_families_alternate_and_the_budget_reloads(model_path: Path,
+                                                        second_model_path: Path) -> None:
+    specs = [ModelSpec(name="smol", path=model_path, options=OPTIONS),
+             ModelSpec(name="gemma", path=second_model_path, options=OPTIONS)]
+    with ModelManager(specs, models_max=1) as manager:
+        with manager.acquire("smol", timeout=60) as server:
+            assert "llama" in server.model.description.lower()
+        first = ask(manager, "gemma")
+        with manager.acquire("gemma", timeout=60) as server:
+            assert "gemma3" in server.model.description
+        assert manager.status_of("smol").state is ModelState.UNLOADED
+        assert ask(manager, "smol") != ""
+        assert manager.status_of("gemma").state is ModelState.UNLOADED
+        assert ask(manager, "gemma") == first  # reloaded, greedy: the same answer
