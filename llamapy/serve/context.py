@@ -25,7 +25,7 @@ from ..errors import (
 from ..openai_api import ServedModel
 from .host import ModelHost
 from .metrics import Metrics
-from .multi import ModelRouter
+from .multi import ModelRouter, ModelsCollector
 
 T = TypeVar("T")
 
@@ -60,6 +60,8 @@ class AppContext:
 
     def __post_init__(self) -> None:
         self.metrics = Metrics(self.engine_stats)
+        if self.models is not None:
+            self.metrics.registry.register(ModelsCollector(self.models.manager))
 
     def engine_stats(self) -> Mapping[str, Any] | None:
         """The engine's stats, or None while the model is unavailable."""

@@ -13,23 +13,25 @@ load answers with its own typed error. ``/v1/models``, ``/models/load``, ``/mode
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
 from typing import Any
 
 import orjson
 from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import LlamapyError, NotReadyError, UnknownModelError
 from ..openai_api import ServedModel
 from ..openai_api.target import DEFAULT_REQUEST_TIMEOUT
-from ..server import ModelLease, ModelManager, ModelStatus
+from ..server import ModelLease, ModelManager, ModelState, ModelStatus
 from .anthropic_errors import anthropic_error_response
 from .errors import error_response
 
-__all__ = ["ModelRouter", "ModelSelect", "model_entry"]
+__all__ = ["ModelRouter", "ModelSelect", "ModelsCollector", "model_entry"]
 
 #: Paths that never take a lease (they list, load or unload models, or need none).
 NO_LEASE_PATHS = frozenset({"/", "/health", "/v1/health", "/v1/models", "/models",
@@ -119,6 +121,32 @@ def model_entry(status: ModelStatus) -> dict[str, Any]:
             "aliases": list(status.aliases), "status": state,
             "in_flight": status.in_flight, "pinned": status.pinned,
             "memory_mb": round(status.memory_mb, 1)}
+
+
+class ModelsCollector(Collector):
+    """``/metrics`` of a several-models app: each model's state, requests in flight and
+    charged memory, with a ``model`` label (a model's engine metrics: ``/metrics?model=``)."""
+
+    def __init__(self, manager: ModelManager) -> None:
+        self._manager = manager
+
+    def collect(self) -> Iterator[Metric]:
+        """The model families."""
+        statuses = self._manager.status()
+        state = GaugeMetricFamily("llamapy_model_state", "1 for each model's current state",
+                                  labels=["model", "state"])
+        in_flight = GaugeMetricFamily("llamapy_model_in_flight",
+                                      "Requests holding or waiting for each model",
+                                      labels=["model"])
+        memory = GaugeMetricFamily("llamapy_model_memory_mb",
+                                   "Memory each model is charged against the budget, MiB",
+                                   labels=["model"])
+        for status in statuses:
+            for value in ModelState:
+                state.add_metric([status.name, value.value], float(status.state is value))
+            in_flight.add_metric([status.name], float(status.in_flight))
+            memory.add_metric([status.name], status.memory_mb)
+        yield from (state, in_flight, memory)
 
 
 class ModelSelect:

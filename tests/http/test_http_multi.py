@@ -128,8 +128,12 @@ def test_slots_props_and_metrics_per_model(serve) -> None:  # type: ignore[no-un
     slots = http.get("/slots", params={"model": "two"})
     assert slots.status_code == 200 and len(slots.json()) == 2
     assert http.get("/props", params={"model": "two"}).status_code == 200
-    assert http.get("/metrics", params={"model": "two"}).status_code == 200
-    assert http.get("/metrics").status_code == 200  # no model named: no load
+    per_model = http.get("/metrics", params={"model": "two"}).text
+    assert "llamapy_generated_tokens_total" in per_model  # two's engine metrics
+    overall = http.get("/metrics")  # no model named: no load, no engine metrics
+    assert overall.status_code == 200 and "llamapy_generated_tokens_total" not in overall.text
+    assert 'llamapy_model_state{model="two",state="loaded"} 1.0' in overall.text
+    assert 'llamapy_model_state{model="one",state="unloaded"} 1.0' in overall.text
     assert states(http)["one"] == "unloaded"
     assert http.get("/health").json() == {"status": "ok"}
 
