@@ -80,8 +80,12 @@ from its spec); ``accept_any_model`` sends unknown names to the first model.
             raise
 
     async def lease(self, requested: str | None) -> ModelLease:
-        """A lease on the requested model (waits in a worker thread, bounded)."""
+        """A lease on the requested model: at once on the event loop when it is loaded, else
+        (starting its load) waiting in a worker thread, bounded by the request timeout."""
         name = self.pick(requested)
+        lease = self.manager.try_acquire(name)
+        if lease is not None:
+            return lease
         return await run_in_threadpool(self.manager.acquire, name, self.request_timeout)
 
     def served_for(self, lease: ModelLease) -> ServedModel:
@@ -183,7 +187,7 @@ class ModelSelect:
         except LlamapyError as exc:  # a bad per-model chat template: before any response
             await _error(path, exc)(scope, replay, send)
         finally:
-            await run_in_threadpool(lease.release)  # may unload (keep_alive 0): off the loop
+            lease.release()  # never blocks: an unload it causes runs on its own thread
 
 
 def _error(path: str, exc: LlamapyError) -> Any:

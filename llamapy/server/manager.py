@@ -26,7 +26,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from ..errors import (
@@ -38,6 +37,7 @@ from ..errors import (
     NotReadyError,
     UnknownModelError,
 )
+from .budget import Entry, check_entries, plan_room
 from .model_spec import (
     KEEP_FOREVER,
     ModelLease,
@@ -46,37 +46,12 @@ from .model_spec import (
     ModelStatus,
     ServerFactory,
     ServerLike,
-    check_transition,
     default_server_factory,
     estimate_memory_mb,
     parse_keep_alive,
 )
 
 __all__ = ["ModelManager"]
-
-
-@dataclass(slots=True)
-class _Entry:
-    """One served model's mutable state (guarded by the manager's lock)."""
-
-    spec: ModelSpec
-    keep_alive: float
-    memory_mb: float
-    pinned: bool
-    state: ModelState = ModelState.UNLOADED
-    server: Any = None
-    error: LlamapyError | None = None
-    users: int = 0  # leases held plus requesters waiting for it
-    last_used: float = 0.0
-    unload_pending: bool = False
-
-    def move(self, target: ModelState) -> None:
-        check_transition(self.state, target)
-        self.state = target
-
-    @property
-    def evictable(self) -> bool:
-        return self.state is ModelState.LOADED and self.users == 0 and not self.pinned
 
 
 class ModelManager:
@@ -105,9 +80,10 @@ class ModelManager:
         self.load_timeout = load_timeout
         self._factory = server_factory
         self._cond = threading.Condition()
-        self._entries: dict[str, _Entry] = {}
-        self._by_name: dict[str, _Entry] = {}
+        self._entries: dict[str, Entry] = {}
+        self._by_name: dict[str, Entry] = {}
         self._closed = False
+        self._closers: set[threading.Thread] = set()
         for spec in specs:
             self.add(spec)
         self._reaper = threading.Thread(target=self._reap_loop, name="llamapy-models-reaper",
@@ -119,7 +95,7 @@ class ModelManager:
     def add(self, spec: ModelSpec) -> None:
         """Serve one more model (unloaded until first used); a name already served raises."""
         keep = self.keep_alive if spec.keep_alive is None else parse_keep_alive(spec.keep_alive)
-        entry = _Entry(spec=spec, keep_alive=keep, memory_mb=estimate_memory_mb(spec),
+        entry = Entry(spec=spec, keep_alive=keep, memory_mb=estimate_memory_mb(spec),
                        pinned=spec.pinned)
         with self._cond:
             taken = [n for n in spec.names if n in self._by_name]
@@ -155,6 +131,11 @@ class ModelManager:
         with self._cond:
             return self._status(self._entry(name))
 
+    def check_integrity(self) -> None:
+        """Raise ``AssertionError`` if the entries are inconsistent or over the budget."""
+        with self._cond:
+            check_entries(list(self._entries.values()), self.models_max, self.memory_mb)
+
     def pin(self, name: str, pinned: bool = True) -> None:
         """Pin (never unloaded for room or idleness) or unpin a model."""
         with self._cond:
@@ -174,6 +155,16 @@ class ModelManager:
             entry = self._entry(name)
             server = self._hold(entry, self._deadline(timeout), retry=False)
         return ModelLease(entry.spec.name, server, lambda: self._release(entry))
+
+    def try_acquire(self, name: str) -> ModelLease | None:
+        """A lease if the model is loaded now, else None (nothing started, never waits)."""
+        with self._cond:
+            entry = self._entry(name)
+            if entry.state is not ModelState.LOADED:
+                return None
+            entry.users += 1
+            entry.last_used = time.monotonic()
+        return ModelLease(entry.spec.name, entry.server, lambda: self._release(entry))
 
     def load(self, name: str, timeout: float | None = None) -> ModelStatus:
         """Load a model now (retrying a failed one) and wait for it; its status after.
@@ -217,6 +208,10 @@ class ModelManager:
             self._reaper.join()
         for server in servers:
             server.close()
+        with self._cond:
+            pending = list(self._closers)
+        for thread in pending:
+            thread.join()
 
     def __enter__(self) -> ModelManager:
         return self
@@ -226,7 +221,7 @@ class ModelManager:
 
     # --- internals (called with the lock held unless said otherwise) ---------------------------
 
-    def _entry(self, name: str) -> _Entry:
+    def _entry(self, name: str) -> Entry:
         if self._closed:
             raise ClosedError("the model manager is closed")
         entry = self._by_name.get(name)
@@ -234,7 +229,7 @@ class ModelManager:
             raise UnknownModelError(name, self._entries)
         return entry
 
-    def _status(self, e: _Entry) -> ModelStatus:
+    def _status(self, e: Entry) -> ModelStatus:
         return ModelStatus(name=e.spec.name, aliases=e.spec.aliases, path=str(e.spec.path),
                            state=e.state, error=None if e.error is None else str(e.error),
                            in_flight=e.users, pinned=e.pinned, keep_alive=e.keep_alive,
@@ -244,7 +239,7 @@ class ModelManager:
         timeout = self.load_timeout if timeout is None else timeout
         return None if timeout is None else time.monotonic() + timeout
 
-    def _hold(self, entry: _Entry, deadline: float | None, *, retry: bool) -> Any:
+    def _hold(self, entry: Entry, deadline: float | None, *, retry: bool) -> Any:
         """Count a user on ``entry`` and wait until it is loaded; undo the count on failure."""
         entry.users += 1
         try:
@@ -254,7 +249,7 @@ class ModelManager:
             self._cond.notify_all()
             raise
 
-    def _wait_loaded(self, entry: _Entry, deadline: float | None, retry: bool) -> Any:
+    def _wait_loaded(self, entry: Entry, deadline: float | None, retry: bool) -> Any:
         while True:
             if self._closed:
                 raise ClosedError("the model manager is closed")
@@ -283,9 +278,9 @@ class ModelManager:
         self._cond.wait(remaining)
         return True
 
-    def _start_load(self, entry: _Entry) -> bool:
+    def _start_load(self, entry: Entry) -> bool:
         """Make room and start loading ``entry``; False when no room can be made yet."""
-        victims = self._plan_room(entry)
+        victims = plan_room(self._entries.values(), entry, self.models_max, self.memory_mb)
         if victims is None:
             return False
         evicted = [self._drop(v) for v in victims]
@@ -295,31 +290,7 @@ class ModelManager:
                          name=f"llamapy-load-{entry.spec.name}").start()
         return True
 
-    def _plan_room(self, entry: _Entry) -> list[_Entry] | None:
-        """The idle models to unload (LRU first) so ``entry`` fits; None if not possible now."""
-        resident = [e for e in self._entries.values()
-                    if e.state in (ModelState.LOADED, ModelState.LOADING)]
-        fixed = [e for e in resident if e.pinned]
-        if not self._fits(fixed, entry.memory_mb):
-            raise ModelBudgetError(
-                f"model {entry.spec.name!r} ({entry.memory_mb:.0f} MiB) does not fit the budget "
-                f"(models_max={self.models_max}, memory_mb={self.memory_mb:.0f}) next to the "
-                f"pinned models {[e.spec.name for e in fixed]}")
-        idle = sorted((e for e in resident if e.evictable), key=lambda e: e.last_used)
-        victims: list[_Entry] = []
-        while not self._fits([e for e in resident if e not in victims], entry.memory_mb):
-            if not idle:
-                return None
-            victims.append(idle.pop(0))
-        return victims
-
-    def _fits(self, resident: list[_Entry], need_mb: float) -> bool:
-        if self.models_max and len(resident) + 1 > self.models_max:
-            return False
-        used = sum(e.memory_mb for e in resident)
-        return not self.memory_mb or used + need_mb <= self.memory_mb
-
-    def _drop(self, entry: _Entry) -> Any:
+    def _drop(self, entry: Entry) -> Any:
         """Mark ``entry`` unloaded; return its server for the caller to close unlocked."""
         entry.move(ModelState.UNLOADED)
         server, entry.server = entry.server, None
@@ -327,7 +298,7 @@ class ModelManager:
         entry.unload_pending = False
         return server
 
-    def _idle_drop(self, entry: _Entry) -> Any:
+    def _idle_drop(self, entry: Entry) -> Any:
         """The server to close now that ``entry`` has no users (keep_alive 0 or a pending
         unload), else None."""
         if entry.users or entry.state is not ModelState.LOADED:
@@ -336,21 +307,43 @@ class ModelManager:
             return self._drop(entry)
         return None
 
-    def _release(self, entry: _Entry) -> None:
+    def _release(self, entry: Entry) -> None:
         """A lease ended (called unlocked)."""
         with self._cond:
             entry.users -= 1
             entry.last_used = time.monotonic()
-            server = self._idle_drop(entry)
+            self._close_later([self._idle_drop(entry)])
             self._cond.notify_all()
-        if server is not None:
-            server.close()
 
-    def _load(self, entry: _Entry, evicted: list[Any]) -> None:
-        """Loader thread (unlocked): close the evicted servers, then start and await ours."""
+    def _close_later(self, servers: list[Any]) -> None:
+        """Close ``servers`` on a thread of their own (called with the lock held), so a lease
+        released on an event loop never waits for it; the next load waits for it instead."""
+        servers = [s for s in servers if s is not None]
+        if servers:
+            thread = threading.Thread(target=self._close_all, args=(servers,), daemon=True,
+                                      name="llamapy-unload")
+            self._closers.add(thread)
+            thread.start()
+
+    def _close_all(self, servers: list[Any]) -> None:
+        try:
+            for server in servers:
+                server.close()
+        finally:
+            with self._cond:
+                self._closers.discard(threading.current_thread())
+                self._cond.notify_all()
+
+    def _load(self, entry: Entry, evicted: list[Any]) -> None:
+        """Loader thread (unlocked): close the evicted servers and wait for the unloads under
+        way (their memory must be free first), then start and await ours."""
         for old in evicted:
             if old is not None:
                 old.close()
+        with self._cond:
+            pending = list(self._closers)
+        for thread in pending:
+            thread.join()
         server: ServerLike | None = None
         error: LlamapyError | None = None
         try:
@@ -363,7 +356,7 @@ class ModelManager:
                 server = None
         self._finish_load(entry, server, error)
 
-    def _finish_load(self, entry: _Entry, server: ServerLike | None,
+    def _finish_load(self, entry: Entry, server: ServerLike | None,
                      error: LlamapyError | None) -> None:
         with self._cond:
             closing = server if self._closed else None
@@ -384,18 +377,14 @@ class ModelManager:
     def _reap_loop(self) -> None:
         """Reaper thread: unload models idle past their keep_alive; sleeps until the next
         deadline or until a lease changes."""
-        while True:
-            with self._cond:
-                if self._closed:
-                    return
+        with self._cond:
+            while not self._closed:
                 now = time.monotonic()
                 expired = [self._drop(e) for e in self._entries.values()
                            if e.evictable and 0 < e.keep_alive <= now - e.last_used]
+                self._close_later(expired)
                 if not expired:
                     self._cond.wait(self._next_expiry(now))
-                    continue
-            for server in expired:
-                server.close()
 
     def _next_expiry(self, now: float) -> float | None:
         """Seconds until the next idle model's keep_alive runs out (None: no such model)."""

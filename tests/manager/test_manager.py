@@ -77,6 +77,17 @@ def test_models_load_on_first_use_and_alternate(two: ModelManager, factory: Fake
     assert two.resolve("alpha") == "a"
 
 
+def test_try_acquire_never_starts_a_load(two: ModelManager) -> None:
+    assert two.try_acquire("a") is None
+    assert two.status_of("a").state is ModelState.UNLOADED
+    two.load("a")
+    lease = two.try_acquire("alpha")
+    assert lease is not None and lease.server.use() == "a"
+    assert two.status_of("a").in_flight == 1
+    lease.release()
+    assert two.status_of("a").in_flight == 0
+
+
 def test_requesters_of_a_loading_model_wait_for_the_one_load(factory: FakeFactory) -> None:
     gate = factory.hold("a")
     with manager(factory, spec("a")) as m:
