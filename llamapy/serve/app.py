@@ -63,17 +63,11 @@ def create_app(
     ``/models/load`` and ``/models/unload`` are added; ``chat_templates`` gives per-model
     template overrides; ``alias`` is unused (the specs name the models).
     """
-    if isinstance(target, ModelManager):
-        models = ModelRouter(target, chat_templates=chat_templates, chat_template=chat_template,
-                             request_timeout=request_timeout, **served)
-        owned: ModelHost | ModelRouter = models
-        ctx = AppContext(None, models=models, api_key=api_key, embeddings=embeddings,
-                         slots=slots, metrics_endpoint=metrics)
-    else:
-        owned = ModelHost(target, name=alias or "", chat_template=chat_template,
-                          request_timeout=request_timeout, **served)
-        ctx = AppContext(owned, api_key=api_key, embeddings=embeddings, slots=slots,
-                         metrics_endpoint=metrics)
+    owned = _owner(target, alias=alias, chat_template=chat_template,
+                   chat_templates=chat_templates, request_timeout=request_timeout, **served)
+    ctx = AppContext(owned if isinstance(owned, ModelHost) else None,
+                     models=owned if isinstance(owned, ModelRouter) else None, api_key=api_key,
+                     embeddings=embeddings, slots=slots, metrics_endpoint=metrics)
     app = FastAPI(title="llamapy", summary="OpenAI-compatible llama.cpp server",
                   lifespan=_lifespan(ctx, owned if own_server else None))
     app.state.llamapy = ctx
@@ -87,6 +81,18 @@ def create_app(
         _add_page(app)
     _add_middleware(app, ctx, cors_origins, max_body_bytes)
     return app
+
+
+def _owner(target: Server | Loader | ModelManager, *, alias: str | None,
+           chat_template: str | None, chat_templates: Mapping[str, str] | None,
+           request_timeout: float, **served: Any) -> ModelHost | ModelRouter:
+    """What serves the app's models: a :class:`ModelHost` for one, a :class:`ModelRouter`
+    for a manager's several."""
+    if isinstance(target, ModelManager):
+        return ModelRouter(target, chat_templates=chat_templates, chat_template=chat_template,
+                           request_timeout=request_timeout, **served)
+    return ModelHost(target, name=alias or "", chat_template=chat_template,
+                     request_timeout=request_timeout, **served)
 
 
 def _lifespan(ctx: AppContext, owned: ModelHost | ModelRouter | None) -> Any:

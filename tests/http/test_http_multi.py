@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -64,6 +65,15 @@ def test_two_models_answer_alternately(serve) -> None:  # type: ignore[no-untype
     assert len(set(answers)) == 1  # the same weights, greedy
     assert states(http)["one"] == states(http)["two"] == "loaded"
     assert http.post("/v1/chat/completions", json=chat(None)).status_code == 200  # the first
+
+
+def test_requests_for_a_loading_model_wait_for_it(serve) -> None:  # type: ignore[no-untyped-def]
+    http = serve()
+    with ThreadPoolExecutor(3) as pool:
+        codes = list(pool.map(lambda _: http.post("/v1/chat/completions",
+                                                  json=chat("two")).status_code, range(3)))
+    assert codes == [200, 200, 200]
+    assert states(http)["two"] == "loaded"
 
 
 def test_unknown_model_is_a_404_listing_the_served_ones(serve) -> None:  # type: ignore[no-untyped-def]
