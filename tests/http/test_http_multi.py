@@ -67,6 +67,23 @@ def test_two_models_answer_alternately(serve) -> None:  # type: ignore[no-untype
     assert http.post("/v1/chat/completions", json=chat(None)).status_code == 200  # the first
 
 
+def test_every_api_routes_by_model(serve) -> None:  # type: ignore[no-untyped-def]
+    http = serve(models_max=1)
+    message = {"model": "two", "max_tokens": 4,
+               "messages": [{"role": "user", "content": "Hi"}]}
+    assert http.post("/v1/messages", json=message).status_code == 200
+    assert states(http)["two"] == "loaded"
+    response = http.post("/v1/responses", json={"model": "one", "input": "Hi",
+                                                "max_output_tokens": 4})
+    assert response.status_code == 200 and states(http)["one"] == "loaded"
+    native = http.post("/completion", json={"model": "two", "prompt": "Hi", "n_predict": 2})
+    assert native.status_code == 200 and states(http)["two"] == "loaded"
+    tokens = http.post("/tokenize", json={"model": "one", "content": "Hi"})
+    assert tokens.status_code == 200 and tokens.json()["tokens"]
+    embedded = http.post("/v1/embeddings", json={"model": "two", "input": "Hi"})
+    assert embedded.status_code == 200 and embedded.json()["data"][0]["embedding"]
+
+
 def test_requests_for_a_loading_model_wait_for_it(serve) -> None:  # type: ignore[no-untyped-def]
     http = serve()
     with ThreadPoolExecutor(3) as pool:
