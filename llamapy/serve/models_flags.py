@@ -17,7 +17,9 @@ them per model::
     n_parallel = 2
 
 ``--models-max`` and ``--models-memory-mb`` are the budget, ``--keep-alive`` the default idle
-TTL, ``--pin NAME`` pins a model (see :class:`~llamapy.server.ModelManager`).
+TTL, ``--pin NAME`` pins a model (see :class:`~llamapy.server.ModelManager`); any of them with
+a single ``--model`` serves it through the manager too (``--keep-alive 5m``: unload it when
+idle, reload on the next request).
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ def add_models_flags(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--models-memory-mb", type=float, default=0.0, metavar="MB",
                        help="most estimated memory of the loaded models (default: 0 = no "
                             "limit)")
-    group.add_argument("--keep-alive", default="-1", metavar="DURATION",
+    group.add_argument("--keep-alive", default=None, metavar="DURATION",
                        help="how long an idle model stays loaded: seconds or 30s/5m/1h; 0 = "
                             "unload after each request; -1 = keep (default: -1)")
     group.add_argument("--pin", action="append", default=[], metavar="NAME",
@@ -59,8 +61,11 @@ def add_models_flags(group: argparse._ArgumentGroup) -> None:
 
 
 def serves_several(args: argparse.Namespace) -> bool:
-    """Whether the command line asks for several models (a ModelManager)."""
-    return len(args.model or []) > 1 or bool(args.models_dir or args.models_preset)
+    """Whether the command line asks for a ModelManager: several models, or one with a budget
+    or idle rule (``--models-max``, ``--models-memory-mb``, ``--keep-alive``, ``--pin``)."""
+    return (len(args.model or []) > 1 or bool(args.models_dir or args.models_preset)
+            or bool(args.models_max or args.models_memory_mb or args.pin)
+            or args.keep_alive is not None)
 
 
 def build_manager(args: argparse.Namespace, options: Mapping[str, Any]
@@ -86,7 +91,8 @@ def build_manager(args: argparse.Namespace, options: Mapping[str, Any]
                                  option="pin")
     specs = [_pinned(s) if pinned & set(s.names) else s for s in specs]
     manager = ModelManager(specs, models_max=args.models_max,
-                           memory_mb=args.models_memory_mb, keep_alive=args.keep_alive)
+                           memory_mb=args.models_memory_mb,
+                           keep_alive=-1 if args.keep_alive is None else args.keep_alive)
     return manager, templates
 
 
@@ -103,8 +109,11 @@ def _cli_specs(args: argparse.Namespace, options: Mapping[str, Any]) -> list[Mod
         raise InvalidOptionError(
             f"with several --model, give one --alias per model ({len(paths)} models, "
             f"{len(names)} aliases)", option="alias")
-    if len(paths) <= 1 and len(names) > 1:
-        raise InvalidOptionError("several --alias need as many --model", option="alias")
+    if len(paths) == 1:  # one model: the first alias names it, the others are aliases too
+        return [ModelSpec(name=names[0] if names else paths[0].stem, path=paths[0],
+                          aliases=tuple(names[1:]), options=options)]
+    if names and not paths:
+        raise InvalidOptionError("--alias names --model files; there is none", option="alias")
     return [ModelSpec(name=names[i] if names else path.stem, path=path, options=options)
             for i, path in enumerate(paths)]
 

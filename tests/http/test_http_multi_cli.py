@@ -29,6 +29,13 @@ def manager_for(*argv: str) -> tuple[ModelManager, dict[str, str]]:
 def test_one_model_is_not_several() -> None:
     args = build_parser().parse_args(["-m", "x.gguf", "--alias", "a,b"])
     assert not serves_several(args) and args.model == ["x.gguf"]
+    with_rule = build_parser().parse_args(["-m", "x.gguf", "--alias", "solo,alone",
+                                           "--keep-alive", "0"])
+    assert serves_several(with_rule)
+    manager, _ = build_manager(with_rule, {})
+    with manager:
+        assert manager.names == ["solo"] and manager.keep_alive == 0
+        assert manager.resolve("alone") == "solo"
 
 
 def test_repeated_model_flags_pair_with_aliases() -> None:
