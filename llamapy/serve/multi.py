@@ -7,8 +7,8 @@ while it loads or while the budget has no room) and holds the lease until the re
 sent, streams included, so a model is never unloaded under a request. The handlers then find
 their model with :meth:`ModelRouter.current`, exactly as they find the one model of a
 single-model app. An unknown model is a 404 listing the served ones; a model that failed to
-load answers with its own typed error. ``/v1/models``, ``/models/load``, ``/models/unload``,
-``/health`` and the page take no lease; ``/metrics`` takes one only when it names a model.
+load answers with its own typed error. Only the routes that run on a model take a lease
+(:data:`LEASE_PATHS`); ``/metrics`` takes one only when it names a model.
 """
 
 from __future__ import annotations
@@ -33,12 +33,21 @@ from .errors import error_response
 
 __all__ = ["ModelRouter", "ModelSelect", "ModelsCollector", "model_entry"]
 
-#: Paths that never take a lease (they list, load or unload models, or need none).
-NO_LEASE_PATHS = frozenset({"/", "/health", "/v1/health", "/v1/models", "/models",
-                            "/models/load", "/models/unload", "/docs", "/openapi.json",
-                            "/favicon.ico"})
-#: Paths that take a lease only when the request names a model.
+#: The routes that run on a model: they take a lease (any other path takes none, so a stray
+#: request never loads a model). A new model route must be listed here: unlisted, it answers
+#: 503 "names no model" (a test checks every app route is classified).
+LEASE_PATHS = frozenset({
+    "/v1/chat/completions", "/chat/completions", "/v1/completions", "/completion",
+    "/completions", "/v1/embeddings", "/embeddings", "/v1/messages",
+    "/v1/messages/count_tokens", "/v1/responses", "/responses", "/v1/responses/input_tokens",
+    "/responses/input_tokens", "/v1/chat/completions/input_tokens",
+    "/chat/completions/input_tokens", "/tokenize", "/detokenize", "/apply-template", "/props",
+    "/slots"})
+#: Routes that take a lease only when the request names a model.
 NAMED_LEASE_PATHS = frozenset({"/metrics"})
+#: Routes that need no model (they list, load or unload models, or serve the page).
+NO_MODEL_PATHS = frozenset({"/", "/health", "/v1/health", "/v1/models", "/models",
+                            "/v1/models/{model_id:path}", "/models/load", "/models/unload"})
 
 _current: ContextVar[ServedModel | None] = ContextVar("llamapy_served_model", default=None)
 
@@ -163,7 +172,7 @@ class ModelSelect:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
-        if scope["type"] != "http" or path in NO_LEASE_PATHS or path.startswith("/static"):
+        if scope["type"] != "http" or path not in LEASE_PATHS | NAMED_LEASE_PATHS:
             await self.app(scope, receive, send)
             return
         messages = await _read_body(receive)

@@ -103,6 +103,9 @@ def test_unknown_model_is_a_404_listing_the_served_ones(serve) -> None:  # type:
                                                 "messages": [{"role": "user", "content": "x"}]})
     assert anthropic.status_code == 404 and anthropic.json()["type"] == "error"
     assert http.get("/v1/models/nope").status_code == 404
+    two = http.get("/v1/models/two")
+    assert two.status_code == 200 and two.json()["status"] == {"value": "unloaded"}
+    assert set(states(http).values()) == {"unloaded"}  # none of it loaded a model
 
 
 def test_the_budget_unloads_and_the_next_request_reloads(serve) -> None:  # type: ignore[no-untyped-def]
@@ -188,3 +191,22 @@ def test_two_families_answer_alternately_over_http(model_path: Path,
         props = http.get("/props", params={"model": "gemma"}).json()
         assert "gemma" in props["model_path"]
         assert states(http) == {"smol": "unloaded", "gemma": "loaded"}
+
+
+def test_every_route_is_classified_for_leases(model_path: Path) -> None:
+    from fastapi.routing import APIRoute
+
+    from llamapy.serve.multi import LEASE_PATHS, NAMED_LEASE_PATHS, NO_MODEL_PATHS
+
+    manager = ModelManager([ModelSpec(name="one", path=model_path)])
+    app = create_app(manager, own_server=True)
+    paths = {route.path for route in app.routes if isinstance(route, APIRoute)}
+    assert paths <= LEASE_PATHS | NAMED_LEASE_PATHS | NO_MODEL_PATHS, paths - (
+        LEASE_PATHS | NAMED_LEASE_PATHS | NO_MODEL_PATHS)
+    manager.close()
+
+
+def test_a_stray_path_loads_nothing(serve) -> None:  # type: ignore[no-untyped-def]
+    http = serve()
+    assert http.get("/wp-admin").status_code == 404
+    assert set(states(http).values()) == {"unloaded"}
