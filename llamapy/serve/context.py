@@ -57,7 +57,12 @@ class AppContext:
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
 
     def __post_init__(self) -> None:
-        self.metrics = Metrics(self.engine_stats)
+        self.metrics = Metrics(self.engine_stats, self.model_name)
+
+    def model_name(self) -> str:
+        """The public model id ("" until the model's loader returned)."""
+        served = self.host.served
+        return served.name if served is not None else ""
 
     def engine_stats(self) -> Mapping[str, Any] | None:
         """The engine's stats, or None while the model is unavailable."""
