@@ -3,11 +3,17 @@ prometheus_client's own parser against what the requests did."""
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
+
 import httpx
 from http_helpers import MODEL_ALIAS
 from prometheus_client.parser import text_string_to_metric_families
 
 from llamapy.serve.metrics_gateway import kv_cache_usage
+
+DASHBOARD = Path(__file__).parents[2] / "deploy" / "grafana" / "llamapy-cache.json"
 
 
 def samples(http: httpx.Client) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -56,3 +62,16 @@ def test_kv_cache_usage_is_a_share_of_the_context() -> None:
     assert kv_cache_usage(stats) == 0.5
     assert kv_cache_usage({"n_ctx": 10, "slots": [{"cached_tokens": 30}]}) == 1.0
     assert kv_cache_usage({}) == 0.0
+
+
+def test_the_grafana_dashboard_reads_only_metrics_we_export(http: httpx.Client) -> None:
+    done = http.post("/v1/chat/completions", json={
+        "model": MODEL_ALIAS, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2,
+        "speculative": "ngram"})
+    assert done.status_code == 200, done.text
+    exported = {name for name, _ in samples(http)}
+    dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    used = {m for expr in exprs for m in re.findall(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\{", expr)}
+    assert len(dashboard["panels"]) >= 6 and used
+    assert used <= exported, used - exported
