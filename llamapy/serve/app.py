@@ -42,6 +42,7 @@ def create_app(
     webui: bool = True,
     slots: bool = True,
     metrics: bool = True,
+    slot_save_path: str | None = None,
     own_server: bool = False,
     **served: Any,
 ) -> FastAPI:
@@ -50,14 +51,16 @@ def create_app(
 
     ``alias``: the public model id (default: the file's stem). ``api_key`` protects all but
     ``/health`` and the page. ``chat_template``: Jinja overriding the GGUF's. ``webui=False``:
-    no page at ``/``; ``slots`` / ``metrics=False``: those endpoints answer 501. ``served``:
+    no page at ``/``; ``slots`` / ``metrics=False``: those endpoints answer 501.
+    ``slot_save_path``: the folder of ``POST /slots/{id}?action=save|restore`` (None: 501).
+    ``served``:
     more :class:`~llamapy.openai_api.ServedModel` options (``aliases``, ``tags``, ``n_predict``,
     ``reasoning_format``, ``template_kwargs``). ``own_server``: close it on shutdown.
     """
     host = ModelHost(target, name=alias or "", chat_template=chat_template,
                      request_timeout=request_timeout, **served)
     ctx = AppContext(host, api_key=api_key, embeddings=embeddings, slots=slots,
-                     metrics_endpoint=metrics)
+                     metrics_endpoint=metrics, slot_save_path=slot_save_path)
     app = FastAPI(title="llamapy", summary="OpenAI-compatible llama.cpp server",
                   lifespan=_lifespan(ctx, host if own_server else None))
     app.state.llamapy = ctx

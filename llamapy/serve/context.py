@@ -52,6 +52,7 @@ class AppContext:
     embeddings: bool = True
     slots: bool = True
     metrics_endpoint: bool = True
+    slot_save_path: str | None = None
     metrics: Metrics = field(init=False)
     _embedder: Embedder | None = field(default=None, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)

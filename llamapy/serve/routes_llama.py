@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse
 from ..engine import TokenEvent
 from ..openai_api import ServedModel
 from ..openai_api import llama_compat as compat
+from . import slot_files
 from .context import (
     AppContext,
     cache_headers,
@@ -119,6 +120,15 @@ def _status_routes(router: APIRouter, ctx: AppContext) -> None:
         """Each slot's state and cached tokens (501 with ``--no-slots``)."""
         ctx.check_enabled("slots")
         return await run_in_threadpool(compat.slots, ctx.served())
+
+    @router.post("/slots/{id_slot}")
+    async def slot_action(id_slot: int, action: str, request: Request) -> dict[str, Any]:
+        """llama-server's slot actions: ``?action=save|restore|erase`` (``{"filename"}`` for
+        save and restore; 501 without ``--slot-save-path``, 409 while the slot is busy)."""
+        ctx.check_enabled("slots")
+        body = await read_json(request) if action != "erase" else None
+        return await run_in_threadpool(slot_files.slot_action, ctx.served(),
+                                       ctx.slot_save_path, id_slot, action, body)
 
     @router.get("/metrics")
     async def metrics() -> Response:
