@@ -64,7 +64,8 @@ class ServedModel:
     request that sets none, ``template_kwargs`` chat template variables a request's
     ``chat_template_kwargs`` extend (``--reasoning off``: ``enable_thinking: false``);
     ``prefill_assistant``: a conversation ending with an assistant message is continued
-    (``--no-prefill-assistant``: answered in a new turn instead).
+    (``--no-prefill-assistant``: answered in a new turn instead); ``spm_infill``: ``/infill``
+    puts the suffix before the prefix (``--spm-infill``).
     """
 
     server: Server
@@ -78,6 +79,7 @@ class ServedModel:
     template_kwargs: Mapping[str, Any] = field(default_factory=dict)
     accept_any_model: bool = False
     prefill_assistant: bool = True
+    spm_infill: bool = False
     created: int = field(default_factory=lambda: int(time.time()))
 
     def __post_init__(self) -> None:

@@ -102,6 +102,8 @@ def _add_endpoints(group: argparse._ArgumentGroup) -> None:
             "continue a final assistant message (default)")
     _switch(group, ("--no-prefill-assistant",), "prefill_assistant", False,
             "answer a final assistant message in a new turn instead of continuing it")
+    group.add_argument("--spm-infill", action="store_true",
+                       help="/infill: suffix/prefix/middle order (for models that want it)")
     group.add_argument("--slot-save-path", metavar="DIR",
                        help="folder for POST /slots/{id}?action=save|restore (default: off, "
                             "those actions answer 501)")
@@ -160,4 +162,5 @@ def app_options(args: argparse.Namespace) -> dict[str, Any]:
         "n_predict": args.n_predict, "reasoning_format": args.reasoning_format,
         "template_kwargs": template_kwargs(args), "accept_any_model": args.accept_any_model,
         "prefill_assistant": args.prefill_assistant is not False,
+        "spm_infill": args.spm_infill,
     }
