@@ -183,12 +183,12 @@ def parse_body(model: type[Body], body: object) -> Body:
 
 
 def check_unsupported(body: GenerationBody) -> None:
-    """Reject what we do not implement, clearly (``n`` > 1 streamed, ``best_of`` > 1,
-    ``suffix``)."""
-    if body.n > 1 and body.stream:
-        raise UnsupportedFeatureError("n", "n > 1 is supported without streaming only "
-                                      "(set stream to false)")
+    """Reject what we do not implement, clearly (``n`` > 1 streamed on ``/v1/completions``,
+    ``best_of`` > 1, ``suffix``)."""
     if isinstance(body, CompletionBody):
+        if body.n > 1 and body.stream:
+            raise UnsupportedFeatureError("n", "n > 1 is streamed on /v1/chat/completions; "
+                                          "here set stream to false")
         if body.best_of not in (None, 1):
             raise UnsupportedFeatureError("best_of", "only best_of=1 is supported")
         if body.suffix:
