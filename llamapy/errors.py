@@ -317,6 +317,18 @@ class UnknownLeaseError(LlamapyError, KeyError):
         return str(self.args[0])
 
 
+class SlotBusyError(LlamapyError):
+    """A slot action (save, restore, erase) on a slot that is running a request or leased."""
+
+    http_status = 409
+    error_type = "invalid_request_error"
+
+    def __init__(self, slot_id: int) -> None:
+        self.slot_id = slot_id
+        super().__init__(f"slot {slot_id} is busy (running a request or leased); retry when "
+                         "it is idle")
+
+
 # --- sessions ------------------------------------------------------------------------------------
 
 

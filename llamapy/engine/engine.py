@@ -23,7 +23,7 @@ from itertools import chain
 
 from llamapy.engine.admission import check_request
 from llamapy.engine.backend import Backend, Sampler
-from llamapy.engine.drafting import Drafter, NgramDrafter
+from llamapy.engine.drafting import Drafter
 from llamapy.engine.executor import Executor
 from llamapy.engine.integrity import build_stats, check_engine
 from llamapy.engine.leases import LeaseOps
@@ -41,8 +41,9 @@ from llamapy.engine.request import (
     Run,
     TokenEvent,
 )
+from llamapy.engine.slot_state import SlotOps
 from llamapy.engine.slots import Slot, SlotPool
-from llamapy.engine.speculation import Speculator
+from llamapy.engine.speculation import Speculator, with_ngram
 from llamapy.engine.states import RequestState, SlotState
 from llamapy.engine.stats import Counters, EngineStats, InstabilityEvent, recent_events
 from llamapy.engine.strategies import resolve_strategy
@@ -87,12 +88,15 @@ class Engine:
         self.prefix = PrefixResolver(backend, self.pool, self.ram, self.counters, tuning,
                                      self.instability_events.append)
         self.planner = Planner(self.strategy, self.n_batch, config.chunk_size)
-        self.speculator = Speculator(backend, self.counters, _drafters(config, drafters),
+        self.speculator = Speculator(backend, self.counters,
+                                     with_ngram(config.spec_ngram_size, drafters),
                                      config.speculative, tuning.spec_prior_beta)
         self.executor = Executor(backend, self.prefix, self.counters, clock, self._deliver,
                                  self.speculator)
         #: KV operations on leased slots (snapshot, restore, clear, next-token logits).
         self.leases = LeaseOps(backend, self.pool, self.prefix)
+        #: KV operations on idle slots (save, restore, erase: llama-server's slot actions).
+        self.slot_state = SlotOps(backend, self.pool, self.prefix)
         self._queue: list[Run] = []
         self._runs: dict[Hashable, Run] = {}
         self._gone: list[Run] = []
@@ -395,13 +399,6 @@ class Engine:
     def _check_open(self) -> None:
         if self._closed:
             raise ClosedError("engine is closed")
-
-
-def _drafters(config: EngineConfig, extra: Mapping[str, Drafter] | None) -> dict[str, Drafter]:
-    """The built-in n-gram drafter plus ``extra`` (by name)."""
-    drafters: dict[str, Drafter] = {"ngram": NgramDrafter(config.spec_ngram_size)}
-    drafters.update(extra or {})
-    return drafters
 
 
 def _check_backend(backend: Backend, config: EngineConfig) -> None:

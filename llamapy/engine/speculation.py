@@ -39,7 +39,7 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 
 from llamapy.engine.backend import Backend
-from llamapy.engine.drafting import Drafter, DraftJob
+from llamapy.engine.drafting import Drafter, DraftJob, NgramDrafter
 from llamapy.engine.planner import ScheduledBatch
 from llamapy.engine.request import Run
 from llamapy.engine.stats import Counters
@@ -319,6 +319,13 @@ class Speculator:
         """Close every drafter."""
         for drafter in self.drafters.values():
             drafter.close()
+
+
+def with_ngram(ngram_size: int, extra: Mapping[str, Drafter] | None) -> dict[str, Drafter]:
+    """The built-in n-gram drafter plus ``extra`` drafters (by name)."""
+    drafters: dict[str, Drafter] = {"ngram": NgramDrafter(ngram_size)}
+    drafters.update(extra or {})
+    return drafters
 
 
 def trim_to_run(backend: Backend, run: Run, seq_id: int, cached: list[int]) -> None:

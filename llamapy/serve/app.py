@@ -45,6 +45,7 @@ def create_app(
     webui: bool = True,
     slots: bool = True,
     metrics: bool = True,
+    slot_save_path: str | None = None,
     own_server: bool = False,
     chat_templates: Mapping[str, str] | None = None,
     **served: Any,
@@ -54,7 +55,9 @@ def create_app(
 
     ``alias``: the public model id (default: the file's stem). ``api_key`` protects all but
     ``/health`` and the page. ``chat_template``: Jinja overriding the GGUF's. ``webui=False``:
-    no page at ``/``; ``slots`` / ``metrics=False``: those endpoints answer 501. ``served``:
+    no page at ``/``; ``slots`` / ``metrics=False``: those endpoints answer 501.
+    ``slot_save_path``: the folder of ``POST /slots/{id}?action=save|restore`` (None: 501).
+    ``served``:
     more :class:`~llamapy.openai_api.ServedModel` options (``aliases``, ``tags``, ``n_predict``,
     ``reasoning_format``, ``template_kwargs``). ``own_server``: close it on shutdown.
 
@@ -67,7 +70,8 @@ def create_app(
                    chat_templates=chat_templates, request_timeout=request_timeout, **served)
     ctx = AppContext(owned if isinstance(owned, ModelHost) else None,
                      models=owned if isinstance(owned, ModelRouter) else None, api_key=api_key,
-                     embeddings=embeddings, slots=slots, metrics_endpoint=metrics)
+                     embeddings=embeddings, slots=slots, metrics_endpoint=metrics,
+                     slot_save_path=slot_save_path)
     app = FastAPI(title="llamapy", summary="OpenAI-compatible llama.cpp server",
                   lifespan=_lifespan(ctx, owned if own_server else None))
     app.state.llamapy = ctx

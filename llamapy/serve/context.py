@@ -53,15 +53,28 @@ class AppContext:
     embeddings: bool = True
     slots: bool = True
     metrics_endpoint: bool = True
+    slot_save_path: str | None = None
     models: ModelRouter | None = None
     metrics: Metrics = field(init=False)
     _embedder: Embedder | None = field(default=None, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
 
     def __post_init__(self) -> None:
-        self.metrics = Metrics(self.engine_stats)
+        self.metrics = Metrics(self.engine_stats, self.model_name)
         if self.models is not None:
             self.metrics.registry.register(ModelsCollector(self.models.manager))
+
+    def model_name(self) -> str:
+        """The public model id ("" until the model's loader returned); with several models,
+        the one this request leased ("" for none)."""
+        if self.models is not None:
+            try:
+                return self.models.current().name
+            except LlamapyError:
+                return ""
+        assert self.host is not None
+        served = self.host.served
+        return served.name if served is not None else ""
 
     def engine_stats(self) -> Mapping[str, Any] | None:
         """The engine's stats, or None while the model is unavailable."""

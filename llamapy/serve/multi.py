@@ -42,7 +42,9 @@ LEASE_PATHS = frozenset({
     "/v1/messages/count_tokens", "/v1/responses", "/responses", "/v1/responses/input_tokens",
     "/responses/input_tokens", "/v1/chat/completions/input_tokens",
     "/chat/completions/input_tokens", "/tokenize", "/detokenize", "/apply-template", "/props",
-    "/slots"})
+    "/slots", "/infill"})
+#: Path prefixes of model routes with a path parameter (``/slots/{id_slot}``: slot actions).
+LEASE_PREFIXES = ("/slots/",)
 #: Routes that take a lease only when the request names a model.
 NAMED_LEASE_PATHS = frozenset({"/metrics"})
 #: Routes that need no model (they list, load or unload models, or serve the page).
@@ -172,7 +174,9 @@ class ModelSelect:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
-        if scope["type"] != "http" or path not in LEASE_PATHS | NAMED_LEASE_PATHS:
+        leased = path in LEASE_PATHS or path in NAMED_LEASE_PATHS or path.startswith(
+            LEASE_PREFIXES)
+        if scope["type"] != "http" or not leased:
             await self.app(scope, receive, send)
             return
         messages = await _read_body(receive)
