@@ -153,11 +153,13 @@ def test_router_mode_load_and_unload(serve) -> None:  # type: ignore[no-untyped-
     assert http.post("/models/load", json={}).status_code == 400
 
 
-def test_slots_props_and_metrics_per_model(serve) -> None:  # type: ignore[no-untyped-def]
-    http = serve()
+def test_slots_props_and_metrics_per_model(serve, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    http = serve(slot_save_path=str(tmp_path))
     slots = http.get("/slots", params={"model": "two"})
     assert slots.status_code == 200 and len(slots.json()) == 2
     assert http.get("/props", params={"model": "two"}).status_code == 200
+    erased = http.post("/slots/0", params={"action": "erase", "model": "two"})
+    assert erased.status_code == 200, erased.text
     per_model = http.get("/metrics", params={"model": "two"}).text
     assert "llamapy_generated_tokens_total" in per_model  # two's engine metrics
     overall = http.get("/metrics")  # no model named: no load, no engine metrics
