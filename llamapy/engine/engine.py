@@ -23,6 +23,7 @@ from itertools import chain
 
 from llamapy.engine.admission import check_request
 from llamapy.engine.backend import Backend, Sampler
+from llamapy.engine.disk_cache import CacheNamespace, open_disk_cache
 from llamapy.engine.drafting import Drafter, NgramDrafter
 from llamapy.engine.executor import Executor
 from llamapy.engine.integrity import build_stats, check_engine
@@ -65,13 +66,15 @@ class Engine:
 
     ``drafters`` adds speculative drafters by name (``"draft"``: a
     :class:`~llamapy.engine.model_drafter.ModelDrafter`); the ``"ngram"`` drafter is built in.
-    The engine closes them with itself.
+    The engine closes them with itself. ``cache_namespace`` names the model and runtime for the
+    disk prompt cache (required with ``config.prompt_cache_dir``: only the host knows them).
     """
 
     def __init__(self, backend: Backend, config: EngineConfig | None = None, *,
                  tuning: EngineTuning | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 drafters: Mapping[str, Drafter] | None = None) -> None:
+                 drafters: Mapping[str, Drafter] | None = None,
+                 cache_namespace: CacheNamespace | None = None) -> None:
         self.config = config = config or EngineConfig()
         self.tuning = tuning = tuning or EngineTuning()
         _check_backend(backend, config)
@@ -82,10 +85,12 @@ class Engine:
         self.counters = Counters()
         self.instability_events: deque[InstabilityEvent] = recent_events()
         self.pool = SlotPool(config.n_parallel, min_route_share=tuning.min_route_share)
+        self.disk = open_disk_cache(config, tuning, cache_namespace)
         self.ram = PromptCache(config.prompt_cache_ram_bytes, min_tokens=tuning.ram_min_tokens,
-                               min_fraction=tuning.ram_min_fraction)
+                               min_fraction=tuning.ram_min_fraction,
+                               on_evict=self.disk.offer_entry)
         self.prefix = PrefixResolver(backend, self.pool, self.ram, self.counters, tuning,
-                                     self.instability_events.append)
+                                     self.instability_events.append, self.disk)
         self.planner = Planner(self.strategy, self.n_batch, config.chunk_size)
         self.speculator = Speculator(backend, self.counters, _drafters(config, drafters),
                                      config.speculative, tuning.spec_prior_beta)
@@ -192,6 +197,8 @@ class Engine:
             if batch is not None:
                 self.speculator.extend(batch, self.n_batch, self.backend.n_ctx_seq)
                 self.executor.execute(batch)
+            else:  # nothing to decode: block briefly on a pending disk read, do not spin
+                self.prefix.reads.wait()
         except Exception as exc:  # planning or decoding: fail the runs on slots
             self._fail_runs([s.run for s in self.pool.running() if s.run], "tick", exc)
         self._reap()
@@ -241,16 +248,17 @@ class Engine:
 
     def _resolve_prefixes(self) -> set[int]:
         """Apply reuse for newly placed runs, then in-flight dedup; returns the slots that wait
-        this tick for another slot to compute their prefix."""
+        this tick (for another slot to compute their prefix, or for a disk read)."""
         runs = sorted((s.run for s in self.pool.slots if s.run is not None),
                       key=lambda r: r.serial)
-        for run in runs:
-            if not run.resolved:
-                self.prefix.resolve(run)
         waiting = set()
         for run in runs:
+            if not run.resolved and not self.prefix.resolve(run) and run.slot is not None:
+                waiting.add(run.slot.slot_id)
+        for run in runs:
             slot = run.slot
-            if slot is None or slot.state is not SlotState.PREFILLING or run.finish is not None:
+            if slot is None or slot.state is not SlotState.PREFILLING or run.finish is not None \
+                    or not run.resolved:
                 continue
             if self.prefix.follow(run):
                 waiting.add(slot.slot_id)
@@ -294,6 +302,7 @@ class Engine:
             self._queue.remove(run)
         run.machine.fire("finish")
         del self._runs[run.request_id]
+        self.prefix.reads.forget(run.serial)
         self.speculator.finished(run)
         if run.sampler is not None:
             run.sampler.close()
@@ -381,14 +390,20 @@ class Engine:
         return dict(self._runs)
 
     def close(self) -> None:
-        """End every active request with ``ClosedError`` and close their samplers; idempotent.
-        The backend is not closed (its owner does that)."""
+        """End every active request with ``ClosedError`` and close their samplers; write the
+        slots' and the RAM cache's prefixes to the disk cache (if any) and wait for its writes
+        (at most ``tuning.disk_flush_s``); idempotent. The backend is not closed (its owner
+        does that)."""
         if self._closed:
             return
         self._closed = True
         for run in sorted(self._runs.values(), key=lambda r: r.serial):
             self._finish(run, FinishReason.ERROR, ClosedError("engine closed"))
         self.speculator.close()
+        try:
+            self.prefix.persist()
+        finally:
+            self.disk.close(self.tuning.disk_flush_s)
 
     def _check_open(self) -> None:
         if self._closed:

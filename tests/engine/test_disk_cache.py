@@ -159,7 +159,7 @@ def test_a_corrupt_byte_anywhere_is_skipped_removed_and_warned_about(tmp_path, c
     flip(path, BYTE_CLASSES[where])
     with caplog.at_level(logging.WARNING, logger="llamapy.engine.disk_cache"):
         disk = cache(tmp_path)
-        found, n = disk.lookup(K, TOKENS, 100)
+        found, _ = disk.lookup(K, TOKENS, 100)
         assert found is None or disk.read(found) is None  # header: at start; state: at read
     assert not path.exists()
     assert "removing" in caplog.text
