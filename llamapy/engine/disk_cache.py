@@ -21,6 +21,9 @@ Contract (the shape of :class:`~llamapy.engine.prompt_cache.PromptCache`):
   ``min_fraction`` of it usable); it rescans the folder when its mtime changed (another server
   wrote or evicted). ``read`` (or ``read_async``, off the caller's thread) returns the verified
   state, or None when the file vanished or is corrupt (then removed with a warning).
+- Named blobs (:meth:`save_blob` / :meth:`load_blob`: session snapshots, which carry and
+  verify their own manifest) live in the same files, budget, LRU and lock; no prompt ever
+  matches one.
 - Start: the index is rebuilt from the headers in the folder, bad files removed, the budget
   enforced. See :mod:`llamapy.engine.disk_store` (atomicity, locking) and
   :mod:`llamapy.engine.disk_format` (the file format). Never raises to the engine for disk
@@ -251,6 +254,36 @@ class DiskPromptCache:
         """The tokens ``entry`` holds."""
         return entry.token_ids if isinstance(entry, CacheEntry) else entry.header.token_ids
 
+    # --- named blobs -----------------------------------------------------------------------
+
+    def save_blob(self, name: str, data: bytes) -> bool:
+        """Store ``data`` under ``name`` on the calling thread (replacing an earlier blob of
+        that name); False when disabled or over the budget. ``OSError`` if the write fails."""
+        if self.store is None:
+            return False
+        ident = _blob_identity(name)
+        if file_size(None, 0, len(data)) > self.budget_bytes:
+            return False
+        fname = entry_name(ident, ())
+        tmp = self.store.write_temp(encode_entry(ident, None, (), data))
+        with self.store.lock():
+            self.store.commit(tmp, fname)
+            self._rescan_locked(keep=fname)
+        return True
+
+    def load_blob(self, name: str) -> bytes | None:
+        """The blob saved under ``name`` (marked recently used); None if absent, evicted or
+        corrupt (then removed)."""
+        if self.store is None:
+            return None
+        self.refresh()
+        with self._mutex:
+            stored = self._files.get(entry_name(_blob_identity(name), ()))
+        data = None if stored is None else self.read(stored)
+        if stored is not None and data is not None:
+            self.touch(stored)
+        return data
+
     # --- the index -------------------------------------------------------------------------
 
     def refresh(self, *, force: bool = False) -> None:
@@ -337,6 +370,10 @@ def entry_name(identity: bytes, token_ids: Sequence[int]) -> str:
     """``<identity>-<token hash>.lpkv``: one file per identity and token sequence."""
     tokens = hashlib.sha256(token_bytes(token_ids)).hexdigest()[:32]
     return f"{identity.hex()[:32]}-{tokens}{SUFFIX}"
+
+
+def _blob_identity(name: str) -> bytes:
+    return hashlib.sha256(json.dumps(["llamapy-blob", name]).encode()).digest()
 
 
 def _executor(name: str) -> ThreadPoolExecutor:
