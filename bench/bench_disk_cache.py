@@ -39,6 +39,8 @@ import httpx
 from http_load import Settings, llama_server_cmd, llamapy_cmd, start, stop, text_of
 
 SUFFIX = ".lpkv"
+#: ``python -m llamapy.serve`` runs from this checkout (not whatever llamapy is installed).
+REPO = str(Path(__file__).resolve().parents[1])
 
 
 async def first_token(port: int, prompt: str) -> tuple[float, dict]:
@@ -54,7 +56,7 @@ async def first_token(port: int, prompt: str) -> tuple[float, dict]:
             data = json.loads(line[6:])
             timings = data.get("timings") or timings
             choices = data.get("choices") or []
-            if choices and choices[0].get("text") and not ttft:
+            if choices and choices[0].get("text") is not None and not ttft:
                 ttft = time.perf_counter() - t0
     return ttft, timings
 
@@ -86,13 +88,13 @@ def measure(cmd: list[str], port: int, prompt: str, prime: str | None,
     """TTFT of ``prompt`` as the first request of a fresh server (after ``prime`` on a server
     that was then stopped, if given)."""
     if prime is not None:
-        proc, _ = start(cmd, port)
+        proc, _ = start(cmd, port, cwd=REPO)
         try:
             asyncio.run(first_token(port, prime))
         finally:
             stop(proc)
         between()
-    proc, _ = start(cmd, port)
+    proc, _ = start(cmd, port, cwd=REPO)
     try:
         return asyncio.run(first_token(port, prompt))
     finally:

@@ -142,8 +142,8 @@ def test_another_model_file_never_reads_the_entry_a_copy_does(model_path, tmp_pa
             == "disk"
     other = tmp_path / "other.gguf"
     data = bytearray(model_path.read_bytes())
-    at = data.index(b"SmolLM2", 0, 1 << 16)  # a metadata string: still a valid model
-    data[at] = ord("X")
+    key = data.index(b"general.name", 0, 1 << 16)  # a metadata string: still a valid model
+    data[key + len(b"general.name") + 12] ^= 0x20  # its value's first letter (type, length)
     other.write_bytes(bytes(data))
     with server(other, folder) as srv:
         answer = srv.complete_tokens(prompt, max_tokens=6, **GREEDY)
