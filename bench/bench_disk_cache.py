@@ -103,6 +103,7 @@ def measure(cmd: list[str], port: int, prompt: str, prime: str | None,
 
 def one_round(s: Settings, rnd: int, prefix_tokens: int, keep_cache: bool
               ) -> dict[str, tuple[float, dict]]:
+    """The three cases once, on fresh folders (llama-server only where it was built)."""
     prime, prompt = prompts(prefix_tokens, 100 + rnd)
     out = {}
     with tempfile.TemporaryDirectory(prefix="llamapy-disk-bench-") as tmp:
@@ -113,6 +114,7 @@ def one_round(s: Settings, rnd: int, prefix_tokens: int, keep_cache: bool
         dropped = {"bytes": 0}
 
         def evict() -> None:
+            """Between the priming server and the measured one: out of the page cache."""
             if not keep_cache:
                 dropped["bytes"] = drop_page_cache(warm_dir)
 
@@ -125,6 +127,7 @@ def one_round(s: Settings, rnd: int, prefix_tokens: int, keep_cache: bool
 
 
 def main() -> None:
+    """Run the rounds and print the table."""
     p = argparse.ArgumentParser()
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--prefix-tokens", type=int, default=2000)
