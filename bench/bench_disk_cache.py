@@ -140,8 +140,10 @@ def main() -> None:
     for rnd in range(rounds):
         for name, (ttft, timings) in one_round(s, rnd, prefix, args.keep_page_cache).items():
             runs.setdefault(name, []).append((ttft, timings))
+            files = timings.get("cache_file_bytes")
             print(f"round {rnd} {name:22s} TTFT {ttft:.3f}s  cache_n {timings.get('cache_n')}"
-                  f"  prompt_n {timings.get('prompt_n')}", flush=True)
+                  f"  prompt_n {timings.get('prompt_n')}"
+                  + (f"  cache files {files / 1e6:.1f} MB" if files else ""), flush=True)
     print("\n| first request after a restart | TTFT s (median) | reused | computed |")
     print("|---|---|---|---|")
     med = {name: statistics.median(t for t, _ in r) for name, r in runs.items()}
