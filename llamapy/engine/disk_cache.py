@@ -126,10 +126,12 @@ class DiskPromptCache:
     # --- storing ---------------------------------------------------------------------------
 
     def offer(self, key: CacheKey | None, token_ids: Sequence[int], get_size: Callable[[], int],
-              get_data: Callable[[], bytes], *, wait: bool = False) -> bool:
+              get_data: Callable[[], bytes], *, wait: bool = False,
+              last_used_ns: int | None = None) -> bool:
         """Store a prefix (``get_size``/``get_data`` as for ``PromptCache.offer``: sized only
         when long enough and uncovered, serialised only when it fits the budget). Returns
-        whether it was accepted; the file is written in the background."""
+        whether it was accepted; the file is written in the background, as the most recently
+        used entry (or as last used at ``last_used_ns``, wall-clock ns)."""
         tokens = tuple(token_ids)
         if not self.enabled or key is None or len(tokens) < self.min_tokens:
             return False
@@ -147,16 +149,17 @@ class DiskPromptCache:
         with self._mutex:
             self._pending[name] = (ident, entry)
         if self._writer is None:
-            self._write(name, entry, size)
+            self._write(name, entry, size, last_used_ns)
         else:
-            self._writer.submit(self._write, name, entry, size)
+            self._writer.submit(self._write, name, entry, size, last_used_ns)
         return True
 
-    def offer_entry(self, entry: CacheEntry, *, wait: bool = False) -> bool:
+    def offer_entry(self, entry: CacheEntry, *, wait: bool = False,
+                    last_used_ns: int | None = None) -> bool:
         """Offer a RAM cache entry (one it evicts)."""
         key = entry.key if isinstance(entry.key, CacheKey) else None
         return self.offer(key, entry.token_ids, lambda: len(entry.data), lambda: entry.data,
-                          wait=wait)
+                          wait=wait, last_used_ns=last_used_ns)
 
     def _reserve(self, size: int, wait: bool) -> bool:
         with self._mutex:
@@ -168,7 +171,8 @@ class DiskPromptCache:
             self._pending_bytes += size
             return True
 
-    def _write(self, name: str, entry: CacheEntry, size: int) -> None:
+    def _write(self, name: str, entry: CacheEntry, size: int,
+               last_used_ns: int | None = None) -> None:
         """The writer's job: temp file, commit, rescan, drop covered, evict (under the lock)."""
         assert self.store is not None and isinstance(entry.key, CacheKey)
         try:
@@ -180,7 +184,7 @@ class DiskPromptCache:
             tmp = self.store.write_temp(encode_entry(ident, entry.key.cache_scope,
                                                      entry.token_ids, entry.data))
             with self.store.lock():
-                self.store.commit(tmp, name)
+                self.store.commit(tmp, name, last_used_ns)
                 self._rescan_locked(keep=name)
             self.num_writes += 1
         except OSError as exc:
@@ -306,7 +310,7 @@ class DiskPromptCache:
         files = self.store.scan(known)
         if keep is not None and keep in files:
             self._drop_covered_by(files, files[keep])
-        by_age = sorted(files.values(), key=lambda f: (f.name == keep, f.mtime_ns))
+        by_age = sorted(files.values(), key=lambda f: f.mtime_ns)
         total = sum(f.size for f in files.values())
         for stored in by_age:
             if total <= self.budget_bytes:

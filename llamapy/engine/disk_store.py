@@ -114,10 +114,10 @@ class DiskStore:
             raise
         return Path(tmp)
 
-    def commit(self, tmp: Path, name: str) -> None:
-        """Move a written temp file into place, as the most recently used (under
-        :meth:`lock`)."""
-        stamp = self._stamp()
+    def commit(self, tmp: Path, name: str, last_used_ns: int | None = None) -> None:
+        """Move a written temp file into place, as the most recently used or as last used at
+        ``last_used_ns`` (under :meth:`lock`)."""
+        stamp = self._stamp() if last_used_ns is None else last_used_ns
         os.utime(tmp, ns=(stamp, stamp))
         os.replace(tmp, self.path(name))
 

@@ -33,6 +33,7 @@ while a slot admitted before us is still computing a shared part of at least
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -273,23 +274,28 @@ class PrefixResolver:
             return
         self._offer_disk(slot)
 
-    def _offer_disk(self, slot: Slot, *, wait: bool = False) -> None:
+    def _offer_disk(self, slot: Slot, *, wait: bool = False,
+                    last_used_ns: int | None = None) -> None:
         seq = slot.seq_id
         if self.disk.enabled:
             self.disk.offer(slot.key, slot.cached, lambda: self.backend.state_seq_size(seq),
-                            lambda: self.backend.state_seq_get(seq), wait=wait)
+                            lambda: self.backend.state_seq_get(seq), wait=wait,
+                            last_used_ns=last_used_ns)
 
     def persist(self) -> None:
-        """Write what the RAM cache and the slots hold to the disk cache (at close, so a
-        restarted server finds it): RAM entries least recently used first, then the slots, so
-        the most recent are the last to be evicted."""
+        """Write what the slots and the RAM cache hold to the disk cache (at close, so a
+        restarted server finds it), most recently used first (the close's time bound may cut
+        the tail), each filed with a last use 1 ms before the one written before it so the
+        disk's LRU order is theirs."""
         if not self.disk.enabled:
             return
-        for entry in self.ram.entries():
-            self.disk.offer_entry(entry, wait=True)
-        for slot in sorted(self.pool.slots, key=lambda s: s.last_used):
-            if slot.cached and not self.ram.covers(slot.key, slot.cached):
-                self._offer_disk(slot, wait=True)
+        now = time.time_ns()
+        slots = [s for s in sorted(self.pool.slots, key=lambda s: -s.last_used)
+                 if s.cached and not self.ram.covers(s.key, s.cached)]
+        for rank, slot in enumerate(slots):
+            self._offer_disk(slot, wait=True, last_used_ns=now - rank * 1_000_000)
+        for rank, entry in enumerate(self.ram.entries()[::-1], start=len(slots)):
+            self.disk.offer_entry(entry, wait=True, last_used_ns=now - rank * 1_000_000)
 
     def trim(self, slot: Slot, keep: int) -> None:
         """Remove positions ``keep..`` (everything if partial removal is unsupported)."""

@@ -206,3 +206,20 @@ def test_stats_report_the_disk_cache(tmp_path):
     assert stats["disk_cache_entries"] == 1 and stats["num_disk_writes"] == 1
     assert 0 < stats["disk_cache_bytes"] <= stats["disk_cache_budget_bytes"]
     assert stats["disk_cache_bad_files"] == 0
+
+
+def test_close_persists_the_most_recent_first_and_the_disk_keeps_that_order(tmp_path):
+    one = EngineTuning(disk_min_tokens=8, disk_background=False)
+    engine, _ = make_engine(n_parallel=2, n_ctx=512, prompt_cache_dir=str(tmp_path),
+                            prompt_cache_disk_mb=0.006,  # room for one 60-token prefix
+                            tuning=one, cache_namespace=CacheNamespace("model-A"))
+    for rid, prompt in (("a", LONG_A), ("b", LONG_B)):  # b is the most recently used
+        submit(engine, rid, prompt, max_tokens=2)
+        run_all(engine)
+    engine.close()
+    again, backend = disk_engine(tmp_path, n_parallel=2)
+    assert [f.header.token_ids[:3] for f in again.disk.files()] == [tuple(LONG_B[:3])]
+    sink = submit(again, "b2", [*LONG_B, 9], max_tokens=2)
+    run_all(again)
+    assert sink.final.timings.reuse_source == "disk"
+    assert sink.tokens == ref(backend, [*LONG_B, 9], 2)
