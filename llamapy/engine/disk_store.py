@@ -7,7 +7,8 @@ What this module guarantees, for any number of processes sharing one folder:
   loss a file may be short or empty, and its checksum removes it.)
 - **One mutator at a time**: every change to the folder (commit, eviction, removal) happens
   under :meth:`DiskStore.lock`, an ``fcntl.flock`` on ``<folder>/.lock`` (plus a thread lock,
-  since ``flock`` does not exclude threads sharing a descriptor). Readers take no lock: a file
+  since ``flock`` does not exclude threads sharing a descriptor; without ``fcntl``, on
+  Windows, only the thread lock: one process per folder there). Readers take no lock: a file
   that vanishes is a miss, and one opened before its removal stays readable.
 - **Nothing foreign is trusted**: :meth:`DiskStore.scan` reads headers only
   (:func:`~llamapy.engine.disk_format.read_header`); a file with our suffix whose header is
@@ -18,7 +19,6 @@ What this module guarantees, for any number of processes sharing one folder:
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import logging
 import os
 import tempfile
@@ -30,6 +30,11 @@ from pathlib import Path
 
 from llamapy.engine.disk_format import EntryHeader, read_header, read_state
 from llamapy.errors import DiskCacheFormatError
+
+try:
+    import fcntl
+except ImportError:  # Windows: one process per folder (the thread lock still holds)
+    fcntl = None  # type: ignore[assignment]
 
 __all__ = ["SUFFIX", "DiskStore", "StoredFile"]
 
@@ -78,6 +83,9 @@ class DiskStore:
     def lock(self) -> Iterator[None]:
         """Exclusive use of the folder, across threads and processes."""
         with self._thread_lock:
+            if fcntl is None:
+                yield
+                return
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
             try:
                 yield
