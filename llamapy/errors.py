@@ -209,6 +209,24 @@ class ModelNotFoundError(LlamapyError):
     error_type = "invalid_request_error"
 
 
+class UnknownModelError(ModelNotFoundError):
+    """A request named a model this server does not serve; ``served`` lists those it does."""
+
+    def __init__(self, name: str, served: Iterable[str]) -> None:
+        self.name = name
+        self.served = tuple(served)
+        super().__init__(f"model {name!r} is not served; served models: "
+                         f"{', '.join(self.served) or '(none)'}")
+
+
+class ModelBudgetError(LlamapyError):
+    """A model cannot be loaded within the memory budget (``models_max`` / ``memory_mb``):
+    it is larger than the budget, or every loaded model is in use or pinned until the wait
+    ends."""
+
+    http_status = 503
+
+
 # --- native --------------------------------------------------------------------------------------
 
 
@@ -297,6 +315,18 @@ class UnknownLeaseError(LlamapyError, KeyError):
 
     def __str__(self) -> str:  # KeyError would print the repr of the message
         return str(self.args[0])
+
+
+class SlotBusyError(LlamapyError):
+    """A slot action (save, restore, erase) on a slot that is running a request or leased."""
+
+    http_status = 409
+    error_type = "invalid_request_error"
+
+    def __init__(self, slot_id: int) -> None:
+        self.slot_id = slot_id
+        super().__init__(f"slot {slot_id} is busy (running a request or leased); retry when "
+                         "it is idle")
 
 
 # --- sessions ------------------------------------------------------------------------------------

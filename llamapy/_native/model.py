@@ -271,6 +271,14 @@ class Model:
         return int(native().lib.llama_vocab_eot(self.vocab))
 
     @property
+    def fim_tokens(self) -> dict[str, int]:
+        """Fill-in-the-middle tokens by role (``pre``, ``suf``, ``mid``, ``pad``, ``rep``,
+        ``sep``; -1 when the vocabulary has none)."""
+        lib = native().lib
+        return {role: int(getattr(lib, f"llama_vocab_fim_{role}")(self.vocab))
+                for role in ("pre", "suf", "mid", "pad", "rep", "sep")}
+
+    @property
     def add_bos(self) -> bool:
         """Whether tokenization with ``add_special`` prepends BOS."""
         return bool(native().lib.llama_vocab_get_add_bos(self.vocab))

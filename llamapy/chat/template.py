@@ -50,6 +50,20 @@ class _GenerationTag(jinja2.ext.Extension):
         return caller()
 
 
+#: Marks where a continued message's text ends in its rendering (never in real text).
+_CONTINUE_MARK = "\x00llamapy-continue\x00"
+
+
+def _text_of(content: Any) -> str:
+    """A message's content as text (text parts joined; None is "")."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return "".join(str(p.get("text", "")) for p in content
+                   if isinstance(p, Mapping) and p.get("type", "text") == "text")
+
+
 def _tojson(
     value: Any,
     ensure_ascii: bool = False,
@@ -115,6 +129,28 @@ class ChatTemplate:
         if not source:
             return cls.chatml(bos_token=bos_token, eos_token=eos_token or "<|im_end|>")
         return cls(source, bos_token=bos_token, eos_token=eos_token)
+
+    def render_continuation(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        **kwargs: Any,
+    ) -> str:
+        """Render a conversation whose last (assistant) message the model continues: the
+        prompt ends inside that message, after its text, without the end-of-turn marks the
+        template adds (llama-server's assistant prefill, vLLM's ``continue_final_message``).
+        The message is rendered with a marker after its text and the prompt cut there, so any
+        template works; one that drops the marker falls back to a new assistant turn followed
+        by the text."""
+        *head, last = messages
+        text = _text_of(last.get("content"))
+        marked = [*head, {**last, "content": text + _CONTINUE_MARK}]
+        rendered = self.render(marked, tools=tools, add_generation_prompt=False, **kwargs)
+        at = rendered.rfind(_CONTINUE_MARK)
+        if at >= 0:
+            return rendered[:at]
+        return self.render(head, tools=tools, add_generation_prompt=True, **kwargs) + text
 
     @property
     def digest(self) -> str:

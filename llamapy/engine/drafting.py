@@ -21,7 +21,7 @@ request's own key).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -33,18 +33,35 @@ __all__ = ["DraftJob", "Drafter", "NgramDrafter", "NgramIndex", "NgramPool"]
 
 #: The n-gram the shared pool is keyed by.
 POOL_NGRAM = 3
+#: Longest match a proposal's bucket tells apart (longer matches share the last bucket).
+MATCH_BUCKETS = (2, 3, 4, 8, 12)
+
+
+def match_bucket(matched: int) -> int:
+    """The bucket of a match of ``matched`` tokens: the largest of :data:`MATCH_BUCKETS`
+    not above it."""
+    return max((b for b in MATCH_BUCKETS if b <= matched), default=MATCH_BUCKETS[0])
 
 
 @dataclass(slots=True, eq=False)
 class DraftJob:
     """One slot asking for a draft of at most ``n_max`` tokens; a drafter fills ``tokens``
-    (empty: nothing to propose) and ``source``."""
+    (empty: nothing to propose), ``source`` and ``bucket`` (the kind of proposal, e.g.
+    ``("ngram", 4)`` for a 4-token match: acceptance is learned per bucket). ``length`` tells
+    a drafter how many tokens of a proposal of a bucket are worth verifying (0: none); a drafter
+    asks it once per proposal, before it spends work on the draft when it can."""
 
     slot: Slot
     run: Run
     n_max: int
     tokens: list[int] = field(default_factory=list)
     source: Hashable = None
+    bucket: Hashable = None
+    length: Callable[[Hashable], int] | None = None
+
+    def worth(self, bucket: Hashable) -> int:
+        """How many draft tokens of ``bucket`` to propose (``n_max`` without a policy)."""
+        return self.n_max if self.length is None else min(self.n_max, self.length(bucket))
 
 
 class Drafter(Protocol):
@@ -79,6 +96,11 @@ class NgramIndex:
     def lookup(self, tokens: Sequence[int], n_max: int) -> list[int]:
         """Up to ``n_max`` tokens that followed the latest earlier occurrence of the longest
         n-gram ending ``tokens`` ([] when none occurred)."""
+        return self.match(tokens, n_max)[1]
+
+    def match(self, tokens: Sequence[int], n_max: int) -> tuple[int, list[int]]:
+        """:meth:`lookup`, with how many tokens before the continuation match those ending
+        ``tokens`` (the n-gram, extended backwards up to the last bucket)."""
         end = len(tokens)
         for e in range(max(self._done, 1), end):  # n-grams ending at e, continued by tokens[e]
             for n, seen in self._maps.items():
@@ -89,8 +111,17 @@ class NgramIndex:
             if end >= n:
                 at = self._maps[n].get(tuple(tokens[end - n:end]))
                 if at is not None:
-                    return list(tokens[at:at + n_max])
-        return []
+                    return _extend_back(tokens, at, n), list(tokens[at:at + n_max])
+        return 0, []
+
+
+def _extend_back(tokens: Sequence[int], at: int, n: int) -> int:
+    """The match length of an ``n``-token match ending at ``at`` against the end of
+    ``tokens``, extended backwards (at most to the last bucket)."""
+    end, m = len(tokens), n
+    while m < MATCH_BUCKETS[-1] and at - m - 1 >= 0 and tokens[at - m - 1] == tokens[end - m - 1]:
+        m += 1
+    return m
 
 
 class NgramPool:
@@ -149,13 +180,16 @@ class NgramDrafter:
                 continue
             run = job.run
             index = self._indexes.get(run.serial)
-            if index is None:
-                index = self._indexes[run.serial] = NgramIndex(self.ngram_size)
-            tokens = index.lookup(run.tokens, job.n_max)
+            if index is None:  # the request's own ngram_size (speculative option) wins
+                size = run.spec.params.ngram_size if run.spec is not None else self.ngram_size
+                index = self._indexes[run.serial] = NgramIndex(size)
+            matched, tokens = index.match(run.tokens, job.n_max)
+            bucket: Hashable = ("ngram", match_bucket(matched))
+            if not tokens:
+                tokens, bucket = self.pool.lookup(run.key, run.tokens, job.n_max), ("pool",)
             if tokens:
-                job.tokens, job.source = tokens, run.key
-                continue
-            tokens = self.pool.lookup(run.key, run.tokens, job.n_max)
+                job.bucket = bucket  # an opportunity, even if not worth verifying now
+                tokens = tokens[:job.worth(bucket)]
             if tokens:
                 job.tokens, job.source = tokens, run.key
 

@@ -21,10 +21,10 @@ from collections import deque
 from collections.abc import Callable, Hashable, Mapping
 from itertools import chain
 
-from llamapy.engine.admission import check_request
+from llamapy.engine.admission import check_backend, check_request
 from llamapy.engine.backend import Backend, Sampler
 from llamapy.engine.disk_cache import CacheNamespace, open_disk_cache
-from llamapy.engine.drafting import Drafter, NgramDrafter
+from llamapy.engine.drafting import Drafter
 from llamapy.engine.executor import Executor
 from llamapy.engine.integrity import build_stats, check_engine
 from llamapy.engine.leases import LeaseOps
@@ -42,8 +42,9 @@ from llamapy.engine.request import (
     Run,
     TokenEvent,
 )
+from llamapy.engine.slot_state import SlotOps
 from llamapy.engine.slots import Slot, SlotPool
-from llamapy.engine.speculation import Speculator
+from llamapy.engine.speculation import Speculator, with_ngram
 from llamapy.engine.states import RequestState, SlotState
 from llamapy.engine.stats import Counters, EngineStats, InstabilityEvent, recent_events
 from llamapy.engine.strategies import resolve_strategy
@@ -77,7 +78,7 @@ class Engine:
                  cache_namespace: CacheNamespace | None = None) -> None:
         self.config = config = config or EngineConfig()
         self.tuning = tuning = tuning or EngineTuning()
-        _check_backend(backend, config)
+        check_backend(backend, config)
         self.backend = backend
         self.clock = clock
         self.n_batch = min(config.n_batch, backend.n_batch)
@@ -92,12 +93,15 @@ class Engine:
         self.prefix = PrefixResolver(backend, self.pool, self.ram, self.counters, tuning,
                                      self.instability_events.append, self.disk)
         self.planner = Planner(self.strategy, self.n_batch, config.chunk_size)
-        self.speculator = Speculator(backend, self.counters, _drafters(config, drafters),
+        self.speculator = Speculator(backend, self.counters,
+                                     with_ngram(config.spec_ngram_size, drafters),
                                      config.speculative, tuning.spec_prior_beta)
         self.executor = Executor(backend, self.prefix, self.counters, clock, self._deliver,
                                  self.speculator)
         #: KV operations on leased slots (snapshot, restore, clear, next-token logits).
         self.leases = LeaseOps(backend, self.pool, self.prefix)
+        #: KV operations on idle slots (save, restore, erase: llama-server's slot actions).
+        self.slot_state = SlotOps(backend, self.pool, self.prefix)
         self._queue: list[Run] = []
         self._runs: dict[Hashable, Run] = {}
         self._gone: list[Run] = []
@@ -334,6 +338,8 @@ class Engine:
             alive = False
         if alive is False and isinstance(event, TokenEvent):
             self._gone.append(run)
+            if run.finish is None:  # a verification step emits nothing more to it
+                run.finish = FinishReason.CANCELLED
 
     # --- leases (for workspace sessions) -------------------------------------------------------
 
@@ -390,37 +396,18 @@ class Engine:
         return dict(self._runs)
 
     def close(self) -> None:
-        """End every active request with ``ClosedError`` and close their samplers; write the
-        slots' and the RAM cache's prefixes to the disk cache (if any) and wait for its writes
-        (at most ``tuning.disk_flush_s``); idempotent. The backend is not closed (its owner
-        does that)."""
+        """End every active request with ``ClosedError`` and close their samplers, then the
+        prefix caches (see :meth:`PrefixResolver.close`); idempotent. The backend is not closed
+        (its owner does that)."""
         if self._closed:
             return
         self._closed = True
         for run in sorted(self._runs.values(), key=lambda r: r.serial):
             self._finish(run, FinishReason.ERROR, ClosedError("engine closed"))
         self.speculator.close()
-        try:
-            self.prefix.persist()
-        finally:
-            self.disk.close(self.tuning.disk_flush_s)
+        self.prefix.close()
 
     def _check_open(self) -> None:
         if self._closed:
             raise ClosedError("engine is closed")
 
-
-def _drafters(config: EngineConfig, extra: Mapping[str, Drafter] | None) -> dict[str, Drafter]:
-    """The built-in n-gram drafter plus ``extra`` (by name)."""
-    drafters: dict[str, Drafter] = {"ngram": NgramDrafter(config.spec_ngram_size)}
-    drafters.update(extra or {})
-    return drafters
-
-
-def _check_backend(backend: Backend, config: EngineConfig) -> None:
-    if config.n_parallel > backend.n_seq_max:
-        raise InvalidOptionError(f"n_parallel={config.n_parallel} exceeds the backend's "
-                                 f"n_seq_max={backend.n_seq_max}", option="n_parallel")
-    if config.kv_unified != backend.kv_unified:
-        raise InvalidOptionError(f"kv_unified={config.kv_unified} but the backend was created "
-                                 f"with kv_unified={backend.kv_unified}", option="kv_unified")

@@ -123,7 +123,7 @@ class Executor:
             if not matched or run.finish is not None:
                 break
         trim_to_run(self.backend, run, entry.slot.seq_id, entry.slot.cached)
-        self.speculator.verified(run, len(draft), accepted)
+        self.speculator.verified(run, len(draft), accepted, entry.draft_bucket)
 
     def _sample(self, entry: Entry, row: int) -> int | None:
         """Sample, account and emit one token of ``entry`` from ``row`` (None: it failed)."""

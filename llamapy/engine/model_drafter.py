@@ -30,6 +30,9 @@ __all__ = ["ModelDrafter", "check_same_vocab"]
 
 log = logging.getLogger("llamapy.engine")
 
+#: The one acceptance bucket of model drafts.
+BUCKET = ("draft",)
+
 
 def check_same_vocab(target: Backend, draft: Backend, probes: int = 64) -> None:
     """``InvalidOptionError`` unless ``draft`` tokenizes like ``target`` (same size, and the
@@ -58,8 +61,12 @@ class ModelDrafter:
         self.num_decode_calls = 0
 
     def propose(self, jobs: Sequence[DraftJob]) -> None:
-        """Draft for every unfilled job whose slot has a draft sequence."""
+        """Draft for every unfilled job whose slot has a draft sequence (as many tokens as
+        the job's policy finds worth verifying)."""
         jobs = [j for j in jobs if not j.tokens and j.slot.seq_id < len(self._cached)]
+        for job in jobs:
+            job.n_max, job.bucket = job.worth(BUCKET), BUCKET
+        jobs = [j for j in jobs if j.n_max > 0]
         if not jobs or self._greedy is None:
             return
         try:

@@ -37,6 +37,7 @@ class Entry:
     samples: bool
     draft: list[int] = field(default_factory=list)
     draft_tag: Hashable = None
+    draft_bucket: Hashable = None
 
 
 @dataclass(slots=True)

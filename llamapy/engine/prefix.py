@@ -282,6 +282,14 @@ class PrefixResolver:
                             lambda: self.backend.state_seq_get(seq), wait=wait,
                             last_used_ns=last_used_ns)
 
+    def close(self) -> None:
+        """At the engine's close: :meth:`persist`, then let the disk cache finish its writes
+        (those not started within ``tuning.disk_flush_s`` are dropped) and stop its threads."""
+        try:
+            self.persist()
+        finally:
+            self.disk.close(self.tuning.disk_flush_s)
+
     def persist(self) -> None:
         """Write what the slots and the RAM cache hold to the disk cache (at close, so a
         restarted server finds it), most recently used first (the close's time bound may cut

@@ -62,10 +62,14 @@ def chat_choices_response(plan: ChatPlan, completions: Sequence[Completion]
 
 
 class ChatStream:
-    """Turns engine events of one request into ``chat.completion.chunk`` dicts."""
+    """Turns engine events of one request into ``chat.completion.chunk`` dicts (of choice
+    ``index``; ``usage=False``: no usage chunk, the caller sums the choices')."""
 
-    def __init__(self, plan: ChatPlan) -> None:
+    def __init__(self, plan: ChatPlan, index: int = 0, *, usage: bool = True) -> None:
         self.plan = plan
+        self.index = index
+        self.usage = usage
+        self.final_usage: Usage | None = None
         self.parser = plan.parser()
         self.model = plan.served.model
         self.started = False
@@ -77,7 +81,8 @@ class ChatStream:
         if self.plan.top_logprobs is not None and self._pending_logprobs:
             logprobs = {"content": self._pending_logprobs, "refusal": None}
             self._pending_logprobs = []
-        choice = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
+        choice = {"index": self.index, "delta": delta, "logprobs": logprobs,
+                  "finish_reason": finish}
         return {**_envelope(self.plan, "chat.completion.chunk"), "choices": [choice]}
 
     def _start(self) -> list[dict[str, Any]]:
@@ -114,11 +119,10 @@ class ChatStream:
         final = self._chunk({}, finish_reason(event.finish_reason, self.tool_calls))
         final["timings"] = timings_dict(event.timings, self.model, self.plan.token_ids)
         chunks.append(final)
-        if self.plan.body.include_usage():
-            usage = Usage(event.prompt_tokens, event.completion_tokens,
-                          event.timings.reused_tokens)
-            chunks.append({**_envelope(self.plan, "chat.completion.chunk"), "choices": [],
-                           "usage": usage_dict(usage)})
+        self.final_usage = Usage(event.prompt_tokens, event.completion_tokens,
+                                 event.timings.reused_tokens)
+        if self.plan.body.include_usage() and self.usage:
+            chunks.append(usage_chunk(self.plan, [self.final_usage]))
         return chunks
 
     def on_event(self, event: TokenEvent | DoneEvent) -> list[dict[str, Any]]:
@@ -163,10 +167,21 @@ def stream_chat_completion(target: Target, request: Mapping[str, Any]
 
 
 def _stream(plan: ChatPlan) -> Iterator[dict[str, Any]]:
-    stream = ChatStream(plan)
-    with closing(plan.served.events(plan.token_ids, plan.options)) as events:
-        for event in events:
-            yield from stream.on_event(event)
+    """The chunks of each choice in turn (``n`` > 1: one choice generated after another)."""
+    streams = [ChatStream(plan, i, usage=plan.body.n == 1) for i in range(plan.body.n)]
+    for stream, options in zip(streams, choice_options(plan.options, plan.body.n),
+                               strict=True):
+        with closing(plan.served.events(plan.token_ids, options)) as events:
+            for event in events:
+                yield from stream.on_event(event)
+    if plan.body.n > 1 and plan.body.include_usage():
+        yield usage_chunk(plan, [s.final_usage for s in streams if s.final_usage])
+
+
+def usage_chunk(plan: ChatPlan, usages: Sequence[Usage]) -> dict[str, Any]:
+    """The final ``choices: []`` chunk carrying the (summed) usage."""
+    return {**_envelope(plan, "chat.completion.chunk"), "choices": [],
+            "usage": usage_dict(total_usage(list(usages)))}
 
 
 # --- asyncio --------------------------------------------------------------------------------
@@ -185,8 +200,48 @@ async def astream_chat_completion(target: Target, request: Mapping[str, Any]
                                   ) -> AsyncGenerator[dict[str, Any], None]:
     """Async :func:`stream_chat_completion`; closing the iterator cancels the request."""
     plan = prepare_chat(await aready(target), request)
+    if plan.body.n > 1:
+        async with aclosing(_astream_choices(plan)) as chunks:
+            async for chunk in chunks:
+                yield chunk
+        return
     stream = ChatStream(plan)
     async with aclosing(plan.served.aevents(plan.token_ids, plan.options)) as events:
         async for event in events:
             for chunk in stream.on_event(event):
                 yield chunk
+
+
+async def _astream_choices(plan: ChatPlan) -> AsyncGenerator[dict[str, Any], None]:
+    """The ``n`` choices generated concurrently, their chunks interleaved as they come (each
+    carries its ``index``), then the summed usage if asked for. The first failure ends the
+    stream with its error and cancels the other choices."""
+    n = plan.body.n
+    queue: asyncio.Queue[dict[str, Any] | BaseException | None] = asyncio.Queue()
+    streams = [ChatStream(plan, i, usage=False) for i in range(n)]
+
+    async def pump(stream: ChatStream, options: dict[str, Any]) -> None:
+        try:
+            async with aclosing(plan.served.aevents(plan.token_ids, options)) as events:
+                async for event in events:
+                    for chunk in stream.on_event(event):
+                        queue.put_nowait(chunk)
+        except Exception as exc:  # delivered to the consumer, which raises it
+            queue.put_nowait(exc)
+        finally:
+            queue.put_nowait(None)
+
+    tasks = [asyncio.create_task(pump(s, o))
+             for s, o in zip(streams, choice_options(plan.options, n), strict=True)]
+    try:
+        for _ in range(n):
+            while (item := await queue.get()) is not None:
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        if plan.body.include_usage():
+            yield usage_chunk(plan, [s.final_usage for s in streams if s.final_usage])
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

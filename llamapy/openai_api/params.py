@@ -30,7 +30,8 @@ ENGINE_ALIASES: dict[str, str] = {
 }
 
 #: Extras that are ours, not engine options: handled by the API layer itself.
-API_EXTRAS = ("reasoning_format", "chat_template_kwargs", "json_schema", "lora", "ignore_eos")
+API_EXTRAS = ("reasoning_format", "chat_template_kwargs", "json_schema", "lora", "ignore_eos",
+              "continue_final_message", "add_generation_prompt")
 #: Engine options a client may not set over HTTP (file paths on the server's disk).
 SERVER_ONLY = ("adapters",)
 
@@ -182,12 +183,12 @@ def parse_body(model: type[Body], body: object) -> Body:
 
 
 def check_unsupported(body: GenerationBody) -> None:
-    """Reject what we do not implement, clearly (``n`` > 1 streamed, ``best_of`` > 1,
-    ``suffix``)."""
-    if body.n > 1 and body.stream:
-        raise UnsupportedFeatureError("n", "n > 1 is supported without streaming only "
-                                      "(set stream to false)")
+    """Reject what we do not implement, clearly (``n`` > 1 streamed on ``/v1/completions``,
+    ``best_of`` > 1, ``suffix``)."""
     if isinstance(body, CompletionBody):
+        if body.n > 1 and body.stream:
+            raise UnsupportedFeatureError("n", "n > 1 is streamed on /v1/chat/completions; "
+                                          "here set stream to false")
         if body.best_of not in (None, 1):
             raise UnsupportedFeatureError("best_of", "only best_of=1 is supported")
         if body.suffix:

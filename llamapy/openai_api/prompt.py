@@ -102,9 +102,43 @@ def render_prompt(served: ServedModel, body: ChatBody, tools_active: bool) -> st
     if not isinstance(kwargs, Mapping):
         raise InvalidOptionError("chat_template_kwargs must be an object",
                                  option="chat_template_kwargs")
-    return served.template().render(messages, tools=tools if tools_active else None,
-                                    add_generation_prompt=True,
-                                    **{**served.template_kwargs, **kwargs})
+    variables = {**served.template_kwargs, **kwargs}
+    tools_arg = tools if tools_active else None
+    if _continues(body, messages, served.prefill_assistant):
+        return served.template().render_continuation(messages, tools=tools_arg, **variables)
+    add = api_extra(body, "add_generation_prompt", True)
+    if not isinstance(add, bool):
+        raise InvalidOptionError("add_generation_prompt must be a boolean",
+                                 option="add_generation_prompt")
+    return served.template().render(messages, tools=tools_arg, add_generation_prompt=add,
+                                    **variables)
+
+
+def _continues(body: ChatBody, messages: list[dict[str, Any]], prefill: bool) -> bool:
+    """Whether the model continues the last (assistant) message: ``continue_final_message``
+    (``true``, ``"content"``), or llama-server's assistant prefill (on unless the server runs
+    with ``--no-prefill-assistant``) when the conversation ends with an assistant message."""
+    explicit = api_extra(body, "continue_final_message")
+    last = messages[-1] if messages else {}
+    if explicit not in (None, False, True, "content", "reasoning_content"):
+        raise InvalidOptionError("continue_final_message must be a boolean or \"content\"",
+                                 option="continue_final_message")
+    wanted = bool(explicit) or (explicit is None and prefill and last.get("role") == "assistant")
+    if not wanted:
+        return False
+    if explicit and api_extra(body, "add_generation_prompt") is True:
+        raise InvalidOptionError("Cannot set both add_generation_prompt and "
+                                 "continue_final_message to true.", option="add_generation_prompt")
+    if last.get("role") != "assistant":
+        raise InvalidOptionError("continue_final_message needs a final assistant message",
+                                 option="continue_final_message")
+    if len(messages) >= 2 and messages[-2].get("role") == "assistant":
+        raise InvalidOptionError("Cannot have 2 or more assistant messages at the end of the "
+                                 "list.", option="messages")
+    if last.get("tool_calls"):
+        raise InvalidOptionError("Cannot continue an assistant message that contains tool "
+                                 "calls.", option="messages")
+    return True
 
 
 def _tool_grammar(served: ServedModel, body: ChatBody) -> str | None:

@@ -62,7 +62,10 @@ class ServedModel:
     defaults (llama-server's flags): ``n_predict`` is the token budget of a request that sets
     none (-1: the rest of the context), ``reasoning_format`` the ``reasoning_format`` of a
     request that sets none, ``template_kwargs`` chat template variables a request's
-    ``chat_template_kwargs`` extend (``--reasoning off``: ``enable_thinking: false``).
+    ``chat_template_kwargs`` extend (``--reasoning off``: ``enable_thinking: false``);
+    ``prefill_assistant``: a conversation ending with an assistant message is continued
+    (``--no-prefill-assistant``: answered in a new turn instead); ``spm_infill``: ``/infill``
+    puts the suffix before the prefix (``--spm-infill``).
     """
 
     server: Server
@@ -75,6 +78,8 @@ class ServedModel:
     reasoning_format: str = "auto"
     template_kwargs: Mapping[str, Any] = field(default_factory=dict)
     accept_any_model: bool = False
+    prefill_assistant: bool = True
+    spm_infill: bool = False
     created: int = field(default_factory=lambda: int(time.time()))
 
     def __post_init__(self) -> None:

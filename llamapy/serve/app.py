@@ -1,9 +1,10 @@
-"""``create_app``: the FastAPI application serving one :class:`~llamapy.server.Server`."""
+"""``create_app``: the FastAPI application serving one :class:`~llamapy.server.Server`, or several
+models through a :class:`~llamapy.server.ModelManager`."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,14 +14,16 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
 from ..openai_api.target import DEFAULT_REQUEST_TIMEOUT
-from ..server import Server
+from ..server import ModelManager, Server
 from .context import CACHE_HEADERS, AppContext
 from .errors import BodyLimit, CatchAll, install_error_handlers
 from .flags import DEFAULT_MAX_BODY_BYTES
 from .host import Loader, ModelHost
 from .metrics import RequestCounter
+from .multi import ModelRouter, ModelSelect
 from .routes_anthropic import anthropic_router
 from .routes_llama import health_router, llama_router
+from .routes_models import models_router
 from .routes_openai import openai_router
 from .routes_responses import responses_router
 
@@ -30,7 +33,7 @@ LOCALHOST_ORIGIN = r"https?://(localhost|127\.0\.0\.1|\[::1\])(:[0-9]+)?"
 
 
 def create_app(
-    target: Server | Loader,
+    target: Server | Loader | ModelManager,
     *,
     alias: str | None = None,
     api_key: str | None = None,
@@ -42,7 +45,9 @@ def create_app(
     webui: bool = True,
     slots: bool = True,
     metrics: bool = True,
+    slot_save_path: str | None = None,
     own_server: bool = False,
+    chat_templates: Mapping[str, str] | None = None,
     **served: Any,
 ) -> FastAPI:
     """The app for ``target`` (a :class:`Server`, or a callable returning one, run on a thread:
@@ -50,28 +55,51 @@ def create_app(
 
     ``alias``: the public model id (default: the file's stem). ``api_key`` protects all but
     ``/health`` and the page. ``chat_template``: Jinja overriding the GGUF's. ``webui=False``:
-    no page at ``/``; ``slots`` / ``metrics=False``: those endpoints answer 501. ``served``:
+    no page at ``/``; ``slots`` / ``metrics=False``: those endpoints answer 501.
+    ``slot_save_path``: the folder of ``POST /slots/{id}?action=save|restore`` (None: 501).
+    ``served``:
     more :class:`~llamapy.openai_api.ServedModel` options (``aliases``, ``tags``, ``n_predict``,
     ``reasoning_format``, ``template_kwargs``). ``own_server``: close it on shutdown.
+
+    A :class:`~llamapy.server.ModelManager` target serves several models: the request's
+    ``model`` picks one (:mod:`llamapy.serve.multi`), ``/v1/models`` lists each with its state,
+    ``/models/load`` and ``/models/unload`` are added; ``chat_templates`` gives per-model
+    template overrides; ``alias`` is unused (the specs name the models).
     """
-    host = ModelHost(target, name=alias or "", chat_template=chat_template,
-                     request_timeout=request_timeout, **served)
-    ctx = AppContext(host, api_key=api_key, embeddings=embeddings, slots=slots,
-                     metrics_endpoint=metrics)
+    owned = _owner(target, alias=alias, chat_template=chat_template,
+                   chat_templates=chat_templates, request_timeout=request_timeout, **served)
+    ctx = AppContext(owned if isinstance(owned, ModelHost) else None,
+                     models=owned if isinstance(owned, ModelRouter) else None, api_key=api_key,
+                     embeddings=embeddings, slots=slots, metrics_endpoint=metrics,
+                     slot_save_path=slot_save_path)
     app = FastAPI(title="llamapy", summary="OpenAI-compatible llama.cpp server",
-                  lifespan=_lifespan(ctx, host if own_server else None))
+                  lifespan=_lifespan(ctx, owned if own_server else None))
     app.state.llamapy = ctx
     install_error_handlers(app)
     for router in (health_router, openai_router, responses_router, anthropic_router,
                    llama_router):
         app.include_router(router(ctx))
+    if ctx.models is not None:
+        app.include_router(models_router(ctx, ctx.models))
     if webui:
         _add_page(app)
     _add_middleware(app, ctx, cors_origins, max_body_bytes)
     return app
 
 
-def _lifespan(ctx: AppContext, owned: ModelHost | None) -> Any:
+def _owner(target: Server | Loader | ModelManager, *, alias: str | None,
+           chat_template: str | None, chat_templates: Mapping[str, str] | None,
+           request_timeout: float, **served: Any) -> ModelHost | ModelRouter:
+    """What serves the app's models: a :class:`ModelHost` for one, a :class:`ModelRouter`
+    for a manager's several."""
+    if isinstance(target, ModelManager):
+        return ModelRouter(target, chat_templates=chat_templates, chat_template=chat_template,
+                           request_timeout=request_timeout, **served)
+    return ModelHost(target, name=alias or "", chat_template=chat_template,
+                     request_timeout=request_timeout, **served)
+
+
+def _lifespan(ctx: AppContext, owned: ModelHost | ModelRouter | None) -> Any:
     """On shutdown: close the app's context, then the server if the app owns it."""
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -86,6 +114,8 @@ def _lifespan(ctx: AppContext, owned: ModelHost | None) -> Any:
 def _add_middleware(app: FastAPI, ctx: AppContext, cors_origins: Sequence[str],
                     max_body_bytes: int) -> None:
     """Catch-all errors, request counting, the body limit and (if asked for) CORS."""
+    if ctx.models is not None:  # innermost: leases the request's model for its response
+        app.add_middleware(ModelSelect, router=ctx.models, check_key=ctx.check_key)
     app.add_middleware(CatchAll)
     app.add_middleware(RequestCounter, metrics=ctx.metrics)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)

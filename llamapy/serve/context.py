@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import secrets
 import threading
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -25,6 +25,7 @@ from ..errors import (
 from ..openai_api import ServedModel
 from .host import ModelHost
 from .metrics import Metrics
+from .multi import ModelRouter, ModelsCollector
 
 T = TypeVar("T")
 
@@ -47,36 +48,64 @@ CACHE_HEADERS = {
 class AppContext:
     """State of one app: the host, its metrics and the lazily made embedder."""
 
-    host: ModelHost
+    host: ModelHost | None
     api_key: str | None = None
     embeddings: bool = True
     slots: bool = True
     metrics_endpoint: bool = True
+    slot_save_path: str | None = None
+    models: ModelRouter | None = None
     metrics: Metrics = field(init=False)
     _embedder: Embedder | None = field(default=None, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
 
     def __post_init__(self) -> None:
-        self.metrics = Metrics(self.engine_stats)
+        self.metrics = Metrics(self.engine_stats, self.model_name)
+        if self.models is not None:
+            self.metrics.registry.register(ModelsCollector(self.models.manager))
+
+    def model_name(self) -> str:
+        """The public model id ("" until the model's loader returned); with several models,
+        the one this request leased ("" for none)."""
+        if self.models is not None:
+            try:
+                return self.models.current().name
+            except LlamapyError:
+                return ""
+        assert self.host is not None
+        served = self.host.served
+        return served.name if served is not None else ""
 
     def engine_stats(self) -> Mapping[str, Any] | None:
         """The engine's stats, or None while the model is unavailable."""
         try:
-            return self.host.get().server.stats()
+            return self.served().server.stats()
         except LlamapyError:
             return None
 
     def served(self) -> ServedModel:
-        """The served model (503 while loading)."""
+        """The served model (503 while loading); with several models, the one this request
+        leased (:mod:`llamapy.serve.multi`)."""
+        if self.models is not None:
+            return self.models.current()
+        assert self.host is not None
         return self.host.get()
 
-    def embedder(self, served: ServedModel) -> Embedder:
-        """The embedder, created on first use (with the server's thread count)."""
+    @contextlib.contextmanager
+    def embedder(self, served: ServedModel) -> Iterator[Embedder]:
+        """The embedder: one per app, created on first use (with the server's thread count);
+        with several models, a fresh one per request, freed after it (a cached one would keep
+        an unloaded model's weights in memory)."""
+        threads = served.server.start_options.context.n_threads
+        if self.models is not None:
+            with Embedder(served.model, n_threads=threads) as embedder:
+                yield embedder
+            return
         with self._lock:
             if self._embedder is None:
-                threads = served.server.start_options.context.n_threads
                 self._embedder = Embedder(served.model, n_threads=threads)
-            return self._embedder
+            embedder = self._embedder
+        yield embedder
 
     def close(self) -> None:
         """Free the embeddings context."""
@@ -94,15 +123,17 @@ class AppContext:
                 f"This server does not support {endpoint} endpoint. Start it with `--{endpoint}`")
 
     def check_key(self, request: Request) -> None:
-        """Raise :class:`AuthenticationError` unless the request carries the API key, as
-        ``Authorization: Bearer KEY`` or (Anthropic's header) ``x-api-key: KEY``."""
+        """Raise :class:`AuthenticationError` unless the request carries the API key (one of
+        them: ``api_key`` may list several, comma-separated, as llama-server's ``--api-key``
+        does), as ``Authorization: Bearer KEY`` or (Anthropic's header) ``x-api-key: KEY``."""
         if self.api_key is None:
             return
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
         offered = [token.strip()] if scheme.lower() == "bearer" else []
         offered.append(request.headers.get("x-api-key", "").strip())
-        expected = self.api_key.encode()
-        if not any(key and secrets.compare_digest(key.encode(), expected) for key in offered):
+        keys = [k.strip().encode() for k in self.api_key.split(",") if k.strip()]
+        if not any(key and secrets.compare_digest(key.encode(), expected)
+                   for key in offered for expected in keys):
             raise AuthenticationError(
                 "missing or invalid API key (Authorization: Bearer ... or x-api-key: ...)")
 

@@ -121,6 +121,14 @@ def _scalar(text: str) -> Any:
     return text
 
 
+def _int_or_word(text: str) -> int | str:
+    """An integer, or the word as given (the option checks which words it takes)."""
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
 def _sequence(kind: Callable[[str], Any]) -> Callable[[str], tuple[Any, ...]]:
     def parse(text: str) -> tuple[Any, ...]:
         if text.lstrip().startswith("["):
@@ -143,6 +151,8 @@ def _converter(tp: Any) -> tuple[Callable[[str], Any], str]:
     origin = typing.get_origin(members[0])
     if len(members) > 1 and bool in members:
         return _scalar, "VALUE"
+    if len(members) > 1 and int in members and str in members:
+        return _int_or_word, "N"
     if origin is tuple:
         item = typing.get_args(members[0])[0]
         return _sequence(item if item in (int, float) else str), "A,B,..."

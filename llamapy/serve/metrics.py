@@ -7,7 +7,8 @@ state, and the cache metrics no peer exposes: reused prompt tokens by source (ow
 slot, RAM cache, disk cache, in-flight), RAM and disk cache bytes/entries/evictions/restores,
 disk cache writes, failures and bad files removed, prefix instability
 events (a template rewriting history), KV pressure purges. llama-server's ``llamacpp:`` names
-come alongside (:mod:`llamapy.serve.metrics_compat`).
+come alongside (:mod:`llamapy.serve.metrics_compat`), and vLLM's `vllm:` names for gateways
+(:mod:`llamapy.serve.metrics_gateway`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .metrics_compat import llamacpp_families
+from .metrics_gateway import GatewayHistograms, gateway_families
 
 PREFIX = "llamapy"
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -69,8 +71,10 @@ SLOT_STATES = ("idle", "leased", "prefilling", "decoding")
 class EngineCollector(Collector):
     """Reads the engine's stats at scrape time (nothing while the model loads)."""
 
-    def __init__(self, stats: Callable[[], Mapping[str, Any] | None]) -> None:
+    def __init__(self, stats: Callable[[], Mapping[str, Any] | None],
+                 model_name: Callable[[], str] = lambda: "") -> None:
         self._stats = stats
+        self._model_name = model_name
 
     def collect(self) -> Iterator[Metric]:
         """The engine metric families."""
@@ -100,6 +104,7 @@ class EngineCollector(Collector):
         yield _per_position(f"{PREFIX}_draft_accepted_per_pos",
                             "Accepted speculative draft tokens by draft position", stats)
         yield from llamacpp_families(stats)
+        yield from gateway_families(stats, self._model_name())
 
 
 def _per_position(name: str, doc: str, stats: Mapping[str, Any]) -> Metric:
@@ -113,8 +118,10 @@ def _per_position(name: str, doc: str, stats: Mapping[str, Any]) -> Metric:
 class Metrics:
     """The app's registry and its HTTP-side instruments."""
 
-    def __init__(self, stats: Callable[[], Mapping[str, Any] | None]) -> None:
+    def __init__(self, stats: Callable[[], Mapping[str, Any] | None],
+                 model_name: Callable[[], str] = lambda: "") -> None:
         self.registry = CollectorRegistry()
+        self.model_name = model_name
         self.requests = Counter(f"{PREFIX}_http_requests", "HTTP requests by endpoint and status",
                                 ["endpoint", "status"], registry=self.registry)
         self.ttft = Histogram(f"{PREFIX}_time_to_first_token_seconds",
@@ -123,7 +130,8 @@ class Metrics:
         self.token_latency = Histogram(f"{PREFIX}_time_per_output_token_seconds",
                                        "Decode time per generated token after the first",
                                        buckets=_TOKEN_BUCKETS, registry=self.registry)
-        self.registry.register(EngineCollector(stats))
+        self.gateway = GatewayHistograms(self.registry)
+        self.registry.register(EngineCollector(stats, model_name))
 
     def observe(self, timings: Mapping[str, Any] | None) -> None:
         """Record a response's ``timings`` (as built by ``openai_api.report``)."""
@@ -134,6 +142,7 @@ class Metrics:
         per_token = timings.get("predicted_per_token_ms")
         if per_token is not None:
             self.token_latency.observe(per_token / 1000.0)
+        self.gateway.observe(timings, self.model_name())
 
     def render(self) -> bytes:
         """The exposition text."""

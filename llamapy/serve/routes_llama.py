@@ -15,6 +15,8 @@ from fastapi.responses import JSONResponse
 from ..engine import TokenEvent
 from ..openai_api import ServedModel
 from ..openai_api import llama_compat as compat
+from ..openai_api.infill import check_infill, infill_tokens
+from . import slot_files
 from .context import (
     AppContext,
     cache_headers,
@@ -28,6 +30,8 @@ from .metrics_compat import PROCESS_START
 from .sse import event_stream
 
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
+#: ``/infill`` fields that become its prompt.
+INFILL_FIELDS = ("input_prefix", "input_suffix", "input_extra", "prompt")
 
 
 async def stream_native(served: ServedModel, body: Any) -> AsyncGenerator[dict[str, Any], None]:
@@ -57,9 +61,11 @@ def health_router(ctx: AppContext) -> APIRouter:
     @router.get("/health")
     @router.get("/v1/health", include_in_schema=False)
     async def health() -> Response:
-        """200 ``{"status": "ok"}`` when ready, else the 503 error saying why."""
+        """200 ``{"status": "ok"}`` when ready, else the 503 error saying why (with several
+        models: ok while serving; ``/v1/models`` tells each model's state)."""
         try:
-            ctx.served()
+            if ctx.models is None:
+                ctx.served()
         except Exception as exc:
             return error_response(exc)
         return JSONResponse({"status": "ok"})
@@ -90,6 +96,35 @@ def _completion_routes(router: APIRouter, ctx: AppContext) -> None:
         ctx.metrics.observe(result["timings"])
         return JSONResponse(result, headers=cache_headers(result["timings"]))
 
+    @router.post("/infill")
+    async def infill(request: Request) -> Response:
+        """llama-server's fill-in-the-middle (501 for a model without FIM tokens)."""
+        served = ctx.served()
+        body = infill_body(served, await read_json(request))
+        if stream_flag(body):
+            return await event_stream(request, stream_native(served, body), done_marker=False,
+                                      on_chunk=final_timings(ctx.metrics.observe))
+        result = await cancel_on_disconnect(request, complete_native(served, body))
+        ctx.metrics.observe(result["timings"])
+        return JSONResponse(result, headers=cache_headers(result["timings"]))
+
+
+def infill_body(served: ServedModel, body: Any) -> dict[str, Any]:
+    """An ``/infill`` body as the ``/completion`` body of its FIM prompt token ids."""
+    model = served.model
+    fim = model.fim_tokens
+    check_infill(fim, body)
+    start = served.server.start_options
+    n_predict = next((body[k] for k in compat.BUDGET_FIELDS if k in body), -1)
+    ids = infill_tokens(
+        fim, lambda text: model.tokenize(text, add_special=False, parse_special=False), body,
+        n_batch=start.server.effective_n_batch,
+        n_predict=n_predict if isinstance(n_predict, int) else -1,
+        n_ctx=compat.slot_n_ctx(served), spm=served.spm_infill,
+        bos=model.bos if model.add_bos and model.bos >= 0 else None)
+    rest = {k: v for k, v in body.items() if k not in INFILL_FIELDS}
+    return {**rest, "prompt": ids}
+
 
 def _tool_routes(router: APIRouter, ctx: AppContext) -> None:
     @router.post("/tokenize")
@@ -119,6 +154,15 @@ def _status_routes(router: APIRouter, ctx: AppContext) -> None:
         """Each slot's state and cached tokens (501 with ``--no-slots``)."""
         ctx.check_enabled("slots")
         return await run_in_threadpool(compat.slots, ctx.served())
+
+    @router.post("/slots/{id_slot}")
+    async def slot_action(id_slot: int, action: str, request: Request) -> dict[str, Any]:
+        """llama-server's slot actions: ``?action=save|restore|erase`` (``{"filename"}`` for
+        save and restore; 501 without ``--slot-save-path``, 409 while the slot is busy)."""
+        ctx.check_enabled("slots")
+        body = await read_json(request) if action != "erase" else None
+        return await run_in_threadpool(slot_files.slot_action, ctx.served(),
+                                       ctx.slot_save_path, id_slot, action, body)
 
     @router.get("/metrics")
     async def metrics() -> Response:

@@ -30,6 +30,7 @@ from .context import (
     stream_flag,
 )
 from .embeddings import aembed, embedding_response, parse_embedding_request
+from .multi import model_entry
 from .sse import event_stream
 
 
@@ -85,12 +86,16 @@ def _model_routes(router: APIRouter, ctx: AppContext) -> None:
     @router.get("/v1/models")
     @router.get("/models", include_in_schema=False)
     async def models() -> dict[str, Any]:
-        """The served model."""
+        """The served model (with several: each with its ``status``)."""
+        if ctx.models is not None:
+            return ctx.models.model_list()
         return {"object": "list", "data": [model_card(ctx.served())]}
 
     @router.get("/v1/models/{model_id:path}")
     async def model(model_id: str) -> dict[str, Any]:
         """One model by id (404 unless served here)."""
+        if ctx.models is not None:
+            return model_entry(ctx.models.manager.status_of(model_id))
         served = ctx.served()
         served.check_model(model_id)
         return model_card(served)
@@ -104,6 +109,7 @@ def _model_routes(router: APIRouter, ctx: AppContext) -> None:
         if not ctx.embeddings:
             raise UnsupportedFeatureError("embeddings", "embeddings are disabled on this server")
         inputs, fmt = parse_embedding_request(served, body)
-        vectors = await aembed(ctx.embedder(served), inputs)
+        with ctx.embedder(served) as embedder:
+            vectors = await aembed(embedder, inputs)
         return embedding_response(served, inputs, vectors, fmt)
 

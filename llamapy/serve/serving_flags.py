@@ -45,11 +45,13 @@ def _switch(group: argparse._ArgumentGroup, names: Sequence[str], dest: str, on:
 
 
 def _add_identity(group: argparse._ArgumentGroup) -> None:
-    group.add_argument("--model", "-m", metavar="PATH",
-                       help="GGUF file to serve (default: the default model, fetched if missing)")
+    group.add_argument("--model", "-m", metavar="PATH", action="append",
+                       help="GGUF file to serve (default: the default model, fetched if "
+                            "missing); repeatable: several models, loaded on demand")
     group.add_argument("-a", "--alias", action=_ListAppend, default=[], metavar="NAME",
                        help="public model id (default: the file's stem); repeatable or "
-                            "comma-separated: the first is shown, the others are also accepted")
+                            "comma-separated: the first is shown, the others are also "
+                            "accepted; with several --model, one per model, in order")
     group.add_argument("--accept-any-model", action="store_true",
                        help="answer requests naming any model (llama-server does; by default an "
                        "unknown model is a 404, as in vLLM)")
@@ -98,6 +100,15 @@ def _add_endpoints(group: argparse._ArgumentGroup) -> None:
     _switch(group, ("--no-webui", "--no-ui"), "webui", False, "no chat page: / answers 404")
     _switch(group, ("--slots",), "slots", True, "serve /slots (default)")
     _switch(group, ("--no-slots",), "slots", False, "/slots answers 501")
+    _switch(group, ("--prefill-assistant",), "prefill_assistant", True,
+            "continue a final assistant message (default)")
+    _switch(group, ("--no-prefill-assistant",), "prefill_assistant", False,
+            "answer a final assistant message in a new turn instead of continuing it")
+    group.add_argument("--spm-infill", action="store_true",
+                       help="/infill: suffix/prefix/middle order (for models that want it)")
+    group.add_argument("--slot-save-path", metavar="DIR",
+                       help="folder for POST /slots/{id}?action=save|restore (default: off, "
+                            "those actions answer 501)")
     _switch(group, ("--metrics",), "metrics", True,
             "serve Prometheus /metrics (on by default here, unlike llama-server)")
     _switch(group, ("--no-metrics",), "metrics", False, "/metrics answers 501")
@@ -149,6 +160,9 @@ def app_options(args: argparse.Namespace) -> dict[str, Any]:
         "request_timeout": args.request_timeout, "max_body_bytes": int(args.max_body_mb * 2**20),
         "embeddings": not args.no_embeddings_endpoint, "webui": args.webui is not False,
         "slots": args.slots is not False, "metrics": args.metrics is not False,
+        "slot_save_path": args.slot_save_path,
         "n_predict": args.n_predict, "reasoning_format": args.reasoning_format,
         "template_kwargs": template_kwargs(args), "accept_any_model": args.accept_any_model,
+        "prefill_assistant": args.prefill_assistant is not False,
+        "spm_infill": args.spm_infill,
     }

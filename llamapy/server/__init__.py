@@ -3,15 +3,23 @@
 from .._system import physical_cores
 from ..adapters import AdapterSet, resolve_adapters
 from ..runtime import Completion, Usage
+from .manager import ModelLease, ModelManager
+from .model_spec import ModelSpec, ModelState, ModelStatus, parse_keep_alive
 from .options import call_option_keys, request_option_keys, start_option_keys
 from .server import Server
 
 __all__ = [
     "AdapterSet",
     "Completion",
+    "ModelLease",
+    "ModelManager",
+    "ModelSpec",
+    "ModelState",
+    "ModelStatus",
     "Server",
     "Usage",
     "call_option_keys",
+    "parse_keep_alive",
     "physical_cores",
     "request_option_keys",
     "resolve_adapters",

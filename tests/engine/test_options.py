@@ -49,7 +49,8 @@ def test_keys_derive_from_the_dataclasses():
     sampling = {f.name for f in dataclasses.fields(SamplingParams)}
     assert set(sampling_option_keys()) == sampling
     assert set(request_option_keys()) == sampling | {"max_tokens", "cache_prompt", "session",
-                                                     "cache_scope", "adapters", "stop", "speculative"}
+                                                     "cache_scope", "adapters", "stop",
+                                                     "speculative"}
     assert set(engine_option_keys()) >= sampling | {"n_parallel", "max_queue", "batch_strategy"}
     assert "sampling" not in request_option_keys() + engine_option_keys()
 

@@ -46,7 +46,8 @@ def test_malformed_or_invalid_bodies_are_400(http: httpx.Client, content: bytes,
 def test_unknown_field_streamed_n_and_bad_tool_choice_are_400(http: httpx.Client) -> None:
     error = error_of(http.post("/v1/chat/completions", json=chat("hi", temprature=1)), 400)
     assert (error["param"], error["code"]) == ("temprature", "unknown_parameter")
-    error = error_of(http.post("/v1/chat/completions", json=chat("hi", n=2, stream=True)), 400)
+    error = error_of(http.post("/v1/completions", json={"prompt": "hi", "n": 2,
+                                                        "stream": True}), 400)
     assert (error["param"], error["code"]) == ("n", "unsupported_feature")
     error_of(http.post("/v1/chat/completions", json=chat("hi", tool_choice="required")), 400)
     image = {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}

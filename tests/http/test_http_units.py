@@ -104,8 +104,9 @@ def test_body_must_be_an_object() -> None:
 
 
 def test_streamed_n_best_of_and_suffix_are_rejected_clearly() -> None:
-    with pytest.raises(UnsupportedFeatureError, match="without streaming"):
-        check_unsupported(parse_body(ChatBody, {"messages": MESSAGES, "n": 2, "stream": True}))
+    with pytest.raises(UnsupportedFeatureError, match="stream to false"):
+        check_unsupported(parse_body(CompletionBody, {"prompt": "hi", "n": 2, "stream": True}))
+    check_unsupported(parse_body(ChatBody, {"messages": MESSAGES, "n": 2, "stream": True}))
     check_unsupported(parse_body(ChatBody, {"messages": MESSAGES, "n": 2}))
     with pytest.raises(InvalidOptionError, match="'n'"):
         parse_body(ChatBody, {"messages": MESSAGES, "n": 129})

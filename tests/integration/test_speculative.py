@@ -130,3 +130,24 @@ def test_sampled_requests_with_a_seed_are_reproducible(model_path: Path) -> None
     first, second = results
     assert first.token_ids == second.token_ids
     assert first.timings.draft_accepted > 0
+
+
+def test_a_session_drafts_from_its_stable_prefix(model_path: Path) -> None:
+    """The n-gram drafter looks up the whole resident sequence, so code kept in a session's
+    stable prefix is drafted when the model rewrites it; the session's KV stays consistent."""
+    with Server(model_path, n_ctx=4096, n_parallel=2) as srv, srv.open_session() as session:
+        session.ensure_prefix(f"<|im_start|>system\nYou copy code.<|im_end|>\n"
+                              f"<|im_start|>user\nHere is a file:\n\n{CODE}<|im_end|>\n")
+        session.prefill_suffix("<|im_start|>user\nCopy the file exactly.<|im_end|>\n"
+                               "<|im_start|>assistant\n")
+        text = "".join(c.text for c in session.decode(max_tokens=96, temperature=0,
+                                                      speculative="ngram"))
+        drafted, accepted = srv.call(lambda e: (e.counters.num_draft_tokens,
+                                                e.counters.num_draft_accepted))
+        report = session.explain_context()
+        assert text and accepted > 10 and accepted <= drafted
+        assert report.resident_tokens == (report.prefix_tokens + report.suffix_tokens
+                                          + report.generated_tokens)
+        more = "".join(c.text for c in session.decode(max_tokens=8, temperature=0,
+                                                      speculative=False))
+        assert more and srv.call(lambda e: e.counters.num_draft_tokens) == drafted

@@ -1,11 +1,15 @@
 """Stateful property test of the engine on the fake backend.
 
 Rules submit (tiny token alphabet so prefixes collide; random scope, identity, adapter set,
-session, cache_prompt, max_tokens, stop strings), cancel, drop a consumer, tick, inject faults,
-lease / use / release slots, and restart an idle engine on the same disk prompt cache folder.
-Invariants are checked after every step (every plan runs one adapter set; every slot reads only
-KV written under its run's key and computed under its run's adapter set); every finished request
-is compared with the reference oracle for its adapter set; teardown ticks to idle and checks
+session, cache_prompt, max_tokens, stop strings, ``speculative`` override), cancel, drop a
+consumer, tick, inject faults, lease / use / release slots, and restart an idle engine on the
+same disk prompt cache folder. Speculation is on in most setups: the n-gram drafter (audited:
+every draft is text of the request's own cache key) or an oracle drafter proposing the true
+continuation corrupted at a random rate. Invariants are checked after every step, KV accounting
+after every tick, so after every verification (every plan runs one adapter set and stays within
+``n_batch``; every slot reads only KV written under its run's key and computed under its run's
+adapter set; every draft was proposed from the request's own key); every finished request is
+compared with the reference oracle for its adapter set; teardown ticks to idle and checks
 liveness.
 """
 
@@ -16,6 +20,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 
+from engine.spec_helpers import AuditedNgramDrafter, OracleDrafter  # tests/engine
 from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -32,6 +37,7 @@ from hypothesis.stateful import (
 from llamapy.engine import (
     BatchDecision,
     BatchView,
+    CostModel,
     DecodeMaximal,
     EngineConfig,
     EngineTuning,
@@ -51,14 +57,17 @@ from llamapy.errors import (
     QueueFullError,
 )
 
-PREFIXES = ([], [1, 2, 3, 1, 2, 3, 1, 2], [1, 2, 3, 3, 2, 1, 1, 2, 3, 3, 2, 1],
-            [1, 2, 3, 3, 2, 1, 1, 2, 3, 3, 2, 1, 2, 2], [2, 2, 1])
+PREFIXES: tuple[list[int], ...] = (
+    [], [1, 2, 3, 1, 2, 3, 1, 2], [1, 2, 3, 3, 2, 1, 1, 2, 3, 3, 2, 1],
+    [1, 2, 3, 3, 2, 1, 1, 2, 3, 3, 2, 1, 2, 2], [2, 2, 1])
 SCOPES = (None, None, "a", "b")
 IDENTITIES = ("", "", "lora")
 ADAPTER_SETS = ((), (), (("a.gguf", 1.0),), (("b.gguf", 0.5),),
                 (("a.gguf", 1.0), ("b.gguf", 0.5)))
 STRATEGIES = ("decode_maximal", "prefill_priority", "balanced", "shortest_prompt_first")
 STOPS = ((), (), ("w1",), ("\n", "é"), ("w3 w",))
+SPECULATIVE = (None, None, None, "off", False, "ngram", "draft", {"n_max": 2},
+               {"type": "draft,ngram", "n_max": 3, "adaptive": False}, {"n_min": 2})
 FAULTS = ("decode_error", "abort", "kv_full", "restore_fail", "slow", "invalid_batch",
           "sample_error")
 
@@ -111,6 +120,9 @@ def engine_setups(draw: st.DrawFn) -> dict:
         strategy=draw(st.sampled_from(STRATEGIES)),
         cache_prompt=draw(st.sampled_from([True, True, False])),
         dedup=draw(st.sampled_from([True, True, False])),
+        spec=draw(st.sampled_from(["off", "draft", "ngram,draft", "ngram"])),
+        spec_error_rate=draw(st.sampled_from([0.0, 0.3, 0.9])),
+        spec_n_max=draw(st.integers(1, 6)), spec_adaptive=draw(st.booleans()),
     )
 
 
@@ -126,15 +138,18 @@ class EngineMachine(RuleBasedStateMachine):
         self.folder = tempfile.mkdtemp(prefix="llamapy-disk-") if setup["disk_mb"] else None
         self._build()
         self.shadows: dict[int, Shadow] = {}
+        self.checked: set[int] = set()
         self.next_id = 0
         self.num_faults = 0
+        self.num_ngram_proposed = 0
 
     def _build(self) -> None:
         setup = self.setup
         self.backend = FakeBackend(
             n_ctx=setup["n_ctx"], n_seq_max=setup["n_parallel"], n_batch=64,
             kv_unified=setup["unified"], supports_partial_removal=setup["partial"],
-            state_bytes_per_token=32, record_plans=True)
+            state_bytes_per_token=32, record_plans=True,
+            cost=CostModel(step_s=0.01, token_s=0.003))
         strategy = setup["strategy"]
         config = EngineConfig(
             n_parallel=setup["n_parallel"], n_batch=setup["n_batch"],
@@ -143,11 +158,15 @@ class EngineMachine(RuleBasedStateMachine):
             prompt_cache_ram_mb=setup["ram_mb"], prompt_cache_dir=self.folder,
             prompt_cache_disk_mb=setup["disk_mb"],
             batch_strategy=ShortestPromptFirst() if strategy == "shortest_prompt_first"
-            else strategy)
+            else strategy, spec_type=setup["spec"],
+            spec_draft_n_max=setup["spec_n_max"], spec_adaptive=setup["spec_adaptive"])
         tuning = EngineTuning(ram_min_tokens=4, follow_min_tokens=2, instability_min_history=12,
                               inflight_dedup=setup["dedup"], disk_min_tokens=4,
                               disk_background=False)
-        self.engine = Engine(self.backend, config, tuning=tuning,
+        self.oracle = OracleDrafter(self.backend.model, setup["spec_error_rate"])
+        self.ngram = AuditedNgramDrafter()
+        self.engine = Engine(self.backend, config, tuning=tuning, clock=self.backend.clock.now,
+                             drafters={"draft": self.oracle, "ngram": self.ngram},
                              cache_namespace=CacheNamespace("fake"))
 
     # --- rules ---------------------------------------------------------------------------------
@@ -157,14 +176,16 @@ class EngineMachine(RuleBasedStateMachine):
           seed=st.integers(0, 3), greedy=st.booleans(), scope=st.sampled_from(SCOPES),
           identity=st.sampled_from(IDENTITIES), adapters=st.sampled_from(ADAPTER_SETS),
           session=st.sampled_from([None, 1, 2]),
-          cache_prompt=st.sampled_from([None, None, True, False]), stop=st.sampled_from(STOPS))
+          cache_prompt=st.sampled_from([None, None, True, False]), stop=st.sampled_from(STOPS),
+          speculative=st.sampled_from(SPECULATIVE))
     def submit(self, prefix, tail, max_tokens, seed, greedy, scope, identity, adapters, session,
-               cache_prompt, stop):
+               cache_prompt, stop, speculative):
         prompt = prefix + tail
         if not prompt:
             prompt = [1]
         options = RequestOptions(max_tokens=max_tokens, cache_scope=scope, session=session,
                                  cache_prompt=cache_prompt, stop=stop, adapters=adapters,
+                                 speculative=speculative,
                                  sampling=SamplingParams(seed=seed, temp=0.0 if greedy else 0.8))
         return self._submit(prompt, options, identity, None)
 
@@ -196,6 +217,21 @@ class EngineMachine(RuleBasedStateMachine):
                                  adapters=adapters if other_set is None else other_set,
                                  sampling=SamplingParams(seed=7, temp=0.8))
         return self._submit(prompt, options, identity, lease_id)
+
+    @rule(target=requests, rid=requests, move=st.booleans())
+    def resubmit(self, rid, move):
+        """A finished request's prompt and sampling again, in its scope or another: the n-gram
+        pool may have learned its text, proposable within its cache key only."""
+        shadow = self.shadows[rid]
+        if shadow.sink.final is None:
+            return multiple()
+        scope = shadow.key[0]
+        if move:
+            scope = "b" if scope != "b" else None
+        options = RequestOptions(max_tokens=shadow.max_tokens, cache_scope=scope,
+                                 stop=shadow.stop, adapters=shadow.adapters,
+                                 speculative="ngram", sampling=shadow.params)
+        return self._submit(shadow.prompt, options, shadow.key[1], None)
 
     def _submit(self, prompt, options, identity, lease_id):
         rid, self.next_id = self.next_id, self.next_id + 1
@@ -242,8 +278,11 @@ class EngineMachine(RuleBasedStateMachine):
     @rule(n=st.integers(1, 4))
     def tick(self, n):
         for _ in range(n):
+            steps = self.engine.counters.num_draft_steps
             self.engine.tick()
             self._check_batches()
+            if self.engine.counters.num_draft_steps != steps:  # a verification: KV trimmed
+                self._check_kv()
 
     @precondition(lambda self: self.num_faults < 2)
     @rule(kind=st.sampled_from(FAULTS), later=st.integers(0, 3))
@@ -316,8 +355,19 @@ class EngineMachine(RuleBasedStateMachine):
     def integrity(self):
         if not hasattr(self, "engine"):
             return
+        self._check_kv()
+        for shadow in self.shadows.values():
+            if shadow.sink.final is not None and shadow.rid not in self.checked:
+                assert shadow.rid not in self.engine.runs
+                self._check_oracle(shadow)
+                self.checked.add(shadow.rid)  # no event can follow the final one (Recorder)
+
+    def _check_kv(self):
+        """Engine and backend accounting (after a verification: the rejected drafts' KV is
+        gone), and no slot reading KV of another key or adapter set."""
         self.engine.check_integrity()
         self.backend.check_integrity()
+        self.ngram.check_integrity()
         for slot in self.engine.pool.slots:
             assert self.backend.seq_tokens(slot.seq_id) == slot.cached, "KV tokens drifted"
             run = slot.run
@@ -328,17 +378,22 @@ class EngineMachine(RuleBasedStateMachine):
                 assert sets <= {run.adapter_set}, \
                     f"slot {slot.slot_id} reads KV computed under {sets} as {run.adapter_set}"
         assert self.engine.ram.total_bytes <= self.engine.ram.budget_bytes
-        for shadow in self.shadows.values():
-            if shadow.sink.final is not None:
-                assert shadow.rid not in self.engine.runs
-                self._check_oracle(shadow)
 
     def _check_batches(self):
+        for drafter in (self.oracle, self.ngram):
+            for p in drafter.proposals:
+                assert p.num_generated + p.n_max < self.shadows[p.request_id].max_tokens, \
+                    f"asked for a draft past max_tokens: {p}"
+            self.num_ngram_proposed += drafter is self.ngram and len(drafter.proposals)
+            drafter.proposals.clear()
         for plan in self.backend.plans:
             assert plan.n_tokens <= self.engine.n_batch
             for seg in plan.segments:
-                assert len(seg.token_ids) <= self.engine.config.chunk_size
+                draft = seg.n_outputs - 1  # a decode's verified draft; not a prefill chunk
+                assert draft == 0 or (seg.logits and len(seg.token_ids) == 1 + draft)
+                assert len(seg.token_ids) - draft <= self.engine.config.chunk_size
                 assert seg.tag[2] == plan.adapter_set, "a plan mixes adapter sets"
+                assert seg.draft_tag in (None, seg.tag), "a draft from another key"
         self.backend.plans.clear()
 
     def _check_oracle(self, shadow: Shadow) -> None:
@@ -381,6 +436,8 @@ class EngineMachine(RuleBasedStateMachine):
             assert final is not None, f"request {shadow.rid} never finished"
             if str(final.finish_reason) == "error":
                 assert isinstance(final.exc, DecodeError | ContextOverflowError | LlamapyError)
+                assert not isinstance(final.exc.__cause__, AssertionError), \
+                    f"an assertion inside the tick failed request {shadow.rid}: {final.exc}"
         assert all(s.state is SlotState.IDLE for s in self.engine.pool.slots)
         assert not self.engine.runs and not self.engine.queue
         assert not self.backend.open_samplers, "a sampler was not closed"
@@ -396,6 +453,13 @@ class EngineMachine(RuleBasedStateMachine):
             event(f"finish {reason}")
         if self.backend.num_adapter_switches > 1:
             event("adapter sets interleaved")
+        event(f"speculation {self.setup['spec']}")
+        if counters.num_draft_accepted:
+            event("drafts accepted")
+        if counters.num_draft_tokens > counters.num_draft_accepted:
+            event("drafts rejected")
+        if self.num_ngram_proposed:
+            event("n-gram drafts proposed")
         for name in ("num_reused_own", "num_reused_donor", "num_reused_ram", "num_reused_disk",
                      "num_disk_restores", "num_disk_failures",
                      "num_reused_inflight", "num_kv_pressure_events", "num_purged_slots",

@@ -1,0 +1,245 @@
+"""Several models behind one app: a :class:`~llamapy.server.ModelManager` picks the model.
+
+:class:`ModelSelect` (ASGI middleware) reads the request's model (the JSON body's ``model``,
+else the ``model`` query parameter; none: the first model), checks the API key, takes a lease
+on that model from the manager (loading it on demand; waiting, bounded by the request timeout,
+while it loads or while the budget has no room) and holds the lease until the response has been
+sent, streams included, so a model is never unloaded under a request. The handlers then find
+their model with :meth:`ModelRouter.current`, exactly as they find the one model of a
+single-model app. An unknown model is a 404 listing the served ones; a model that failed to
+load answers with its own typed error. Only the routes that run on a model take a lease
+(:data:`LEASE_PATHS`); ``/metrics`` takes one only when it names a model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
+from typing import Any
+
+import orjson
+from fastapi import Request
+from fastapi.concurrency import run_in_threadpool
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..errors import LlamapyError, NotReadyError, UnknownModelError
+from ..openai_api import ServedModel
+from ..openai_api.target import DEFAULT_REQUEST_TIMEOUT
+from ..server import ModelLease, ModelManager, ModelState, ModelStatus
+from .anthropic_errors import anthropic_error_response
+from .errors import error_response
+
+__all__ = ["ModelRouter", "ModelSelect", "ModelsCollector", "model_entry"]
+
+#: The routes that run on a model: they take a lease (any other path takes none, so a stray
+#: request never loads a model). A new model route must be listed here: unlisted, it answers
+#: 503 "names no model" (a test checks every app route is classified).
+LEASE_PATHS = frozenset({
+    "/v1/chat/completions", "/chat/completions", "/v1/completions", "/completion",
+    "/completions", "/v1/embeddings", "/embeddings", "/v1/messages",
+    "/v1/messages/count_tokens", "/v1/responses", "/responses", "/v1/responses/input_tokens",
+    "/responses/input_tokens", "/v1/chat/completions/input_tokens",
+    "/chat/completions/input_tokens", "/tokenize", "/detokenize", "/apply-template", "/props",
+    "/slots", "/infill"})
+#: Path prefixes of model routes with a path parameter (``/slots/{id_slot}``: slot actions).
+LEASE_PREFIXES = ("/slots/",)
+#: Routes that take a lease only when the request names a model.
+NAMED_LEASE_PATHS = frozenset({"/metrics"})
+#: Routes that need no model (they list, load or unload models, or serve the page).
+NO_MODEL_PATHS = frozenset({"/", "/health", "/v1/health", "/v1/models", "/models",
+                            "/v1/models/{model_id:path}", "/models/load", "/models/unload"})
+
+_current: ContextVar[ServedModel | None] = ContextVar("llamapy_served_model", default=None)
+
+
+class ModelRouter:
+    """The manager plus how each of its models is presented (:class:`ServedModel` options).
+
+    ``chat_templates`` maps a model name to its template override (else ``served``'s
+    ``chat_template``). ``served``: the app-wide ServedModel options (``request_timeout``,
+    ``n_predict``, ``tags``, ...; a ``name`` or ``aliases`` here is ignored: each model's come
+from its spec); ``accept_any_model`` sends unknown names to the first model.
+    """
+
+    def __init__(self, manager: ModelManager, *, chat_templates: Mapping[str, str] | None = None,
+                 **served: Any) -> None:
+        self.manager = manager
+        self._templates = dict(chat_templates or {})
+        self._served = {k: v for k, v in served.items() if k not in ("name", "aliases")}
+        self._cache: dict[str, ServedModel] = {}
+
+    @property
+    def request_timeout(self) -> float:
+        """How long a request waits for its model to load (the request timeout)."""
+        return float(self._served.get("request_timeout", DEFAULT_REQUEST_TIMEOUT))
+
+    def pick(self, requested: str | None) -> str:
+        """The model a request names (none: the first; unknown: 404, or the first with
+        ``accept_any_model``)."""
+        names = self.manager.names
+        if not requested:
+            if not names:
+                raise UnknownModelError("", names)
+            return names[0]
+        try:
+            return self.manager.resolve(requested)
+        except UnknownModelError:
+            if self._served.get("accept_any_model") and names:
+                return names[0]
+            raise
+
+    async def lease(self, requested: str | None) -> ModelLease:
+        """A lease on the requested model: at once on the event loop when it is loaded, else
+        (starting its load) waiting in a worker thread, bounded by the request timeout."""
+        name = self.pick(requested)
+        lease = self.manager.try_acquire(name)
+        if lease is not None:
+            return lease
+        return await run_in_threadpool(self.manager.acquire, name, self.request_timeout)
+
+    def served_for(self, lease: ModelLease) -> ServedModel:
+        """The :class:`ServedModel` of a leased server (made once per loaded server)."""
+        cached = self._cache.get(lease.name)
+        if cached is None or cached.server is not lease.server:
+            status = self.manager.status_of(lease.name)
+            options = {**self._served, "chat_template":
+                       self._templates.get(lease.name, self._served.get("chat_template"))}
+            cached = self._cache[lease.name] = ServedModel(
+                lease.server, name=lease.name, aliases=status.aliases, **options)
+        return cached
+
+    def current(self) -> ServedModel:
+        """The model this request leased (503 for a request that leased none)."""
+        served = _current.get()
+        if served is None:
+            raise NotReadyError("this request names no model (pass 'model' or ?model=)")
+        return served
+
+    def model_list(self) -> dict[str, Any]:
+        """``/v1/models``: every model with its state (llama-server router mode's shape)."""
+        return {"object": "list", "data": [model_entry(s) for s in self.manager.status()]}
+
+    def close(self) -> None:
+        """Unload every model."""
+        self.manager.close()
+
+
+def model_entry(status: ModelStatus) -> dict[str, Any]:
+    """One model of ``/v1/models`` with its ``status`` (``value``: loaded, loading, unloaded,
+    failed; a failed one adds ``failed`` and ``error``)."""
+    state: dict[str, Any] = {"value": status.state.value}
+    if status.error:
+        state.update(failed=True, error=status.error)
+    return {"id": status.name, "object": "model", "owned_by": "llamapy",
+            "aliases": list(status.aliases), "status": state,
+            "in_flight": status.in_flight, "pinned": status.pinned,
+            "memory_mb": round(status.memory_mb, 1)}
+
+
+class ModelsCollector(Collector):
+    """``/metrics`` of a several-models app: each model's state, requests in flight and
+    charged memory, with a ``model`` label (a model's engine metrics: ``/metrics?model=``)."""
+
+    def __init__(self, manager: ModelManager) -> None:
+        self._manager = manager
+
+    def collect(self) -> Iterator[Metric]:
+        """The model families."""
+        statuses = self._manager.status()
+        state = GaugeMetricFamily("llamapy_model_state", "1 for each model's current state",
+                                  labels=["model", "state"])
+        in_flight = GaugeMetricFamily("llamapy_model_in_flight",
+                                      "Requests holding or waiting for each model",
+                                      labels=["model"])
+        memory = GaugeMetricFamily("llamapy_model_memory_mb",
+                                   "Memory each model is charged against the budget, MiB",
+                                   labels=["model"])
+        for status in statuses:
+            for value in ModelState:
+                state.add_metric([status.name, value.value], float(status.state is value))
+            in_flight.add_metric([status.name], float(status.in_flight))
+            memory.add_metric([status.name], status.memory_mb)
+        yield from (state, in_flight, memory)
+
+
+class ModelSelect:
+    """ASGI middleware: lease the request's model for the whole response (see the module)."""
+
+    def __init__(self, app: ASGIApp, router: ModelRouter, check_key: Any) -> None:
+        self.app = app
+        self.router = router
+        self.check_key = check_key
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        leased = path in LEASE_PATHS or path in NAMED_LEASE_PATHS or path.startswith(
+            LEASE_PREFIXES)
+        if scope["type"] != "http" or not leased:
+            await self.app(scope, receive, send)
+            return
+        messages = await _read_body(receive)
+        replay = _replay(messages, receive)
+        requested = _requested_model(scope, messages)
+        if requested is None and path in NAMED_LEASE_PATHS:
+            await self.app(scope, replay, send)
+            return
+        try:
+            self.check_key(Request(scope))
+            lease = await self.router.lease(requested)
+        except LlamapyError as exc:
+            await _error(path, exc)(scope, replay, send)
+            return
+        try:
+            token = _current.set(self.router.served_for(lease))
+            try:
+                await self.app(scope, replay, send)
+            finally:
+                _current.reset(token)
+        except LlamapyError as exc:  # a bad per-model chat template: before any response
+            await _error(path, exc)(scope, replay, send)
+        finally:
+            lease.release()  # never blocks: an unload it causes runs on its own thread
+
+
+def _error(path: str, exc: LlamapyError) -> Any:
+    """The error response in the route's shape (Anthropic's under ``/v1/messages``)."""
+    return anthropic_error_response(exc) if path.startswith("/v1/messages") else (
+        error_response(exc))
+
+
+async def _read_body(receive: Receive) -> list[Message]:
+    """The request's messages up to the end of its body (the body limit applies before)."""
+    messages: list[Message] = []
+    while True:
+        message = await receive()
+        messages.append(message)
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            return messages
+
+
+def _replay(messages: list[Message], receive: Receive) -> Receive:
+    """A ``receive`` that gives the buffered messages again, then the client's."""
+    pending = list(messages)
+
+    async def replay() -> Message:
+        if pending:
+            return pending.pop(0)
+        return await receive()
+
+    return replay
+
+
+def _requested_model(scope: Scope, messages: list[Message]) -> str | None:
+    """The JSON body's string ``model``, else the ``model`` query parameter, else None."""
+    body = b"".join(m.get("body", b"") for m in messages if m["type"] == "http.request")
+    if body:
+        try:
+            parsed = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            parsed = None  # the handler answers the 400
+        if isinstance(parsed, dict) and isinstance(parsed.get("model"), str):
+            return str(parsed["model"]) or None
+    query = Request(scope).query_params.get("model")
+    return query or None

@@ -1,0 +1,45 @@
+"""llama-server router mode's model endpoints: ``POST /models/load`` and ``POST /models/unload``
+(body ``{"model": NAME}``, answer ``{"success": true}``), present when the app serves several
+models. An unknown model is a 404 listing the served ones; a failed load answers with the
+model's typed error.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.concurrency import run_in_threadpool
+
+from ..errors import InvalidRequestError
+from .context import AppContext, read_json
+from .multi import ModelRouter
+
+
+def _model_name(body: Any) -> str:
+    name = body.get("model") if isinstance(body, dict) else None
+    if not isinstance(name, str) or not name:
+        raise InvalidRequestError("the body must be {\"model\": NAME}")
+    return name
+
+
+def models_router(ctx: AppContext, models: ModelRouter) -> APIRouter:
+    """``/models/load`` and ``/models/unload`` (behind the API key)."""
+    router = APIRouter(dependencies=[Depends(ctx.check_key)])
+    manager = models.manager
+
+    @router.post("/models/load")
+    async def load(request: Request) -> dict[str, Any]:
+        """Load a model now and wait for it (bounded by the request timeout)."""
+        name = _model_name(await read_json(request))
+        status = await run_in_threadpool(manager.load, name, models.request_timeout)
+        return {"success": True, "model": status.name, "status": {"value": status.state.value}}
+
+    @router.post("/models/unload")
+    async def unload(request: Request) -> dict[str, Any]:
+        """Unload a model (one in use: once its requests end)."""
+        name = _model_name(await read_json(request))
+        status = await run_in_threadpool(manager.unload, name)
+        return {"success": True, "model": status.name, "status": {"value": status.state.value}}
+
+    return router

@@ -1,0 +1,75 @@
+"""Slot actions on the fake backend: only idle slots, the saved key travels with the KV (a
+restored prefix serves its own scope only), and a refused restore leaves the slot empty."""
+
+from __future__ import annotations
+
+import pytest
+
+from llamapy.engine import Engine, EngineConfig, Request, resolve_request_options
+from llamapy.engine.fake import FakeBackend
+from llamapy.engine.request import CacheKey
+from llamapy.engine.slot_state import SlotState
+from llamapy.engine.testing import Recorder, drain
+from llamapy.errors import InvalidOptionError, SlotBusyError
+
+PROMPT = list(range(1, 41))
+
+
+def engine() -> tuple[Engine, FakeBackend]:
+    backend = FakeBackend(n_ctx=512, n_seq_max=2)
+    return Engine(backend, EngineConfig(n_parallel=2)), backend
+
+
+def run(eng: Engine, rid: int, scope: str | None, max_tokens: int = 4) -> Recorder:
+    sink = Recorder()
+    options = resolve_request_options({"max_tokens": max_tokens, "cache_scope": scope,
+                                       "temp": 0.0})
+    eng.submit(Request(rid, PROMPT, options, sink))
+    return sink
+
+
+def test_save_erase_restore_keeps_the_scope() -> None:
+    eng, backend = engine()
+    first = run(eng, 1, "a")
+    drain(eng, each=eng.check_integrity)
+    slot = next(s for s in eng.pool.slots if s.cached)
+    saved = eng.slot_state.save(slot.slot_id)
+    assert saved.key == CacheKey("a") and len(saved.token_ids) == len(slot.cached)
+    assert eng.slot_state.erase(slot.slot_id) == len(saved.token_ids) and not slot.cached
+    assert eng.slot_state.restore(slot.slot_id, saved) == len(saved.token_ids)
+    again, other = run(eng, 2, "a"), run(eng, 3, "b")
+    drain(eng, each=lambda: (eng.check_integrity(), backend.check_integrity()))
+    assert again.tokens == first.tokens == other.tokens
+    assert again.final.timings.reused_tokens == len(PROMPT) - 1
+    assert other.final.timings.reused_tokens == 0  # another scope never reads it
+
+
+def test_only_idle_slots_take_actions() -> None:
+    eng, _ = engine()
+    run(eng, 1, None, max_tokens=50)
+    eng.tick()
+    busy = next(s for s in eng.pool.slots if not s.is_free)
+    for action in (lambda: eng.slot_state.save(busy.slot_id),
+                   lambda: eng.slot_state.erase(busy.slot_id)):
+        with pytest.raises(SlotBusyError):
+            action()
+    lease = eng.lease()
+    assert lease is not None
+    leased = eng.pool.leased_slot(lease)
+    with pytest.raises(SlotBusyError):
+        eng.slot_state.erase(leased.slot_id)
+    with pytest.raises(InvalidOptionError, match="invalid slot id"):
+        eng.slot_state.erase(5)
+
+
+def test_a_refused_restore_leaves_the_slot_empty() -> None:
+    eng, backend = engine()
+    run(eng, 1, None)
+    drain(eng)
+    slot = next(s for s in eng.pool.slots if s.cached)
+    saved = eng.slot_state.save(slot.slot_id)
+    broken = SlotState(saved.state[:10], saved.token_ids, saved.key)
+    with pytest.raises(InvalidOptionError, match="does not fit"):
+        eng.slot_state.restore(slot.slot_id, broken)
+    assert not slot.cached and backend.seq_pos_max(slot.seq_id) == -1
+    eng.check_integrity()

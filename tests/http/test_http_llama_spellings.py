@@ -1,0 +1,61 @@
+"""llama-server's value spellings: ``-ngl auto|all``, ``-fa enabled|disabled|...`` and
+``--api-key`` with several comma-separated keys."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from http_helpers import MODEL_ALIAS
+from live import LiveApp
+
+from llamapy._native.context import _FLASH, _enum
+from llamapy.errors import InvalidOptionError
+from llamapy.options import ModelOptions, resolve_start_options
+from llamapy.serve import create_app
+from llamapy.serve.__main__ import build_parser
+from llamapy.serve.flags import start_options
+from llamapy.server import Server
+
+
+def parsed(*argv: str):
+    return resolve_start_options("x.gguf", start_options(build_parser().parse_args(list(argv))))
+
+
+@pytest.mark.parametrize(("value", "layers"), [("auto", -1), ("all", -1), ("12", 12),
+                                               ("-1", -1), ("0", 0)])
+def test_gpu_layers_take_llama_servers_words(value: str, layers: int) -> None:
+    assert parsed("-ngl", value).model.n_gpu_layers == layers
+
+
+def test_gpu_layers_refuse_other_words() -> None:
+    with pytest.raises(InvalidOptionError, match="n_gpu_layers"):
+        ModelOptions(n_gpu_layers="most")
+
+
+@pytest.mark.parametrize(("value", "native"), [
+    ("on", 1), ("enabled", 1), ("true", 1), ("1", 1), ("off", 0), ("disabled", 0),
+    ("false", 0), ("0", 0), ("auto", -1), ("-1", -1)])
+def test_flash_attn_takes_llama_servers_words(value: str, native: int) -> None:
+    assert _enum(_FLASH, parsed("-fa", value).context.flash_attn, "flash_attn") == native
+
+
+def test_flash_attn_refuses_other_words() -> None:
+    with pytest.raises(InvalidOptionError, match="flash_attn"):
+        _enum(_FLASH, "sometimes", "flash_attn")
+
+
+@pytest.fixture(scope="module")
+def two_keys(server: Server) -> Iterator[LiveApp]:
+    with LiveApp(create_app(server, alias=MODEL_ALIAS, api_key="first, second")) as app:
+        yield app
+
+
+@pytest.mark.parametrize(("headers", "status"), [
+    ({"Authorization": "Bearer first"}, 200), ({"Authorization": "Bearer second"}, 200),
+    ({"x-api-key": "second"}, 200), ({"Authorization": "Bearer third"}, 401),
+    ({"Authorization": "Bearer first,second"}, 401), ({}, 401)])
+def test_api_key_takes_a_comma_separated_list(two_keys: LiveApp, headers: dict[str, str],
+                                              status: int) -> None:
+    assert httpx.get(two_keys.url + "/v1/models", headers=headers).status_code == status
