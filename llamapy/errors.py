@@ -346,6 +346,13 @@ class SnapshotFormatError(LlamapyError, ValueError):
     error_type = "invalid_request_error"
 
 
+class DiskCacheFormatError(LlamapyError, ValueError):
+    """A disk prompt cache file is not in the documented format (magic, version, lengths,
+    checksums). The cache skips and removes such a file; this never reaches a request."""
+
+    http_status = 500
+
+
 # --- HTTP ----------------------------------------------------------------------------------------
 
 

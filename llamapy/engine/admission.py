@@ -6,13 +6,23 @@ import operator
 from collections.abc import Container, Hashable
 
 from llamapy.engine.backend import Backend
-from llamapy.engine.options import RequestOptions
+from llamapy.engine.options import EngineConfig, RequestOptions
 from llamapy.engine.prompt_cache import common_prefix
 from llamapy.engine.request import Request
 from llamapy.engine.slots import SlotPool
 from llamapy.errors import ContextOverflowError, InvalidOptionError
 
-__all__ = ["check_request"]
+__all__ = ["check_backend", "check_request"]
+
+
+def check_backend(backend: Backend, config: EngineConfig) -> None:
+    """``InvalidOptionError`` unless ``config`` fits the backend (slots, KV layout)."""
+    if config.n_parallel > backend.n_seq_max:
+        raise InvalidOptionError(f"n_parallel={config.n_parallel} exceeds the backend's "
+                                 f"n_seq_max={backend.n_seq_max}", option="n_parallel")
+    if config.kv_unified != backend.kv_unified:
+        raise InvalidOptionError(f"kv_unified={config.kv_unified} but the backend was created "
+                                 f"with kv_unified={backend.kv_unified}", option="kv_unified")
 
 
 def check_request(request: Request, backend: Backend, pool: SlotPool,

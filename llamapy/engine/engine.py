@@ -21,8 +21,9 @@ from collections import deque
 from collections.abc import Callable, Hashable, Mapping
 from itertools import chain
 
-from llamapy.engine.admission import check_request
+from llamapy.engine.admission import check_backend, check_request
 from llamapy.engine.backend import Backend, Sampler
+from llamapy.engine.disk_cache import CacheNamespace, open_disk_cache
 from llamapy.engine.drafting import Drafter
 from llamapy.engine.executor import Executor
 from llamapy.engine.integrity import build_stats, check_engine
@@ -66,16 +67,18 @@ class Engine:
 
     ``drafters`` adds speculative drafters by name (``"draft"``: a
     :class:`~llamapy.engine.model_drafter.ModelDrafter`); the ``"ngram"`` drafter is built in.
-    The engine closes them with itself.
+    The engine closes them with itself. ``cache_namespace`` names the model and runtime for the
+    disk prompt cache (required with ``config.prompt_cache_dir``: only the host knows them).
     """
 
     def __init__(self, backend: Backend, config: EngineConfig | None = None, *,
                  tuning: EngineTuning | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 drafters: Mapping[str, Drafter] | None = None) -> None:
+                 drafters: Mapping[str, Drafter] | None = None,
+                 cache_namespace: CacheNamespace | None = None) -> None:
         self.config = config = config or EngineConfig()
         self.tuning = tuning = tuning or EngineTuning()
-        _check_backend(backend, config)
+        check_backend(backend, config)
         self.backend = backend
         self.clock = clock
         self.n_batch = min(config.n_batch, backend.n_batch)
@@ -83,10 +86,12 @@ class Engine:
         self.counters = Counters()
         self.instability_events: deque[InstabilityEvent] = recent_events()
         self.pool = SlotPool(config.n_parallel, min_route_share=tuning.min_route_share)
+        self.disk = open_disk_cache(config, tuning, cache_namespace)
         self.ram = PromptCache(config.prompt_cache_ram_bytes, min_tokens=tuning.ram_min_tokens,
-                               min_fraction=tuning.ram_min_fraction)
+                               min_fraction=tuning.ram_min_fraction,
+                               on_evict=self.disk.offer_entry)
         self.prefix = PrefixResolver(backend, self.pool, self.ram, self.counters, tuning,
-                                     self.instability_events.append)
+                                     self.instability_events.append, self.disk)
         self.planner = Planner(self.strategy, self.n_batch, config.chunk_size)
         self.speculator = Speculator(backend, self.counters,
                                      with_ngram(config.spec_ngram_size, drafters),
@@ -196,6 +201,8 @@ class Engine:
             if batch is not None:
                 self.speculator.extend(batch, self.n_batch, self.backend.n_ctx_seq)
                 self.executor.execute(batch)
+            else:  # nothing to decode: block briefly on a pending disk read, do not spin
+                self.prefix.reads.wait()
         except Exception as exc:  # planning or decoding: fail the runs on slots
             self._fail_runs([s.run for s in self.pool.running() if s.run], "tick", exc)
         self._reap()
@@ -245,16 +252,17 @@ class Engine:
 
     def _resolve_prefixes(self) -> set[int]:
         """Apply reuse for newly placed runs, then in-flight dedup; returns the slots that wait
-        this tick for another slot to compute their prefix."""
+        this tick (for another slot to compute their prefix, or for a disk read)."""
         runs = sorted((s.run for s in self.pool.slots if s.run is not None),
                       key=lambda r: r.serial)
-        for run in runs:
-            if not run.resolved:
-                self.prefix.resolve(run)
         waiting = set()
         for run in runs:
+            if not run.resolved and not self.prefix.resolve(run) and run.slot is not None:
+                waiting.add(run.slot.slot_id)
+        for run in runs:
             slot = run.slot
-            if slot is None or slot.state is not SlotState.PREFILLING or run.finish is not None:
+            if slot is None or slot.state is not SlotState.PREFILLING or run.finish is not None \
+                    or not run.resolved:
                 continue
             if self.prefix.follow(run):
                 waiting.add(slot.slot_id)
@@ -298,6 +306,7 @@ class Engine:
             self._queue.remove(run)
         run.machine.fire("finish")
         del self._runs[run.request_id]
+        self.prefix.reads.forget(run.serial)
         self.speculator.finished(run)
         if run.sampler is not None:
             run.sampler.close()
@@ -387,24 +396,18 @@ class Engine:
         return dict(self._runs)
 
     def close(self) -> None:
-        """End every active request with ``ClosedError`` and close their samplers; idempotent.
-        The backend is not closed (its owner does that)."""
+        """End every active request with ``ClosedError`` and close their samplers, then the
+        prefix caches (see :meth:`PrefixResolver.close`); idempotent. The backend is not closed
+        (its owner does that)."""
         if self._closed:
             return
         self._closed = True
         for run in sorted(self._runs.values(), key=lambda r: r.serial):
             self._finish(run, FinishReason.ERROR, ClosedError("engine closed"))
         self.speculator.close()
+        self.prefix.close()
 
     def _check_open(self) -> None:
         if self._closed:
             raise ClosedError("engine is closed")
 
-
-def _check_backend(backend: Backend, config: EngineConfig) -> None:
-    if config.n_parallel > backend.n_seq_max:
-        raise InvalidOptionError(f"n_parallel={config.n_parallel} exceeds the backend's "
-                                 f"n_seq_max={backend.n_seq_max}", option="n_parallel")
-    if config.kv_unified != backend.kv_unified:
-        raise InvalidOptionError(f"kv_unified={config.kv_unified} but the backend was created "
-                                 f"with kv_unified={backend.kv_unified}", option="kv_unified")

@@ -22,13 +22,14 @@ def _require(ok: bool, message: str) -> None:
 
 def check_engine(engine: Engine) -> None:
     """Raise ``AssertionError`` if any invariant is broken: slot states and leases, KV
-    accounting against the backend, every request in exactly one place, queue bound, RAM cache
-    budget."""
+    accounting against the backend, every request in exactly one place, queue bound, RAM and
+    disk cache budgets."""
     for slot in engine.pool.slots:
         _check_slot(engine, slot)
     _check_leases(engine)
     _check_places(engine)
     engine.ram.check_integrity()
+    engine.disk.check_integrity()
 
 
 def _check_slot(engine: Engine, slot: Slot) -> None:
@@ -94,7 +95,8 @@ def build_stats(engine: Engine) -> EngineStats:
         queue_depth=len(engine.queue), ram_cache_entries=len(engine.ram),
         ram_cache_bytes=engine.ram.total_bytes, ram_cache_budget_bytes=engine.ram.budget_bytes,
         ram_cache_evictions=engine.ram.num_evictions,
-        counters=_copy(engine.counters),
+        **_disk_stats(engine),
+        counters=_copy(engine.counters, engine.disk.num_writes),
         instability_events=list(engine.instability_events),
         slots=[_slot_info(slot) for slot in slots],
     )
@@ -111,6 +113,17 @@ def _slot_info(slot: Slot) -> SlotInfo:
     )
 
 
-def _copy(counters: Counters) -> Counters:
+def _disk_stats(engine: Engine) -> dict[str, int]:
+    disk = engine.disk
+    store = disk.store
+    return {"disk_cache_entries": len(disk), "disk_cache_bytes": disk.total_bytes,
+            "disk_cache_budget_bytes": disk.budget_bytes,
+            "disk_cache_evictions": disk.num_evictions,
+            "disk_cache_bad_files": 0 if store is None else store.num_bad_files}
+
+
+def _copy(counters: Counters, num_disk_writes: int) -> Counters:
+    """A snapshot of the counters (the disk writes are counted by the disk cache's writer)."""
     return replace(counters, finish_reasons=dict(counters.finish_reasons),
-                   draft_accepted_per_pos=list(counters.draft_accepted_per_pos))
+                   draft_accepted_per_pos=list(counters.draft_accepted_per_pos),
+                   num_disk_writes=num_disk_writes)

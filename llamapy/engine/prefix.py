@@ -1,13 +1,23 @@
 """Prefix reuse: which KV a run starts from, and what happens to KV that is dropped.
 
-Sources for a newly admitted run, longest match wins, ties to the cheaper (own < donor < RAM):
+Sources for a newly admitted run, longest match wins, ties to the cheaper
+(own < donor < RAM < disk):
 
 - **own**: the longest common prefix of the slot's cached tokens and the prompt;
 - **donor** (``kv_unified`` only): another slot's computed tokens, adopted by a metadata-only
   ``seq_cp`` (an active slot counts with the tokens it has already computed);
 - **RAM**: a :class:`~llamapy.engine.prompt_cache.PromptCache` entry restored with
   ``state_seq_set`` and trimmed to the match (a failed restore clears the sequence and the run
-  prefills from scratch).
+  prefills from scratch);
+- **disk**: a :class:`~llamapy.engine.disk_cache.DiskPromptCache` entry, read and verified off
+  the tick thread (:mod:`llamapy.engine.disk_reads`; the run waits unresolved meanwhile), then
+  restored like a RAM entry. A read that fails (file vanished or corrupt) is counted and the
+  run chooses again without it.
+
+Dropped KV goes down a level: a mostly destroyed prefix is offered to the RAM cache, RAM
+evictions (and prefixes too large for RAM) go to the disk cache, and with the RAM cache off a
+discarded prefix goes to disk directly. At close, :meth:`PrefixResolver.persist` writes what
+the slots and the RAM cache hold to disk, so a restarted server finds it.
 
 Only the same key ``(cache_scope, cache_identity, adapter_set)`` may reuse, on every path above
 and in in-flight dedup (so KV computed under one adapter set is never read under another);
@@ -23,9 +33,14 @@ while a slot admitted before us is still computing a shared part of at least
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 from llamapy.engine.backend import Backend
+from llamapy.engine.disk_cache import DiskPromptCache
+from llamapy.engine.disk_reads import DiskReads, ReadStatus
+from llamapy.engine.disk_store import StoredFile
 from llamapy.engine.options import EngineTuning
 from llamapy.engine.prompt_cache import CacheEntry, PromptCache, common_prefix
 from llamapy.engine.request import Run
@@ -35,55 +50,90 @@ from llamapy.engine.stats import Counters, InstabilityEvent
 
 __all__ = ["PrefixResolver"]
 
-_COST_ORDER = {"own": 0, "donor": 1, "ram": 2}
+_COST_ORDER = {"own": 0, "donor": 1, "ram": 2, "disk": 3}
+
+
+class _Choice(NamedTuple):
+    source: str
+    n: int
+    donor: Slot | None = None
+    ram: CacheEntry | None = None
+    disk: StoredFile | CacheEntry | None = None
 
 
 class PrefixResolver:
     """Applies reuse decisions to the backend and keeps ``slot.cached`` exact."""
 
     def __init__(self, backend: Backend, pool: SlotPool, ram: PromptCache, counters: Counters,
-                 tuning: EngineTuning, on_instability: Callable[[InstabilityEvent], None]) -> None:
+                 tuning: EngineTuning, on_instability: Callable[[InstabilityEvent], None],
+                 disk: DiskPromptCache) -> None:
         self.backend = backend
         self.pool = pool
         self.ram = ram
+        self.disk = disk
+        self.reads = DiskReads(disk, tuning.disk_read_wait_s)
         self.counters = counters
         self.tuning = tuning
         self.on_instability = on_instability
         self.can_share = backend.kv_unified and backend.supports_partial_removal
+        self.exact = not backend.supports_partial_removal
 
     # --- admission -----------------------------------------------------------------------------
 
-    def resolve(self, run: Run) -> None:
-        """Pick and apply the reuse source for a run just placed on ``run.slot``."""
+    def resolve(self, run: Run) -> bool:
+        """Pick and apply the reuse source for a run just placed on ``run.slot``. False, with
+        nothing applied (``run.resolved`` stays False), while the best source is a disk entry
+        still being read: call again on a later tick."""
         slot = run.slot
         assert slot is not None, "resolve: run has no slot"
-        run.resolved = True
         if not run.cache_prompt:
+            run.resolved = True
             self.discard(slot, 0)
             slot.key = run.key
-            return
+            return True
+        choice, data = self._choose(run, slot), None
+        if choice.source == "disk" and choice.disk is not None:
+            status, data = self.reads.poll(run.serial, choice.disk)
+            if status is ReadStatus.PENDING:
+                return False
+            if status is ReadStatus.FAILED:
+                self.counters.num_disk_failures += 1
+                choice = self._choose(run, slot, disk=False)
+        self.reads.forget(run.serial)
+        run.resolved = True
         self._note_instability(run, slot)
-        source, n, donor, entry = self._choose(run, slot)
+        self._apply(run, slot, choice, data)
+        return True
+
+    def _apply(self, run: Run, slot: Slot, choice: _Choice, data: bytes | None) -> None:
+        source, n = choice.source, choice.n
         if source == "own":
             self.discard(slot, n)
         else:
             self.discard(slot, 0)
-            if source == "donor" and donor is not None:
-                self.backend.seq_cp(donor.seq_id, slot.seq_id, 0, n)
+            if source == "donor" and choice.donor is not None:
+                self.backend.seq_cp(choice.donor.seq_id, slot.seq_id, 0, n)
                 slot.cached = run.prompt[:n]
-            elif source == "ram" and entry is not None:
-                n = self._restore(slot, entry, n)
+            elif source == "ram" and choice.ram is not None:
+                n = self._restore(slot, choice.ram, n)
+            elif source == "disk" and choice.disk is not None and data is not None:
+                n = self._restore_disk(slot, choice.disk, data, n)
         slot.key = run.key
         self._record(run, source if n else None, n)
 
-    def _choose(self, run: Run, slot: Slot) -> tuple[str, int, Slot | None, CacheEntry | None]:
+    def _choose(self, run: Run, slot: Slot, *, disk: bool = True) -> _Choice:
         own = self._own(run, slot)
         donor, n_donor = self._best_donor(run, slot) if self.can_share else (None, 0)
-        exact = not self.backend.supports_partial_removal
-        entry, n_ram = self.ram.lookup(run.key, run.prompt, run.reuse_cap, exact=exact)
-        options = [("own", own), ("donor", n_donor), ("ram", n_ram)]
-        source, n = max(options, key=lambda o: (o[1], -_COST_ORDER[o[0]]))
-        return source, n, donor, entry
+        entry, n_ram = self.ram.lookup(run.key, run.prompt, run.reuse_cap, exact=self.exact)
+        options = [_Choice("own", own), _Choice("donor", n_donor, donor=donor),
+                   _Choice("ram", n_ram, ram=entry)]
+        best = max(o.n for o in options)
+        if disk and self.disk.enabled:
+            stored, n_disk = self.disk.lookup(run.key, run.prompt, run.reuse_cap,
+                                              exact=self.exact)
+            if n_disk > best:  # disk only when strictly longer: it is the costliest source
+                return _Choice("disk", n_disk, disk=stored)
+        return max(options, key=lambda o: (o.n, -_COST_ORDER[o.source]))
 
     def _own(self, run: Run, slot: Slot) -> int:
         if slot.key != run.key:
@@ -102,6 +152,16 @@ class PrefixResolver:
             if n > best_n:
                 best, best_n = other, n
         return best, best_n
+
+    def _restore_disk(self, slot: Slot, entry: StoredFile | CacheEntry, data: bytes,
+                      n: int) -> int:
+        if not self.load(slot, data, self.disk.token_ids(entry)):
+            self.counters.num_disk_failures += 1
+            return 0
+        self.disk.touch(entry)
+        self.counters.num_disk_restores += 1
+        self.trim(slot, n)
+        return len(slot.cached)
 
     def _restore(self, slot: Slot, entry: CacheEntry, n: int) -> int:
         if not self.load(slot, entry.data, entry.token_ids):
@@ -132,6 +192,8 @@ class PrefixResolver:
             self.counters.num_reused_donor += n
         elif source == "ram":
             self.counters.num_reused_ram += n
+        elif source == "disk":
+            self.counters.num_reused_disk += n
 
     def _note_instability(self, run: Run, slot: Slot) -> None:
         history = len(slot.cached)
@@ -145,16 +207,17 @@ class PrefixResolver:
 
     def warm_tokens(self, run: Run, idle: list[Slot]) -> int:
         """Prompt tokens ``run`` could reuse if admitted now: the best idle slot's cache under
-        its key, or a RAM cache entry (0 for ``cache_prompt=False``)."""
+        its key, or a RAM or disk cache entry (0 for ``cache_prompt=False``)."""
         if not run.cache_prompt:
             return 0
         best = 0
         for slot in idle:
             if slot.key == run.key and len(slot.cached) > best:
                 best = max(best, min(common_prefix(slot.cached, run.prompt), run.reuse_cap))
-        if self.ram.enabled:
-            exact = not self.backend.supports_partial_removal
-            best = max(best, self.ram.lookup(run.key, run.prompt, run.reuse_cap, exact=exact)[1])
+        for cache in (self.ram, self.disk):
+            if cache.enabled:
+                best = max(best, cache.lookup(run.key, run.prompt, run.reuse_cap,
+                                              exact=self.exact)[1])
         return best
 
     # --- in-flight dedup -----------------------------------------------------------------------
@@ -193,14 +256,54 @@ class PrefixResolver:
 
     def discard(self, slot: Slot, keep: int) -> None:
         """Shrink ``slot``'s KV to its first ``keep`` tokens, first offering a mostly
-        destroyed prefix to the RAM cache."""
+        destroyed prefix to the RAM cache (to the disk cache if RAM is off, or if it does not
+        fit RAM's budget)."""
         if keep >= len(slot.cached):
             return
-        if self.ram.enabled and keep < 0.5 * len(slot.cached):
-            seq = slot.seq_id
-            self.ram.offer(slot.key, slot.cached, lambda: self.backend.state_seq_size(seq),
-                           lambda: self.backend.state_seq_get(seq))
+        if keep < 0.5 * len(slot.cached):
+            self._offer(slot)
         self.trim(slot, keep)
+
+    def _offer(self, slot: Slot) -> None:
+        """Offer ``slot``'s whole prefix to the RAM cache, else to the disk cache."""
+        seq, tokens = slot.seq_id, slot.cached
+        if self.ram.enabled and (
+                self.ram.offer(slot.key, tokens, lambda: self.backend.state_seq_size(seq),
+                               lambda: self.backend.state_seq_get(seq))
+                or self.ram.covers(slot.key, tokens)):
+            return
+        self._offer_disk(slot)
+
+    def _offer_disk(self, slot: Slot, *, wait: bool = False,
+                    last_used_ns: int | None = None) -> None:
+        seq = slot.seq_id
+        if self.disk.enabled:
+            self.disk.offer(slot.key, slot.cached, lambda: self.backend.state_seq_size(seq),
+                            lambda: self.backend.state_seq_get(seq), wait=wait,
+                            last_used_ns=last_used_ns)
+
+    def close(self) -> None:
+        """At the engine's close: :meth:`persist`, then let the disk cache finish its writes
+        (those not started within ``tuning.disk_flush_s`` are dropped) and stop its threads."""
+        try:
+            self.persist()
+        finally:
+            self.disk.close(self.tuning.disk_flush_s)
+
+    def persist(self) -> None:
+        """Write what the slots and the RAM cache hold to the disk cache (at close, so a
+        restarted server finds it), most recently used first (the close's time bound may cut
+        the tail), each filed with a last use 1 ms before the one written before it so the
+        disk's LRU order is theirs."""
+        if not self.disk.enabled:
+            return
+        now = time.time_ns()
+        slots = [s for s in sorted(self.pool.slots, key=lambda s: -s.last_used)
+                 if s.cached and not self.ram.covers(s.key, s.cached)]
+        for rank, slot in enumerate(slots):
+            self._offer_disk(slot, wait=True, last_used_ns=now - rank * 1_000_000)
+        for rank, entry in enumerate(self.ram.entries()[::-1], start=len(slots)):
+            self.disk.offer_entry(entry, wait=True, last_used_ns=now - rank * 1_000_000)
 
     def trim(self, slot: Slot, keep: int) -> None:
         """Remove positions ``keep..`` (everything if partial removal is unsupported)."""

@@ -12,6 +12,8 @@ Contract:
   are dropped; then least-recently-used entries are evicted until it fits.
 - ``lookup`` finds the entry sharing the longest prefix with a prompt; it is only worth
   restoring when at least ``min_fraction`` of the entry is reusable (the tail is trimmed).
+- ``on_evict`` (the level below, the disk cache) receives each entry evicted as least
+  recently used; entries dropped because a new one covers them are not passed on.
 - ``total_bytes <= budget_bytes`` always; ``check_integrity`` verifies the bookkeeping.
 """
 
@@ -66,8 +68,10 @@ class PromptCache:
     """A byte-bounded LRU of :class:`CacheEntry`."""
 
     def __init__(self, budget_bytes: int, *, min_tokens: int = 32,
-                 min_fraction: float = 0.5) -> None:
+                 min_fraction: float = 0.5,
+                 on_evict: Callable[[CacheEntry], object] | None = None) -> None:
         self.budget_bytes = budget_bytes
+        self.on_evict = on_evict
         self.min_tokens = min_tokens
         self.min_fraction = min_fraction
         self._entries: OrderedDict[int, CacheEntry] = OrderedDict()
@@ -150,6 +154,10 @@ class PromptCache:
         if total > max(self.budget_bytes, 0):
             raise AssertionError(f"ram cache: {total} bytes over budget {self.budget_bytes}")
 
+    def covers(self, key: Hashable, token_ids: Sequence[int]) -> bool:
+        """Whether an entry under ``key`` holds ``token_ids`` (or an extension of them)."""
+        return self._covered(key, tuple(token_ids))
+
     def _covered(self, key: Hashable, token_ids: Sequence[int]) -> bool:
         n = len(token_ids)
         return any(e.key == key and len(e.token_ids) >= n and
@@ -163,8 +171,11 @@ class PromptCache:
 
     def _evict_lru(self) -> None:
         entry_id = next(iter(self._entries))
+        entry = self._entries[entry_id]
         self._remove(entry_id)
         self.num_evictions += 1
+        if self.on_evict is not None:
+            self.on_evict(entry)
 
     def _remove(self, entry_id: int) -> None:
         self.total_bytes -= self._entries.pop(entry_id).nbytes

@@ -63,11 +63,15 @@ class Counters:
     num_reused_own: int = 0
     num_reused_donor: int = 0
     num_reused_ram: int = 0
+    num_reused_disk: int = 0
     num_reused_inflight: int = 0
     num_prefill_tokens: int = 0
     num_generated_tokens: int = 0
     num_ram_restores: int = 0
     num_ram_restore_failures: int = 0
+    num_disk_writes: int = 0  # the disk cache's writer counts them: read it from stats()
+    num_disk_restores: int = 0
+    num_disk_failures: int = 0
     num_purged_slots: int = 0
     num_kv_pressure_events: int = 0
     num_batch_splits: int = 0
@@ -84,7 +88,7 @@ class Counters:
     def num_reused_tokens(self) -> int:
         """Prompt tokens reused from any source."""
         return (self.num_reused_own + self.num_reused_donor + self.num_reused_ram
-                + self.num_reused_inflight)
+                + self.num_reused_disk + self.num_reused_inflight)
 
     def count_finish(self, reason: str) -> None:
         """Count one finished request by reason."""
@@ -113,6 +117,11 @@ class EngineStats:
     ram_cache_bytes: int
     ram_cache_budget_bytes: int
     ram_cache_evictions: int
+    disk_cache_entries: int
+    disk_cache_bytes: int
+    disk_cache_budget_bytes: int
+    disk_cache_evictions: int
+    disk_cache_bad_files: int
     counters: Counters
     instability_events: list[InstabilityEvent]
     slots: list[SlotInfo] = field(default_factory=list)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from llamapy.options._spec import check, check_typed_fields, is_int, option, option_names
 
 __all__ = [
+    "KV_RUNTIME_KEYS",
     "KV_UNIFIED",
     "N_BATCH_MAX",
     "N_CTX",
@@ -97,6 +98,13 @@ class ContextOptions:
     def effective_n_batch(self) -> int:
         """``n_batch``, defaulting to ``min(n_ctx, 2048)``."""
         return self.n_batch if self.n_batch is not None else default_n_batch(self.n_ctx)
+
+
+#: Context options that change what the KV cache holds: a session manifest's runtime and the
+#: disk prompt cache's namespace include them.
+KV_RUNTIME_KEYS = ("type_k", "type_v", "flash_attn", "rope_scaling_type", "rope_freq_base",
+                   "rope_freq_scale", "yarn_ext_factor", "yarn_attn_factor", "yarn_beta_fast",
+                   "yarn_beta_slow", "yarn_orig_ctx", "swa_full")
 
 
 def context_option_keys() -> list[str]:

@@ -8,6 +8,7 @@ that are not server options.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +28,9 @@ class EngineConfig:
     ``n_batch`` is capped by the backend's ``n_batch``; ``chunk_size`` bounds prefill tokens per
     slot per tick; ``max_queue`` bounds requests waiting for a slot (0 = unlimited).
     ``kv_unified`` must match the backend's. ``prompt_cache_ram_mb`` is the level-2 RAM prompt
-    cache budget (0 = off). ``batch_strategy`` is a strategy name (``"decode_maximal"``,
+    cache budget (0 = off); ``prompt_cache_dir`` and ``prompt_cache_disk_mb`` the level-3 disk
+    prompt cache's folder (None = off) and budget (see :mod:`llamapy.engine.disk_cache`).
+    ``batch_strategy`` is a strategy name (``"decode_maximal"``,
     ``"prefill_priority"``, ``"balanced"``), class or instance (see
     :mod:`llamapy.engine.strategies`). ``sampling`` holds the server's sampling defaults.
     The ``spec_*`` fields are the server's speculative decoding defaults (llama-server's flag
@@ -43,6 +46,11 @@ class EngineConfig:
                               flags=("-kvu", "-no-kvu"))
     prompt_cache_ram_mb: float = option(0, "RAM prompt cache budget in MB (0 = off)",
                                         flags=("-cram", "--cache-ram"))
+    prompt_cache_dir: str | None = option(
+        None, "folder of the disk prompt cache, below the RAM cache; kept across restarts and "
+        "shareable by servers (default: off)")
+    prompt_cache_disk_mb: float = option(8192, "disk prompt cache budget in MB (with "
+                                         "--prompt-cache-dir; 0 = off)")
     batch_strategy: Any = option(
         "decode_maximal", "batch strategy: decode_maximal, prefill_priority or balanced")
     spec_type: str = option("off", "speculative drafters, comma-separated: ngram (ngram-mod, "
@@ -67,6 +75,13 @@ class EngineConfig:
         check(isinstance(self.kv_unified, bool), "kv_unified", "must be a bool")
         check(is_num(self.prompt_cache_ram_mb) and self.prompt_cache_ram_mb >= 0,
               "prompt_cache_ram_mb", "must be a number >= 0")
+        if isinstance(self.prompt_cache_dir, os.PathLike):  # a Path is welcome, stored as str
+            object.__setattr__(self, "prompt_cache_dir", os.fspath(self.prompt_cache_dir))
+        check(self.prompt_cache_dir is None or (isinstance(self.prompt_cache_dir, str)
+                                                and self.prompt_cache_dir != ""),
+              "prompt_cache_dir", "must be a folder path or None")
+        check(is_num(self.prompt_cache_disk_mb) and self.prompt_cache_disk_mb >= 0,
+              "prompt_cache_disk_mb", "must be a number >= 0")
         # The strategy registry belongs to the engine; this call-time import creates no import
         # cycle (the tree itself never imports the engine at module level).
         from llamapy.engine.strategies import resolve_strategy
@@ -86,6 +101,13 @@ class EngineConfig:
     def prompt_cache_ram_bytes(self) -> int:
         """The RAM prompt cache budget in bytes."""
         return int(self.prompt_cache_ram_mb * 1024 * 1024)
+
+    @property
+    def prompt_cache_disk_bytes(self) -> int:
+        """The disk prompt cache budget in bytes (0 without a folder)."""
+        if self.prompt_cache_dir is None:
+            return 0
+        return int(self.prompt_cache_disk_mb * 1024 * 1024)
 
 
 def engine_option_keys() -> tuple[str, ...]:
@@ -111,6 +133,11 @@ class EngineTuning:
     prefix another slot is computing right now adopt it instead of recomputing it;
     ``follow_min_tokens`` is the least shared remainder worth waiting a tick for.
     ``instability_min_history``: histories shorter than this never raise prefix instability.
+    ``disk_min_tokens`` / ``disk_min_fraction``: the same for the disk cache.
+    ``disk_read_wait_s``: a run waits at most this long for a disk entry being read (off the
+    tick thread) before it gives up on it. ``disk_flush_s``: at close, slot and RAM cache
+    prefixes are written to disk for this long at most. ``disk_background``: False writes and
+    reads the disk cache on the tick thread (deterministic tests).
     ``spec_prior_beta``: the marginal cost of a batch token relative to a one-token decode,
     assumed by adaptive speculation until the engine has measured it.
     """
@@ -121,4 +148,9 @@ class EngineTuning:
     inflight_dedup: bool = option(True, "adopt a prefix another slot is computing")
     follow_min_tokens: int = option(8, "least shared remainder worth waiting a tick for")
     instability_min_history: int = option(256, "shortest history that can be unstable")
+    disk_min_tokens: int = option(32, "shortest prefix the disk cache keeps")
+    disk_min_fraction: float = option(0.5, "reusable share needed to restore a disk entry")
+    disk_read_wait_s: float = option(30.0, "longest wait for a disk entry being read")
+    disk_flush_s: float = option(20.0, "longest time spent writing prefixes to disk at close")
+    disk_background: bool = option(True, "write and read the disk cache off the tick thread")
     spec_prior_beta: float = option(0.3, "assumed cost of a batch token until it is measured")

@@ -5,17 +5,25 @@ Runs on the tick thread that will own them (see :class:`~llamapy.runtime.loop.Ti
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Hashable
+from typing import Any
 
 from llamapy._native import Context, Model
+from llamapy._native._loader import native
 from llamapy._native.context import ContextOptions
+from llamapy._pins import LLAMA_CPP_COMMIT
+from llamapy.engine.disk_cache import CacheNamespace
 from llamapy.engine.engine import Engine
 from llamapy.engine.model_drafter import ModelDrafter, check_same_vocab
 from llamapy.engine.options import EngineConfig
 from llamapy.llama_backend import LlamaBackend
+from llamapy.options.context import KV_RUNTIME_KEYS
+from llamapy.runtime.identity import describe_adapter_files, file_fingerprint, namespace_digest
 from llamapy.runtime.loop import Hosted
 
-__all__ = ["host_model"]
+__all__ = ["cache_namespace", "host_model"]
 
 
 def host_model(model: Model, context: ContextOptions, config: EngineConfig,
@@ -37,7 +45,8 @@ def host_model(model: Model, context: ContextOptions, config: EngineConfig,
             parts.append((dctx, LlamaBackend(draft_model, dctx)))
             check_same_vocab(backend, parts[1][1])
             drafters["draft"] = ModelDrafter(parts[1][1], config.spec_draft_p_min)
-        engine = Engine(backend, config, drafters=drafters)
+        namespace = cache_namespace(model, ctx) if config.prompt_cache_dir else None
+        engine = Engine(backend, config, drafters=drafters, cache_namespace=namespace)
     except BaseException:
         _free(parts, draft_model)
         raise
@@ -46,6 +55,36 @@ def host_model(model: Model, context: ContextOptions, config: EngineConfig,
         _free(parts, draft_model)
 
     return Hosted(engine=engine, model=model, free=free)
+
+
+def cache_namespace(model: Model, ctx: Context) -> CacheNamespace:
+    """The disk prompt cache's namespace for KV computed by ``model`` in ``ctx``: the model
+    file's fingerprint and size, its tokenizer, built-in chat template and BOS policy, the
+    context's KV-shaping options and per-sequence size, and the libllama build (its file's
+    fingerprint and the pinned llama.cpp commit); adapters are named by their files'
+    fingerprints."""
+    return CacheNamespace(namespace_digest(namespace_parts(model, ctx)),
+                          describe_adapters=describe_adapter_files)
+
+
+def namespace_parts(model: Model, ctx: Context) -> dict[str, Any]:
+    """The readable parts :func:`cache_namespace` digests."""
+    meta = model.metadata()
+    tokenizer = {k: v for k, v in sorted(meta.items())
+                 if k.startswith("tokenizer.") and k != "tokenizer.chat_template"}
+    options = ctx.options
+    return {
+        "model": file_fingerprint(model.path), "model_size": model.path.stat().st_size,
+        "tokenizer": _sha({**tokenizer, "n_vocab": model.n_vocab}),
+        "chat_template": _sha(model.chat_template() or ""), "add_bos": model.add_bos,
+        "kv": {"n_ctx_seq": ctx.n_ctx_seq, "kv_unified": options.kv_unified,
+               **{k: getattr(options, k) for k in KV_RUNTIME_KEYS}},
+        "libllama": file_fingerprint(native().lib_path), "llama_cpp": LLAMA_CPP_COMMIT,
+    }
+
+
+def _sha(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def _free(parts: list[tuple[Context, LlamaBackend]], draft_model: Model | None) -> None:

@@ -4,7 +4,8 @@ HTTP-side: requests by endpoint and status, time to first token and per-output-t
 histograms (observed from each response's timings). Engine-side, read from
 :meth:`Server.stats` at scrape time: prompt/prefill/generated tokens, queue depth, slots by
 state, and the cache metrics no peer exposes: reused prompt tokens by source (own slot, donor
-slot, RAM cache, in-flight), RAM cache bytes/entries/evictions/restores, prefix instability
+slot, RAM cache, disk cache, in-flight), RAM and disk cache bytes/entries/evictions/restores,
+disk cache writes, failures and bad files removed, prefix instability
 events (a template rewriting history), KV pressure purges. llama-server's ``llamacpp:`` names
 come alongside (:mod:`llamapy.serve.metrics_compat`), and vLLM's `vllm:` names for gateways
 (:mod:`llamapy.serve.metrics_gateway`).
@@ -38,6 +39,9 @@ ENGINE_COUNTERS = {
     "num_errors": "Requests failed",
     "num_ram_restores": "Prefixes restored from the RAM prompt cache",
     "num_ram_restore_failures": "Failed RAM prompt cache restores",
+    "num_disk_writes": "Prefixes written to the disk prompt cache",
+    "num_disk_restores": "Prefixes restored from the disk prompt cache",
+    "num_disk_failures": "Failed disk prompt cache restores (file vanished, corrupt or refused)",
     "num_purged_slots": "Idle slot caches purged under KV pressure",
     "num_kv_pressure_events": "KV pressure events",
     "num_context_overflows": "Context overflows",
@@ -46,6 +50,8 @@ ENGINE_COUNTERS = {
     "num_draft_accepted": "Speculative draft tokens accepted",
     "num_draft_steps": "Speculative verification steps",
     "ram_cache_evictions": "RAM prompt cache evictions",
+    "disk_cache_evictions": "Disk prompt cache evictions",
+    "disk_cache_bad_files": "Corrupt or foreign disk prompt cache files removed",
 }
 #: Engine gauges exported as ``llamapy_<name>``.
 ENGINE_GAUGES = {
@@ -53,9 +59,12 @@ ENGINE_GAUGES = {
     "ram_cache_bytes": "Bytes held by the RAM prompt cache",
     "ram_cache_entries": "Entries in the RAM prompt cache",
     "ram_cache_budget_bytes": "RAM prompt cache budget in bytes",
+    "disk_cache_bytes": "Bytes of the disk prompt cache's files",
+    "disk_cache_entries": "Files in the disk prompt cache",
+    "disk_cache_budget_bytes": "Disk prompt cache budget in bytes",
     "n_parallel": "Slots",
 }
-REUSE_SOURCES = ("own", "donor", "ram", "inflight")
+REUSE_SOURCES = ("own", "donor", "ram", "disk", "inflight")
 SLOT_STATES = ("idle", "leased", "prefilling", "decoding")
 
 

@@ -53,8 +53,10 @@ class Server:
     those of :func:`~llamapy.server.start_option_keys`: ``n_ctx`` 8192 shared across slots,
     ``n_parallel`` 4, ``n_batch`` ``min(n_ctx, 2048)``, ``chunk_size`` 512, ``max_queue`` 64
     (0 = unlimited), ``cache_prompt`` True, ``kv_unified`` True, ``prompt_cache_ram_mb`` 0,
-    ``batch_strategy`` ``"decode_maximal"``, sampling defaults, context tuning and model loading
-    options (``n_threads`` defaults to the physical core count).
+    ``prompt_cache_dir`` None (the disk prompt cache: kept across restarts; closing the server
+    writes its slots' and RAM cache's prefixes there), ``batch_strategy``
+    ``"decode_maximal"``, sampling defaults, context tuning and model loading options
+    (``n_threads`` defaults to the physical core count).
 
     Per request, ``adapters`` runs it under a LoRA adapter set (see
     :func:`~llamapy.server.adapters.resolve_adapters`): files are loaded once per server on the

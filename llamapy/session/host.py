@@ -25,6 +25,7 @@ from llamapy.embeddings import Embedder
 from llamapy.engine.engine import Engine
 from llamapy.engine.options import SamplingParams
 from llamapy.errors import UnsupportedFeatureError
+from llamapy.options.context import KV_RUNTIME_KEYS
 from llamapy.runtime import InlineRuntime, Runtime
 from llamapy.session.manifest import ContextManifest, file_digest, runtime_digest, sha256_hex
 
@@ -35,9 +36,7 @@ __all__ = ["InlineHost", "LazyEmbedder", "ServerHost", "SessionHost", "model_man
            "runtime_of"]
 
 #: Context options that change what the KV holds (the runtime part of the manifest).
-RUNTIME_KEYS = ("type_k", "type_v", "flash_attn", "rope_scaling_type", "rope_freq_base",
-                "rope_freq_scale", "yarn_ext_factor", "yarn_attn_factor", "yarn_beta_fast",
-                "yarn_beta_slow", "yarn_orig_ctx", "swa_full")
+RUNTIME_KEYS = KV_RUNTIME_KEYS
 
 
 class SessionHost(Protocol):

@@ -265,6 +265,26 @@ class Session(DecodeStreams):
         self._prefix, self._suffix, self._generated = tokens[:p], tokens[p:p + s], tokens[p + s:]
         self._manifest = snapshot.manifest
 
+    def save_snapshot(self, name: str) -> bool:
+        """Write :meth:`snapshot` into the server's disk prompt cache under ``name`` (atomic,
+        checksummed; counted in its budget and evicted least-recently-used like its other
+        entries). False when the server has no disk cache or the snapshot exceeds its budget."""
+        data = self.snapshot().to_bytes()
+        store = self._runtime.call(lambda engine: engine.disk)
+        return bool(store.save_blob(name, data))
+
+    def load_snapshot(self, name: str) -> bool:
+        """:meth:`restore` the snapshot saved under ``name`` by :meth:`save_snapshot` (on any
+        server sharing the folder); False, changing nothing, when there is none (never saved,
+        evicted, or corrupt). Raises as :meth:`restore` does for an incompatible snapshot."""
+        self._check()
+        store = self._runtime.call(lambda engine: engine.disk)
+        data = store.load_blob(name)
+        if data is None:
+            return False
+        self.restore(SessionSnapshot.from_bytes(data))
+        return True
+
     def next_token_logits(self) -> np.ndarray:
         """Logits for the token after the resident state (a copy), leaving the KV as it was
         (the last resident token is recomputed by the engine)."""

@@ -14,6 +14,7 @@ from llamapy.engine import (
     RequestOptions,
     SamplingParams,
 )
+from llamapy.engine.disk_cache import CacheNamespace
 from llamapy.engine.testing import Recorder
 
 SAMPLING_KEYS = frozenset(SamplingParams.__dataclass_fields__)
@@ -21,13 +22,16 @@ SAMPLING_KEYS = frozenset(SamplingParams.__dataclass_fields__)
 
 def make_engine(*, n_ctx: int = 1024, n_parallel: int = 2, unified: bool = True,
                 partial: bool = True, tuning: EngineTuning | None = None,
-                backend_kw: dict | None = None, **config) -> tuple[Engine, FakeBackend]:
+                backend_kw: dict | None = None, cache_namespace: CacheNamespace | None = None,
+                **config) -> tuple[Engine, FakeBackend]:
     """An engine on a fresh fake backend; ``config`` goes to :class:`EngineConfig`."""
     backend_kw = {"model": FakeModel(n_vocab=512), **(backend_kw or {})}
     backend = FakeBackend(n_ctx=n_ctx, n_seq_max=n_parallel, kv_unified=unified,
                           supports_partial_removal=partial, record_plans=True, **backend_kw)
     cfg = EngineConfig(n_parallel=n_parallel, kv_unified=unified, **config)
-    return Engine(backend, cfg, tuning=tuning or EngineTuning(ram_min_tokens=4)), backend
+    engine = Engine(backend, cfg, tuning=tuning or EngineTuning(ram_min_tokens=4),
+                    cache_namespace=cache_namespace)
+    return engine, backend
 
 
 def submit(engine: Engine, rid: object, prompt: Sequence[int], *, identity: str = "",

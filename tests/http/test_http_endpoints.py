@@ -94,7 +94,7 @@ def test_health_and_metrics(http: httpx.Client) -> None:
         assert name in text, name
     reused = {line.split("}")[0].split('"')[1]: float(line.split()[-1])
               for line in text.splitlines() if line.startswith("llamapy_reused_tokens_total{")}
-    assert set(reused) == {"own", "donor", "ram", "inflight"}
+    assert set(reused) == {"own", "donor", "ram", "disk", "inflight"}
     assert sum(reused.values()) > 0
 
 

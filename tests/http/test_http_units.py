@@ -310,3 +310,47 @@ def test_an_unknown_flag_is_still_an_error(capsys: pytest.CaptureFixture[str]) -
             build_parser().parse_args(argv)
         assert exc.value.code == 2
         assert "unrecognized arguments" in capsys.readouterr().err
+
+
+def test_disk_cache_flags_derive_from_the_option_names():
+    parser = build_parser()
+    options = start_options(parser.parse_args(["--prompt-cache-dir", "/tmp/kv",
+                                               "--prompt-cache-disk-mb", "512"]))
+    assert options == {"prompt_cache_dir": "/tmp/kv", "prompt_cache_disk_mb": 512.0}
+    assert "prompt_cache_dir" not in start_options(parser.parse_args([]))
+
+
+def _disk_engine_stats(folder) -> dict:
+    """The stats of a fake-backend engine that wrote a prefix to disk and restored it."""
+    from llamapy.engine import Engine, EngineConfig, EngineTuning, FakeBackend, Request
+    from llamapy.engine.disk_cache import CacheNamespace
+    from llamapy.engine.options import RequestOptions
+    from llamapy.engine.testing import drain
+
+    engine = Engine(FakeBackend(n_ctx=512, n_seq_max=1),
+                    EngineConfig(n_parallel=1, prompt_cache_dir=str(folder)),
+                    tuning=EngineTuning(disk_min_tokens=8, disk_background=False),
+                    cache_namespace=CacheNamespace("fake"))
+    a, b = [1 + i % 60 for i in range(60)], [1 + (7 * i) % 61 for i in range(60)]
+    for rid, prompt in enumerate([a, b, [*a, 5]]):
+        engine.submit(Request(rid, prompt, RequestOptions(max_tokens=2)))
+        drain(engine)
+    return engine.stats().as_dict()
+
+
+def test_metrics_export_the_disk_cache(tmp_path):
+    from prometheus_client.core import CollectorRegistry
+    from prometheus_client.exposition import generate_latest
+
+    from llamapy.serve.metrics import EngineCollector
+
+    registry = CollectorRegistry()
+    registry.register(EngineCollector(lambda: _disk_engine_stats(tmp_path)))
+    text = generate_latest(registry).decode()
+    for name in ("llamapy_disk_writes_total 2.0", "llamapy_disk_restores_total 1.0",
+                 "llamapy_disk_failures_total 0.0",
+                 'llamapy_reused_tokens_total{source="disk"} 60.0',
+                 "llamapy_disk_cache_entries", "llamapy_disk_cache_bytes",
+                 "llamapy_disk_cache_budget_bytes", "llamapy_disk_cache_evictions_total",
+                 "llamapy_disk_cache_bad_files_total"):
+        assert name in text, name

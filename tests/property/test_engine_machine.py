@@ -2,19 +2,22 @@
 
 Rules submit (tiny token alphabet so prefixes collide; random scope, identity, adapter set,
 session, cache_prompt, max_tokens, stop strings, ``speculative`` override), cancel, drop a
-consumer, tick, inject faults, and lease / use / release slots. Speculation is on in most
-setups: the n-gram drafter (audited: every draft is text of the request's own cache key) or an
-oracle drafter proposing the true continuation corrupted at a random rate. Invariants are
-checked after every step, KV accounting after every tick, so after every verification (every
-plan runs one adapter set and stays within ``n_batch``; every slot reads only KV written under
-its run's key and computed under its run's adapter set; every draft was proposed from the
-request's own key); every finished request is compared with the reference oracle for its
-adapter set; teardown ticks to idle and checks liveness.
+consumer, tick, inject faults, lease / use / release slots, and restart an idle engine on the
+same disk prompt cache folder. Speculation is on in most setups: the n-gram drafter (audited:
+every draft is text of the request's own cache key) or an oracle drafter proposing the true
+continuation corrupted at a random rate. Invariants are checked after every step, KV accounting
+after every tick, so after every verification (every plan runs one adapter set and stays within
+``n_batch``; every slot reads only KV written under its run's key and computed under its run's
+adapter set; every draft was proposed from the request's own key); every finished request is
+compared with the reference oracle for its adapter set; teardown ticks to idle and checks
+liveness.
 """
 
 from __future__ import annotations
 
 import codecs
+import shutil
+import tempfile
 from dataclasses import dataclass, field
 
 from engine.spec_helpers import AuditedNgramDrafter, OracleDrafter  # tests/engine
@@ -42,6 +45,7 @@ from llamapy.engine import (
     RequestOptions,
     SamplingParams,
 )
+from llamapy.engine.disk_cache import CacheNamespace
 from llamapy.engine.engine import Engine
 from llamapy.engine.fake import FakeBackend
 from llamapy.engine.states import SlotState
@@ -112,6 +116,7 @@ def engine_setups(draw: st.DrawFn) -> dict:
         n_ctx=per_seq if unified else per_seq * n_parallel,
         n_batch=draw(st.integers(3, 40)), chunk_size=draw(st.integers(1, 16)),
         max_queue=draw(st.integers(0, 4)), ram_mb=draw(st.sampled_from([0, 0.0008, 0.004])),
+        disk_mb=draw(st.sampled_from([0, 0, 0.004, 0.03])),
         strategy=draw(st.sampled_from(STRATEGIES)),
         cache_prompt=draw(st.sampled_from([True, True, False])),
         dedup=draw(st.sampled_from([True, True, False])),
@@ -130,6 +135,16 @@ class EngineMachine(RuleBasedStateMachine):
     @initialize(setup=engine_setups())
     def start(self, setup: dict) -> None:
         self.setup = setup
+        self.folder = tempfile.mkdtemp(prefix="llamapy-disk-") if setup["disk_mb"] else None
+        self._build()
+        self.shadows: dict[int, Shadow] = {}
+        self.checked: set[int] = set()
+        self.next_id = 0
+        self.num_faults = 0
+        self.num_ngram_proposed = 0
+
+    def _build(self) -> None:
+        setup = self.setup
         self.backend = FakeBackend(
             n_ctx=setup["n_ctx"], n_seq_max=setup["n_parallel"], n_batch=64,
             kv_unified=setup["unified"], supports_partial_removal=setup["partial"],
@@ -140,21 +155,19 @@ class EngineMachine(RuleBasedStateMachine):
             n_parallel=setup["n_parallel"], n_batch=setup["n_batch"],
             chunk_size=setup["chunk_size"], max_queue=setup["max_queue"],
             cache_prompt=setup["cache_prompt"], kv_unified=setup["unified"],
-            prompt_cache_ram_mb=setup["ram_mb"],
+            prompt_cache_ram_mb=setup["ram_mb"], prompt_cache_dir=self.folder,
+            prompt_cache_disk_mb=setup["disk_mb"],
             batch_strategy=ShortestPromptFirst() if strategy == "shortest_prompt_first"
             else strategy, spec_type=setup["spec"],
             spec_draft_n_max=setup["spec_n_max"], spec_adaptive=setup["spec_adaptive"])
         tuning = EngineTuning(ram_min_tokens=4, follow_min_tokens=2, instability_min_history=12,
-                              inflight_dedup=setup["dedup"])
+                              inflight_dedup=setup["dedup"], disk_min_tokens=4,
+                              disk_background=False)
         self.oracle = OracleDrafter(self.backend.model, setup["spec_error_rate"])
         self.ngram = AuditedNgramDrafter()
         self.engine = Engine(self.backend, config, tuning=tuning, clock=self.backend.clock.now,
-                             drafters={"draft": self.oracle, "ngram": self.ngram})
-        self.shadows: dict[int, Shadow] = {}
-        self.checked: set[int] = set()
-        self.next_id = 0
-        self.num_faults = 0
-        self.num_ngram_proposed = 0
+                             drafters={"draft": self.oracle, "ngram": self.ngram},
+                             cache_namespace=CacheNamespace("fake"))
 
     # --- rules ---------------------------------------------------------------------------------
 
@@ -326,6 +339,16 @@ class EngineMachine(RuleBasedStateMachine):
             self.engine.release(lease_id)
             assert lease_id not in self.engine.pool.leases
 
+    @rule()
+    def restart(self):
+        """Close the engine, once idle (its prefixes persist to disk), and start a fresh engine
+        and backend on the same folder (a no-op without a disk cache or while busy)."""
+        if self.folder is None or self.engine.runs or self.engine.pool.leases:
+            return
+        event("restart")
+        self.engine.close()
+        self._build()
+
     # --- invariants ----------------------------------------------------------------------------
 
     @invariant()
@@ -419,6 +442,9 @@ class EngineMachine(RuleBasedStateMachine):
         assert not self.engine.runs and not self.engine.queue
         assert not self.backend.open_samplers, "a sampler was not closed"
         self._report()
+        self.engine.close()
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
 
     def _report(self):
         """Label what this example exercised (shown by --hypothesis-show-statistics)."""
@@ -434,7 +460,8 @@ class EngineMachine(RuleBasedStateMachine):
             event("drafts rejected")
         if self.num_ngram_proposed:
             event("n-gram drafts proposed")
-        for name in ("num_reused_own", "num_reused_donor", "num_reused_ram",
+        for name in ("num_reused_own", "num_reused_donor", "num_reused_ram", "num_reused_disk",
+                     "num_disk_restores", "num_disk_failures",
                      "num_reused_inflight", "num_kv_pressure_events", "num_purged_slots",
                      "num_batch_splits", "num_context_overflows", "num_ram_restores",
                      "num_ram_restore_failures", "num_instability_events"):

@@ -159,6 +159,40 @@ def test_snapshot_restore_roundtrip(tmp_path: Path, engine: Engine) -> None:
         assert decoded(s, 5) == expected
 
 
+def disk_engine(folder: Path) -> Engine:
+    """A fake engine whose disk prompt cache is ``folder``."""
+    from llamapy.engine.disk_cache import CacheNamespace
+    from llamapy.engine.fake import FakeBackend
+    from llamapy.engine.options import EngineConfig, EngineTuning
+
+    backend = FakeBackend(n_ctx=1024, n_seq_max=2, n_batch=64, kv_unified=False)
+    config = EngineConfig(n_parallel=2, n_batch=64, chunk_size=32, kv_unified=False,
+                          prompt_cache_dir=str(folder), sampling=SamplingParams(seed=7, temp=0.8))
+    return Engine(backend, config, tuning=EngineTuning(disk_background=False),
+                  cache_namespace=CacheNamespace("fake"))
+
+
+def test_snapshots_live_in_the_disk_prompt_cache(tmp_path: Path, engine: Engine) -> None:
+    with open_fake(engine) as s:  # no disk cache: nothing saved, nothing found
+        s.ensure_prefix(PrefixInput(token_ids=PREFIX))
+        assert not s.save_snapshot("review") and not s.load_snapshot("review")
+    first = disk_engine(tmp_path)
+    with open_fake(first) as s:
+        s.ensure_prefix(PrefixInput(token_ids=PREFIX))
+        s.prefill_suffix(SuffixInput(token_ids=(9, 9, 9)))
+        decoded(s, 3)
+        assert s.save_snapshot("review")
+        resident, expected = s.resident, decoded(s, 5)
+    first.close()
+    again = disk_engine(tmp_path)  # a restart: another engine on the folder finds it
+    assert again.stats().disk_cache_entries >= 1
+    with open_fake(again) as s:
+        s.ensure_prefix(PrefixInput(token_ids=(4, 4, 4)))
+        assert not s.load_snapshot("another name")
+        assert s.load_snapshot("review")
+        assert s.resident == resident and decoded(s, 5) == expected
+
+
 def test_mismatched_restore_refused(engine: Engine) -> None:
     with open_fake(engine) as s:
         s.ensure_prefix(PrefixInput(token_ids=PREFIX))

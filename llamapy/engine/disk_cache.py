@@ -1,0 +1,404 @@
+"""Level-3 prompt cache: serialised sequence state in files, byte-bounded on disk, LRU, kept
+across restarts and shareable by servers on one folder.
+
+Contract (the shape of :class:`~llamapy.engine.prompt_cache.PromptCache`):
+
+- An entry is ``(identity, cache_scope, token ids, state bytes)``. Its *identity* is a sha256
+  of the host's :class:`CacheNamespace` (what the engine cannot know: the model file, tokenizer,
+  chat template, BOS policy, libllama build and the context's KV settings), the key's
+  ``cache_scope`` and ``cache_identity`` and the namespace's description of its adapter set.
+  Only a request whose key gives the same identity and scope ever reads it; file names are
+  ``<identity>-<token hash>`` and the index is searched by identity and scope.
+- ``offer`` takes a prefix about to leave the levels above (evicted from RAM, or discarded from
+  a slot when the RAM cache is off). It skips short prefixes, prefixes an entry covers and
+  entries over the budget, sizing before serialising like the RAM cache. The state is
+  serialised by the caller (on the tick thread: only it may touch the backend); the file is
+  written by a background writer while the entry is already visible to :meth:`lookup` and
+  :meth:`read` from memory. After each write, under the folder lock, the index is rescanned,
+  entries the new one covers are dropped, and least-recently-used files (by mtime) are evicted
+  until the folder fits the budget.
+- ``lookup`` finds the entry sharing the longest prefix with a prompt (at least
+  ``min_fraction`` of it usable); it rescans the folder when its mtime changed (another server
+  wrote or evicted). ``read`` (or ``read_async``, off the caller's thread) returns the verified
+  state, or None when the file vanished or is corrupt (then removed with a warning).
+- Named blobs (:meth:`save_blob` / :meth:`load_blob`: session snapshots, which carry and
+  verify their own manifest) live in the same files, budget, LRU and lock; no prompt ever
+  matches one.
+- Start: the index is rebuilt from the headers in the folder, bad files removed, the budget
+  enforced. See :mod:`llamapy.engine.disk_store` (atomicity, locking) and
+  :mod:`llamapy.engine.disk_format` (the file format). Never raises to the engine for disk
+  trouble: an unwritable folder costs a warning and the write.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Hashable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+from llamapy.engine.disk_format import encode_entry, file_size, token_bytes
+from llamapy.engine.disk_store import SUFFIX, DiskStore, StoredFile
+from llamapy.engine.options import EngineConfig, EngineTuning
+from llamapy.engine.prompt_cache import CacheEntry, common_prefix
+from llamapy.engine.request import CacheKey
+from llamapy.errors import DiskCacheFormatError, InvalidOptionError
+
+__all__ = ["CacheNamespace", "DiskPromptCache", "open_disk_cache"]
+
+log = logging.getLogger("llamapy.engine.disk_cache")
+
+
+@dataclass(frozen=True, slots=True)
+class CacheNamespace:
+    """What the host knows and the engine does not: ``digest`` names the model and runtime
+    the KV was computed by; ``describe_adapters`` turns an adapter set into something that
+    changes when an adapter file does (default ``repr``)."""
+
+    digest: str
+    describe_adapters: Callable[[tuple[Hashable, ...]], str] = repr
+
+
+class DiskPromptCache:
+    """A byte-bounded LRU of entry files in ``folder`` (see the module docstring). Thread-safe.
+
+    ``folder=None`` or a budget of 0 is a disabled cache. ``background=False`` writes and reads
+    on the calling thread (deterministic tests). ``max_pending_bytes`` bounds the states
+    waiting to be written; an offer beyond it is dropped (or waits, with ``wait=True``).
+    """
+
+    def __init__(self, folder: str | os.PathLike[str] | None, budget_bytes: int, *,
+                 namespace: CacheNamespace, min_tokens: int = 32, min_fraction: float = 0.5,
+                 background: bool = True, max_pending_bytes: int = 1 << 30) -> None:
+        self.budget_bytes = budget_bytes if folder is not None else 0
+        self.namespace = namespace
+        self.min_tokens, self.min_fraction = min_tokens, min_fraction
+        self.max_pending_bytes = max_pending_bytes
+        self.num_writes = self.num_write_failures = self.num_dropped = self.num_evictions = 0
+        self._files: dict[str, StoredFile] = {}
+        self._pending: dict[str, tuple[bytes, CacheEntry]] = {}
+        self._pending_bytes = 0
+        self._identities: dict[CacheKey, bytes] = {}
+        self._mutex = threading.Condition()
+        self._deadline: float | None = None
+        self.store = DiskStore(folder) if self.enabled and folder is not None else None
+        self._writer = _executor("llamapy-disk-write") if background and self.store else None
+        self._reader = _executor("llamapy-disk-read") if background and self.store else None
+        self.refresh(force=True)
+
+    @property
+    def enabled(self) -> bool:
+        """False without a folder or with a budget of 0."""
+        return self.budget_bytes > 0
+
+    @property
+    def total_bytes(self) -> int:
+        """Bytes of the indexed files."""
+        with self._mutex:
+            return sum(f.size for f in self._files.values())
+
+    def __len__(self) -> int:
+        with self._mutex:
+            return len(self._files)
+
+    def files(self) -> list[StoredFile]:
+        """Indexed files, least recently used first."""
+        with self._mutex:
+            return sorted(self._files.values(), key=lambda f: f.mtime_ns)
+
+    def identity(self, key: CacheKey) -> bytes:
+        """The identity of entries filed under ``key`` (see the module docstring)."""
+        found = self._identities.get(key)
+        if found is None:
+            if len(self._identities) > 4096:
+                self._identities.clear()
+            adapters = self.namespace.describe_adapters(tuple(key.adapter_set))
+            payload = json.dumps(["llamapy-prompt-cache", self.namespace.digest,
+                                  key.cache_scope, key.cache_identity, adapters])
+            found = self._identities[key] = hashlib.sha256(payload.encode()).digest()
+        return found
+
+    # --- storing ---------------------------------------------------------------------------
+
+    def offer(self, key: CacheKey | None, token_ids: Sequence[int], get_size: Callable[[], int],
+              get_data: Callable[[], bytes], *, wait: bool = False,
+              last_used_ns: int | None = None) -> bool:
+        """Store a prefix (``get_size``/``get_data`` as for ``PromptCache.offer``: sized only
+        when long enough and uncovered, serialised only when it fits the budget). Returns
+        whether it was accepted; the file is written in the background, as the most recently
+        used entry (or as last used at ``last_used_ns``, wall-clock ns)."""
+        tokens = tuple(token_ids)
+        if not self.enabled or key is None or len(tokens) < self.min_tokens:
+            return False
+        ident = self.identity(key)
+        if self._covered(ident, key.cache_scope, tokens):
+            return False
+        if file_size(key.cache_scope, len(tokens), get_size()) > self.budget_bytes:
+            return False
+        data = get_data()
+        size = file_size(key.cache_scope, len(tokens), len(data))
+        if size > self.budget_bytes or not self._reserve(size, wait):
+            return False
+        entry = CacheEntry(key, tokens, data)
+        name = entry_name(ident, tokens)
+        with self._mutex:
+            self._pending[name] = (ident, entry)
+        if self._writer is None:
+            self._write(name, entry, size, last_used_ns)
+        else:
+            self._writer.submit(self._write, name, entry, size, last_used_ns)
+        return True
+
+    def offer_entry(self, entry: CacheEntry, *, wait: bool = False,
+                    last_used_ns: int | None = None) -> bool:
+        """Offer a RAM cache entry (one it evicts)."""
+        key = entry.key if isinstance(entry.key, CacheKey) else None
+        return self.offer(key, entry.token_ids, lambda: len(entry.data), lambda: entry.data,
+                          wait=wait, last_used_ns=last_used_ns)
+
+    def _reserve(self, size: int, wait: bool) -> bool:
+        with self._mutex:
+            while self._pending_bytes and self._pending_bytes + size > self.max_pending_bytes:
+                if not wait:
+                    self.num_dropped += 1
+                    return False
+                self._mutex.wait()
+            self._pending_bytes += size
+            return True
+
+    def _write(self, name: str, entry: CacheEntry, size: int,
+               last_used_ns: int | None = None) -> None:
+        """The writer's job: temp file, commit, rescan, drop covered, evict (under the lock)."""
+        assert self.store is not None and isinstance(entry.key, CacheKey)
+        try:
+            if self._deadline is not None and time.monotonic() > self._deadline:
+                with self._mutex:
+                    self.num_dropped += 1
+                return
+            ident = self.identity(entry.key)
+            tmp = self.store.write_temp(encode_entry(ident, entry.key.cache_scope,
+                                                     entry.token_ids, entry.data))
+            with self.store.lock():
+                self.store.commit(tmp, name, last_used_ns)
+                self._rescan_locked(keep=name)
+            self.num_writes += 1
+        except OSError as exc:
+            log.warning("disk prompt cache: cannot write %s: %s", name, exc)
+            self.num_write_failures += 1
+        finally:
+            with self._mutex:
+                self._pending.pop(name, None)
+                self._pending_bytes -= size
+                self._mutex.notify_all()
+
+    # --- finding and reading ---------------------------------------------------------------
+
+    def lookup(self, key: CacheKey | None, prompt: Sequence[int], cap: int, *,
+               exact: bool = False) -> tuple[StoredFile | CacheEntry | None, int]:
+        """The entry with the longest usable prefix of ``prompt`` (at most ``cap`` tokens) and
+        that length; ``(None, 0)`` if none is worth restoring. ``exact``: only entries usable
+        whole. An entry is a :class:`StoredFile`, or a :class:`CacheEntry` still being
+        written."""
+        if not self.enabled or key is None:
+            return None, 0
+        self.refresh()
+        ident, scope, prompt = self.identity(key), key.cache_scope, tuple(prompt)
+        best: tuple[StoredFile | CacheEntry | None, int] = (None, 0)
+        for found, tokens in self._candidates(ident, scope):
+            n = min(common_prefix(tokens, prompt), cap)
+            if exact and n < len(tokens):
+                continue
+            if n > best[1] and n >= max(1, self.min_fraction * len(tokens)):
+                best = (found, n)
+        return best
+
+    def _candidates(self, ident: bytes, scope: str | None
+                    ) -> list[tuple[StoredFile | CacheEntry, tuple[int, ...]]]:
+        with self._mutex:
+            files = [(f, f.header.token_ids) for f in self._files.values()
+                     if f.header.identity == ident and f.header.scope == scope]
+            pending = [(e, e.token_ids) for i, e in self._pending.values() if i == ident]
+        return [*files, *pending]
+
+    def read(self, entry: StoredFile | CacheEntry) -> bytes | None:
+        """The verified state of ``entry``; None if its file vanished or is corrupt (removed
+        with a warning)."""
+        if isinstance(entry, CacheEntry):
+            return entry.data
+        assert self.store is not None
+        try:
+            return self.store.read_state(entry)
+        except FileNotFoundError:
+            self._forget(entry)
+        except (DiskCacheFormatError, OSError) as exc:
+            with self.store.lock():
+                self.store.discard_bad(entry.name, entry.inode, exc)
+                self._forget(entry)
+        return None
+
+    def read_async(self, entry: StoredFile | CacheEntry) -> Future[bytes | None]:
+        """:meth:`read` on the reader thread (at once, with ``background=False``)."""
+        if self._reader is not None and isinstance(entry, StoredFile):
+            return self._reader.submit(self.read, entry)
+        future: Future[bytes | None] = Future()
+        future.set_result(self.read(entry))
+        return future
+
+    def touch(self, entry: StoredFile | CacheEntry) -> None:
+        """Mark ``entry`` most recently used."""
+        if isinstance(entry, StoredFile) and self.store is not None:
+            self.store.touch(entry)
+
+    def token_ids(self, entry: StoredFile | CacheEntry) -> tuple[int, ...]:
+        """The tokens ``entry`` holds."""
+        return entry.token_ids if isinstance(entry, CacheEntry) else entry.header.token_ids
+
+    # --- named blobs -----------------------------------------------------------------------
+
+    def save_blob(self, name: str, data: bytes) -> bool:
+        """Store ``data`` under ``name`` on the calling thread (replacing an earlier blob of
+        that name); False when disabled or over the budget. ``OSError`` if the write fails."""
+        if self.store is None:
+            return False
+        ident = _blob_identity(name)
+        if file_size(None, 0, len(data)) > self.budget_bytes:
+            return False
+        fname = entry_name(ident, ())
+        tmp = self.store.write_temp(encode_entry(ident, None, (), data))
+        with self.store.lock():
+            self.store.commit(tmp, fname)
+            self._rescan_locked(keep=fname)
+        return True
+
+    def load_blob(self, name: str) -> bytes | None:
+        """The blob saved under ``name`` (marked recently used); None if absent, evicted or
+        corrupt (then removed)."""
+        if self.store is None:
+            return None
+        self.refresh()
+        with self._mutex:
+            stored = self._files.get(entry_name(_blob_identity(name), ()))
+        data = None if stored is None else self.read(stored)
+        if stored is not None and data is not None:
+            self.touch(stored)
+        return data
+
+    # --- the index -------------------------------------------------------------------------
+
+    def refresh(self, *, force: bool = False) -> None:
+        """Rescan the folder if it changed since the last scan (or ``force``)."""
+        if self.store is None:
+            return
+        try:
+            if not force and not self.store.changed():
+                return
+            with self.store.lock():
+                self._rescan_locked()
+        except OSError as exc:
+            log.warning("disk prompt cache: cannot scan %s: %s", self.store.folder, exc)
+
+    def _rescan_locked(self, keep: str | None = None) -> None:
+        """Rescan, drop entries ``keep`` covers, evict LRU files to the budget (under lock)."""
+        assert self.store is not None
+        with self._mutex:
+            known = dict(self._files)
+        files = self.store.scan(known)
+        if keep is not None and keep in files:
+            self._drop_covered_by(files, files[keep])
+        by_age = sorted(files.values(), key=lambda f: f.mtime_ns)
+        total = sum(f.size for f in files.values())
+        for stored in by_age:
+            if total <= self.budget_bytes:
+                break
+            self.store.remove(stored, "evicted")
+            del files[stored.name]
+            total -= stored.size
+            self.num_evictions += 1
+        with self._mutex:
+            self._files = files
+
+    def _drop_covered_by(self, files: dict[str, StoredFile], new: StoredFile) -> None:
+        assert self.store is not None
+        tokens = new.header.token_ids
+        for stored in list(files.values()):
+            head = stored.header
+            if stored is new or (head.identity, head.scope) != (new.header.identity,
+                                                                new.header.scope):
+                continue
+            if common_prefix(head.token_ids, tokens) == len(head.token_ids):
+                self.store.remove(stored, "covered")
+                del files[stored.name]
+
+    def _covered(self, ident: bytes, scope: str | None, tokens: tuple[int, ...]) -> bool:
+        n = len(tokens)
+        return any(len(have) >= n and common_prefix(have, tokens) == n
+                   for _, have in self._candidates(ident, scope))
+
+    def _forget(self, entry: StoredFile) -> None:
+        with self._mutex:
+            if self._files.get(entry.name) is entry:
+                del self._files[entry.name]
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def close(self, flush_s: float | None = None) -> None:
+        """Finish pending writes (those not started within ``flush_s`` seconds are dropped)
+        and stop the background threads; idempotent."""
+        if flush_s is not None:
+            self._deadline = time.monotonic() + flush_s
+        for executor in (self._writer, self._reader):
+            if executor is not None:
+                executor.shutdown(wait=True)
+        self._writer = self._reader = None
+        if self.store is not None:
+            self.store.close()
+
+    def check_integrity(self) -> None:
+        """Raise ``AssertionError`` if the index is over budget or the pending accounting is
+        broken (outside a writer's critical section)."""
+        with self._mutex:
+            total = sum(f.size for f in self._files.values())
+            pending = self._pending_bytes
+        if total > max(self.budget_bytes, 0):
+            raise AssertionError(f"disk cache: {total} bytes over budget {self.budget_bytes}")
+        if pending < 0:
+            raise AssertionError(f"disk cache: pending bytes {pending} < 0")
+
+
+def entry_name(identity: bytes, token_ids: Sequence[int]) -> str:
+    """``<identity>-<token hash>.lpkv``: one file per identity and token sequence."""
+    tokens = hashlib.sha256(token_bytes(token_ids)).hexdigest()[:32]
+    return f"{identity.hex()[:32]}-{tokens}{SUFFIX}"
+
+
+def _blob_identity(name: str) -> bytes:
+    return hashlib.sha256(json.dumps(["llamapy-blob", name]).encode()).digest()
+
+
+def _executor(name: str) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+
+
+
+def open_disk_cache(config: EngineConfig, tuning: EngineTuning,
+                    namespace: CacheNamespace | None) -> DiskPromptCache:
+    """The disk prompt cache of ``config`` (a disabled one without a folder).
+    ``InvalidOptionError`` without a namespace or when the folder cannot be used."""
+    folder = config.prompt_cache_dir
+    if folder is not None and namespace is None:
+        raise InvalidOptionError("prompt_cache_dir needs a cache namespace naming the model "
+                                 "(the host passes one)", option="prompt_cache_dir")
+    try:
+        return DiskPromptCache(folder, config.prompt_cache_disk_bytes,
+                               namespace=namespace or CacheNamespace(""),
+                               min_tokens=tuning.disk_min_tokens,
+                               min_fraction=tuning.disk_min_fraction,
+                               background=tuning.disk_background)
+    except OSError as exc:
+        raise InvalidOptionError(f"prompt_cache_dir: cannot use {folder}: {exc}",
+                                 option="prompt_cache_dir") from exc

@@ -1,0 +1,145 @@
+"""The file format of the disk prompt cache (:mod:`llamapy.engine.disk_cache`).
+
+One file per entry, version 1, integers little-endian::
+
+    offset        size  field
+    0             8     magic  b"LPYPKV\\x00\\x01"
+    8             4     u32    format version (1)
+    12            4     u32    metadata length M
+    16            8     u64    token count T
+    24            8     u64    state length S
+    32            32    identity: sha256 of (namespace, cache_scope, cache_identity, adapters)
+    64            32    body sha256: of the token ids and the state bytes
+    96            M     UTF-8 JSON metadata: ``{"scope": cache_scope}``
+    96+M          4T    token ids (u32)
+    96+M+4T       32    header sha256: of bytes [0, 96+M+4T)
+    128+M+4T      S     state bytes (``Backend.state_seq_get``)
+
+The *header* (everything before the state) is small: the index is rebuilt from headers alone,
+and the header checksum guards the identity, the token ids and the body checksum. The body
+checksum is verified when the state is read. :func:`read_header` and :func:`read_state` raise
+:class:`~llamapy.errors.DiskCacheFormatError` for a wrong magic or version, lengths that do not
+add up to the file's size (a truncated or extended file), malformed metadata or a checksum
+mismatch; nothing in a file is trusted before its checksum is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+import sys
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import BinaryIO
+
+from llamapy.errors import DiskCacheFormatError
+
+__all__ = ["FORMAT_VERSION", "MAGIC", "EntryHeader", "encode_entry", "file_size",
+           "read_header", "read_state", "token_bytes"]
+
+MAGIC = b"LPYPKV\x00\x01"
+FORMAT_VERSION = 1
+_FIXED = struct.Struct("<8sIIQQ32s32s")
+_DIGEST = 32
+#: Headers larger than this are refused before they are read (a corrupt length field).
+_MAX_META = 1 << 16
+_MAX_TOKENS = 1 << 26
+
+
+@dataclass(frozen=True, slots=True)
+class EntryHeader:
+    """A verified header: who may read the entry, its tokens, and where its state lies."""
+
+    identity: bytes
+    scope: str | None
+    token_ids: tuple[int, ...]
+    state_len: int
+    body_sha256: bytes
+    state_offset: int
+
+    @property
+    def file_size(self) -> int:
+        """The exact size of the whole file."""
+        return self.state_offset + self.state_len
+
+
+def token_bytes(token_ids: Sequence[int]) -> bytes:
+    """Token ids as little-endian u32."""
+    arr = array("I", token_ids)
+    if sys.byteorder != "little":
+        arr.byteswap()
+    return arr.tobytes()
+
+
+def _meta(scope: str | None) -> bytes:
+    return json.dumps({"scope": scope}, sort_keys=True).encode()
+
+
+def file_size(scope: str | None, n_tokens: int, state_len: int) -> int:
+    """The size of an entry's file, computed before its state is serialised."""
+    return _FIXED.size + len(_meta(scope)) + 4 * n_tokens + _DIGEST + state_len
+
+
+def encode_entry(identity: bytes, scope: str | None, token_ids: Sequence[int],
+                 state: bytes) -> list[bytes]:
+    """An entry's file as chunks (written in order; the state is not copied)."""
+    tokens, meta = token_bytes(token_ids), _meta(scope)
+    body = hashlib.sha256(tokens)
+    body.update(state)
+    fixed = _FIXED.pack(MAGIC, FORMAT_VERSION, len(meta), len(token_ids), len(state), identity,
+                        body.digest())
+    header = fixed + meta + tokens
+    return [header, hashlib.sha256(header).digest(), state]
+
+
+def read_header(f: BinaryIO, size: int) -> EntryHeader:
+    """Read and verify the header of a file of ``size`` bytes (the state is not read)."""
+    fixed = f.read(_FIXED.size)
+    if len(fixed) < _FIXED.size:
+        raise DiskCacheFormatError("truncated header")
+    magic, version, meta_len, n_tokens, state_len, identity, body = _FIXED.unpack(fixed)
+    if magic != MAGIC:
+        raise DiskCacheFormatError("not a llamapy prompt cache file (bad magic)")
+    if version != FORMAT_VERSION:
+        raise DiskCacheFormatError(f"unsupported format version {version}")
+    if meta_len > _MAX_META or n_tokens > _MAX_TOKENS:
+        raise DiskCacheFormatError("implausible header lengths")
+    rest_len = meta_len + 4 * n_tokens
+    if _FIXED.size + rest_len + _DIGEST + state_len != size:
+        raise DiskCacheFormatError("lengths do not match the file size (truncated?)")
+    rest = f.read(rest_len)
+    digest = f.read(_DIGEST)
+    if len(rest) != rest_len or hashlib.sha256(fixed + rest).digest() != digest:
+        raise DiskCacheFormatError("header checksum mismatch")
+    scope = _scope(rest[:meta_len])
+    tokens = array("I")
+    tokens.frombytes(rest[meta_len:])
+    if sys.byteorder != "little":
+        tokens.byteswap()
+    return EntryHeader(identity, scope, tuple(tokens), state_len, body,
+                       _FIXED.size + rest_len + _DIGEST)
+
+
+def _scope(meta: bytes) -> str | None:
+    try:
+        scope = json.loads(meta)["scope"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise DiskCacheFormatError("malformed metadata") from exc
+    if scope is not None and not isinstance(scope, str):
+        raise DiskCacheFormatError("malformed metadata")
+    return scope
+
+
+def read_state(f: BinaryIO, header: EntryHeader) -> bytes:
+    """Read the state that follows ``header`` and verify the body checksum."""
+    f.seek(header.state_offset)
+    state = f.read(header.state_len)
+    if len(state) != header.state_len:
+        raise DiskCacheFormatError("truncated state")
+    body = hashlib.sha256(token_bytes(header.token_ids))
+    body.update(state)
+    if body.digest() != header.body_sha256:
+        raise DiskCacheFormatError("body checksum mismatch")
+    return state
