@@ -88,25 +88,25 @@ def _completion_routes(router: APIRouter, ctx: AppContext) -> None:
     async def completion(request: Request) -> Response:
         """llama-server's native completion (``n_predict``, ``timings``, ...)."""
         body = await read_json(request)
-        served = ctx.served()
-        if stream_flag(body):
-            return await event_stream(request, stream_native(served, body), done_marker=False,
-                                      on_chunk=final_timings(ctx.metrics.observe))
-        result = await cancel_on_disconnect(request, complete_native(served, body))
-        ctx.metrics.observe(result["timings"])
-        return JSONResponse(result, headers=cache_headers(result["timings"]))
+        return await native_answer(ctx, request, ctx.served(), body)
 
     @router.post("/infill")
     async def infill(request: Request) -> Response:
         """llama-server's fill-in-the-middle (501 for a model without FIM tokens)."""
         served = ctx.served()
         body = infill_body(served, await read_json(request))
-        if stream_flag(body):
-            return await event_stream(request, stream_native(served, body), done_marker=False,
-                                      on_chunk=final_timings(ctx.metrics.observe))
-        result = await cancel_on_disconnect(request, complete_native(served, body))
-        ctx.metrics.observe(result["timings"])
-        return JSONResponse(result, headers=cache_headers(result["timings"]))
+        return await native_answer(ctx, request, served, body)
+
+
+async def native_answer(ctx: AppContext, request: Request, served: ServedModel, body: Any
+                        ) -> Response:
+    """A ``/completion``-shaped answer to ``body``: streamed (SSE) or whole, observed."""
+    if stream_flag(body):
+        return await event_stream(request, stream_native(served, body), done_marker=False,
+                                  on_chunk=final_timings(ctx.metrics.observe))
+    result = await cancel_on_disconnect(request, complete_native(served, body))
+    ctx.metrics.observe(result["timings"])
+    return JSONResponse(result, headers=cache_headers(result["timings"]))
 
 
 def infill_body(served: ServedModel, body: Any) -> dict[str, Any]:
