@@ -59,3 +59,7 @@ def two_keys(server: Server) -> Iterator[LiveApp]:
 def test_api_key_takes_a_comma_separated_list(two_keys: LiveApp, headers: dict[str, str],
                                               status: int) -> None:
     assert httpx.get(two_keys.url + "/v1/models", headers=headers).status_code == status
+
+
+def test_offline_is_accepted_and_changes_nothing() -> None:
+    assert parsed("--offline") == parsed()
