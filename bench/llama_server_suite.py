@@ -313,6 +313,11 @@ def main() -> int:
         default=None,
         help="keep pytest logs and per-file JSONL here (default: in the temp copy)",
     )
+    ap.add_argument(
+        "--update",
+        action="store_true",
+        help="merge into an existing --json: files run now replace their old entries",
+    )
     ap.add_argument("--keep", action="store_true", help="keep the temporary suite copy")
     ap.add_argument("--compare", nargs=2, type=Path, metavar=("BASE_JSON", "OTHER_JSON"))
     args = ap.parse_args()
@@ -354,6 +359,10 @@ def main() -> int:
 
     summaries: dict[str, FileSummary] = {}
     tests: list[TestResult] = []
+    if args.update and args.json and args.json.exists():
+        old = json.loads(args.json.read_text())
+        summaries.update({k: v for k, v in old["summaries"].items() if k not in files})
+        tests.extend(t for t in old["tests"] if t["file"] not in files)
     try:
         run_all(files, suite, env, args, log_dir, strip, summaries, tests)
     finally:
@@ -378,7 +387,7 @@ def run_all(
     for name in files:
         summary, results = run_file(suite, name, env, args.timeout, args.test_timeout, log_dir)
         summaries[name] = summary
-        tests.extend(results)
+        tests[:] = [t for t in tests if t["file"] != name] + results
         s = summary
         print(
             f"{name}: {s['passed']} passed, {s['failed']} failed, {s['skipped']} skipped,"
