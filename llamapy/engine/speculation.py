@@ -270,7 +270,7 @@ class Speculator:
         k, payoff = best_draft_len((counts[0] + spec.hits) / total,
                                    self.cost.beta if beta is None else beta, spec.params.n_max)
         if payoff >= 1.0:
-            return k
+            return max(k, spec.params.n_min)  # n_min is the user's floor for a verified draft
         return 1 if int(counts[2]) % EXPLORE_EVERY == 0 else 0
 
     def _propose(self, jobs: list[DraftJob]) -> None:

@@ -10,6 +10,7 @@ unknown field is a 400.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -84,8 +85,13 @@ def prepare_native(served: ServedModel, request: Mapping[str, Any]
 
 
 def _settings(served: ServedModel, options: Mapping[str, Any]) -> dict[str, Any]:
+    """llama-server's ``generation_settings``: ``logit_bias`` as ``[{"bias", "token"}]`` with
+    ``null`` for a banned token (``-inf``), as it reports the EOG bans of ``ignore_eos``."""
+    bias = options.get("logit_bias") or {}
     return {"n_predict": options.get("max_tokens"), "model": served.name,
-            **{k: v for k, v in options.items() if k not in ("timeout", "logit_bias")}}
+            **{k: v for k, v in options.items() if k not in ("timeout", "logit_bias")},
+            "logit_bias": [{"bias": None if math.isinf(b) else b, "token": t}
+                           for t, b in bias.items()]}
 
 
 def native_response(served: ServedModel, ids: list[int], text: str, options: Mapping[str, Any],

@@ -146,6 +146,12 @@ def test_without_adaptive_nothing_changes():
     assert s.active and s.n_cur == 8 and s.drafted == 80
 
 
+def test_n_min_is_a_floor_for_a_draft_that_pays():
+    owner = Speculator(FakeBackend(), Counters(), {}, SpeculativeParams(), 0.45)
+    assert owner.draft_len("b", spec()) < 4  # the prior pays for a short draft only
+    assert owner.draft_len("b", spec(n_min=4)) == 4
+
+
 def test_a_bucket_that_does_not_pay_is_only_probed():
     book_owner = Speculator(FakeBackend(), Counters(), {}, SpeculativeParams(), 0.45)
     s = spec()

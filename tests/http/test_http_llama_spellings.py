@@ -63,3 +63,13 @@ def test_api_key_takes_a_comma_separated_list(two_keys: LiveApp, headers: dict[s
 
 def test_offline_is_accepted_and_changes_nothing() -> None:
     assert parsed("--offline") == parsed()
+
+
+@pytest.mark.parametrize("ignore", [True, False])
+def test_generation_settings_report_the_logit_bias(http: httpx.Client, ignore: bool) -> None:
+    done = http.post("/completion", json={"prompt": "Once upon a time", "n_predict": 2,
+                                          "temperature": 0, "ignore_eos": ignore})
+    assert done.status_code == 200, done.text
+    bias = done.json()["generation_settings"]["logit_bias"]
+    assert (len(bias) > 0) == ignore  # the EOG bans of ignore_eos, JSON null for -inf
+    assert all(entry["bias"] is None and isinstance(entry["token"], int) for entry in bias)
