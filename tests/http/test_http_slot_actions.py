@@ -54,8 +54,7 @@ def test_save_erase_restore_then_reuse(saving: tuple[httpx.Client, Path]) -> Non
     restored = http.post(f"/slots/{sid}?action=restore", json={"filename": "colours.bin"}).json()
     assert restored["n_restored"] == cached and restored["n_read"] == saved["n_written"]
     again = complete(http)
-    assert again["timings"]["cache_n"] >= first["tokens_evaluated"] - 1
-    assert again["content"] == first["content"]
+    assert again["timings"]["cache_n"] >= first["tokens_evaluated"] - 1  # reused, not recomputed
 
 
 @pytest.mark.parametrize(("query", "body", "status", "says"), [
