@@ -50,31 +50,37 @@ def create_app(
     chat_templates: Mapping[str, str] | None = None,
     **served: Any,
 ) -> FastAPI:
-    """The app for ``target`` (a :class:`Server`, or a callable returning one, run on a thread:
-    ``/health`` answers 503 meanwhile): OpenAI, Responses, Anthropic and llama-server routes.
+    """The app for ``target``: OpenAI, Responses, Anthropic and llama-server routes.
 
+    ``target``: a :class:`Server`, a callable returning one (run on a thread; ``/health`` is 503
+    meanwhile) or a :class:`~llamapy.server.ModelManager` (the request's ``model`` picks one,
+    see :mod:`llamapy.serve.multi`, with ``/models/load|unload``; ``chat_templates`` per model).
     ``alias``: the public model id (default: the file's stem). ``api_key`` protects all but
     ``/health`` and the page. ``chat_template``: Jinja overriding the GGUF's. ``webui=False``:
-    no page at ``/``; ``slots`` / ``metrics=False``: those endpoints answer 501.
-    ``slot_save_path``: the folder of ``POST /slots/{id}?action=save|restore`` (None: 501).
-    ``served``:
-    more :class:`~llamapy.openai_api.ServedModel` options (``aliases``, ``tags``, ``n_predict``,
-    ``reasoning_format``, ``template_kwargs``). ``own_server``: close it on shutdown.
-
-    A :class:`~llamapy.server.ModelManager` target serves several models: the request's
-    ``model`` picks one (:mod:`llamapy.serve.multi`), ``/v1/models`` lists each with its state,
-    ``/models/load`` and ``/models/unload`` are added; ``chat_templates`` gives per-model
-    template overrides; ``alias`` is unused (the specs name the models).
+    no page; ``slots`` / ``metrics=False``: those answer 501. ``slot_save_path``: the folder of
+    the slot actions (None: 501). ``served``: more :class:`~llamapy.openai_api.ServedModel`
+    options (``aliases``, ``tags``, ...). ``own_server``: close it on shutdown.
     """
     owned = _owner(target, alias=alias, chat_template=chat_template,
                    chat_templates=chat_templates, request_timeout=request_timeout, **served)
-    ctx = AppContext(owned if isinstance(owned, ModelHost) else None,
-                     models=owned if isinstance(owned, ModelRouter) else None, api_key=api_key,
-                     embeddings=embeddings, slots=slots, metrics_endpoint=metrics,
-                     slot_save_path=slot_save_path)
+    ctx = _context(owned, api_key=api_key, embeddings=embeddings, slots=slots,
+                   metrics_endpoint=metrics, slot_save_path=slot_save_path)
     app = FastAPI(title="llamapy", summary="OpenAI-compatible llama.cpp server",
                   lifespan=_lifespan(ctx, owned if own_server else None))
     app.state.llamapy = ctx
+    _add_routes(app, ctx, webui)
+    _add_middleware(app, ctx, cors_origins, max_body_bytes)
+    return app
+
+
+def _context(owned: ModelHost | ModelRouter, **options: Any) -> AppContext:
+    """The app's context on one model's host or a manager's router."""
+    return AppContext(owned if isinstance(owned, ModelHost) else None,
+                      models=owned if isinstance(owned, ModelRouter) else None, **options)
+
+
+def _add_routes(app: FastAPI, ctx: AppContext, webui: bool) -> None:
+    """Error handlers, every API's routers (the models router for several models), the page."""
     install_error_handlers(app)
     for router in (health_router, openai_router, responses_router, anthropic_router,
                    llama_router):
@@ -83,8 +89,6 @@ def create_app(
         app.include_router(models_router(ctx, ctx.models))
     if webui:
         _add_page(app)
-    _add_middleware(app, ctx, cors_origins, max_body_bytes)
-    return app
 
 
 def _owner(target: Server | Loader | ModelManager, *, alias: str | None,
