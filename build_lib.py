@@ -5,7 +5,8 @@ Steps (each prints a phase line; a failure names the step and its log file):
 
 1. fetch   ``pip download --no-deps --no-binary :all: llama-cpp-python==<pin>``, verify sha256
 2. extract ``vendor/llama.cpp`` into ``<cache>/src/``
-3. configure + build the shared ``llama`` target with CMake (+ Ninja when present) into
+3. configure + build the shared ``llama`` target (with ggml's RPC backend) and ``ggml-rpc-server``
+   with CMake (+ Ninja when present) into
    ``<cache>/build/<key>``, where ``key`` hashes (source sha256, build flags, compiler)
 4. generate the cffi declarations from the preprocessed pinned headers and write the
    out-of-line ABI module ``llamapy/_native/_llama_ffi.py``
@@ -42,6 +43,9 @@ from llamapy._pins import LLAMA_CPP_SOURCE  # noqa: E402
 
 FFI_MODULE = ROOT / "llamapy" / "_native" / "_llama_ffi.py"
 SERVER_TARGETS = ("llama-server", "llama-bench")
+#: ggml's RPC server, which lends this host's devices to a libllama elsewhere (``rpc_servers``);
+#: one small program, built with the library so every build can split a model over hosts.
+RPC_TARGETS = ("ggml-rpc-server",)
 _CFFI_SIZES = {"int32_t": 4, "int64_t": 8, "uint32_t": 4, "float": 4, "int": 4, "double": 8}
 
 
@@ -135,6 +139,9 @@ def cmake_flags(args: argparse.Namespace) -> list[str]:
         "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_APP=OFF",
         "-DLLAMA_BUILD_COMMON=ON", "-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_SERVER=ON",
         "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_OPENSSL=OFF",
+        # The RPC backend is always in: it costs nothing until servers are registered
+        # (``rpc_servers``), and one build then serves both uses.
+        "-DGGML_RPC=ON",
         f"-DGGML_NATIVE={'OFF' if args.no_native else 'ON'}",
     ]
     if not args.no_native:
@@ -143,8 +150,6 @@ def cmake_flags(args: argparse.Namespace) -> list[str]:
         flags.append("-DGGML_CUDA=ON")
     if args.blas:
         flags += ["-DGGML_BLAS=ON", "-DGGML_BLAS_VENDOR=OpenBLAS"]
-    if args.rpc:
-        flags.append("-DGGML_RPC=ON")
     return flags
 
 
@@ -279,7 +284,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--cuda", action="store_true", help="build the CUDA backend")
     p.add_argument("--blas", action="store_true", help="build the BLAS backend (OpenBLAS)")
     p.add_argument("--no-native", action="store_true", help="portable build (no -march=native)")
-    p.add_argument("--rpc", action="store_true", help="build the RPC backend")
+    p.add_argument("--rpc", action="store_true",
+                   help="accepted: the RPC backend and ggml-rpc-server are always built")
     p.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 2, help="parallel jobs")
     p.add_argument("--with-server", action="store_true",
                    help="also build llama-server and llama-bench (for side-by-side benchmarks)")
@@ -303,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
         flags = cmake_flags(args)
         key = build_key(flags)
         build = cache / "build" / key
-        targets = ["llama", *(SERVER_TARGETS if args.with_server else ())]
+        targets = ["llama", *RPC_TARGETS, *(SERVER_TARGETS if args.with_server else ())]
         record_path = build / "build.json"
         done = json.loads(record_path.read_text()) if record_path.exists() else {}
         missing = [t for t in targets if t not in done.get("targets", [])]

@@ -248,6 +248,10 @@ class ModelLoadError(NativeError):
     http_status = 400
 
 
+class RpcServerError(ModelLoadError):
+    """A ggml RPC server named in ``rpc_servers`` is unreachable or lends no device."""
+
+
 class DecodeError(NativeError):
     """``llama_decode`` returned an error code; ``code`` is that code."""
 

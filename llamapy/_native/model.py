@@ -20,6 +20,7 @@ from ..options.model import (
 )
 from . import _logging
 from ._loader import native
+from .devices import model_devices
 
 __all__ = ["LOAD_MODE_DIRECT_IO", "LOAD_MODE_MLOCK", "LOAD_MODE_MMAP", "LOAD_MODE_MMAP_MLOCK",
            "LOAD_MODE_NONE", "LoraAdapter", "Model", "ModelOptions", "load_option_keys"]
@@ -62,6 +63,10 @@ class Model:
         params.vocab_only = options.vocab_only
         params.split_mode = SPLIT_MODES[options.split_mode]
         keep = None
+        # libllama copies the device list while loading; ``devices`` keeps it alive till then.
+        devices = model_devices(options.rpc_servers) if options.rpc_servers else None
+        if devices is not None:
+            params.devices = devices
         if options.tensor_split:
             keep = ffi.new("float[]", max(len(options.tensor_split), lib.llama_max_devices()))
             for i, v in enumerate(options.tensor_split):

@@ -41,6 +41,18 @@ def _is_int_text(text: str) -> bool:
     return True
 
 
+def _rpc_endpoints(value: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """``rpc_servers`` as a tuple of ``host:port`` (a plain string may list them by commas)."""
+    items = value.split(",") if isinstance(value, str) else list(value)
+    endpoints = tuple(str(item).strip() for item in items if str(item).strip())
+    for endpoint in endpoints:
+        host, _, port = endpoint.rpartition(":")
+        check(bool(host) and ":" not in host and port.isdigit() and 0 < int(port) < 65536,
+              "rpc_servers", f"must be host:port entries (no IPv6 literal), got {endpoint!r}")
+    check(len(set(endpoints)) == len(endpoints), "rpc_servers", f"lists a server twice: {value!r}")
+    return endpoints
+
+
 #: Loading options ``Model`` takes and a ``Server`` never does.
 MODEL_ONLY_KEYS = ("vocab_only",)
 
@@ -60,8 +72,13 @@ class ModelOptions:
     use_direct_io: bool = option(False, "read the model with direct I/O (wins over mmap/mlock)")
     check_tensors: bool = option(False, "validate tensor data while loading")
     vocab_only: bool = option(False, "load only the vocabulary (a Server refuses it)")
+    rpc_servers: tuple[str, ...] = option(
+        (), "ggml RPC servers (host:port, comma-separated) whose devices take the model's "
+        "layers; they split a model over hosts, they add no throughput; the transport is "
+        "unauthenticated: bind them to loopback or a private network", flags=("--rpc",))
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "rpc_servers", _rpc_endpoints(self.rpc_servers))
         layers = self.n_gpu_layers
         if isinstance(layers, str):  # llama-server's spellings; libllama: negative = all
             check(layers.strip().lower() in GPU_LAYER_WORDS or _is_int_text(layers),
