@@ -59,7 +59,7 @@ def test_the_first_event_describes_slots_queue_and_caches(live: LiveApp) -> None
     for slot in first["slots"]:
         assert slot["state"] in SLOT_STATES
         assert {"cached_tokens", "cache_scope", "session", "prompt_tokens", "is_processing",
-                "n_ctx"} <= slot.keys()
+                "n_ctx", "num_computed_tokens"} <= slot.keys()
     assert set(first["reused"]) == set(REUSE_SOURCES)
     assert {"bytes", "budget_bytes", "evictions"} <= first["ram_cache"].keys()
     assert {"bytes", "budget_bytes"} <= first["disk_cache"].keys()

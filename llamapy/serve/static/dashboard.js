@@ -52,7 +52,7 @@ function slotCard(slot) {
   card.dataset.state = slot.state;
   card.dataset.id = String(slot.id);
   const prefill = slot.state === "prefilling" && slot.prompt_tokens > 0;
-  const share = prefill ? slot.cached_tokens / slot.prompt_tokens
+  const share = prefill ? (slot.num_computed_tokens ?? 0) / slot.prompt_tokens
                         : slot.cached_tokens / Math.max(1, slot.n_ctx);
   card.innerHTML = '<div class="slot-head"><b></b><span class="slot-state"></span></div>' +
     '<div class="bar"><div class="fill"></div></div><div class="slot-meta"></div>';
@@ -62,7 +62,8 @@ function slotCard(slot) {
   card.querySelector(".fill").style.width = (100 * Math.min(1, share)).toFixed(1) + "%";
   const meta = [`${slot.cached_tokens} / ${slot.n_ctx} tokens resident`];
   if (slot.is_processing) meta.push(`prompt ${slot.prompt_tokens}, generated ${slot.generated_tokens}`);
-  meta.push("scope " + (slot.cache_scope ?? "–"), "session " + (slot.session ?? "–"));
+  if (slot.cache_scope) meta.push("scope " + slot.cache_scope);
+  if (slot.session) meta.push("session " + slot.session);
   if (slot.lease_id != null) meta.push("lease " + slot.lease_id);
   card.querySelector(".slot-meta").textContent = meta.join(" · ");
   return card;
@@ -159,6 +160,7 @@ async function follow(signal) {
     $("auth").hidden = r.status !== 401;
     throw new Error(await errorMessage(r));
   }
+  $("auth").hidden = true;
   status("live", true);
   for await (const snap of events(r)) {
     samples.push(snap);
