@@ -41,14 +41,25 @@ def browser_page(url: str) -> Iterator[Any]:
     with playwright_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
-            context = browser.new_context(viewport={"width": 1280, "height": 900},
-                                          permissions=["clipboard-read", "clipboard-write"])
-            context.set_default_timeout(ANSWER_TIMEOUT_MS)
-            page = context.new_page()
-            page.goto(url)
-            yield page
+            with another_page(browser, url) as page:
+                yield page
         finally:
             browser.close()
+
+
+@contextmanager
+def another_page(browser: Any, url: str) -> Iterator[Any]:
+    """A page on ``url`` in a context of its own (its own storage) of ``browser`` (one
+    Playwright per thread: a test that already has a page opens more with this)."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900},
+                                  permissions=["clipboard-read", "clipboard-write"])
+    try:
+        context.set_default_timeout(ANSWER_TIMEOUT_MS)
+        page = context.new_page()
+        page.goto(url)
+        yield page
+    finally:
+        context.close()
 
 
 def setting(page: Any, selector: str, value: str) -> None:

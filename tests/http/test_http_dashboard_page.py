@@ -10,8 +10,11 @@ from typing import Any
 import browser_page
 import httpx
 import pytest
-from http_helpers import chat, wait_slots_free
+from http_helpers import MODEL_ALIAS, chat, wait_slots_free
 from live import LiveApp
+
+from llamapy.serve import create_app
+from llamapy.server import Server
 
 pytestmark = browser_page.pytestmark
 
@@ -78,3 +81,14 @@ def test_the_cache_chart_moves_after_a_repeated_prompt(dashboard: Any,
     assert dashboard.locator("#reuse-chart polygon.area").count() >= 2  # computed + reused
     assert int(dashboard.inner_text("#finished")) >= 2
     dashboard.wait_for_function("document.querySelector('#ttft').textContent.endsWith('ms')")
+
+
+def test_the_live_view_asks_for_the_api_key(server: Server) -> None:
+    with LiveApp(create_app(server, alias=MODEL_ALIAS, api_key="secret")) as app, \
+            browser_page.browser_page(app.url + "/dashboard") as page:
+        page.wait_for_function("document.querySelector('#conn').textContent.includes('API key')")
+        assert page.is_visible("#auth") and page.locator(".slot").count() == 0
+        page.fill("#api-key", "secret")
+        page.dispatch_event("#api-key", "change")
+        page.wait_for_function("document.querySelectorAll('.slot').length === 4")
+        assert page.inner_text("#conn") == "live"
