@@ -10,13 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import browser_page
+import httpx
 import pytest
 from browser_page import ask, setting, wait_answer
 from http_helpers import MODEL_ALIAS
 from live import LiveApp
 
 from llamapy.serve import create_app
-from llamapy.server import Server
+from llamapy.server import ModelManager, ModelSpec, Server
 
 pytestmark = browser_page.pytestmark
 
@@ -108,3 +109,36 @@ def test_the_api_key_stays_in_the_tab_and_errors_show_inline(page: Any, server: 
         wait_answer(page, 0)
         assert page.evaluate("sessionStorage.getItem('llamapy.api-key')") == "secret"
         assert "secret" not in page.evaluate("JSON.stringify(localStorage)")
+
+
+def test_tool_calls_show_as_blocks(page: Any) -> None:
+    page.click("#clear")
+    tool = {"type": "function", "function": {
+        "name": "get_weather", "parameters": {
+            "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+    setting(page, "#extra", json.dumps({"tools": [tool], "tool_choice": "required"}))
+    setting(page, "#max-tokens", "60")
+    bubble = ask(page, "What is the weather in Paris?")
+    assert bubble.locator(".tool-call .tool-name").inner_text() == "→ get_weather"
+    assert "city" in json.loads(bubble.locator(".tool-call .tool-args").inner_text())
+    setting(page, "#extra", "{}")
+    setting(page, "#max-tokens", "6")
+
+
+def test_the_model_picker_sends_to_the_chosen_model(page: Any, model_path: Path) -> None:
+    small = {"n_ctx": 512, "n_parallel": 1, "n_threads": 1, "n_batch": 256}
+    manager = ModelManager([ModelSpec(name=name, path=model_path, options=small)
+                            for name in ("one", "two")])
+    with LiveApp(create_app(manager, own_server=True)) as app, \
+            browser_page.another_page(page.context.browser, app.url + "/") as chat:
+        chat.wait_for_function("document.querySelector('#model-picker').options.length === 2")
+        assert chat.is_visible("#model-picker")
+        chat.select_option("#model-picker", "two")
+        setting(chat, "#max-tokens", "4")
+        ask(chat, "Hi.")
+        models = httpx.get(app.url + "/v1/models", timeout=30).json()["data"]
+        assert {m["id"]: m["status"]["value"] for m in models} == {"one": "unloaded",
+                                                                  "two": "loaded"}
+        chat.reload()
+        chat.wait_for_function("document.querySelector('#model').textContent === 'model: two'")
+        assert chat.input_value("#model-picker") == "two"  # the conversation's own model

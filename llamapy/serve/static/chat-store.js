@@ -52,7 +52,15 @@ export class Store {
 
   remove(id) { this.items.delete(id); this.flush(); }
 
-  flush() { this.storage.setItem(LIST_KEY, JSON.stringify([...this.items.values()])); }
+  /** Write every conversation back; a full storage is reported to `onError` (the page shows
+   * it) instead of breaking the answer being saved. */
+  flush() {
+    try {
+      this.storage.setItem(LIST_KEY, JSON.stringify([...this.items.values()]));
+    } catch (e) {
+      this.onError?.("could not save conversations (" + e.name + "): export and delete some");
+    }
+  }
 
   /** Every conversation as a JSON document (what `importJSON` reads back). */
   exportJSON() {

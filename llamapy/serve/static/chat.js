@@ -265,6 +265,7 @@ function bindControls() {
   });
 }
 
+store.onError = showError;
 bindSettings();
 bindControls();
 open(store.currentId ?? store.list()[0]?.id);
