@@ -254,6 +254,13 @@ function bindControls() {
   $("toggle-settings").addEventListener("click", () => {
     $("settings").hidden = !$("settings").hidden;
   });
+  $("toggle-sidebar").addEventListener("click", () => document.body.classList.toggle("show-sidebar"));
+  $("main").addEventListener("click", (e) => {  // narrow screens: a click beside it closes it
+    if (!e.target.closest("#toggle-sidebar")) document.body.classList.remove("show-sidebar");
+  });
+  $("conversations").addEventListener("click", (e) => {
+    if (e.target.closest(".conv-open")) document.body.classList.remove("show-sidebar");
+  });
   $("export").addEventListener("click", () => exportFile(store));
   $("import").addEventListener("change", async () => {
     const file = $("import").files[0];
