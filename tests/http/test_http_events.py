@@ -109,3 +109,13 @@ def test_a_watcher_that_leaves_ends_its_stream(live: LiveApp) -> None:
                 break
         assert time.monotonic() < deadline, "a closed watcher's stream kept running"
         time.sleep(0.2)
+
+
+def test_a_session_shows_its_leased_slot(live: LiveApp, server: Server) -> None:
+    with watch(live.url) as feed:
+        with server.open_session() as session:
+            session.ensure_prefix("<|im_start|>system\nYou review diffs.<|im_end|>\n")
+            leased = until(feed, lambda e: any(s["state"] == "leased" for s in e["slots"]))
+        slot = next(s for s in leased["slots"] if s["state"] == "leased")
+        assert slot["lease_id"] is not None and slot["cached_tokens"] > 0
+        until(feed, lambda e: all(s["state"] == "idle" for s in e["slots"]))
