@@ -1,6 +1,6 @@
 """Take the README's screenshots of the chat page and the live view (docs/img/*.png).
 
-    python3 docs/screenshots.py
+    python3 docs/screenshots.py        (from a worktree not pip-installed: PYTHONPATH=. first)
 
 Serves the default model on a free port, chats through the page in headless Chromium (Playwright
 with the system's ``chromium``), runs a little traffic with repeated prompts so the live view's
@@ -15,6 +15,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 import uvicorn
@@ -57,8 +58,8 @@ def traffic(url: str, rounds: int) -> None:
         list(pool.map(one, range(rounds)))
 
 
-def chat_page(browser: object, url: str) -> None:
-    page = browser.new_page(viewport={"width": 1200, "height": 760})  # type: ignore[attr-defined]
+def chat_page(browser: Any, url: str) -> None:
+    page = browser.new_page(viewport={"width": 1200, "height": 760})
     page.goto(url + "/")
     page.click("#toggle-settings")
     page.fill("#system", SYSTEM)
@@ -76,8 +77,8 @@ def chat_page(browser: object, url: str) -> None:
     page.screenshot(path=str(OUT / "chat.png"))
 
 
-def dashboard_page(browser: object, url: str) -> None:
-    page = browser.new_page(viewport={"width": 1200, "height": 1000})  # type: ignore[attr-defined]
+def dashboard_page(browser: Any, url: str) -> None:
+    page = browser.new_page(viewport={"width": 1200, "height": 1000})
     page.goto(url + "/dashboard?minutes=1")
     traffic(url, 30)
     busy = threading.Thread(target=traffic, args=(url, 3))
