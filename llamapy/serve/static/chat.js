@@ -131,10 +131,7 @@ function headerStats(stats) {
   $("stats").textContent = stats.tokens + " tokens, " + stats.tok_s.toFixed(1) + " tokens/s";
 }
 
-async function generate() {
-  const target = conv;
-  let body;
-  try { body = requestBody(target); } catch (e) { showError(e.message); return; }
+function answerBubble(target) {
   const msg = { role: "assistant", content: "", reasoning: "", tool_calls: [], stats: null };
   target.messages.push(msg);
   const div = bubble("assistant");
@@ -142,6 +139,14 @@ async function generate() {
   div.dataset.done = "false";
   $("messages").appendChild(div);
   $("empty").hidden = true;
+  return { msg, div };
+}
+
+async function generate() {
+  const target = conv;
+  let body;
+  try { body = requestBody(target); } catch (e) { showError(e.message); return; }
+  const { msg, div } = answerBubble(target);
   controller = new AbortController();
   busy(true);
   let frame = 0;
@@ -160,15 +165,24 @@ async function generate() {
     finish(target, div, msg);
   } catch (e) {
     cancelAnimationFrame(frame);
-    target.messages.pop();
-    div.remove();
-    showError(String(e.message ?? e));
+    failed(target, div, msg, e);
   } finally {
     controller = null;
     busy(false);
     store.put(target);
     div.dataset.done = "true";
   }
+}
+
+function failed(target, div, msg, error) {  // a partial answer stays, marked stopped
+  if (msg.content || msg.reasoning || msg.tool_calls.length) {
+    msg.stats = { tokens: 0, tok_s: 0, ...msg.stats, stopped: true };
+    finish(target, div, msg);
+  } else {
+    target.messages.pop();
+    div.remove();
+  }
+  showError(String(error.message ?? error));
 }
 
 function finish(target, div, msg) {
