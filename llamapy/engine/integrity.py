@@ -110,6 +110,7 @@ def _slot_info(slot: Slot) -> SlotInfo:
         lease_id=slot.lease_id, request_id=None if run is None else run.request_id,
         prompt_tokens=0 if run is None else len(run.prompt),
         generated_tokens=0 if run is None else run.num_generated,
+        num_computed_tokens=len(slot.cached) if run is not None and run.resolved else 0,
     )
 
 

@@ -28,7 +28,11 @@ class InstabilityEvent:
 
 @dataclass(slots=True, frozen=True)
 class SlotInfo:
-    """One slot in a stats snapshot: its state, cached prefix and current request."""
+    """One slot in a stats snapshot: its state, cached prefix and current request.
+
+    ``num_computed_tokens``: the current request's tokens whose KV is in the slot (reused or
+    computed; 0 until its prefix is resolved): a prefilling slot's progress is this over
+    ``prompt_tokens``."""
 
     slot_id: int
     state: str
@@ -39,6 +43,7 @@ class SlotInfo:
     request_id: Hashable | None
     prompt_tokens: int
     generated_tokens: int
+    num_computed_tokens: int = 0
 
     def as_dict(self) -> dict[str, object]:
         """A JSON-friendly dict (session and request id as ``repr``)."""

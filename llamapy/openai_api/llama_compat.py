@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .. import __version__
@@ -228,9 +228,16 @@ def props(served: ServedModel) -> dict[str, Any]:
 def slots(served: ServedModel) -> list[dict[str, Any]]:
     """``/slots``: each slot's state, cached tokens and current request (``speculative``:
     whether the server drafts by default, as llama-server reports it)."""
+    return slot_entries(served, served.server.slots())
+
+
+def slot_entries(served: ServedModel, engine_slots: Iterable[Mapping[str, Any]]
+                 ) -> list[dict[str, Any]]:
+    """The ``/slots`` entries of the engine's slot snapshots (``stats()["slots"]``): shared by
+    ``/slots`` and the live view's events, so both describe a slot alike."""
     n_ctx = slot_n_ctx(served)
     speculative = served.server.start_options.engine.speculative.enabled
     return [{"id": slot["slot_id"], "id_task": slot["request_id"] or -1, "n_ctx": n_ctx,
              "speculative": speculative, "is_processing": slot["request_id"] is not None,
              **slot}
-            for slot in served.server.slots()]
+            for slot in engine_slots]

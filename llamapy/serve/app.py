@@ -19,6 +19,7 @@ from .context import CACHE_HEADERS, AppContext
 from .errors import BodyLimit, CatchAll, install_error_handlers
 from .flags import DEFAULT_MAX_BODY_BYTES
 from .host import Loader, ModelHost
+from .live_view import events_router
 from .metrics import RequestCounter
 from .multi import ModelRouter, ModelSelect
 from .routes_anthropic import anthropic_router
@@ -56,9 +57,10 @@ def create_app(
     meanwhile) or a :class:`~llamapy.server.ModelManager` (the request's ``model`` picks one,
     see :mod:`llamapy.serve.multi`, with ``/models/load|unload``; ``chat_templates`` per model).
     ``alias``: the public model id (default: the file's stem). ``api_key`` protects all but
-    ``/health`` and the page. ``chat_template``: Jinja overriding the GGUF's. ``webui=False``:
-    no page; ``slots`` / ``metrics=False``: those answer 501. ``slot_save_path``: the folder of
-    the slot actions (None: 501). ``served``: more :class:`~llamapy.openai_api.ServedModel`
+    ``/health`` and the pages (``/``, ``/dashboard``; their data comes from protected routes).
+    ``chat_template``: Jinja overriding the GGUF's. ``webui=False``: no pages; ``slots`` /
+    ``metrics=False``: those answer 501. ``slot_save_path``: the folder of the slot actions
+    (None: 501). ``served``: more :class:`~llamapy.openai_api.ServedModel`
     options (``aliases``, ``tags``, ...). ``own_server``: close it on shutdown.
     """
     owned = _owner(target, alias=alias, chat_template=chat_template,
@@ -83,7 +85,7 @@ def _add_routes(app: FastAPI, ctx: AppContext, webui: bool) -> None:
     """Error handlers, every API's routers (the models router for several models), the page."""
     install_error_handlers(app)
     for router in (health_router, openai_router, responses_router, anthropic_router,
-                   llama_router):
+                   llama_router, events_router):
         app.include_router(router(ctx))
     if ctx.models is not None:
         app.include_router(models_router(ctx, ctx.models))
@@ -146,5 +148,11 @@ def _add_page(app: FastAPI) -> None:
     async def page() -> FileResponse:
         """The chat page."""
         return FileResponse(STATIC_DIR / "index.html", media_type="text/html")
+
+    @app.get("/dashboard", include_in_schema=False)
+    async def dashboard() -> FileResponse:
+        """The live view of the slots, the queue and the caches (fed by
+        ``/v1/llamapy/events``)."""
+        return FileResponse(STATIC_DIR / "dashboard.html", media_type="text/html")
 
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

@@ -47,9 +47,12 @@ LEASE_PATHS = frozenset({
 LEASE_PREFIXES = ("/slots/",)
 #: Routes that take a lease only when the request names a model.
 NAMED_LEASE_PATHS = frozenset({"/metrics"})
-#: Routes that need no model (they list, load or unload models, or serve the page).
-NO_MODEL_PATHS = frozenset({"/", "/health", "/v1/health", "/v1/models", "/models",
-                            "/v1/models/{model_id:path}", "/models/load", "/models/unload"})
+#: Routes that need no model: they list, load or unload models, serve the pages, or (the live
+#: view's events) peek at a loaded model without a lease, so watching one neither loads it nor
+#: keeps it loaded.
+NO_MODEL_PATHS = frozenset({"/", "/dashboard", "/health", "/v1/health", "/v1/models", "/models",
+                            "/v1/models/{model_id:path}", "/models/load", "/models/unload",
+                            "/v1/llamapy/events"})
 
 _current: ContextVar[ServedModel | None] = ContextVar("llamapy_served_model", default=None)
 
@@ -101,13 +104,23 @@ from its spec); ``accept_any_model`` sends unknown names to the first model.
 
     def served_for(self, lease: ModelLease) -> ServedModel:
         """The :class:`ServedModel` of a leased server (made once per loaded server)."""
-        cached = self._cache.get(lease.name)
-        if cached is None or cached.server is not lease.server:
-            status = self.manager.status_of(lease.name)
+        return self._served_model(lease.name, lease.server)
+
+    def peek(self, requested: str | None) -> ServedModel | None:
+        """The requested model if it is loaded now, without a lease (None while it is not):
+        for read-only views such as the live view's events (404 for an unknown model)."""
+        name = self.pick(requested)
+        server = self.manager.peek(name)
+        return None if server is None else self._served_model(name, server)
+
+    def _served_model(self, name: str, server: Any) -> ServedModel:
+        cached = self._cache.get(name)
+        if cached is None or cached.server is not server:
+            status = self.manager.status_of(name)
             options = {**self._served, "chat_template":
-                       self._templates.get(lease.name, self._served.get("chat_template"))}
-            cached = self._cache[lease.name] = ServedModel(
-                lease.server, name=lease.name, aliases=status.aliases, **options)
+                       self._templates.get(name, self._served.get("chat_template"))}
+            cached = self._cache[name] = ServedModel(
+                server, name=name, aliases=status.aliases, **options)
         return cached
 
     def current(self) -> ServedModel:

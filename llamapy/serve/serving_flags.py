@@ -97,8 +97,10 @@ def _add_endpoints(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--embedding", "--embeddings", dest="embedding", action="store_true",
                        help="accepted for llama-server compatibility: embeddings are always "
                             "served next to generation")
-    _switch(group, ("--webui", "--ui"), "webui", True, "serve the chat page at / (default)")
-    _switch(group, ("--no-webui", "--no-ui"), "webui", False, "no chat page: / answers 404")
+    _switch(group, ("--webui", "--ui"), "webui", True,
+            "serve the chat page at / and the live view at /dashboard (default)")
+    _switch(group, ("--no-webui", "--no-ui"), "webui", False,
+            "no pages: / and /dashboard answer 404")
     _switch(group, ("--slots",), "slots", True, "serve /slots (default)")
     _switch(group, ("--no-slots",), "slots", False, "/slots answers 501")
     _switch(group, ("--prefill-assistant",), "prefill_assistant", True,

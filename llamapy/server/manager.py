@@ -166,6 +166,14 @@ class ModelManager:
             entry.last_used = time.monotonic()
         return ModelLease(entry.spec.name, entry.server, lambda: self._release(entry))
 
+    def peek(self, name: str) -> Any | None:
+        """The model's server if it is loaded now, else None: no lease, not counted as a use
+        (its keep-alive clock runs on). For read-only status views, which must expect the
+        server to close under them (its calls then raise :class:`~llamapy.errors.ClosedError`)."""
+        with self._cond:
+            entry = self._entry(name)
+            return entry.server if entry.state is ModelState.LOADED else None
+
     def load(self, name: str, timeout: float | None = None) -> ModelStatus:
         """Load a model now (retrying a failed one) and wait for it; its status after.
 

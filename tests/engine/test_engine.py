@@ -318,6 +318,19 @@ def test_stats_and_timings():
                                 "reused_tokens", "reuse_source"}
 
 
+def test_a_prefilling_slot_reports_its_computed_tokens():
+    engine, _ = make_engine(n_parallel=1, chunk_size=8, n_batch=8)
+    submit(engine, "r", list(range(1, 31)), max_tokens=2)
+    progress = []
+    while engine.tick():
+        slot = engine.stats().slots[0]
+        if slot.state == "prefilling":
+            progress.append(slot.num_computed_tokens)
+    assert progress and progress == sorted(progress)  # grows chunk by chunk
+    assert all(0 <= n < 30 for n in progress) and progress[-1] >= 8
+    assert engine.stats().slots[0].num_computed_tokens == 0  # idle: no request
+
+
 def test_has_work_and_idle_tick():
     engine, _ = make_engine()
     assert not engine.has_work and engine.tick() is False

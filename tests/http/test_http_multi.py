@@ -212,3 +212,25 @@ def test_a_stray_path_loads_nothing(serve) -> None:  # type: ignore[no-untyped-d
     http = serve()
     assert http.get("/wp-admin").status_code == 404
     assert set(states(http).values()) == {"unloaded"}
+
+
+def first_event(http: httpx.Client, model: str) -> dict:
+    """The first event of the live view's feed for ``model``."""
+    with http.stream("GET", "/v1/llamapy/events", params={"model": model}) as response:
+        assert response.status_code == 200
+        line = next(line for line in response.iter_lines() if line.startswith("data: "))
+    return json.loads(line[6:])
+
+
+def test_the_live_feed_watches_one_model_without_loading_it(serve) -> None:  # type: ignore[no-untyped-def]
+    http = serve()
+    idle = first_event(http, "two")
+    assert (idle["model"], idle["state"], idle["slots"]) == ("two", "unloaded", [])
+    assert {m["id"]: m["state"] for m in idle["models"]}["two"] == "unloaded"
+    assert states(http)["two"] == "unloaded"  # watching loads nothing
+    assert http.post("/v1/chat/completions", json=chat("two")).status_code == 200
+    loaded = first_event(http, "two")
+    assert loaded["model"] == "two" and len(loaded["slots"]) == 2
+    assert loaded["tokens"]["generated"] > 0
+    assert first_event(http, "uno")["state"] == "unloaded"  # an alias names its model
+    assert http.get("/v1/llamapy/events", params={"model": "nope"}).status_code == 404

@@ -130,9 +130,11 @@ def _app(gate: threading.Event, **kw: object) -> FastAPI:
 def test_no_webui_no_slots_no_metrics(unloaded: threading.Event) -> None:
     with TestClient(_app(unloaded)) as client:
         assert client.get("/").status_code == 200
+        assert client.get("/dashboard").status_code == 200
         assert client.get("/metrics").status_code == 200
     with TestClient(_app(unloaded, webui=False, slots=False, metrics=False)) as client:
         assert client.get("/").status_code == 404
+        assert client.get("/dashboard").status_code == 404
         for path, flag in (("/slots", "--slots"), ("/metrics", "--metrics")):
             response = client.get(path)
             assert response.status_code == 501, path

@@ -88,6 +88,17 @@ def test_try_acquire_never_starts_a_load(two: ModelManager) -> None:
     assert two.status_of("a").in_flight == 0
 
 
+def test_peek_sees_a_loaded_server_without_using_it(two: ModelManager) -> None:
+    assert two.peek("a") is None  # not loaded: nothing started
+    assert two.status_of("a").state is ModelState.UNLOADED
+    two.load("a")
+    server = two.peek("alpha")
+    assert server is not None and server.use() == "a"
+    assert two.status_of("a").in_flight == 0  # no lease taken
+    two.unload("a")
+    assert two.peek("a") is None
+
+
 def test_requesters_of_a_loading_model_wait_for_the_one_load(factory: FakeFactory) -> None:
     gate = factory.hold("a")
     with manager(factory, spec("a")) as m:
@@ -242,6 +253,17 @@ def test_keep_alive_duration_unloads_after_idle_time(factory: FakeFactory) -> No
         assert m.status_of("a").state is ModelState.LOADED  # held: the TTL does not run
         lease.release()
         wait_for(lambda: m.status_of("a").state is ModelState.UNLOADED)
+
+
+def test_peeking_does_not_keep_a_model_alive(factory: FakeFactory) -> None:
+    with manager(factory, spec("a", keep_alive="200ms")) as m:
+        use(m, "a")
+
+        def peeked_and_unloaded() -> bool:  # a live view watching it all along
+            m.peek("a")
+            return m.status_of("a").state is ModelState.UNLOADED
+
+        wait_for(peeked_and_unloaded)
 
 
 def test_explicit_unload_waits_for_the_request_in_flight(two: ModelManager) -> None:
