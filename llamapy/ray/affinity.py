@@ -6,8 +6,12 @@ served the longest prefix of its text (the longest run of its prefix hashes in t
 the least-loaded replica whose stats list the request's ``cache_scope``. A holder is used only
 while its load exceeds the least-loaded replica's by at most ``max_imbalance`` (so one hot
 session or shared prompt cannot pile its traffic on one replica); otherwise, and when nothing
-holds the request, the least-loaded replicas come first. The choice is a list of ranks, most
-preferred first (Ray Serve's ``choose_replicas`` contract): the holder alone, then the rest.
+holds the request, the least-loaded replicas come first. A new session (a session key the table
+does not know) follows a prefix or scope holder only while that holder is among the least
+loaded: the session will stay where it starts, so its start balances the load, and a prompt
+shared by every session (a tenant's system prompt) is cheap to compute once per replica. The
+choice is a list of ranks, most preferred first (Ray Serve's ``choose_replicas`` contract):
+the holder alone, then the rest.
 
 The table remembers, in two bounded LRU maps, the replica each session and each prefix hash was
 last routed to; :meth:`AffinityTable.record` is called once a request is on its replica (its
@@ -124,7 +128,8 @@ def choose(table: AffinityTable, key: RoutingKey, loads: Sequence[ReplicaLoad], 
     replica, reason = table.holder(key, by_id)
     if replica is None and key.scope is not None:
         replica, reason = _scope_holder(key.scope, loads)
-    if replica is not None and by_id[replica].load - least <= max_imbalance:
+    bound = max_imbalance if reason == "session" or key.session is None else 0
+    if replica is not None and by_id[replica].load - least <= bound:
         return Choice([[replica], [r for r in by_id if r != replica]], reason)
     shuffled = list(by_id)
     (rng or random).shuffle(shuffled)

@@ -35,7 +35,9 @@ def build_app(model: str | os.PathLike[str], *, app_options: Mapping[str, Any] |
     :data:`~llamapy.options.DEPLOYMENT_DEFAULTS`: 2 replicas, the affinity router).
 
     ``start_options`` are ``Server`` start options, the same for every replica (unknown names
-    raise :class:`~llamapy.errors.UnknownOptionError` here, not in the replicas);
+    raise :class:`~llamapy.errors.UnknownOptionError` here, not in the replicas; the defaults
+    are the ``Server``'s, so no RAM prompt cache unless ``prompt_cache_ram_mb`` is given:
+    :func:`app` applies ``python -m llamapy.serve``'s);
     ``app_options`` are :func:`~llamapy.serve.create_app` keywords. Run it with
     ``serve.run(build_app(...))``.
     """
