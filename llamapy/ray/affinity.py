@@ -11,7 +11,12 @@ does not know) follows a prefix or scope holder only while that holder is among 
 loaded: the session will stay where it starts, so its start balances the load, and a prompt
 shared by every session (a tenant's system prompt) is cheap to compute once per replica. The
 choice is a list of ranks, most preferred first (Ray Serve's ``choose_replicas`` contract):
-the holder alone, then the rest.
+the chosen replica alone (the holder, or one of the least loaded at random), then the rest by
+load, the fallback if it refuses the request.
+
+Loads count what the router itself placed (:class:`LoadBook`): a request counts on a replica
+from the moment it is chosen, not only once the replica accepted it, so a burst of requests
+routed concurrently sees each other and spreads.
 
 The table remembers, in two bounded LRU maps, the replica each session and each prefix hash was
 last routed to; :meth:`AffinityTable.record` is called once a request is on its replica (its
@@ -104,6 +109,44 @@ class AffinityTable:
             assert all(isinstance(owner, str) and owner for owner in table.values())
 
 
+@dataclass(eq=False)
+class LoadBook:
+    """The requests a router placed on each replica: chosen (counted for ``ttl_s`` at most, in
+    case the request is never sent) or running (until completed)."""
+
+    ttl_s: float = 30.0
+    _chosen: dict[str, tuple[str, float]] = field(default_factory=dict, init=False)
+    _running: dict[str, str] = field(default_factory=dict, init=False)
+
+    def chosen(self, request: str, replica: str, now: float) -> None:
+        """``request`` is about to be sent to ``replica`` (a later choice replaces it)."""
+        if request not in self._running:
+            self._chosen[request] = (replica, now)
+
+    def routed(self, request: str, replica: str) -> None:
+        """``request`` runs on ``replica``."""
+        self._chosen.pop(request, None)
+        self._running[request] = replica
+
+    def completed(self, request: str) -> None:
+        """``request`` left its replica (done, failed or cancelled)."""
+        self._chosen.pop(request, None)
+        self._running.pop(request, None)
+
+    def drop(self, replica: str) -> None:
+        """Forget a replica that is gone."""
+        self._chosen = {k: v for k, v in self._chosen.items() if v[0] != replica}
+        self._running = {k: v for k, v in self._running.items() if v != replica}
+
+    def counts(self, now: float) -> dict[str, int]:
+        """Requests per replica, chosen or running (expired choices dropped)."""
+        self._chosen = {k: v for k, v in self._chosen.items() if now - v[1] <= self.ttl_s}
+        out: dict[str, int] = {}
+        for replica in [*self._running.values(), *(v[0] for v in self._chosen.values())]:
+            out[replica] = out.get(replica, 0) + 1
+        return out
+
+
 def _touch(table: OrderedDict[str, str], name: str) -> str | None:
     replica = table.get(name)
     if replica is not None:
@@ -133,9 +176,9 @@ def choose(table: AffinityTable, key: RoutingKey, loads: Sequence[ReplicaLoad], 
         return Choice([[replica], [r for r in by_id if r != replica]], reason)
     shuffled = list(by_id)
     (rng or random).shuffle(shuffled)
-    first = [r for r in shuffled if by_id[r].load == least]
-    rest = sorted((r for r in shuffled if by_id[r].load != least), key=lambda r: by_id[r].load)
-    return Choice([first, rest] if rest else [first],
+    first = next(r for r in shuffled if by_id[r].load == least)
+    rest = sorted((r for r in shuffled if r != first), key=lambda r: by_id[r].load)
+    return Choice([[first], rest] if rest else [[first]],
                   "load" if replica is None else "overloaded")
 
 

@@ -4,9 +4,10 @@ Each handle to the model deployment (the ingress holds one) runs a router. For a
 the :class:`~llamapy.ray.keys.RoutingKey` the ingress passed as the ``routing`` keyword, measures
 each candidate's load and ranks the candidates with :func:`~llamapy.ray.affinity.choose`; Ray
 then sends the request to the first replica of the best rank that accepts it (one below its
-``max_ongoing_requests``). A replica's load is the larger of the requests this router has in
-flight on it (exact and current) and the queued plus running requests its last routing stats
-report (which also count other routers' requests, a stats period old). Once a request is on a
+``max_ongoing_requests``). A replica's load is the larger of the requests this router placed on
+it (chosen or running: current, and a concurrent burst sees itself) and the queued plus running
+requests its last routing stats report (which also count other routers' requests, a stats
+period old). Once a request is on a
 replica, the table records its session and prefixes there; a dead or removed replica's entries
 are dropped.
 
@@ -19,6 +20,7 @@ the oldest pending request, whatever its key).
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from typing import Any
 
@@ -34,6 +36,7 @@ from .affinity import (
     MAX_ENTRIES,
     MAX_IMBALANCE,
     AffinityTable,
+    LoadBook,
     ReplicaLoad,
     choose,
     engine_load,
@@ -59,34 +62,39 @@ class AffinityRouter(RequestRouter):
         self.table = AffinityTable(max_entries)
         self.max_imbalance = max_imbalance
         self.reasons: Counter[str] = Counter()
-        self._inflight: dict[str, str] = {}
+        self.book = LoadBook()
 
     async def choose_replicas(self, candidate_replicas: list[RunningReplica],
                               pending_request: PendingRequest | None = None
                               ) -> list[list[RunningReplica]]:
-        """The candidates ranked by :func:`~llamapy.ray.affinity.choose`."""
+        """The candidates ranked by :func:`~llamapy.ray.affinity.choose`; the first one counts
+        as loaded by the request from now on."""
         by_id = {_rid(r.replica_id): r for r in candidate_replicas}
-        running = Counter(self._inflight.values())
-        loads = [ReplicaLoad(rid, max(running[rid], engine_load(r.routing_stats or {})),
+        now = time.monotonic()
+        placed = self.book.counts(now)
+        loads = [ReplicaLoad(rid, max(placed.get(rid, 0), engine_load(r.routing_stats or {})),
                              frozenset((r.routing_stats or {}).get("cache_scopes", ())))
                  for rid, r in by_id.items()]
         choice = choose(self.table, request_key(pending_request), loads,
                         max_imbalance=self.max_imbalance)
         self.reasons[choice.reason] += 1
+        if pending_request is not None and choice.ranks:
+            self.book.chosen(pending_request.metadata.internal_request_id, choice.ranks[0][0],
+                             now)
         return [[by_id[rid] for rid in rank] for rank in choice.ranks if rank]
 
     def on_request_routed(self, pending_request: PendingRequest, replica_id: ReplicaID,
                           result: ReplicaResult) -> None:
         """The request is on ``replica_id``: count it there, record its key there."""
         rid = _rid(replica_id)
-        self._inflight[pending_request.metadata.internal_request_id] = rid
+        self.book.routed(pending_request.metadata.internal_request_id, rid)
         key = request_key(pending_request)
         if not key.empty:
             self.table.record(key, rid)
 
     def on_request_completed(self, replica_id: ReplicaID, internal_request_id: str) -> None:
         """The request left its replica (done, failed or cancelled)."""
-        self._inflight.pop(internal_request_id, None)
+        self.book.completed(internal_request_id)
 
     def on_replica_actor_died(self, replica_id: ReplicaID) -> None:
         """Forget a dead replica at once (before the controller's update arrives)."""
@@ -102,7 +110,7 @@ class AffinityRouter(RequestRouter):
 
     def _drop(self, rid: str) -> None:
         self.table.forget(rid)
-        self._inflight = {req: owner for req, owner in self._inflight.items() if owner != rid}
+        self.book.drop(rid)
 
 
 def request_key(pending_request: PendingRequest | None) -> RoutingKey:

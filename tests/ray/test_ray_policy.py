@@ -19,7 +19,14 @@ from starlette.routing import Route
 
 from llamapy.errors import InvalidOptionError, UnknownOptionError
 from llamapy.options import DEPLOYMENT_DEFAULTS, DeploymentOptions
-from llamapy.ray.affinity import AffinityTable, ReplicaLoad, choose, engine_load, routing_stats
+from llamapy.ray.affinity import (
+    AffinityTable,
+    LoadBook,
+    ReplicaLoad,
+    choose,
+    engine_load,
+    routing_stats,
+)
 from llamapy.ray.forward import ForwardedRequest, run_asgi
 from llamapy.ray.keys import RoutingKey, prefix_hashes, prompt_text, routing_key
 
@@ -150,6 +157,22 @@ def test_an_overloaded_holder_yields_to_the_least_loaded():
     assert choice.ranks == [["b"], ["c", "a"]] and choice.reason == "overloaded"
 
 
+def test_the_load_book_counts_chosen_requests_until_they_expire_or_complete():
+    book = LoadBook(ttl_s=10)
+    book.chosen("r1", "a", now=0)
+    book.chosen("r2", "a", now=0)
+    book.chosen("r2", "b", now=1)  # a retry chose again
+    assert book.counts(now=2) == {"a": 1, "b": 1}
+    book.routed("r1", "a")
+    assert book.counts(now=20) == {"a": 1}  # r2 was never sent: expired
+    book.chosen("r1", "b", now=20)  # already running: stays where it runs
+    assert book.counts(now=21) == {"a": 1}
+    book.completed("r1")
+    book.chosen("r3", "b", now=21)
+    book.drop("b")
+    assert book.counts(now=22) == {}
+
+
 def test_a_new_session_follows_a_prefix_holder_only_among_the_least_loaded():
     table = AffinityTable()
     table.record(key_of("old", ("sys",)), "a")
@@ -168,9 +191,13 @@ def test_the_scope_in_a_replicas_stats_holds_a_request_nothing_else_holds():
 
 
 def test_without_a_holder_the_least_loaded_come_first():
-    choice = choose(AffinityTable(), RoutingKey(), loads(a=2, b=0, c=0, d=1),
-                    rng=random.Random(1))
-    assert sorted(choice.ranks[0]) == ["b", "c"] and choice.ranks[1] == ["d", "a"]
+    firsts = set()
+    for seed in range(20):
+        choice = choose(AffinityTable(), RoutingKey(), loads(a=2, b=0, c=0, d=1),
+                        rng=random.Random(seed))
+        firsts.add(choice.ranks[0][0])
+        assert len(choice.ranks[0]) == 1 and choice.ranks[1][-2:] == ["d", "a"]
+    assert firsts == {"b", "c"}  # the least loaded, at random
     assert choose(AffinityTable(), RoutingKey(), []).ranks == []
 
 
