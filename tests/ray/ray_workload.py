@@ -34,6 +34,7 @@ class Turn:
     ttft_s: float
     cached_tokens: int
     prompt_tokens: int
+    server_ttft_s: float = 0.0
 
 
 def question(conversation: int, turn: int) -> str:
@@ -89,17 +90,20 @@ class Conversation:
                                                        headers)
         self.messages.append({"role": "assistant", "content": text})
         cached = int(timings.get("cache_n", 0))
-        return Turn(self.index, t, replica, ttft, cached, cached + int(timings.get("prompt_n", 0)))
+        return Turn(self.index, t, replica, ttft, cached, cached + int(timings.get("prompt_n", 0)),
+                    float(timings.get("ttft_ms", 0.0)) / 1000)
 
 
 def run_workload(base_url: str, *, conversations: int = 8, turns: int = 4,
                  concurrency: int = 4, max_tokens: int = 12,
-                 sessions: tuple[str, ...] = ("user", "header")) -> list[Turn]:
+                 sessions: tuple[str, ...] = ("user", "header"), first: int = 0) -> list[Turn]:
     """Run the conversations in rounds (turn 1 of each, then turn 2 of each, ...), ``concurrency``
     requests at a time, as interleaved users do: where a conversation's next turn lands does
     not depend on the replica it just left. Conversation ``i`` names its session the
-    ``sessions[i % len(sessions)]`` way."""
-    chats = [Conversation(i, sessions[i % len(sessions)]) for i in range(conversations)]
+    ``sessions[i % len(sessions)]`` way; ``first`` numbers the conversations from there (new
+    ones, unknown to the caches, in each run)."""
+    chats = [Conversation(i, sessions[i % len(sessions)])
+             for i in range(first, first + conversations)]
     out: list[Turn] = []
     with ThreadPoolExecutor(concurrency) as pool:
         for t in range(turns):
@@ -120,5 +124,6 @@ def summary(turns: list[Turn]) -> dict[str, float]:
         "cached_token_share": sum(t.cached_tokens for t in later)
         / max(1, sum(t.prompt_tokens for t in later)),
         "ttft_p50_ms": 1000 * statistics.median(t.ttft_s for t in later),
+        "server_ttft_p50_ms": 1000 * statistics.median(t.server_ttft_s for t in later),
         "replicas": len({t.replica for t in turns}),
     }
