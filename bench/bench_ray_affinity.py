@@ -9,7 +9,9 @@ conversations sharing a system prompt, asked in rounds (turn 1 of each, then tur
 ``--concurrency`` requests at a time, each turn streamed with its whole history. Reported over
 the turns after each conversation's first: the share served by the replica that served its
 previous turn, the share of prompt tokens read from the KV cache (``timings.cache_n``) and the
-client-side TTFT median. Rounds alternate the routers; each run asks new conversations.
+TTFT median, measured by the client (through Ray's proxy, the ingress and the router) and by
+the replica's engine (``timings.ttft_ms``: queue and prefill). Rounds alternate the routers;
+each run asks new conversations; the medians over the rounds are printed as a table.
 
 Usage: ``python bench/bench_ray_affinity.py [--rounds 2] [--conversations 8] [--turns 4]``.
 """
@@ -37,7 +39,7 @@ from llamapy.ray import build_app  # noqa: E402
 START = {"n_ctx": 2048, "n_parallel": 4, "n_batch": 256, "chunk_size": 256, "n_threads": 1,
          "max_queue": 32, "prompt_cache_ram_mb": 64}
 ROUTERS = ("affinity", "default")
-COLUMNS = ("same_replica_share", "cached_token_share", "ttft_p50_ms")
+COLUMNS = ("same_replica_share", "cached_token_share", "ttft_p50_ms", "server_ttft_p50_ms")
 
 
 def deploy(port: int) -> dict[str, str]:
@@ -76,11 +78,13 @@ def main() -> None:
     finally:
         serve.shutdown()
         ray.shutdown()
-    print("\n| router | same replica (turns >= 2) | cached-token share | TTFT p50 |")
-    print("|---|---|---|---|")
+    print("\n| router | same replica (turns >= 2) | cached-token share | TTFT p50 client |"
+          " TTFT p50 server |")
+    print("|---|---|---|---|---|")
     for router in ROUTERS:
         cells = [statistics.median(f[c] for f in results[router]) for c in COLUMNS]
-        print(f"| {router} | {cells[0]:.0%} | {cells[1]:.0%} | {cells[2]:.0f} ms |")
+        print(f"| {router} | {cells[0]:.0%} | {cells[1]:.0%} | {cells[2]:.0f} ms "
+              f"| {cells[3]:.0f} ms |")
 
 
 if __name__ == "__main__":

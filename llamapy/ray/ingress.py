@@ -77,6 +77,7 @@ class RelayedResponse(Response):
 
     def __init__(self, start: Message, rest: DeploymentResponseGenerator, path: str) -> None:
         self.status_code = int(start["status"])
+        self.raw_headers = [(bytes(k), bytes(v)) for k, v in start.get("headers", ())]
         self.background = None
         self._start, self._rest, self._path = start, rest, path
 

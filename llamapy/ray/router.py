@@ -21,7 +21,6 @@ the oldest pending request, whatever its key).
 from __future__ import annotations
 
 import time
-from collections import Counter
 from typing import Any
 
 from ray.serve.request_router import (
@@ -61,7 +60,6 @@ class AffinityRouter(RequestRouter):
         """Ray calls this once with the config's ``request_router_kwargs``."""
         self.table = AffinityTable(max_entries)
         self.max_imbalance = max_imbalance
-        self.reasons: Counter[str] = Counter()
         self.book = LoadBook()
 
     async def choose_replicas(self, candidate_replicas: list[RunningReplica],
@@ -77,7 +75,6 @@ class AffinityRouter(RequestRouter):
                  for rid, r in by_id.items()]
         choice = choose(self.table, request_key(pending_request), loads,
                         max_imbalance=self.max_imbalance)
-        self.reasons[choice.reason] += 1
         if pending_request is not None and choice.ranks:
             self.book.chosen(pending_request.metadata.internal_request_id, choice.ranks[0][0],
                              now)
