@@ -320,3 +320,21 @@ def test_serve_run_arguments_become_options_and_bad_ones_fail_before_any_replica
         app({"model": str(model), "replicas": "0"})
     with pytest.raises(InvalidOptionError):
         app({"model": str(model), "models_dir": str(tmp_path)})
+
+
+def test_a_lost_replica_is_a_503_in_each_apis_shape() -> None:
+    import orjson
+
+    from llamapy.errors import ReplicaUnavailableError
+    from llamapy.ray.ingress import _error_response, _stream_error
+
+    lost = ReplicaUnavailableError("gone", replica="r1")
+    openai = _error_response("/v1/chat/completions", lost)
+    assert openai.status_code == 503 and openai.headers["retry-after"]
+    assert orjson.loads(openai.body)["error"]["code"] == "replica_unavailable"
+    anthropic = _error_response("/v1/messages", lost)
+    assert anthropic.status_code == 503
+    assert orjson.loads(anthropic.body)["type"] == "error"
+    assert _stream_error("/v1/messages", lost).startswith(b"event: error\ndata: {")
+    event = _stream_error("/v1/chat/completions", lost)
+    assert orjson.loads(event.removeprefix(b"data: "))["error"]["code"] == "replica_unavailable"
