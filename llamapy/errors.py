@@ -192,6 +192,18 @@ class NotReadyError(LlamapyError):
     http_status = 503
 
 
+class ReplicaUnavailableError(LlamapyError):
+    """The replica serving a request died or became unreachable before answering (a Ray Serve
+    deployment, :mod:`llamapy.ray`); ``replica`` names it when known. Retrying may land on
+    another replica."""
+
+    http_status = 503
+
+    def __init__(self, message: str, *, replica: str | None = None) -> None:
+        super().__init__(message)
+        self.replica = replica
+
+
 class LoadFailedError(LlamapyError):
     """The model could not be loaded; ``reason`` says why."""
 

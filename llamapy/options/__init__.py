@@ -10,6 +10,7 @@ HTTP layer renames foreign spellings through :data:`ALIASES`.
 - :mod:`~llamapy.options.engine`: :class:`EngineConfig`, :class:`EngineTuning`;
 - :mod:`~llamapy.options.context`: :class:`ContextOptions` and the shared sizing defaults;
 - :mod:`~llamapy.options.model`: :class:`ModelOptions`;
+- :mod:`~llamapy.options.deployment`: :class:`DeploymentOptions` (a Ray Serve deployment);
 - :mod:`~llamapy.options.timeouts`: :class:`Timeouts` (:data:`TIMEOUTS`);
 - :mod:`~llamapy.options.aliases`: :data:`ALIASES`, :data:`REASONING_FORMATS`;
 - :mod:`~llamapy.options.start`: :class:`ServerOptions`, :func:`resolve_start_options`.
@@ -28,6 +29,7 @@ from llamapy.options.context import (
     default_n_batch,
     tuning_option_keys,
 )
+from llamapy.options.deployment import DEPLOYMENT_DEFAULTS, DeploymentOptions
 from llamapy.options.engine import (
     EngineConfig,
     EngineTuning,
@@ -58,6 +60,7 @@ from llamapy.options.timeouts import TIMEOUTS, Timeouts
 __all__ = [
     "ALIASES",
     "CALL_OPTION_KEYS",
+    "DEPLOYMENT_DEFAULTS",
     "KV_UNIFIED",
     "LLAMA_DEFAULT_SEED",
     "MODEL_ONLY_KEYS",
@@ -69,6 +72,7 @@ __all__ = [
     "START_OPTION_OWNERS",
     "TIMEOUTS",
     "ContextOptions",
+    "DeploymentOptions",
     "EngineConfig",
     "EngineTuning",
     "ModelOptions",

@@ -28,6 +28,7 @@ from ..errors import (
     ModelNotFoundError,
     PayloadTooLargeError,
     QueueFullError,
+    ReplicaUnavailableError,
     RouteNotFoundError,
     TemplateError,
     UnknownOptionError,
@@ -49,6 +50,7 @@ ERROR_CODES: dict[type[LlamapyError], str] = {
     PayloadTooLargeError: "payload_too_large",
     RouteNotFoundError: "not_found",
     EndpointDisabledError: "endpoint_disabled",
+    ReplicaUnavailableError: "replica_unavailable",
 }
 
 #: Seconds a client should wait after a 429 before retrying.
@@ -80,8 +82,9 @@ def error_body(exc: BaseException) -> tuple[int, dict[str, Any]]:
 
 
 def error_headers(exc: BaseException) -> dict[str, str]:
-    """Extra response headers for an error (``Retry-After`` on a full queue)."""
-    if isinstance(exc, QueueFullError):
+    """Extra response headers for an error (``Retry-After`` on a full queue or a lost
+    replica)."""
+    if isinstance(exc, (QueueFullError, ReplicaUnavailableError)):
         return {"Retry-After": str(RETRY_AFTER_S)}
     if isinstance(exc, AuthenticationError):
         return {"WWW-Authenticate": "Bearer"}
