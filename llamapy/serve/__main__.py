@@ -75,6 +75,7 @@ def _build_app(args: argparse.Namespace) -> tuple[Any, str]:
         options = app_options(args)
         from .app import create_app
 
+        options.pop("sleep_idle_seconds")  # the manager's default keep_alive
         try:
             app = create_app(manager, own_server=True, chat_templates=templates, **options)
         except BaseException:
@@ -82,16 +83,29 @@ def _build_app(args: argparse.Namespace) -> tuple[Any, str]:
             raise
         return app, f"{len(manager.names)} models ({', '.join(manager.names)})"
     path = model_path(args.model[0] if args.model else None)
-    server = Server(path, **serve_start_options(args))  # loads on its thread from now on
+    start = serve_start_options(args)
+    server = Server(path, **start)  # loads on its thread from now on
     from .app import create_app  # the HTTP stack imports while the model loads
 
     try:
         options = app_options(args)
-        app = create_app(server, own_server=True, **options)
+        target = server if options["sleep_idle_seconds"] is None else _reloader(server, start)
+        app = create_app(target, own_server=True, **options)
     except BaseException:
         server.close()
         raise
     return app, f"{options['alias'] or path.stem} ({path})"
+
+
+def _reloader(first: Server, start: dict[str, Any]) -> Any:
+    """A loader giving ``first``, then a fresh Server on the same file and options (the model
+    woken from ``--sleep-idle-seconds``)."""
+    servers = [first]
+
+    def load() -> Server:
+        return servers.pop() if servers else Server(first.model_path, **start)
+
+    return load
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
+from ..openai_api import ServedModel
 from ..openai_api.target import DEFAULT_REQUEST_TIMEOUT
 from ..server import ModelManager, Server
 from .context import CACHE_HEADERS, AppContext
@@ -24,8 +25,9 @@ from .multi import ModelRouter, ModelSelect
 from .routes_anthropic import anthropic_router
 from .routes_llama import health_router, llama_router
 from .routes_models import models_router
-from .routes_openai import openai_router
+from .routes_openai import model_card, openai_router
 from .routes_responses import responses_router
+from .sleep import WakeOnRequest, sleep_snapshot
 
 STATIC_DIR = Path(__file__).with_name("static")
 #: Origins the ``localhost`` CORS value allows (llama-server's ``origin_is_localhost``).
@@ -48,6 +50,7 @@ def create_app(
     slot_save_path: str | None = None,
     own_server: bool = False,
     chat_templates: Mapping[str, str] | None = None,
+    sleep_idle_seconds: float | None = None,
     **served: Any,
 ) -> FastAPI:
     """The app for ``target``: OpenAI, Responses, Anthropic and llama-server routes.
@@ -60,9 +63,12 @@ def create_app(
     no page; ``slots`` / ``metrics=False``: those answer 501. ``slot_save_path``: the folder of
     the slot actions (None: 501). ``served``: more :class:`~llamapy.openai_api.ServedModel`
     options (``aliases``, ``tags``, ...). ``own_server``: close it on shutdown.
+    ``sleep_idle_seconds`` (a loader ``target``, rerun to wake): unload the model after that
+    many idle seconds (:mod:`llamapy.serve.sleep`; with a manager, use its ``keep_alive``).
     """
     owned = _owner(target, alias=alias, chat_template=chat_template,
-                   chat_templates=chat_templates, request_timeout=request_timeout, **served)
+                   chat_templates=chat_templates, request_timeout=request_timeout,
+                   sleep_idle_seconds=sleep_idle_seconds, **served)
     ctx = _context(owned, api_key=api_key, embeddings=embeddings, slots=slots,
                    metrics_endpoint=metrics, slot_save_path=slot_save_path)
     app = FastAPI(title="llamapy", summary="OpenAI-compatible llama.cpp server",
@@ -75,8 +81,18 @@ def create_app(
 
 def _context(owned: ModelHost | ModelRouter, **options: Any) -> AppContext:
     """The app's context on one model's host or a manager's router."""
-    return AppContext(owned if isinstance(owned, ModelHost) else None,
-                      models=owned if isinstance(owned, ModelRouter) else None, **options)
+    ctx = AppContext(owned if isinstance(owned, ModelHost) else None,
+                     models=owned if isinstance(owned, ModelRouter) else None, **options)
+    if isinstance(owned, ModelHost) and owned.clock is not None:
+        owned.sleep_hooks.append(lambda served: _fall_asleep(ctx, served))
+    return ctx
+
+
+def _fall_asleep(ctx: AppContext, served: ServedModel) -> None:
+    """Before the model sleeps: snapshot the read-only routes, free the embedder."""
+    ctx.asleep = sleep_snapshot(served, ctx.metrics.render(),
+                                {"object": "list", "data": [model_card(served)]})
+    ctx.close()
 
 
 def _add_routes(app: FastAPI, ctx: AppContext, webui: bool) -> None:
@@ -93,14 +109,16 @@ def _add_routes(app: FastAPI, ctx: AppContext, webui: bool) -> None:
 
 def _owner(target: Server | Loader | ModelManager, *, alias: str | None,
            chat_template: str | None, chat_templates: Mapping[str, str] | None,
-           request_timeout: float, **served: Any) -> ModelHost | ModelRouter:
+           request_timeout: float, sleep_idle_seconds: float | None, **served: Any
+           ) -> ModelHost | ModelRouter:
     """What serves the app's models: a :class:`ModelHost` for one, a :class:`ModelRouter`
     for a manager's several."""
     if isinstance(target, ModelManager):
         return ModelRouter(target, chat_templates=chat_templates, chat_template=chat_template,
                            request_timeout=request_timeout, **served)
     return ModelHost(target, name=alias or "", chat_template=chat_template,
-                     request_timeout=request_timeout, **served)
+                     request_timeout=request_timeout, sleep_idle_seconds=sleep_idle_seconds,
+                     **served)
 
 
 def _lifespan(ctx: AppContext, owned: ModelHost | ModelRouter | None) -> Any:
@@ -120,6 +138,8 @@ def _add_middleware(app: FastAPI, ctx: AppContext, cors_origins: Sequence[str],
     """Catch-all errors, request counting, the body limit and (if asked for) CORS."""
     if ctx.models is not None:  # innermost: leases the request's model for its response
         app.add_middleware(ModelSelect, router=ctx.models, check_key=ctx.check_key)
+    if ctx.host is not None and ctx.host.clock is not None:
+        app.add_middleware(WakeOnRequest, enter=ctx.host.enter, leave=ctx.host.leave)
     app.add_middleware(CatchAll)
     app.add_middleware(RequestCounter, metrics=ctx.metrics)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)

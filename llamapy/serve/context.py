@@ -56,6 +56,8 @@ class AppContext:
     slot_save_path: str | None = None
     models: ModelRouter | None = None
     metrics: Metrics = field(init=False)
+    #: What ``/props``, ``/v1/models`` and ``/metrics`` answer while the model sleeps.
+    asleep: dict[str, Any] = field(default_factory=dict, init=False)
     _embedder: Embedder | None = field(default=None, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
 
@@ -63,6 +65,11 @@ class AppContext:
         self.metrics = Metrics(self.engine_stats, self.model_name)
         if self.models is not None:
             self.metrics.registry.register(ModelsCollector(self.models.manager))
+
+    @property
+    def sleeping(self) -> bool:
+        """Whether the (one) model is asleep (``--sleep-idle-seconds``)."""
+        return self.host is not None and self.host.sleeping
 
     def model_name(self) -> str:
         """The public model id ("" until the model's loader returned); with several models,

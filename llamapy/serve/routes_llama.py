@@ -64,7 +64,7 @@ def health_router(ctx: AppContext) -> APIRouter:
         """200 ``{"status": "ok"}`` when ready, else the 503 error saying why (with several
         models: ok while serving; ``/v1/models`` tells each model's state)."""
         try:
-            if ctx.models is None:
+            if ctx.models is None and not ctx.sleeping:
                 ctx.served()
         except Exception as exc:
             return error_response(exc)
@@ -146,7 +146,10 @@ def _tool_routes(router: APIRouter, ctx: AppContext) -> None:
 def _status_routes(router: APIRouter, ctx: AppContext) -> None:
     @router.get("/props")
     async def props() -> dict[str, Any]:
-        """Default generation settings, slot count, model and template."""
+        """Default generation settings, slot count, model and template (while the model
+        sleeps: as they were, with ``is_sleeping: true``; it stays asleep)."""
+        if ctx.sleeping:
+            return dict(ctx.asleep["props"])
         return await run_in_threadpool(compat.props, ctx.served())
 
     @router.get("/slots")
@@ -168,6 +171,7 @@ def _status_routes(router: APIRouter, ctx: AppContext) -> None:
     async def metrics() -> Response:
         """Prometheus metrics (501 with ``--no-metrics``)."""
         ctx.check_enabled("metrics")
-        text = await run_in_threadpool(ctx.metrics.render)
+        text = ctx.asleep["metrics"] if ctx.sleeping else (
+            await run_in_threadpool(ctx.metrics.render))
         return Response(text, media_type=PROMETHEUS_TEXT,
                         headers={"Process-Start-Time-Unix": str(PROCESS_START)})

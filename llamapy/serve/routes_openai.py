@@ -89,6 +89,8 @@ def _model_routes(router: APIRouter, ctx: AppContext) -> None:
         """The served model (with several: each with its ``status``)."""
         if ctx.models is not None:
             return ctx.models.model_list()
+        if ctx.sleeping:
+            return dict(ctx.asleep["models"])
         return {"object": "list", "data": [model_card(ctx.served())]}
 
     @router.get("/v1/models/{model_id:path}")

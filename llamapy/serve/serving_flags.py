@@ -21,7 +21,7 @@ from ..options import REASONING_FORMATS, TIMEOUTS
 from .flags import DEFAULT_MAX_BODY_BYTES
 
 __all__ = ["LOG_LEVELS", "add_serving_flags", "app_options", "read_template",
-           "template_kwargs"]
+           "sleep_idle_seconds", "template_kwargs"]
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 DEFAULT_REQUEST_TIMEOUT = TIMEOUTS.http_request
@@ -126,11 +126,19 @@ def _add_endpoints(group: argparse._ArgumentGroup) -> None:
                        action="store_const", const="debug", help="same as --log-level debug")
 
 
+def _add_lifecycle(group: argparse._ArgumentGroup) -> None:
+    group.add_argument("--sleep-idle-seconds", type=float, default=-1, metavar="SECONDS",
+                       help="unload the model after SECONDS without a request and reload it "
+                            "on the next one (/props is_sleeping; default: -1 = never; with "
+                            "several models: the default --keep-alive)")
+
+
 def add_serving_flags(group: argparse._ArgumentGroup) -> None:
     """Add the serving flags to ``group``."""
     _add_identity(group)
     _add_requests(group)
     _add_endpoints(group)
+    _add_lifecycle(group)
 
 
 def read_template(value: str | None) -> str | None:
@@ -169,4 +177,11 @@ def app_options(args: argparse.Namespace) -> dict[str, Any]:
         "template_kwargs": template_kwargs(args), "accept_any_model": args.accept_any_model,
         "prefill_assistant": args.prefill_assistant is not False,
         "spm_infill": args.spm_infill,
+        "sleep_idle_seconds": sleep_idle_seconds(args),
     }
+
+
+def sleep_idle_seconds(args: argparse.Namespace) -> float | None:
+    """``--sleep-idle-seconds`` (None: never sleep)."""
+    value = float(args.sleep_idle_seconds)
+    return value if value >= 0 else None
