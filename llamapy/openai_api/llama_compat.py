@@ -17,7 +17,7 @@ from typing import Any
 from .. import __version__
 from .._native import Model
 from .._pins import LLAMA_CPP_COMMIT
-from ..engine import DoneEvent, TokenEvent
+from ..engine import DoneEvent, ProgressEvent, TokenEvent
 from ..errors import InvalidOptionError
 from ..options import aliases_of
 from ..server import Completion
@@ -25,13 +25,12 @@ from .completions import check_token_ids, prompt_list
 from .logprobs import MIN_CANDIDATES, sampled_logprob
 from .params import ChatBody, engine_extras, parse_body
 from .prompt import render_prompt
-from .report import timings_dict
+from .report import per_token_timings, progress_dict, timings_dict
 from .target import ServedModel
 
 #: llama-server request fields that only tune its own bookkeeping: accepted, ignored.
-IGNORED_FIELDS = ("id_slot", "n_keep", "timings_per_token", "return_progress",
-                  "post_sampling_probs", "samplers", "t_max_predict_ms", "n_indent",
-                  "response_fields", "n_cmpl")
+IGNORED_FIELDS = ("id_slot", "n_keep", "post_sampling_probs", "verbose", "samplers",
+                  "t_max_predict_ms", "n_indent", "response_fields", "n_cmpl")
 #: ``/completion``'s token budget spellings (the tree's aliases of ``max_tokens``, then
 #: ``max_tokens`` itself); the first one present wins.
 BUDGET_FIELDS = (*aliases_of("max_tokens"), "max_tokens")
@@ -41,16 +40,22 @@ OWN_FIELDS = ("prompt", "stream", "return_tokens", "model", "json_schema", *BUDG
 STOP_TYPES = {"eog": "eos", "stop": "word", "max_tokens": "limit", "prefill": "limit"}
 
 
-def _probabilities(model: Model, token_id: int, candidates: Any, n_probs: int
-                   ) -> dict[str, Any]:
+def _probabilities(model: Model, token_id: int, candidates: Any, n_probs: int,
+                   probs: bool = False) -> dict[str, Any]:
+    """One ``completion_probabilities`` entry: ``logprob`` / ``top_logprobs``, or with
+    ``post_sampling_probs`` (``probs``) llama-server's ``prob`` / ``top_probs`` (the model's
+    probabilities, before the sampler's filters)."""
+    key = "prob" if probs else "logprob"
+
     def entry(token: int, logprob: float) -> dict[str, Any]:
         piece = model.token_to_piece(token, True)
-        return {"id": token, "token": piece.decode("utf-8", "replace"), "logprob": logprob,
-                "bytes": list(piece)}
+        return {"id": token, "token": piece.decode("utf-8", "replace"),
+                key: math.exp(logprob) if probs else logprob, "bytes": list(piece)}
 
     candidates = list(candidates or ())
     out = entry(token_id, sampled_logprob(token_id, candidates))
-    out["top_logprobs"] = [entry(t, lp) for t, lp in candidates[:n_probs]]
+    out["top_probs" if probs else "top_logprobs"] = [
+        entry(t, lp) for t, lp in candidates[:n_probs] if not probs or math.exp(lp) > 0]
     return out
 
 
@@ -113,23 +118,35 @@ def native_response(served: ServedModel, ids: list[int], text: str, options: Map
         "timings": timings_dict(completion.timings, model, ids),
     }
     if n_probs:
+        post = bool(request.get("post_sampling_probs"))
         out["completion_probabilities"] = [
-            _probabilities(model, t, c, n_probs)
+            _probabilities(model, t, c, n_probs, post)
             for t, c in zip(completion.token_ids, completion.logprobs, strict=False)]
     return out
 
 
 def native_chunk(served: ServedModel, request: Mapping[str, Any], event: TokenEvent,
-                 n_done: int, n_prompt: int) -> dict[str, Any]:
-    """One streamed ``/completion`` chunk."""
+                 n_done: int, ids: list[int]) -> dict[str, Any]:
+    """One streamed ``/completion`` chunk (``timings`` so far with ``timings_per_token``)."""
     out: dict[str, Any] = {"index": 0, "content": event.text, "tokens": [event.token_id],
                            "stop": False, "id_slot": -1, "tokens_predicted": n_done,
-                           "tokens_evaluated": n_prompt}
+                           "tokens_evaluated": len(ids)}
+    out.update(per_token_timings(event, served.model, ids))
     n_probs = int(request.get("n_probs") or 0)
     if n_probs:
-        out["completion_probabilities"] = [
-            _probabilities(served.model, event.token_id, event.logprobs, n_probs)]
+        out["completion_probabilities"] = [_probabilities(
+            served.model, event.token_id, event.logprobs, n_probs,
+            bool(request.get("post_sampling_probs")))]
     return out
+
+
+def native_progress(served: ServedModel, event: ProgressEvent, ids: list[int]
+                    ) -> dict[str, Any]:
+    """A ``prompt_progress`` chunk of a streamed ``/completion`` (``return_progress``)."""
+    return {"index": 0, "content": "", "tokens": [], "stop": False, "id_slot": -1,
+            "tokens_predicted": 0, "tokens_evaluated": len(ids),
+            "prompt_progress": progress_dict(event),
+            **per_token_timings(event, served.model, ids)}
 
 
 def native_final(served: ServedModel, ids: list[int], text: str, options: Mapping[str, Any],

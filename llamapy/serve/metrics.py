@@ -140,7 +140,7 @@ class Metrics:
         if timings.get("ttft_ms") is not None:
             self.ttft.observe(timings["ttft_ms"] / 1000.0)
         per_token = timings.get("predicted_per_token_ms")
-        if per_token is not None:
+        if per_token is not None and timings.get("predicted_n", 0) > 1:
             self.token_latency.observe(per_token / 1000.0)
         self.gateway.observe(timings, self.model_name())
 

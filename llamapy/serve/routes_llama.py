@@ -12,7 +12,7 @@ from fastapi import APIRouter, Depends, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
-from ..engine import TokenEvent
+from ..engine import ProgressEvent, TokenEvent
 from ..openai_api import ServedModel
 from ..openai_api import llama_compat as compat
 from ..openai_api.infill import check_infill, infill_tokens
@@ -42,7 +42,9 @@ async def stream_native(served: ServedModel, body: Any) -> AsyncGenerator[dict[s
         async for event in events:
             if isinstance(event, TokenEvent):
                 n_done += 1
-                yield compat.native_chunk(served, request, event, n_done, len(ids))
+                yield compat.native_chunk(served, request, event, n_done, ids)
+            elif isinstance(event, ProgressEvent):
+                yield compat.native_progress(served, event, ids)
             else:
                 yield compat.native_final(served, ids, text, options, event)
 

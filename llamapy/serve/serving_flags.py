@@ -176,7 +176,7 @@ def app_options(args: argparse.Namespace) -> dict[str, Any]:
         "n_predict": args.n_predict, "reasoning_format": args.reasoning_format,
         "template_kwargs": template_kwargs(args), "accept_any_model": args.accept_any_model,
         "prefill_assistant": args.prefill_assistant is not False,
-        "spm_infill": args.spm_infill,
+        "spm_infill": args.spm_infill, "verbose": args.log_level == "debug",
         "sleep_idle_seconds": sleep_idle_seconds(args),
     }
 
