@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
-from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
@@ -17,6 +16,7 @@ from ..openai_api import ServedModel
 from ..openai_api.target import DEFAULT_REQUEST_TIMEOUT
 from ..server import ModelManager, Server
 from .context import CACHE_HEADERS, AppContext
+from .cors import DEFAULT_ORIGINS, CorsMiddleware, CorsPolicy
 from .errors import BodyLimit, CatchAll, install_error_handlers
 from .flags import DEFAULT_MAX_BODY_BYTES
 from .host import Loader, ModelHost
@@ -30,8 +30,6 @@ from .routes_responses import responses_router
 from .sleep import WakeOnRequest, sleep_snapshot
 
 STATIC_DIR = Path(__file__).with_name("static")
-#: Origins the ``localhost`` CORS value allows (llama-server's ``origin_is_localhost``).
-LOCALHOST_ORIGIN = r"https?://(localhost|127\.0\.0\.1|\[::1\])(:[0-9]+)?"
 
 
 def create_app(
@@ -135,7 +133,8 @@ def _lifespan(ctx: AppContext, owned: ModelHost | ModelRouter | None) -> Any:
 
 def _add_middleware(app: FastAPI, ctx: AppContext, cors_origins: Sequence[str],
                     max_body_bytes: int) -> None:
-    """Catch-all errors, request counting, the body limit and (if asked for) CORS."""
+    """Catch-all errors, request counting, the body limit and (outermost) CORS: preflights
+    always answered, ``cors_origins`` (default: localhost) named (:mod:`llamapy.serve.cors`)."""
     if ctx.models is not None:  # innermost: leases the request's model for its response
         app.add_middleware(ModelSelect, router=ctx.models, check_key=ctx.check_key)
     if ctx.host is not None and ctx.host.clock is not None:
@@ -143,22 +142,8 @@ def _add_middleware(app: FastAPI, ctx: AppContext, cors_origins: Sequence[str],
     app.add_middleware(CatchAll)
     app.add_middleware(RequestCounter, metrics=ctx.metrics)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
-    if cors_origins:
-        app.add_middleware(CORSMiddleware, **cors_options(cors_origins),
-                           allow_methods=["*"], allow_headers=["*"],
-                           expose_headers=list(CACHE_HEADERS))
-
-
-def cors_options(origins: Sequence[str]) -> dict[str, Any]:
-    """``CORSMiddleware``'s origin options for ``--cors-origin`` values: each may be a
-    comma-separated list (llama-server's spelling); ``*`` allows any origin; ``localhost``
-    (llama-server's special value) any ``http(s)://localhost``, ``127.0.0.1`` or ``[::1]``
-    origin on any port."""
-    names = [name.strip() for value in origins for name in value.split(",") if name.strip()]
-    out: dict[str, Any] = {"allow_origins": [name for name in names if name != "localhost"]}
-    if "localhost" in names:
-        out["allow_origin_regex"] = LOCALHOST_ORIGIN
-    return out
+    app.add_middleware(CorsMiddleware, policy=CorsPolicy(cors_origins or DEFAULT_ORIGINS),
+                       expose=list(CACHE_HEADERS))
 
 
 def _add_page(app: FastAPI) -> None:

@@ -63,8 +63,9 @@ def _add_identity(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--api-key", help="require 'Authorization: Bearer KEY' or "
                        "'x-api-key: KEY' (not on /health)")
     group.add_argument("--cors-origin", "--cors-origins", dest="cors_origin", action=_ListAppend,
-                       default=[], metavar="ORIGIN", help="allow browser requests from ORIGIN "
-                       "(repeatable or comma-separated; '*' for any)")
+                       default=[], metavar="ORIGIN", help="allow browser pages from ORIGIN "
+                       "to read responses (repeatable or comma-separated; '*' for any, "
+                       "'localhost' for any local origin: the default)")
 
 
 def _add_requests(group: argparse._ArgumentGroup) -> None:

@@ -154,6 +154,35 @@ def test_cors_preflight_for_llama_server_origin_values(server: Server) -> None:
         assert answer.headers["access-control-allow-origin"] == "http://localhost:3000"
 
 
+def test_cors_by_default_allows_local_pages_only(live: LiveApp) -> None:
+    with httpx.Client(base_url=live.url, timeout=60) as http:
+        for origin in ("http://localhost", "http://127.0.0.1:3000", "http://[::1]:8080"):
+            response = preflight(http, origin)
+            assert response.status_code == 200
+            assert response.headers["access-control-allow-origin"] == origin
+            assert response.headers["access-control-allow-credentials"] == "true"
+            assert response.headers["access-control-allow-methods"] == (
+                "GET, POST, DELETE, OPTIONS")
+        for origin in ("http://evil.com", "http://notlocalhost", "http://localhost.evil.com"):
+            response = preflight(http, origin)  # llama-server's answer: 200, no allow-origin
+            assert response.status_code == 200
+            assert "access-control-allow-origin" not in response.headers
+            answer = http.get("/v1/models", headers={"Origin": origin})
+            assert answer.status_code == 200
+            assert "access-control-allow-origin" not in answer.headers
+        assert http.options("/completions").status_code == 200  # never a 405
+
+
+def test_cors_any_origin_echoes_it(server: Server) -> None:
+    app = create_app(server, alias=MODEL_ALIAS, cors_origins=["*"])
+    with LiveApp(app) as live, httpx.Client(base_url=live.url, timeout=60) as http:
+        assert preflight(http, "http://web.mydomain.fr").headers[
+            "access-control-allow-origin"] == "http://web.mydomain.fr"
+        models = http.get("/v1/models", headers={"Origin": "http://web.mydomain.fr"})
+        assert models.headers["access-control-allow-origin"] == "http://web.mydomain.fr"
+        assert "access-control-allow-origin" not in http.get("/v1/models").headers
+
+
 def test_n_chat_choices(client: openai.OpenAI) -> None:
     messages: list = [{"role": "user", "content": "Write a long story about a dragon."}]
     one = client.chat.completions.create(model=MODEL_ALIAS, messages=messages, max_tokens=4,
