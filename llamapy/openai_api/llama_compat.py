@@ -206,7 +206,12 @@ def apply_template(served: ServedModel, request: Mapping[str, Any]) -> dict[str,
 
 
 def slot_n_ctx(served: ServedModel) -> int:
-    """The context one slot may use: all of it with a unified KV cache, else its share."""
+    """The context one request may use, as the engine enforces it (llama.cpp's
+    ``n_ctx_seq``): all of it with a unified KV cache (llamapy's default), else the slot's
+    share; the ``n_ctx`` of a context overflow error is the same number."""
+    n_ctx_seq = served.n_ctx_seq()
+    if n_ctx_seq:
+        return n_ctx_seq
     start = served.server.start_options
     n_ctx = start.context.n_ctx
     return n_ctx if start.engine.kv_unified else n_ctx // start.server.n_parallel

@@ -246,7 +246,16 @@ def test_props_has_llama_servers_fields(http: httpx.Client) -> None:
 def test_props_n_ctx_is_per_slot_without_a_unified_cache(model_path: Path) -> None:
     with Server(model_path, n_ctx=2048, n_parallel=2, kv_unified=False, n_threads=1) as server:
         server.wait_ready(60)
-        with LiveApp(create_app(server)) as live, httpx.Client(base_url=live.url) as http:
+        with LiveApp(create_app(server)) as live, httpx.Client(base_url=live.url,
+                                                                  timeout=120) as http:
             props = http.get("/props").json()
             assert props["default_generation_settings"]["n_ctx"] == 1024
             assert props["total_slots"] == 2
+            assert [slot["n_ctx"] for slot in http.get("/slots").json()] == [1024, 1024]
+            # the limit reported is the one enforced: 1500 tokens fit the context, not a slot
+            over = http.post("/completion", json={"prompt": "word " * 1500, "n_predict": 2})
+            error = over.json()["error"]
+            assert (over.status_code, error["type"]) == (400, "exceed_context_size_error")
+            assert error["n_ctx"] == 1024 and 1024 < error["n_prompt_tokens"] < 2048
+            fits = http.post("/completion", json={"prompt": "word " * 600, "n_predict": 2})
+            assert fits.status_code == 200, fits.text
