@@ -163,8 +163,8 @@ def _status_routes(router: APIRouter, ctx: AppContext) -> None:
     @router.post("/slots/{id_slot}")
     async def slot_action(id_slot: int, action: str, request: Request) -> dict[str, Any]:
         """llama-server's slot actions: ``?action=save|restore|erase`` (``{"filename"}`` for
-        save and restore; 501 without ``--slot-save-path``, 409 while the slot is busy)."""
-        ctx.check_enabled("slots")
+        save and restore; 501 without ``--slot-save-path``, 409 while the slot is busy; served
+        with ``--no-slots`` too, as llama-server does: that flag hides the ``/slots`` listing)."""
         body = await read_json(request) if action != "erase" else None
         return await run_in_threadpool(slot_files.slot_action, ctx.served(),
                                        ctx.slot_save_path, id_slot, action, body)

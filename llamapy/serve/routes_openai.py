@@ -40,14 +40,15 @@ def _schema(model: type[ChatBody] | type[CompletionBody]) -> dict[str, Any]:
 
 
 def model_card(served: ServedModel) -> dict[str, Any]:
-    """One entry of ``/v1/models``."""
+    """One entry of ``/v1/models`` (``aliases``: every name it answers to, the id first, as
+    llama-server lists them)."""
     model = served.model
     return {"id": served.name, "object": "model", "created": served.created,
             "owned_by": "llamapy",
             "meta": {"n_ctx_train": model.n_ctx_train, "n_embd": model.n_embd,
                      "n_params": model.n_params, "size": model.size, "n_vocab": model.n_vocab,
                      "description": model.description},
-            **({"aliases": list(served.aliases)} if served.aliases else {}),
+            "aliases": [served.name, *served.aliases],
             **({"tags": list(served.tags)} if served.tags else {})}
 
 

@@ -58,7 +58,9 @@ def _add_identity(group: argparse._ArgumentGroup) -> None:
                        "unknown model is a 404, as in vLLM)")
     group.add_argument("--tags", action=_ListAppend, default=[], metavar="TAG",
                        help="informational model tags, comma-separated (shown in /v1/models)")
-    group.add_argument("--host", default="127.0.0.1", help="bind address (default: 127.0.0.1)")
+    group.add_argument("--host", default="127.0.0.1",
+                       help="bind address; several comma-separated (127.0.0.1,::1) "
+                            "(default: 127.0.0.1)")
     group.add_argument("--port", type=int, default=8080, help="port (default: 8080)")
     group.add_argument("--api-key", help="require 'Authorization: Bearer KEY' or "
                        "'x-api-key: KEY' (not on /health)")
