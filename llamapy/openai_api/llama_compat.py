@@ -21,10 +21,11 @@ from ..engine import DoneEvent, ProgressEvent, TokenEvent
 from ..errors import InvalidOptionError
 from ..options import aliases_of
 from ..server import Completion
-from .completions import check_token_ids, prompt_list
+from .completions import check_token_ids
 from .logprobs import MIN_CANDIDATES, sampled_logprob
 from .params import ChatBody, engine_extras, parse_body
 from .prompt import render_prompt
+from .prompt_shapes import native_prompts
 from .report import per_token_timings, progress_dict, timings_dict
 from .target import ServedModel
 
@@ -59,18 +60,20 @@ def _probabilities(model: Model, token_id: int, candidates: Any, n_probs: int,
     return out
 
 
+#: One prompt of a ``/completion`` ready to run: ``(token ids, text, engine call options)``.
+NativePrompt = tuple[list[int], str, dict[str, Any]]
+
+
 def prepare_native(served: ServedModel, request: Mapping[str, Any]
-                   ) -> tuple[list[int], str, dict[str, Any], dict[str, Any]]:
-    """``(prompt ids, prompt text, engine call options, request)`` of a ``/completion``."""
+                   ) -> tuple[list[NativePrompt], dict[str, Any]]:
+    """Each prompt of a ``/completion`` (llama-server's shapes, :mod:`.prompt_shapes`) with its
+    engine call options, and the request."""
     if not isinstance(request, Mapping):
         raise InvalidOptionError("request body must be a JSON object")
     served.check_model(request.get("model"))
     if "prompt" not in request:
         raise InvalidOptionError("missing field 'prompt'", option="prompt")
-    pairs = prompt_list(served, request["prompt"])
-    if len(pairs) != 1:
-        raise InvalidOptionError("/completion takes one prompt", option="prompt")
-    ids, text = pairs[0]
+    pairs = native_prompts(served, request["prompt"])
     extras = {k: v for k, v in request.items() if k not in OWN_FIELDS + IGNORED_FIELDS}
     options = served.select_adapters(engine_extras(extras))
     served.resolve_logit_bias(options)
@@ -82,11 +85,11 @@ def prepare_native(served: ServedModel, request: Mapping[str, Any]
     n_predict = next((request[k] for k in BUDGET_FIELDS if k in request), -1)
     if not isinstance(n_predict, int) or isinstance(n_predict, bool):
         raise InvalidOptionError("n_predict must be an integer", option="n_predict")
-    options["max_tokens"] = served.default_max_tokens(len(ids)) if n_predict < 0 else n_predict
     if options.get("n_probs"):
         options["n_probs"] = max(options["n_probs"], MIN_CANDIDATES)
     options["timeout"] = served.request_timeout
-    return ids, text, options, dict(request)
+    return [(ids, text, {**options, "max_tokens": served.default_max_tokens(len(ids))
+                         if n_predict < 0 else n_predict}) for ids, text in pairs], dict(request)
 
 
 def _settings(served: ServedModel, options: Mapping[str, Any]) -> dict[str, Any]:

@@ -230,6 +230,25 @@ def test_embeddings_take_content_and_mixed_lists(http: httpx.Client) -> None:
     assert data[2]["embedding"] != pytest.approx(data[0]["embedding"], abs=1e-2)
     error_of(http.post("/v1/embeddings", json={"input": "x", "content": "x"}), "input")
     error_of(http.post("/v1/embeddings", json={}), "input")
+    parts = http.post("/v1/embeddings", json={"input": [
+        "hello world", {"content": [{"type": "text", "text": "hello "},
+                                    {"type": "text", "text": "world"}]}]}).json()["data"]
+    assert parts[1]["embedding"] == pytest.approx(parts[0]["embedding"], abs=1e-4)
+    for bad in ({"content": [{"type": "unknown"}]}, {"content": [{"type": "image_url"}]},
+                {"text": "x"}):
+        error_of(http.post("/v1/embeddings", json={"input": [bad]}), "input")
+
+
+def test_pooling_none_on_the_openai_embeddings_is_400(model_path: Path) -> None:
+    with Server(model_path, n_ctx=512, n_parallel=1, n_threads=1, pooling_type="none"
+                ) as server:
+        server.wait_ready(60)
+        with LiveApp(create_app(server)) as live, httpx.Client(base_url=live.url,
+                                                                 timeout=60) as http:
+            error = error_of(http.post("/v1/embeddings", json={"input": "hello hello"}))
+            assert "--pooling none" in error["message"]
+            done = http.post("/completion", json={"prompt": "Hello", "n_predict": 1})
+            assert done.status_code == 200
 
 
 def test_props_has_llama_servers_fields(http: httpx.Client) -> None:

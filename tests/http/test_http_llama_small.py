@@ -3,6 +3,7 @@ addresses, message lists llama-server refuses."""
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -75,3 +76,52 @@ def test_several_host_addresses(model_path: Path) -> None:
     finally:
         process.terminate()
         process.wait(WAIT_S)
+
+
+PROMPT = "I believe the meaning of life is"
+
+
+def tokens(http: httpx.Client, text: str, add_special: bool) -> list[int]:
+    return http.post("/tokenize", json={"content": text, "add_special": add_special}
+                     ).json()["tokens"]
+
+
+def test_completion_prompt_shapes(http: httpx.Client) -> None:
+    ids = tokens(http, PROMPT, True)
+    one = http.post("/completion", json={"prompt": ids, "n_predict": 2}).json()
+    assert isinstance(one["content"], str) and one["tokens_evaluated"] == len(ids)
+    for shape in ([ids, ids], [ids, PROMPT], [ids, {"prompt_string": PROMPT}]):
+        many = http.post("/completion", json={"prompt": shape, "n_predict": 2})
+        assert many.status_code == 200, many.text
+        body = many.json()
+        assert isinstance(body, list) and [r["index"] for r in body] == [0, 1]
+        assert [r["tokens_evaluated"] for r in body] == [len(ids), len(ids)]
+        assert body[0]["prompt"] == body[1]["prompt"]
+        assert all(r["tokens_predicted"] == 2 for r in body)
+    obj = http.post("/completion", json={"prompt": {"prompt_string": PROMPT}, "n_predict": 1})
+    assert obj.status_code == 200 and obj.json()["tokens_evaluated"] == len(ids)
+    # one mixed sequence: each string tokenized in place, BOS only for a leading string
+    inner = tokens(http, PROMPT, False)
+    mixed = http.post("/completion", json={
+        "prompt": [1, 2, 3, PROMPT, 7, 8, PROMPT], "n_predict": 1}).json()
+    assert mixed["tokens_evaluated"] == 5 + 2 * len(inner)
+
+
+def test_streamed_prompts_are_indexed(http: httpx.Client) -> None:
+    with http.stream("POST", "/completion", json={
+            "prompt": [PROMPT, "Once upon a time"], "n_predict": 2, "stream": True}) as response:
+        assert response.status_code == 200
+        chunks = [json.loads(line[6:]) for line in response.iter_lines()
+                  if line.startswith("data: ")]
+    finals = [c for c in chunks if c["stop"]]
+    assert [c["index"] for c in finals] == [0, 1]
+    assert [c["tokens_predicted"] for c in finals] == [2, 2]
+
+
+@pytest.mark.parametrize("prompt", [[], "", [[]], [{"prompt_string": 3}], [1.5], {"x": 1},
+                                    [{"prompt_string": "a", "multimodal_data": ["AAAA"]}],
+                                    [1, 2, 10**9]])
+def test_bad_prompt_shapes_are_4xx(http: httpx.Client, prompt: object) -> None:
+    response = http.post("/completion", json={"prompt": prompt, "n_predict": 1})
+    assert 400 <= response.status_code < 500, response.text
+    assert response.json()["error"]["message"]
