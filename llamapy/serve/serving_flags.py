@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..chat.builtin_templates import BUILTIN_TEMPLATES
+from ..chat.builtin_templates import BUILTIN_TEMPLATES, LLAMA_CPP_NAMES
+from ..errors import UnsupportedFeatureError
 from ..options import REASONING_FORMATS, TIMEOUTS
 from .flags import DEFAULT_MAX_BODY_BYTES
 
@@ -146,11 +147,17 @@ def add_serving_flags(group: argparse._ArgumentGroup) -> None:
 
 def read_template(value: str | None) -> str | None:
     """``--chat-template``: a built-in's source, the file's text when ``value`` names a file,
-    else ``value`` (Jinja source)."""
+    else ``value`` (Jinja source); a llama.cpp built-in name we have no Jinja for raises
+    :class:`UnsupportedFeatureError`."""
     if value is None:
         return None
     if value in BUILTIN_TEMPLATES:
         return BUILTIN_TEMPLATES[value]
+    if value in LLAMA_CPP_NAMES:
+        raise UnsupportedFeatureError(
+            "chat_template", f"llama.cpp's built-in chat template {value!r} has no Jinja "
+            f"version here (built in: {', '.join(BUILTIN_TEMPLATES)}); pass the model's "
+            "template with --chat-template-file")
     path = Path(value)
     try:
         is_file = len(value) < 4096 and path.is_file()
