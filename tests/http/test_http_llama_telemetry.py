@@ -160,3 +160,13 @@ def test_timings_are_never_null(http: httpx.Client, n_predict: int) -> None:
     else:
         expected = 1e3 / timings["predicted_ms"] * (n_predict - 1)
         assert timings["predicted_per_second"] == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("field", ["timings_per_token", "return_progress"])
+@pytest.mark.parametrize("value", ["yes", 1, [True]])
+def test_bad_telemetry_flags_are_400(http: httpx.Client, field: str, value: object) -> None:
+    for path, body in (("/completion", {"prompt": "hi", "n_predict": 1}),
+                       ("/v1/chat/completions", chat("hi", max_tokens=1))):
+        response = http.post(path, json={**body, field: value, "stream": True})
+        assert response.status_code == 400, (path, response.text)
+        assert response.json()["error"]["param"] == field
