@@ -8,9 +8,10 @@ that had to be computed, with a few tokens of text there in ``cache_diverged_tex
 
 No value is ever ``null`` (llama-server's rule: clients sum and plot these): a rate or
 per-token time that cannot be measured (no prompt computed, a single generated token, whose
-logits came with the prompt) is ``0.0``; ``cache_source`` is ``"none"`` when nothing was
-reused; ``cache_diverged_at`` and ``ttft_ms`` are left out when there is no such point (the
-whole prompt matched; no token yet).
+logits came with the prompt) is ``0.0``; ``cache_diverged_at`` and ``ttft_ms`` are left out
+when there is no such point (the whole prompt matched; no token yet). The two text fields,
+``cache_source`` and ``cache_diverged_text``, are there only when a prefix was reused, so the
+timings of a request that reused nothing are all numbers, as llama-server's are.
 """
 
 from __future__ import annotations
@@ -84,9 +85,10 @@ def timings_dict(timings: RequestTimings, model: Model | None = None,
         "predicted_per_second": timings.decode_tok_per_s or 0.0,
         "queued_ms": timings.queued_s * 1000.0,
         "cache_n": timings.reused_tokens,
-        "cache_source": timings.reuse_source or "none",
         "cache_inflight_n": timings.inflight_tokens,
     }
+    if timings.reused_tokens and timings.reuse_source:
+        out["cache_source"] = timings.reuse_source
     if timings.ttft_s is not None:
         out["ttft_ms"] = timings.ttft_s * 1000.0
     if at is not None:
@@ -94,7 +96,7 @@ def timings_dict(timings: RequestTimings, model: Model | None = None,
     if timings.draft_tokens:  # llama-server reports these only when the request drafted
         out["draft_n"] = timings.draft_tokens
         out["draft_n_accepted"] = timings.draft_accepted
-    if model is not None and prompt_ids is not None and at is not None:
+    if model is not None and prompt_ids is not None and at and "cache_source" in out:
         window = list(prompt_ids[at:at + DIVERGED_TEXT_TOKENS])
         out["cache_diverged_text"] = model.detokenize(window, False, True) if window else ""
     return out
