@@ -48,7 +48,6 @@ def create_app(
     slot_save_path: str | None = None,
     own_server: bool = False,
     chat_templates: Mapping[str, str] | None = None,
-    sleep_idle_seconds: float | None = None,
     **served: Any,
 ) -> FastAPI:
     """The app for ``target``: OpenAI, Responses, Anthropic and llama-server routes.
@@ -59,14 +58,12 @@ def create_app(
     ``alias``: the public model id (default: the file's stem). ``api_key`` protects all but
     ``/health`` and the page. ``chat_template``: Jinja overriding the GGUF's. ``webui=False``:
     no page; ``slots`` / ``metrics=False``: those answer 501. ``slot_save_path``: the folder of
-    the slot actions (None: 501). ``served``: more :class:`~llamapy.openai_api.ServedModel`
-    options (``aliases``, ``tags``, ...). ``own_server``: close it on shutdown.
-    ``sleep_idle_seconds`` (a loader ``target``, rerun to wake): unload the model after that
-    many idle seconds (:mod:`llamapy.serve.sleep`; with a manager, use its ``keep_alive``).
+    the slot actions (None: 501). ``own_server``: close it on shutdown. ``served``: more
+    :class:`~llamapy.openai_api.ServedModel` options (``aliases``, ``tags``, ...) and
+    ``sleep_idle_seconds`` (a loader ``target``, rerun to wake: :mod:`llamapy.serve.sleep`).
     """
     owned = _owner(target, alias=alias, chat_template=chat_template,
-                   chat_templates=chat_templates, request_timeout=request_timeout,
-                   sleep_idle_seconds=sleep_idle_seconds, **served)
+                   chat_templates=chat_templates, request_timeout=request_timeout, **served)
     ctx = _context(owned, api_key=api_key, embeddings=embeddings, slots=slots,
                    metrics_endpoint=metrics, slot_save_path=slot_save_path)
     app = FastAPI(title="llamapy", summary="OpenAI-compatible llama.cpp server",
@@ -107,7 +104,7 @@ def _add_routes(app: FastAPI, ctx: AppContext, webui: bool) -> None:
 
 def _owner(target: Server | Loader | ModelManager, *, alias: str | None,
            chat_template: str | None, chat_templates: Mapping[str, str] | None,
-           request_timeout: float, sleep_idle_seconds: float | None, **served: Any
+           request_timeout: float, sleep_idle_seconds: float | None = None, **served: Any
            ) -> ModelHost | ModelRouter:
     """What serves the app's models: a :class:`ModelHost` for one, a :class:`ModelRouter`
     for a manager's several."""
