@@ -11,7 +11,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
 
-from ..errors import UnsupportedFeatureError
+from ..errors import ModelNotFoundError, UnsupportedFeatureError
 from ..openai_api import (
     ChatBody,
     CompletionBody,
@@ -99,6 +99,11 @@ def _model_routes(router: APIRouter, ctx: AppContext) -> None:
         """One model by id (404 unless served here)."""
         if ctx.models is not None:
             return model_entry(ctx.models.manager.status_of(model_id))
+        if ctx.sleeping:  # as it was before it slept; looking does not wake it
+            card: dict[str, Any] = ctx.asleep["models"]["data"][0]
+            if model_id not in card["aliases"]:
+                raise ModelNotFoundError(f"model {model_id!r} is not served here")
+            return card
         served = ctx.served()
         served.check_model(model_id)
         return model_card(served)

@@ -60,6 +60,8 @@ def test_sleeps_when_idle_and_wakes_for_a_request(sleepy: tuple[httpx.Client, li
     assert not servers[0].ready  # weights and KV freed
     assert http.get("/health").json() == {"status": "ok"}
     assert http.get("/v1/models").json()["data"][0]["id"] == MODEL_ALIAS
+    assert http.get(f"/v1/models/{MODEL_ALIAS}").json()["id"] == MODEL_ALIAS
+    assert http.get("/v1/models/other").status_code == 404
     assert http.get("/metrics").status_code == 200
     assert http.get("/props").json()["is_sleeping"] is True  # read-only routes never wake it
     assert len(servers) == 1
