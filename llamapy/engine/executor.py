@@ -75,6 +75,7 @@ class Executor:
                 self._fail(batch, exc)
                 return
         self.counters.num_decode_calls += 1
+        self.counters.num_decode_slots += len(batch.entries)
         self._commit(batch, plan.output_indices())
 
     def _split_or_overflow(self, batch: ScheduledBatch) -> None:
