@@ -85,8 +85,7 @@ def _context(owned: ModelHost | ModelRouter, **options: Any) -> AppContext:
 
 def _fall_asleep(ctx: AppContext, served: ServedModel) -> None:
     """Before the model sleeps: snapshot the read-only routes, free the embedder."""
-    ctx.asleep = sleep_snapshot(served, ctx.metrics.render(),
-                                {"object": "list", "data": [model_card(served)]})
+    ctx.asleep = sleep_snapshot(served, {"object": "list", "data": [model_card(served)]})
     ctx.close()
 
 

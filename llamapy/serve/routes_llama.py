@@ -184,7 +184,6 @@ def _status_routes(router: APIRouter, ctx: AppContext) -> None:
     async def metrics() -> Response:
         """Prometheus metrics (501 with ``--no-metrics``)."""
         ctx.check_enabled("metrics")
-        text = ctx.asleep["metrics"] if ctx.sleeping else (
-            await run_in_threadpool(ctx.metrics.render))
+        text = await run_in_threadpool(ctx.metrics.render)
         return Response(text, media_type=PROMETHEUS_TEXT,
                         headers={"Process-Start-Time-Unix": str(PROCESS_START)})

@@ -5,10 +5,12 @@ The policy (llama-server's). A request on a route that runs on the model (the ro
 counts it in flight for its whole response (streams included), waking the model first, so the
 request waits for the reload. Once no request has been in flight for N seconds,
 :class:`IdleClock` has the host put the model to sleep: the snapshots of ``/props`` (then
-``is_sleeping: true``), ``/v1/models`` and ``/metrics`` are taken, then the server is closed
-(weights and KV freed). While asleep those three answer from the snapshots and never wake it,
-and ``/health`` answers ``ok``; a wake-up does not start the next quiet spell until its
-request ends.
+``is_sleeping: true``), ``/v1/models`` and the engine's stats are taken, then the server is
+closed (weights and KV freed). While asleep ``/props`` and ``/v1/models`` answer from the
+snapshots and ``/metrics`` renders with the engine's counters as they were (the HTTP-side
+metrics stay live: a throughput window with nothing in it reads 0), none of them waking it;
+``/health`` answers ``ok``. A wake-up does not start the next quiet spell until its request
+ends.
 """
 
 from __future__ import annotations
@@ -97,12 +99,11 @@ class IdleClock:
             return False
 
 
-def sleep_snapshot(served: ServedModel, metrics_text: bytes, models: dict[str, Any]
-                   ) -> dict[str, Any]:
-    """What the read-only routes answer while asleep: ``props`` (``is_sleeping: true``),
-    ``models`` (``/v1/models``) and ``metrics`` (the Prometheus text)."""
+def sleep_snapshot(served: ServedModel, models: dict[str, Any]) -> dict[str, Any]:
+    """What the read-only routes read while asleep: ``props`` (``is_sleeping: true``),
+    ``models`` (``/v1/models``) and ``stats`` (the engine's, for ``/metrics``)."""
     return {"props": {**compat.props(served), "is_sleeping": True}, "models": models,
-            "metrics": metrics_text}
+            "stats": served.server.stats()}
 
 
 class WakeOnRequest:

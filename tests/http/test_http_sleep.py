@@ -62,7 +62,12 @@ def test_sleeps_when_idle_and_wakes_for_a_request(sleepy: tuple[httpx.Client, li
     assert http.get("/v1/models").json()["data"][0]["id"] == MODEL_ALIAS
     assert http.get(f"/v1/models/{MODEL_ALIAS}").json()["id"] == MODEL_ALIAS
     assert http.get("/v1/models/other").status_code == 404
-    assert http.get("/metrics").status_code == 200
+    metrics = http.get("/metrics")  # the engine's counters as they were when it fell asleep
+    assert metrics.status_code == 200
+    generated = [line for line in metrics.text.splitlines()
+                 if line.startswith("llamapy_generated_tokens_total ")]
+    assert generated and float(generated[0].split()[1]) >= 6
+    assert f'model_name="{MODEL_ALIAS}"' in metrics.text
     assert http.get("/props").json()["is_sleeping"] is True  # read-only routes never wake it
     assert len(servers) == 1
     woken = http.post("/completion", json=PROMPT)  # waits for the reload
