@@ -17,7 +17,8 @@ Nothing a test asserts is changed. The binary is chosen through the suite's own
 ``LLAMA_SERVER_BIN_PATH``: the llama-server binary, or, for ``--target llamapy``, a small wrapper
 that execs ``python3 -m llamapy.serve "$@"`` with this checkout first on ``sys.path``.
 ``--strip-flags`` (llamapy only, off by default) drops named boolean flags from the command line
-before llamapy sees them, to measure what lies behind a flag llamapy rejects.
+before llamapy sees them, to measure what lies behind a flag llamapy rejects; ``--add-flags``
+(llamapy only) appends flags (``--accept-any-model``: what lies behind the unknown-model 404).
 
 Each ``unit/test_*.py`` file runs in its own pytest process (no xdist), one after another, with a
 per-file wall-clock limit (``--timeout``) and, when pytest-timeout is installed, a per-test one
@@ -94,7 +95,7 @@ import os
 import sys
 
 STRIP = {strip!r}
-args = [a for a in sys.argv[1:] if a not in STRIP]
+args = [a for a in sys.argv[1:] if a not in STRIP] + {add!r}
 env = dict(os.environ)
 env["PYTHONPATH"] = {repo!r} + os.pathsep + env.get("PYTHONPATH", "")
 os.execve({python!r}, [{python!r}, "-m", "llamapy.serve", *args], env)
@@ -180,10 +181,12 @@ def prepare_suite(src: Path, work: Path) -> Path:
     return dst
 
 
-def make_wrapper(work: Path, python: str, strip: list[str]) -> Path:
+def make_wrapper(work: Path, python: str, strip: list[str], add: list[str] | None = None
+                 ) -> Path:
     """Write the executable llamapy stand-in for llama-server."""
     wrapper = work / "llamapy-server"
-    wrapper.write_text(LLAMAPY_WRAPPER.format(python=python, repo=str(REPO), strip=strip))
+    wrapper.write_text(LLAMAPY_WRAPPER.format(python=python, repo=str(REPO), strip=strip,
+                                              add=add or []))
     wrapper.chmod(0o755)
     return wrapper
 
@@ -306,6 +309,7 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2, help="--threads when a test sets none")
     ap.add_argument("--server-python", default=shutil.which("python3") or sys.executable)
     ap.add_argument("--strip-flags", default="", help="llamapy: comma-separated flags to drop")
+    ap.add_argument("--add-flags", default="", help="llamapy: comma-separated flags to append")
     ap.add_argument("--json", type=Path, default=None, help="write per-test outcomes here")
     ap.add_argument(
         "--log-dir",
@@ -346,7 +350,8 @@ def main() -> int:
     if args.target == "llama-server":
         binary = args.bin
     else:
-        binary = make_wrapper(work, args.server_python, strip)
+        binary = make_wrapper(work, args.server_python, strip,
+                              [f for f in args.add_flags.split(",") if f])
     env = {k: v for k, v in os.environ.items() if k not in ("DEBUG_EXTERNAL", "DEBUG")}
     env.update(
         LLAMA_SERVER_BIN_PATH=str(binary),
@@ -400,6 +405,7 @@ def run_all(
                     {
                         "target": args.target,
                         "strip_flags": strip,
+                        "add_flags": args.add_flags,
                         "model": str(args.model),
                         "files": list(summaries),
                         "summaries": summaries,

@@ -19,7 +19,7 @@ from collections.abc import AsyncGenerator, Iterator, Mapping
 from contextlib import aclosing
 from typing import Any
 
-from ..engine import DoneEvent, TokenEvent
+from ..engine import DoneEvent, ProgressEvent, StreamEvent, TokenEvent
 from ..openai_api.bridge import Observer, aplan_events, plan_events
 from ..openai_api.chat import Target, aready, ready
 from .blocks import BlockBuilder
@@ -58,10 +58,12 @@ class MessageStream:
         events.append({"type": "message_stop"})
         return events
 
-    def on_event(self, event: TokenEvent | DoneEvent) -> list[dict[str, Any]]:
+    def on_event(self, event: StreamEvent) -> list[dict[str, Any]]:
         """Stream events for any engine event."""
         if isinstance(event, TokenEvent):
             return self._start() + self.blocks.add(self.parser.feed(event.text))
+        if isinstance(event, ProgressEvent):  # no such event in Anthropic's stream
+            return []
         return self.on_done(event)
 
 

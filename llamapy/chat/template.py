@@ -8,6 +8,11 @@ A GGUF carries its template as ``tokenizer.chat_template``: Jinja source written
 ``bos_token``, ``eos_token``, plus extra keyword arguments). Messages in OpenAI shape are
 normalised first (see :mod:`llamapy.chat.messages_in`). Every failure, at compile or at render
 time, becomes a :class:`~llamapy.errors.TemplateError` that carries the template's message.
+
+Where llama.cpp's own Jinja runtime (what llama-server renders with) is more lenient, we follow
+it, so its repository templates render alike: ``enable_thinking`` is ``true`` unless set,
+``datetime`` ("Dec 01 2026") and ``date_string`` ("01 Dec 2026") hold today's date, and an
+undefined variable or ``none`` concatenated with a string (``+``, ``~``) is the empty string.
 """
 
 from __future__ import annotations
@@ -85,11 +90,40 @@ def _strftime_now(fmt: str) -> str:
     return datetime.now().strftime(fmt)
 
 
+class _Undefined(jinja2.Undefined):
+    """llama.cpp's undefined: the empty string when concatenated with a string."""
+
+    def __add__(self, other: object) -> Any:
+        return other if isinstance(other, str) else super().__add__(other)
+
+    def __radd__(self, other: object) -> Any:
+        return other if isinstance(other, str) else super().__radd__(other)
+
+
+class _Environment(ImmutableSandboxedEnvironment):
+    """The sandbox, with llama.cpp's ``none + "text"`` (the empty string joined)."""
+
+    intercepted_binops = frozenset({"+"})
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        if operator == "+" and ((left is None and isinstance(right, str))
+                                or (right is None and isinstance(left, str))):
+            return left or right or ""
+        return super().call_binop(context, operator, left, right)
+
+
+def _date_context() -> dict[str, str]:
+    """llama.cpp's extra template variables: today as ``datetime`` and ``date_string``."""
+    now = datetime.now()
+    return {"datetime": now.strftime("%b %d %Y"), "date_string": now.strftime("%d %b %Y")}
+
+
 def _environment() -> ImmutableSandboxedEnvironment:
-    env = ImmutableSandboxedEnvironment(
+    env = _Environment(
         trim_blocks=True,
         lstrip_blocks=True,
         extensions=[_GenerationTag, jinja2.ext.loopcontrols],
+        undefined=_Undefined,
     )
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
@@ -174,6 +208,8 @@ class ChatTemplate:
         variables: dict[str, Any] = {
             "bos_token": self.bos_token,
             "eos_token": self.eos_token,
+            "enable_thinking": True,
+            **_date_context(),
             **kwargs,
             "messages": normalize_messages(messages),
             "tools": normalize_tools(tools),

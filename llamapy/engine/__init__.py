@@ -24,9 +24,11 @@ from llamapy.engine.request import (
     ErrorEvent,
     Event,
     FinishReason,
+    ProgressEvent,
     Request,
     RequestTimings,
     Sink,
+    StreamEvent,
     TokenEvent,
 )
 from llamapy.engine.stats import Counters, EngineStats, InstabilityEvent
@@ -68,6 +70,7 @@ __all__ = [
     "FinishReason",
     "InstabilityEvent",
     "PrefillPriority",
+    "ProgressEvent",
     "QueuedView",
     "Request",
     "RequestOptions",
@@ -78,6 +81,7 @@ __all__ = [
     "SimClock",
     "Sink",
     "SlotView",
+    "StreamEvent",
     "TokenEvent",
     "engine_option_keys",
     "make_engine_config",

@@ -19,11 +19,12 @@ event and frees the slot.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from llamapy.engine.backend import Backend, Sampler
 from llamapy.engine.planner import Entry, ScheduledBatch
 from llamapy.engine.prefix import PrefixResolver
-from llamapy.engine.request import Event, FinishReason, Run, TokenEvent
+from llamapy.engine.request import Event, FinishReason, ProgressEvent, Run, TokenEvent
 from llamapy.engine.speculation import Speculator, trim_to_run
 from llamapy.engine.states import SlotState
 from llamapy.engine.stats import Counters
@@ -51,6 +52,7 @@ class Executor:
         for entry in batch.entries:
             if entry.run.prefill_started_at is None:
                 entry.run.prefill_started_at = now
+                self._progress(entry.run)
         plan = batch.to_plan()
         if plan.adapter_set != self.backend.adapter_set:  # the backend switches its LoRA set
             self.counters.num_adapter_switches += 1
@@ -73,6 +75,7 @@ class Executor:
                 self._fail(batch, exc)
                 return
         self.counters.num_decode_calls += 1
+        self.counters.num_decode_slots += len(batch.entries)
         self._commit(batch, plan.output_indices())
 
     def _split_or_overflow(self, batch: ScheduledBatch) -> None:
@@ -104,6 +107,7 @@ class Executor:
             if entry.prefill:
                 self.counters.num_prefill_tokens += len(entry.token_ids)
                 run.timings.prefill_tokens += len(entry.token_ids)
+                self._progress(run)
             if row is not None and entry.draft:
                 self._verify(entry, row)
             elif row is not None:
@@ -144,8 +148,22 @@ class Executor:
         text, reason = self._text_for(run, token)
         if reason is not None:
             run.finish = reason
-        self.deliver(run, TokenEvent(run.request_id, token, text, logprobs))
+        timings = None
+        if run.request.options.timings_per_token:
+            timings = replace(run.timings, completion_tokens=run.num_generated)
+        self.deliver(run, TokenEvent(run.request_id, token, text, logprobs, timings))
         return token
+
+    def _progress(self, run: Run) -> None:
+        """A :class:`ProgressEvent` for a run that asked for them (``return_progress``)."""
+        if not run.request.options.return_progress:
+            return
+        timings = run.timings
+        computed = timings.prefill_tokens
+        elapsed = self.clock() - (run.prefill_started_at or 0.0) if computed else 0.0
+        snapshot = replace(timings, prefill_s=elapsed, completion_tokens=run.num_generated)
+        self.deliver(run, ProgressEvent(run.request_id, len(run.prompt), timings.reused_tokens,
+                                        timings.reused_tokens + computed, snapshot))
 
     def _time_token(self, run: Run) -> None:
         now = self.clock()

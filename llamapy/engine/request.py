@@ -120,6 +120,7 @@ class TokenEvent:
     token_id: int
     text: str
     logprobs: tuple[tuple[int, float], ...] | None = None
+    timings: RequestTimings | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -149,7 +150,22 @@ class ErrorEvent:
         return FinishReason.ERROR
 
 
-Event = TokenEvent | DoneEvent | ErrorEvent
+@dataclass(slots=True, frozen=True)
+class ProgressEvent:
+    """Prompt processing progress of a request that asked for it (``return_progress``): one
+    before its first prompt chunk is computed, then one after each chunk. ``total`` prompt
+    tokens, ``cache`` of them reused, ``processed`` (reused included) computed so far."""
+
+    request_id: Hashable
+    total: int
+    cache: int
+    processed: int
+    timings: RequestTimings
+
+
+Event = TokenEvent | ProgressEvent | DoneEvent | ErrorEvent
+#: What a consumer of a request's stream sees (an ``ErrorEvent`` raises instead).
+StreamEvent = TokenEvent | ProgressEvent | DoneEvent
 #: Called on the tick thread; returning False means the consumer is gone (cancel).
 Sink = Callable[[Event], "bool | None"]
 

@@ -59,6 +59,7 @@ class Counters:
 
     num_ticks: int = 0
     num_decode_calls: int = 0
+    num_decode_slots: int = 0  # slots in each decode call, summed (busy slots per decode)
     num_submitted: int = 0
     num_rejected: int = 0
     num_finished: int = 0

@@ -26,7 +26,7 @@ from contextlib import aclosing, closing
 from typing import Any
 
 from ..chat import REASONING_PROTOCOLS
-from ..engine import DoneEvent, TokenEvent
+from ..engine import DoneEvent, StreamEvent
 from ..errors import UnknownOptionError
 from ..server import Completion, request_option_keys
 from .params import API_EXTRAS, ENGINE_ALIASES
@@ -34,7 +34,7 @@ from .prompt import ChatPlan
 from .report import timings_dict
 
 #: Converts one engine event into API stream events.
-Converter = Callable[[TokenEvent | DoneEvent], list[dict[str, Any]]]
+Converter = Callable[[StreamEvent], list[dict[str, Any]]]
 #: Receives a finished request's ``timings`` (llama-server's keys, see :mod:`.report`).
 Observer = Callable[[Mapping[str, Any]], None]
 

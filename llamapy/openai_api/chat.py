@@ -19,12 +19,19 @@ from typing import Any
 
 from .._native import Model
 from ..chat import Delta
-from ..engine import DoneEvent, TokenEvent
+from ..engine import DoneEvent, ProgressEvent, StreamEvent, TokenEvent
 from ..server import Completion, Server, Usage
 from .logprobs import chat_logprob, chat_logprobs
 from .params import choice_options
 from .prompt import ChatPlan, prepare_chat
-from .report import finish_reason, timings_dict, total_usage, usage_dict
+from .report import (
+    finish_reason,
+    per_token_timings,
+    progress_dict,
+    timings_dict,
+    total_usage,
+    usage_dict,
+)
 from .target import ServedModel, served
 
 Target = Server | Model | ServedModel
@@ -56,9 +63,22 @@ def chat_choices_response(plan: ChatPlan, completions: Sequence[Completion]
     """The ``chat.completion`` object for the ``n`` generations of a request (one choice
     each, usage summed, ``timings`` of the first)."""
     choices = [_choice(plan, index, done) for index, done in enumerate(completions)]
-    return {**_envelope(plan, "chat.completion"), "choices": choices,
-            "usage": usage_dict(total_usage([done.usage for done in completions])),
-            "timings": timings_dict(completions[0].timings, plan.served.model, plan.token_ids)}
+    out = {**_envelope(plan, "chat.completion"), "choices": choices,
+           "usage": usage_dict(total_usage([done.usage for done in completions])),
+           "timings": timings_dict(completions[0].timings, plan.served.model, plan.token_ids)}
+    if plan.verbose:
+        first = completions[0]
+        out["__verbose"] = verbose_dict(plan, first.text, first.completion_tokens,
+                                        first.finish_reason)
+    return out
+
+
+def verbose_dict(plan: ChatPlan, text: str, completion_tokens: int, reason: str
+                 ) -> dict[str, Any]:
+    """llama-server's ``__verbose`` object (``verbose``, ``--verbose``): the rendered prompt
+    and the raw generated text of the first choice."""
+    return {"prompt": plan.prompt, "content": text, "tokens_evaluated": len(plan.token_ids),
+            "tokens_predicted": completion_tokens, "stop_type": reason, "model": plan.model_name}
 
 
 class ChatStream:
@@ -75,6 +95,7 @@ class ChatStream:
         self.started = False
         self.tool_calls = False
         self._pending_logprobs: list[dict[str, Any]] = []
+        self._text: list[str] = []
 
     def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
         logprobs = None
@@ -105,30 +126,50 @@ class ChatStream:
         return [self._chunk(out)]
 
     def on_token(self, event: TokenEvent) -> list[dict[str, Any]]:
-        """Chunks for one generated token (often one, none while text is held back)."""
+        """Chunks for one generated token (often one, none while text is held back; the
+        last carries the timings so far with ``timings_per_token``)."""
         chunks = self._start()
         top = self.plan.top_logprobs
         if top is not None:
             self._pending_logprobs.append(
                 chat_logprob(self.model, event.token_id, event.logprobs, top))
-        return chunks + self._delta(self.parser.feed(event.text))
+        self._text.append(event.text)
+        deltas = self._delta(self.parser.feed(event.text))
+        if deltas:
+            deltas[-1].update(per_token_timings(event, self.model, self.plan.token_ids))
+        return chunks + deltas
+
+    def on_progress(self, event: ProgressEvent) -> list[dict[str, Any]]:
+        """llama-server's prompt progress chunk (``return_progress``): the role delta with
+        ``prompt_progress``."""
+        self.started = True
+        chunk = self._chunk({"role": "assistant", "content": None})
+        chunk["prompt_progress"] = progress_dict(event)
+        chunk.update(per_token_timings(event, self.model, self.plan.token_ids))
+        return [chunk]
 
     def on_done(self, event: DoneEvent) -> list[dict[str, Any]]:
         """The last chunks: held-back text, the finish chunk, then usage if asked for."""
         chunks = self._start() + self._delta(self.parser.flush())
         final = self._chunk({}, finish_reason(event.finish_reason, self.tool_calls))
         final["timings"] = timings_dict(event.timings, self.model, self.plan.token_ids)
+        if self.plan.verbose:
+            final["__verbose"] = verbose_dict(self.plan, "".join(self._text),
+                                              event.completion_tokens, str(event.finish_reason))
         chunks.append(final)
         self.final_usage = Usage(event.prompt_tokens, event.completion_tokens,
                                  event.timings.reused_tokens)
         if self.plan.body.include_usage() and self.usage:
-            chunks.append(usage_chunk(self.plan, [self.final_usage]))
+            chunks.append({**usage_chunk(self.plan, [self.final_usage]),
+                           "timings": final["timings"]})
         return chunks
 
-    def on_event(self, event: TokenEvent | DoneEvent) -> list[dict[str, Any]]:
+    def on_event(self, event: StreamEvent) -> list[dict[str, Any]]:
         """Chunks for any engine event."""
         if isinstance(event, TokenEvent):
             return self.on_token(event)
+        if isinstance(event, ProgressEvent):
+            return self.on_progress(event)
         return self.on_done(event)
 
 

@@ -15,7 +15,7 @@ from contextlib import aclosing, closing
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..engine import DoneEvent, TokenEvent
+from ..engine import DoneEvent, ProgressEvent, StreamEvent
 from ..errors import InvalidOptionError, UnsupportedFeatureError
 from ..server import Completion, Usage
 from .chat import Target, aready, ready
@@ -138,7 +138,7 @@ class CompletionStream:
         self.offset = len(self.plan.texts[index])
         return [self._chunk(index, self.plan.texts[index])]
 
-    def on_event(self, index: int, event: TokenEvent | DoneEvent) -> list[dict[str, Any]]:
+    def on_event(self, index: int, event: StreamEvent) -> list[dict[str, Any]]:
         """Chunks for one engine event of prompt ``index``."""
         if isinstance(event, DoneEvent):
             self.usages.append(Usage(event.prompt_tokens, event.completion_tokens,
@@ -147,6 +147,8 @@ class CompletionStream:
             final["timings"] = timings_dict(event.timings, self.plan.served.model,
                                             self.plan.prompts[index])
             return [final]
+        if isinstance(event, ProgressEvent):  # llama-server's chat and native streams only
+            return []
         top = self.plan.body.logprobs
         logprobs = None if top is None else legacy_logprobs(
             self.plan.served.model, [event.token_id], [event.logprobs or ()], top, self.offset)

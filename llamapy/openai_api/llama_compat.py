@@ -17,21 +17,21 @@ from typing import Any
 from .. import __version__
 from .._native import Model
 from .._pins import LLAMA_CPP_COMMIT
-from ..engine import DoneEvent, TokenEvent
+from ..engine import DoneEvent, ProgressEvent, TokenEvent
 from ..errors import InvalidOptionError
 from ..options import aliases_of
 from ..server import Completion
-from .completions import check_token_ids, prompt_list
+from .completions import check_token_ids
 from .logprobs import MIN_CANDIDATES, sampled_logprob
 from .params import ChatBody, engine_extras, parse_body
 from .prompt import render_prompt
-from .report import timings_dict
+from .prompt_shapes import native_prompts
+from .report import per_token_timings, progress_dict, timings_dict
 from .target import ServedModel
 
 #: llama-server request fields that only tune its own bookkeeping: accepted, ignored.
-IGNORED_FIELDS = ("id_slot", "n_keep", "timings_per_token", "return_progress",
-                  "post_sampling_probs", "samplers", "t_max_predict_ms", "n_indent",
-                  "response_fields", "n_cmpl")
+IGNORED_FIELDS = ("id_slot", "n_keep", "post_sampling_probs", "verbose", "samplers",
+                  "t_max_predict_ms", "n_indent", "response_fields", "n_cmpl")
 #: ``/completion``'s token budget spellings (the tree's aliases of ``max_tokens``, then
 #: ``max_tokens`` itself); the first one present wins.
 BUDGET_FIELDS = (*aliases_of("max_tokens"), "max_tokens")
@@ -41,31 +41,39 @@ OWN_FIELDS = ("prompt", "stream", "return_tokens", "model", "json_schema", *BUDG
 STOP_TYPES = {"eog": "eos", "stop": "word", "max_tokens": "limit", "prefill": "limit"}
 
 
-def _probabilities(model: Model, token_id: int, candidates: Any, n_probs: int
-                   ) -> dict[str, Any]:
+def _probabilities(model: Model, token_id: int, candidates: Any, n_probs: int,
+                   probs: bool = False) -> dict[str, Any]:
+    """One ``completion_probabilities`` entry: ``logprob`` / ``top_logprobs``, or with
+    ``post_sampling_probs`` (``probs``) llama-server's ``prob`` / ``top_probs`` (the model's
+    probabilities, before the sampler's filters)."""
+    key = "prob" if probs else "logprob"
+
     def entry(token: int, logprob: float) -> dict[str, Any]:
         piece = model.token_to_piece(token, True)
-        return {"id": token, "token": piece.decode("utf-8", "replace"), "logprob": logprob,
-                "bytes": list(piece)}
+        return {"id": token, "token": piece.decode("utf-8", "replace"),
+                key: math.exp(logprob) if probs else logprob, "bytes": list(piece)}
 
     candidates = list(candidates or ())
     out = entry(token_id, sampled_logprob(token_id, candidates))
-    out["top_logprobs"] = [entry(t, lp) for t, lp in candidates[:n_probs]]
+    out["top_probs" if probs else "top_logprobs"] = [
+        entry(t, lp) for t, lp in candidates[:n_probs] if not probs or math.exp(lp) > 0]
     return out
 
 
+#: One prompt of a ``/completion`` ready to run: ``(token ids, text, engine call options)``.
+NativePrompt = tuple[list[int], str, dict[str, Any]]
+
+
 def prepare_native(served: ServedModel, request: Mapping[str, Any]
-                   ) -> tuple[list[int], str, dict[str, Any], dict[str, Any]]:
-    """``(prompt ids, prompt text, engine call options, request)`` of a ``/completion``."""
+                   ) -> tuple[list[NativePrompt], dict[str, Any]]:
+    """Each prompt of a ``/completion`` (llama-server's shapes, :mod:`.prompt_shapes`) with its
+    engine call options, and the request."""
     if not isinstance(request, Mapping):
         raise InvalidOptionError("request body must be a JSON object")
     served.check_model(request.get("model"))
     if "prompt" not in request:
         raise InvalidOptionError("missing field 'prompt'", option="prompt")
-    pairs = prompt_list(served, request["prompt"])
-    if len(pairs) != 1:
-        raise InvalidOptionError("/completion takes one prompt", option="prompt")
-    ids, text = pairs[0]
+    pairs = native_prompts(served, request["prompt"])
     extras = {k: v for k, v in request.items() if k not in OWN_FIELDS + IGNORED_FIELDS}
     options = served.select_adapters(engine_extras(extras))
     served.resolve_logit_bias(options)
@@ -77,11 +85,11 @@ def prepare_native(served: ServedModel, request: Mapping[str, Any]
     n_predict = next((request[k] for k in BUDGET_FIELDS if k in request), -1)
     if not isinstance(n_predict, int) or isinstance(n_predict, bool):
         raise InvalidOptionError("n_predict must be an integer", option="n_predict")
-    options["max_tokens"] = served.default_max_tokens(len(ids)) if n_predict < 0 else n_predict
     if options.get("n_probs"):
         options["n_probs"] = max(options["n_probs"], MIN_CANDIDATES)
     options["timeout"] = served.request_timeout
-    return ids, text, options, dict(request)
+    return [(ids, text, {**options, "max_tokens": served.default_max_tokens(len(ids))
+                         if n_predict < 0 else n_predict}) for ids, text in pairs], dict(request)
 
 
 def _settings(served: ServedModel, options: Mapping[str, Any]) -> dict[str, Any]:
@@ -113,23 +121,35 @@ def native_response(served: ServedModel, ids: list[int], text: str, options: Map
         "timings": timings_dict(completion.timings, model, ids),
     }
     if n_probs:
+        post = bool(request.get("post_sampling_probs"))
         out["completion_probabilities"] = [
-            _probabilities(model, t, c, n_probs)
+            _probabilities(model, t, c, n_probs, post)
             for t, c in zip(completion.token_ids, completion.logprobs, strict=False)]
     return out
 
 
 def native_chunk(served: ServedModel, request: Mapping[str, Any], event: TokenEvent,
-                 n_done: int, n_prompt: int) -> dict[str, Any]:
-    """One streamed ``/completion`` chunk."""
+                 n_done: int, ids: list[int]) -> dict[str, Any]:
+    """One streamed ``/completion`` chunk (``timings`` so far with ``timings_per_token``)."""
     out: dict[str, Any] = {"index": 0, "content": event.text, "tokens": [event.token_id],
                            "stop": False, "id_slot": -1, "tokens_predicted": n_done,
-                           "tokens_evaluated": n_prompt}
+                           "tokens_evaluated": len(ids)}
+    out.update(per_token_timings(event, served.model, ids))
     n_probs = int(request.get("n_probs") or 0)
     if n_probs:
-        out["completion_probabilities"] = [
-            _probabilities(served.model, event.token_id, event.logprobs, n_probs)]
+        out["completion_probabilities"] = [_probabilities(
+            served.model, event.token_id, event.logprobs, n_probs,
+            bool(request.get("post_sampling_probs")))]
     return out
+
+
+def native_progress(served: ServedModel, event: ProgressEvent, ids: list[int]
+                    ) -> dict[str, Any]:
+    """A ``prompt_progress`` chunk of a streamed ``/completion`` (``return_progress``)."""
+    return {"index": 0, "content": "", "tokens": [], "stop": False, "id_slot": -1,
+            "tokens_predicted": 0, "tokens_evaluated": len(ids),
+            "prompt_progress": progress_dict(event),
+            **per_token_timings(event, served.model, ids)}
 
 
 def native_final(served: ServedModel, ids: list[int], text: str, options: Mapping[str, Any],
@@ -189,7 +209,12 @@ def apply_template(served: ServedModel, request: Mapping[str, Any]) -> dict[str,
 
 
 def slot_n_ctx(served: ServedModel) -> int:
-    """The context one slot may use: all of it with a unified KV cache, else its share."""
+    """The context one request may use, as the engine enforces it (llama.cpp's
+    ``n_ctx_seq``): all of it with a unified KV cache (llamapy's default), else the slot's
+    share; the ``n_ctx`` of a context overflow error is the same number."""
+    n_ctx_seq = served.n_ctx_seq()
+    if n_ctx_seq:
+        return n_ctx_seq
     start = served.server.start_options
     n_ctx = start.context.n_ctx
     return n_ctx if start.engine.kv_unified else n_ctx // start.server.n_parallel

@@ -58,6 +58,15 @@ class ChatPlan:
         return self.served.name
 
     @property
+    def verbose(self) -> bool:
+        """Whether responses carry llama-server's ``__verbose`` object (the request's
+        ``verbose``, else the server's ``--verbose``)."""
+        asked = api_extra(self.body, "verbose")
+        if asked is not None and not isinstance(asked, bool):
+            raise InvalidOptionError("verbose must be a boolean", option="verbose")
+        return self.served.verbose if asked is None else asked
+
+    @property
     def top_logprobs(self) -> int | None:
         """How many alternatives per token to report (None: no logprobs)."""
         return (self.body.top_logprobs or 0) if self.body.logprobs else None
@@ -215,8 +224,10 @@ def prepare_chat(served: ServedModel, request: Mapping[str, Any]) -> ChatPlan:
     if body.logprobs:
         options["n_probs"] = max(options.get("n_probs", 0), body.top_logprobs or 0, MIN_CANDIDATES)
     reasoning = _reasoning(served, body)
-    return ChatPlan(
+    plan = ChatPlan(
         served=served, body=body, prompt=prompt, token_ids=token_ids, options=options,
         tools_active=tools_active, reasoning=reasoning,
         reasoning_started=reasoning and prompt.rstrip().endswith("<think>"),
     )
+    plan.verbose  # noqa: B018 - a bad ``verbose`` is a 400 before generating
+    return plan

@@ -5,6 +5,13 @@
 (``cache_source``: ``own`` slot, ``donor`` slot, ``ram`` cache, ``inflight``) and where the
 prompt diverged from the best cached prefix (``cache_diverged_at``, the first prompt token
 that had to be computed, with a few tokens of text there in ``cache_diverged_text``).
+
+No value is ever ``null`` (llama-server's rule: clients sum and plot these): a rate or
+per-token time that cannot be measured (no prompt computed, a single generated token, whose
+logits came with the prompt) is ``0.0``; ``cache_diverged_at`` and ``ttft_ms`` are left out
+when there is no such point (the whole prompt matched; no token yet). The two text fields,
+``cache_source`` and ``cache_diverged_text``, are there only when a prefix was reused, so the
+timings of a request that reused nothing are all numbers, as llama-server's are.
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .._native import Model
-from ..engine import RequestTimings
+from ..engine import ProgressEvent, RequestTimings
 from ..server import Usage
 
 #: Prompt tokens shown around the divergence point.
@@ -47,12 +54,8 @@ def usage_dict(usage: Usage) -> dict[str, Any]:
     }
 
 
-def _ms(seconds: float | None) -> float | None:
-    return None if seconds is None else seconds * 1000.0
-
-
-def _per_token_ms(seconds: float, n: int) -> float | None:
-    return seconds * 1000.0 / n if n > 0 and seconds > 0 else None
+def _per_token_ms(seconds: float, n: int) -> float:
+    return seconds * 1000.0 / n if n > 0 and seconds > 0 else 0.0
 
 
 def diverged_at(timings: RequestTimings) -> int | None:
@@ -72,25 +75,43 @@ def timings_dict(timings: RequestTimings, model: Model | None = None,
     at = diverged_at(timings)
     out: dict[str, Any] = {
         "prompt_n": timings.prefill_tokens,
-        "prompt_ms": _ms(timings.prefill_s),
+        "prompt_ms": timings.prefill_s * 1000.0,
         "prompt_per_token_ms": _per_token_ms(timings.prefill_s, timings.prefill_tokens),
-        "prompt_per_second": timings.prefill_tok_per_s,
+        "prompt_per_second": timings.prefill_tok_per_s or 0.0,
         "predicted_n": timings.completion_tokens,
-        "predicted_ms": _ms(timings.decode_s),
+        "predicted_ms": timings.decode_s * 1000.0,
         "predicted_per_token_ms": _per_token_ms(timings.decode_s,
                                                 max(0, timings.completion_tokens - 1)),
-        "predicted_per_second": timings.decode_tok_per_s,
-        "queued_ms": _ms(timings.queued_s),
-        "ttft_ms": _ms(timings.ttft_s),
+        "predicted_per_second": timings.decode_tok_per_s or 0.0,
+        "queued_ms": timings.queued_s * 1000.0,
         "cache_n": timings.reused_tokens,
-        "cache_source": timings.reuse_source,
         "cache_inflight_n": timings.inflight_tokens,
-        "cache_diverged_at": at,
     }
+    if timings.reused_tokens and timings.reuse_source:
+        out["cache_source"] = timings.reuse_source
+    if timings.ttft_s is not None:
+        out["ttft_ms"] = timings.ttft_s * 1000.0
+    if at is not None:
+        out["cache_diverged_at"] = at
     if timings.draft_tokens:  # llama-server reports these only when the request drafted
         out["draft_n"] = timings.draft_tokens
         out["draft_n_accepted"] = timings.draft_accepted
-    if model is not None and prompt_ids is not None and at is not None:
+    if model is not None and prompt_ids is not None and at and "cache_source" in out:
         window = list(prompt_ids[at:at + DIVERGED_TEXT_TOKENS])
         out["cache_diverged_text"] = model.detokenize(window, False, True) if window else ""
     return out
+
+
+def progress_dict(event: ProgressEvent) -> dict[str, Any]:
+    """llama-server's ``prompt_progress``: ``total`` prompt tokens, ``cache`` reused,
+    ``processed`` so far (reused included), ``time_ms`` since prompt processing began."""
+    return {"total": event.total, "cache": event.cache, "processed": event.processed,
+            "time_ms": event.timings.prefill_s * 1000.0}
+
+
+def per_token_timings(event: object, model: Model | None = None,
+                      prompt_ids: Sequence[int] | None = None) -> dict[str, Any]:
+    """``{"timings": ...}`` for an event carrying the timings so far (``timings_per_token``,
+    progress events), else ``{}``."""
+    timings = getattr(event, "timings", None)
+    return {} if timings is None else {"timings": timings_dict(timings, model, prompt_ids)}

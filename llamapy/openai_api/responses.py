@@ -24,11 +24,12 @@ from collections.abc import AsyncGenerator, Iterator, Mapping
 from contextlib import aclosing
 from typing import Any
 
-from ..engine import DoneEvent, TokenEvent
+from ..engine import DoneEvent, ProgressEvent, StreamEvent, TokenEvent
 from ..server import Completion, Usage
 from .bridge import Observer, aplan_events, arun_plan, plan_events, run_plan
 from .chat import Target, aready, ready
 from .prompt import prepare_chat
+from .report import per_token_timings, progress_dict
 from .responses_input import ResponsesPlan, prepare_responses
 from .responses_output import (
     ItemBuilder,
@@ -81,12 +82,29 @@ class ResponseStream:
         final = response_object(self.plan, status=status, output=output,
                                 usage=usage_dict(usage, reasoning_tokens(self.plan, output)))
         kind = "response.completed" if status == "completed" else "response.incomplete"
-        return [*events, {"type": kind, "response": final}]
+        return [*events, {"type": kind, "response": final, **self._timings(event)}]
 
-    def on_event(self, event: TokenEvent | DoneEvent) -> list[dict[str, Any]]:
-        """Numbered stream events for any engine event."""
+    def _timings(self, event: StreamEvent) -> dict[str, Any]:
+        return per_token_timings(event, self.plan.chat.served.model, self.plan.chat.token_ids)
+
+    def on_progress(self, event: ProgressEvent) -> list[dict[str, Any]]:
+        """llama-server's prompt progress (``return_progress``): ``response.in_progress``
+        with ``prompt_progress``."""
+        events = self._start()
+        progress = {"type": "response.in_progress", "response": response_object(
+            self.plan, status="in_progress", output=[], usage=None),
+            "prompt_progress": progress_dict(event), **self._timings(event)}
+        return [*events, progress]
+
+    def on_event(self, event: StreamEvent) -> list[dict[str, Any]]:
+        """Numbered stream events for any engine event (with ``timings_per_token`` the last
+        event of a token carries the timings so far)."""
         if isinstance(event, TokenEvent):
             events = self._start() + self.items.add(self.parser.feed(event.text))
+            if events:
+                events[-1].update(self._timings(event))
+        elif isinstance(event, ProgressEvent):
+            events = self.on_progress(event)
         else:
             events = self.on_done(event)
         return self._numbered(events)

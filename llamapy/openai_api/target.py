@@ -65,7 +65,9 @@ class ServedModel:
     ``chat_template_kwargs`` extend (``--reasoning off``: ``enable_thinking: false``);
     ``prefill_assistant``: a conversation ending with an assistant message is continued
     (``--no-prefill-assistant``: answered in a new turn instead); ``spm_infill``: ``/infill``
-    puts the suffix before the prefix (``--spm-infill``).
+    puts the suffix before the prefix (``--spm-infill``); ``verbose``: responses carry
+    llama-server's ``__verbose`` debug object (the rendered prompt, ...) unless a request sets
+    ``verbose: false`` (``--verbose``; a request's ``verbose: true`` asks for it anyway).
     """
 
     server: Server
@@ -80,6 +82,7 @@ class ServedModel:
     accept_any_model: bool = False
     prefill_assistant: bool = True
     spm_infill: bool = False
+    verbose: bool = False
     created: int = field(default_factory=lambda: int(time.time()))
 
     def __post_init__(self) -> None:

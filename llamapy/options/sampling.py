@@ -137,6 +137,9 @@ class RequestOptions:
     ``speculative`` overrides the server's speculative decoding settings (a drafter name,
     ``False``, or a mapping of :class:`~llamapy.options.speculative.SpeculativeParams` fields;
     stored as validated field overrides, None = the server's).
+    ``timings_per_token`` attaches the timings so far to every token event;
+    ``return_progress`` emits a progress event before and after each prompt chunk
+    (llama-server's request fields of the same names).
     """
 
     max_tokens: int = option(256, "most tokens to generate (0 = prefill only)")
@@ -147,6 +150,8 @@ class RequestOptions:
     stop: tuple[str, ...] = option((), "strings that end generation (never emitted)")
     speculative: Any = option(None, "speculative decoding: a drafter name, False or settings")
     sampling: SamplingParams = option_factory(SamplingParams, "the request's sampling options")
+    timings_per_token: bool = option(False, "attach the timings so far to each token event")
+    return_progress: bool = option(False, "emit progress events while the prompt is computed")
 
     def __post_init__(self) -> None:
         check(is_int(self.max_tokens) and self.max_tokens >= 0, "max_tokens",
@@ -163,6 +168,8 @@ class RequestOptions:
         spec = speculative_overrides(self.speculative)
         object.__setattr__(self, "speculative", None if spec is None else MappingProxyType(spec))
         check(isinstance(self.sampling, SamplingParams), "sampling", "must be SamplingParams")
+        for name in ("timings_per_token", "return_progress"):
+            check(isinstance(getattr(self, name), bool), name, "must be a boolean")
 
 
 def _adapter_set(value: object) -> tuple[Hashable, ...]:

@@ -27,6 +27,7 @@ from llamapy.engine.request import (
     FinishReason,
     Request,
     RequestTimings,
+    StreamEvent,
     TokenEvent,
 )
 from llamapy.errors import CancelledError, RequestTimeoutError
@@ -88,7 +89,7 @@ class _Stream:
             self._handle.gone = True
             self._runtime.cancel(self.request_id)
 
-    def _seen(self, event: Event) -> TokenEvent | DoneEvent:
+    def _seen(self, event: Event) -> StreamEvent:
         if isinstance(event, DoneEvent | ErrorEvent):
             self.done = True
             self.final = event
@@ -106,7 +107,7 @@ class _Stream:
             self.cancel()
 
 
-class RequestStream(_Stream, Iterator[TokenEvent | DoneEvent]):
+class RequestStream(_Stream, Iterator[StreamEvent]):
     """A submitted request's events for a blocking consumer (see the module docstring)."""
 
     def __init__(self, runtime: Runtime, request: Request, timeout: float | None, *,
@@ -117,7 +118,7 @@ class RequestStream(_Stream, Iterator[TokenEvent | DoneEvent]):
     def __iter__(self) -> RequestStream:
         return self
 
-    def __next__(self) -> TokenEvent | DoneEvent:
+    def __next__(self) -> StreamEvent:
         if self.done:
             raise StopIteration
         try:
@@ -137,7 +138,7 @@ class RequestStream(_Stream, Iterator[TokenEvent | DoneEvent]):
         self.cancel()
 
 
-class AsyncRequestStream(_Stream, AsyncIterator[TokenEvent | DoneEvent]):
+class AsyncRequestStream(_Stream, AsyncIterator[StreamEvent]):
     """A submitted request's events for an asyncio consumer (no thread per request)."""
 
     def __init__(self, runtime: Runtime, request: Request, timeout: float | None, *,
@@ -149,7 +150,7 @@ class AsyncRequestStream(_Stream, AsyncIterator[TokenEvent | DoneEvent]):
     def __aiter__(self) -> AsyncRequestStream:
         return self
 
-    async def __anext__(self) -> TokenEvent | DoneEvent:
+    async def __anext__(self) -> StreamEvent:
         if self.done:
             raise StopAsyncIteration
         try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -59,13 +60,49 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (LlamapyError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    hosts = [h.strip() for h in args.host.split(",") if h.strip()] or ["127.0.0.1"]
+    log.info("serving %s at %s", what, ", ".join(_url(h, args.port) for h in hosts))
+    try:
+        _run(app, hosts, args.port, args.log_level == "debug")
+    except OSError as exc:  # an address that cannot be bound
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
+    return 0
+
+
+def _url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
+
+
+def _run(app: Any, hosts: Sequence[str], port: int, debug: bool) -> None:
+    """Serve ``app`` with uvicorn on ``port`` of every address in ``hosts`` (llama-server's
+    comma-separated ``--host``)."""
     import uvicorn
 
-    log.info("serving %s at http://%s:%d/", what, args.host, args.port)
-    uvicorn.run(app, host=args.host, port=args.port,
-                log_level="debug" if args.log_level == "debug" else "warning",
-                access_log=args.log_level == "debug")
-    return 0
+    config = uvicorn.Config(app, host=hosts[0], port=port,
+                            log_level="debug" if debug else "warning", access_log=debug)
+    if len(hosts) == 1:
+        uvicorn.Server(config).run()
+        return
+    sockets = [_bind(host, port) for host in hosts]
+    try:
+        uvicorn.Server(config).run(sockets=sockets)
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port`` (an IPv6 one accepts IPv6 only)."""
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if family == socket.AF_INET6:
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+    sock.bind(address)
+    sock.set_inheritable(True)
+    return sock
 
 
 def _build_app(args: argparse.Namespace) -> tuple[Any, str]:
@@ -75,6 +112,7 @@ def _build_app(args: argparse.Namespace) -> tuple[Any, str]:
         options = app_options(args)
         from .app import create_app
 
+        options.pop("sleep_idle_seconds")  # the manager's default keep_alive
         try:
             app = create_app(manager, own_server=True, chat_templates=templates, **options)
         except BaseException:
@@ -82,16 +120,29 @@ def _build_app(args: argparse.Namespace) -> tuple[Any, str]:
             raise
         return app, f"{len(manager.names)} models ({', '.join(manager.names)})"
     path = model_path(args.model[0] if args.model else None)
-    server = Server(path, **serve_start_options(args))  # loads on its thread from now on
+    start = serve_start_options(args)
+    server = Server(path, **start)  # loads on its thread from now on
     from .app import create_app  # the HTTP stack imports while the model loads
 
     try:
         options = app_options(args)
-        app = create_app(server, own_server=True, **options)
+        target = server if options["sleep_idle_seconds"] is None else _reloader(server, start)
+        app = create_app(target, own_server=True, **options)
     except BaseException:
         server.close()
         raise
     return app, f"{options['alias'] or path.stem} ({path})"
+
+
+def _reloader(first: Server, start: dict[str, Any]) -> Any:
+    """A loader giving ``first``, then a fresh Server on the same file and options (the model
+    woken from ``--sleep-idle-seconds``)."""
+    servers = [first]
+
+    def load() -> Server:
+        return servers.pop() if servers else Server(first.model_path, **start)
+
+    return load
 
 
 if __name__ == "__main__":

@@ -9,13 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
-from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
+from ..openai_api import ServedModel
 from ..openai_api.target import DEFAULT_REQUEST_TIMEOUT
 from ..server import ModelManager, Server
 from .context import CACHE_HEADERS, AppContext
+from .cors import DEFAULT_ORIGINS, CorsMiddleware, CorsPolicy
 from .errors import BodyLimit, CatchAll, install_error_handlers
 from .flags import DEFAULT_MAX_BODY_BYTES
 from .host import Loader, ModelHost
@@ -25,12 +26,11 @@ from .multi import ModelRouter, ModelSelect
 from .routes_anthropic import anthropic_router
 from .routes_llama import health_router, llama_router
 from .routes_models import models_router
-from .routes_openai import openai_router
+from .routes_openai import model_card, openai_router
 from .routes_responses import responses_router
+from .sleep import WakeOnRequest, sleep_snapshot
 
 STATIC_DIR = Path(__file__).with_name("static")
-#: Origins the ``localhost`` CORS value allows (llama-server's ``origin_is_localhost``).
-LOCALHOST_ORIGIN = r"https?://(localhost|127\.0\.0\.1|\[::1\])(:[0-9]+)?"
 
 
 def create_app(
@@ -60,8 +60,9 @@ def create_app(
     ``/health`` and the pages (``/``, ``/dashboard``; their data comes from protected routes).
     ``chat_template``: Jinja overriding the GGUF's. ``webui=False``: no pages; ``slots`` /
     ``metrics=False``: those answer 501. ``slot_save_path``: the folder of the slot actions
-    (None: 501). ``served``: more :class:`~llamapy.openai_api.ServedModel`
-    options (``aliases``, ``tags``, ...). ``own_server``: close it on shutdown.
+    (None: 501). ``own_server``: close it on shutdown. ``served``: more
+    :class:`~llamapy.openai_api.ServedModel` options (``aliases``, ``tags``, ...) and
+    ``sleep_idle_seconds`` (a loader ``target``, rerun to wake: :mod:`llamapy.serve.sleep`).
     """
     owned = _owner(target, alias=alias, chat_template=chat_template,
                    chat_templates=chat_templates, request_timeout=request_timeout, **served)
@@ -77,8 +78,17 @@ def create_app(
 
 def _context(owned: ModelHost | ModelRouter, **options: Any) -> AppContext:
     """The app's context on one model's host or a manager's router."""
-    return AppContext(owned if isinstance(owned, ModelHost) else None,
-                      models=owned if isinstance(owned, ModelRouter) else None, **options)
+    ctx = AppContext(owned if isinstance(owned, ModelHost) else None,
+                     models=owned if isinstance(owned, ModelRouter) else None, **options)
+    if isinstance(owned, ModelHost) and owned.clock is not None:
+        owned.sleep_hooks.append(lambda served: _fall_asleep(ctx, served))
+    return ctx
+
+
+def _fall_asleep(ctx: AppContext, served: ServedModel) -> None:
+    """Before the model sleeps: snapshot the read-only routes, free the embedder."""
+    ctx.asleep = sleep_snapshot(served, {"object": "list", "data": [model_card(served)]})
+    ctx.close()
 
 
 def _add_routes(app: FastAPI, ctx: AppContext, webui: bool) -> None:
@@ -95,14 +105,16 @@ def _add_routes(app: FastAPI, ctx: AppContext, webui: bool) -> None:
 
 def _owner(target: Server | Loader | ModelManager, *, alias: str | None,
            chat_template: str | None, chat_templates: Mapping[str, str] | None,
-           request_timeout: float, **served: Any) -> ModelHost | ModelRouter:
+           request_timeout: float, sleep_idle_seconds: float | None = None, **served: Any
+           ) -> ModelHost | ModelRouter:
     """What serves the app's models: a :class:`ModelHost` for one, a :class:`ModelRouter`
     for a manager's several."""
     if isinstance(target, ModelManager):
         return ModelRouter(target, chat_templates=chat_templates, chat_template=chat_template,
                            request_timeout=request_timeout, **served)
     return ModelHost(target, name=alias or "", chat_template=chat_template,
-                     request_timeout=request_timeout, **served)
+                     request_timeout=request_timeout, sleep_idle_seconds=sleep_idle_seconds,
+                     **served)
 
 
 def _lifespan(ctx: AppContext, owned: ModelHost | ModelRouter | None) -> Any:
@@ -119,28 +131,17 @@ def _lifespan(ctx: AppContext, owned: ModelHost | ModelRouter | None) -> Any:
 
 def _add_middleware(app: FastAPI, ctx: AppContext, cors_origins: Sequence[str],
                     max_body_bytes: int) -> None:
-    """Catch-all errors, request counting, the body limit and (if asked for) CORS."""
+    """Catch-all errors, request counting, the body limit and (outermost) CORS: preflights
+    always answered, ``cors_origins`` (default: localhost) named (:mod:`llamapy.serve.cors`)."""
     if ctx.models is not None:  # innermost: leases the request's model for its response
         app.add_middleware(ModelSelect, router=ctx.models, check_key=ctx.check_key)
+    if ctx.host is not None and ctx.host.clock is not None:
+        app.add_middleware(WakeOnRequest, enter=ctx.host.enter, leave=ctx.host.leave)
     app.add_middleware(CatchAll)
     app.add_middleware(RequestCounter, metrics=ctx.metrics)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
-    if cors_origins:
-        app.add_middleware(CORSMiddleware, **cors_options(cors_origins),
-                           allow_methods=["*"], allow_headers=["*"],
-                           expose_headers=list(CACHE_HEADERS))
-
-
-def cors_options(origins: Sequence[str]) -> dict[str, Any]:
-    """``CORSMiddleware``'s origin options for ``--cors-origin`` values: each may be a
-    comma-separated list (llama-server's spelling); ``*`` allows any origin; ``localhost``
-    (llama-server's special value) any ``http(s)://localhost``, ``127.0.0.1`` or ``[::1]``
-    origin on any port."""
-    names = [name.strip() for value in origins for name in value.split(",") if name.strip()]
-    out: dict[str, Any] = {"allow_origins": [name for name in names if name != "localhost"]}
-    if "localhost" in names:
-        out["allow_origin_regex"] = LOCALHOST_ORIGIN
-    return out
+    app.add_middleware(CorsMiddleware, policy=CorsPolicy(cors_origins or DEFAULT_ORIGINS),
+                       expose=list(CACHE_HEADERS))
 
 
 def _add_page(app: FastAPI) -> None:

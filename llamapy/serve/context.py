@@ -56,6 +56,8 @@ class AppContext:
     slot_save_path: str | None = None
     models: ModelRouter | None = None
     metrics: Metrics = field(init=False)
+    #: What ``/props``, ``/v1/models`` and ``/metrics`` read while the model sleeps.
+    asleep: dict[str, Any] = field(default_factory=dict, init=False)
     _embedder: Embedder | None = field(default=None, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
 
@@ -63,6 +65,11 @@ class AppContext:
         self.metrics = Metrics(self.engine_stats, self.model_name)
         if self.models is not None:
             self.metrics.registry.register(ModelsCollector(self.models.manager))
+
+    @property
+    def sleeping(self) -> bool:
+        """Whether the (one) model is asleep (``--sleep-idle-seconds``)."""
+        return self.host is not None and self.host.sleeping
 
     def model_name(self) -> str:
         """The public model id ("" until the model's loader returned); with several models,
@@ -74,10 +81,16 @@ class AppContext:
                 return ""
         assert self.host is not None
         served = self.host.served
+        if served is None and self.sleeping:
+            return str(self.asleep["props"]["model_alias"])
         return served.name if served is not None else ""
 
     def engine_stats(self) -> Mapping[str, Any] | None:
-        """The engine's stats, or None while the model is unavailable."""
+        """The engine's stats (while the model sleeps: as they were), or None while the model
+        is unavailable."""
+        if self.sleeping:
+            stats: Mapping[str, Any] | None = self.asleep.get("stats")
+            return stats
         try:
             return self.served().server.stats()
         except LlamapyError:

@@ -5,7 +5,7 @@ loaded model, touched only by the embedder's worker thread. All inputs of a requ
 one decode (split only past ``n_ctx`` tokens or ``n_seq_max`` sequences); vectors are
 L2-normalised, as OpenAI's are. ``encoding_format`` ``float`` or ``base64`` (little-endian
 float32). ``input`` (or llama-server's ``content``): a string, token ids, or a list mixing
-strings and token-id lists.
+strings, token-id lists and ``{"content": [text parts]}`` objects.
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ def embedding_inputs(served: ServedModel, value: object) -> list[list[int]]:
                                  option="input")
     out = []
     for item in items:
+        if isinstance(item, Mapping):
+            item = _content_text(item)
         if isinstance(item, str):
             out.append(served.model.tokenize(item, True, False))  # as Embedder.tokenize
         elif isinstance(item, list):
@@ -46,11 +48,29 @@ def embedding_inputs(served: ServedModel, value: object) -> list[list[int]]:
     return out
 
 
+def _content_text(item: Mapping[str, Any]) -> str:
+    """llama-server's ``{"content": [{"type": "text", "text": ...}, ...]}`` input item as its
+    text (the parts joined; any other part type is a 400: no model here takes media)."""
+    content = item.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and content and all(
+            isinstance(p, Mapping) and p.get("type") == "text" and isinstance(p.get("text"), str)
+            for p in content):
+        return "".join(p["text"] for p in content)
+    raise InvalidOptionError("an input object needs 'content': text or a list of "
+                             "{\"type\": \"text\", \"text\": ...} parts", option="input")
+
+
 def parse_embedding_request(served: ServedModel, request: Mapping[str, Any]
                             ) -> tuple[list[list[int]], str]:
-    """``(token lists, encoding_format)`` of an embeddings request."""
+    """``(token lists, encoding_format)`` of an embeddings request (400 under ``--pooling
+    none``, as llama-server's OpenAI endpoint answers: that pooling has no vector per input)."""
     if not isinstance(request, Mapping):
         raise InvalidOptionError("request body must be a JSON object")
+    if served.server.start_options.context.pooling_type == "none":
+        raise UnsupportedFeatureError("pooling", "/v1/embeddings needs a pooled vector per "
+                                      "input; this server runs with --pooling none")
     known = {"input", "content", "model", "encoding_format", "dimensions", "user"}
     unknown = set(request) - known
     if unknown:

@@ -5,6 +5,11 @@ itself still be loading its model); ``ModelHost(loader, **options)`` first runs 
 a thread (fetching the default model, say) while the HTTP server already answers ``/health``
 with 503. ``options`` are those of :class:`~llamapy.openai_api.ServedModel` (``name``,
 ``chat_template``, ``request_timeout``).
+
+With ``sleep_idle_seconds`` (and a loader, which it reruns to wake up) the model sleeps after
+that many idle seconds (:mod:`llamapy.serve.sleep`): :attr:`ModelHost.sleeping`, :meth:`enter`
+/ :meth:`leave` around each request that runs on the model, ``sleep_hooks`` called with the
+served model just before it is unloaded.
 """
 
 from __future__ import annotations
@@ -14,9 +19,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import LlamapyError, LoadFailedError, NotReadyError
+from ..errors import InvalidOptionError, LlamapyError, LoadFailedError, NotReadyError
 from ..openai_api import ServedModel
 from ..server import Server
+from .sleep import IdleClock
 
 log = logging.getLogger("llamapy.serve")
 
@@ -26,11 +32,22 @@ Loader = Callable[[], Server]
 class ModelHost:
     """Holds the :class:`ServedModel`; :meth:`get` raises the typed reason it is unavailable."""
 
-    def __init__(self, target: Server | Loader, **served: Any) -> None:
+    def __init__(self, target: Server | Loader, *, sleep_idle_seconds: float | None = None,
+                 **served: Any) -> None:
         self._options = served
         self._served: ServedModel | None = None
         self._error: LlamapyError | None = None
         self._lock = threading.Lock()
+        self._wake_lock = threading.Lock()
+        self._loader = None if isinstance(target, Server) else target
+        self._sleeping = False
+        self.sleep_hooks: list[Callable[[ServedModel], None]] = []
+        self.clock: IdleClock | None = None
+        if sleep_idle_seconds is not None and sleep_idle_seconds >= 0:
+            if self._loader is None:
+                raise InvalidOptionError("sleep_idle_seconds needs a loader to reload the "
+                                         "model with", option="sleep_idle_seconds")
+            self.clock = IdleClock(sleep_idle_seconds, self._sleep)
         if isinstance(target, Server):
             self._served = ServedModel(target, **served)
         else:
@@ -62,7 +79,7 @@ class ModelHost:
         if error is not None:
             raise error
         if served is None:
-            raise NotReadyError("loading model")
+            raise NotReadyError("the model is asleep" if self._sleeping else "loading model")
         result = served.server.fetch_model()
         if isinstance(result, LlamapyError):
             raise result
@@ -78,7 +95,50 @@ class ModelHost:
             return "failed"
         return "ready"
 
+    @property
+    def sleeping(self) -> bool:
+        """Whether the model was unloaded for idleness (``--sleep-idle-seconds``)."""
+        return self._sleeping
+
+    def enter(self) -> None:
+        """A request that runs on the model starts: wake the model first (blocking until it is
+        loaded again; raises :class:`LoadFailedError` if that fails)."""
+        if self.clock is None:
+            return
+        self.clock.enter()
+        with self._wake_lock:
+            if not self._sleeping:
+                return
+            assert self._loader is not None
+            log.info("waking up: reloading the model")
+            server = self._loader().wait_ready(None)
+            with self._lock:
+                self._served = ServedModel(server, **self._options)
+                self._sleeping = False
+
+    def leave(self) -> None:
+        """That request ended."""
+        if self.clock is not None:
+            self.clock.leave()
+
+    def _sleep(self) -> bool:
+        """Unload the model (no request in flight: the idle clock's lock is held)."""
+        with self._lock:
+            served = self._served
+        if served is None or not served.server.ready:
+            return False
+        for hook in self.sleep_hooks:
+            hook(served)
+        with self._lock:
+            self._served = None
+            self._sleeping = True
+        log.info("idle: the model sleeps (unloaded until the next request)")
+        served.server.close()
+        return True
+
     def close(self) -> None:
-        """Close the server (when the app owns it)."""
+        """Stop the idle clock; close the server (when the app owns it)."""
+        if self.clock is not None:
+            self.clock.close()
         if self._served is not None:
             self._served.server.close()

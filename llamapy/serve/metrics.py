@@ -21,7 +21,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .metrics_compat import llamacpp_families
+from .metrics_compat import LlamacppTimings, llamacpp_families
 from .metrics_gateway import GatewayHistograms, gateway_families
 
 PREFIX = "llamapy"
@@ -131,7 +131,9 @@ class Metrics:
                                        "Decode time per generated token after the first",
                                        buckets=_TOKEN_BUCKETS, registry=self.registry)
         self.gateway = GatewayHistograms(self.registry)
+        self.llamacpp = LlamacppTimings()
         self.registry.register(EngineCollector(stats, model_name))
+        self.registry.register(self.llamacpp)
 
     def observe(self, timings: Mapping[str, Any] | None) -> None:
         """Record a response's ``timings`` (as built by ``openai_api.report``)."""
@@ -140,9 +142,10 @@ class Metrics:
         if timings.get("ttft_ms") is not None:
             self.ttft.observe(timings["ttft_ms"] / 1000.0)
         per_token = timings.get("predicted_per_token_ms")
-        if per_token is not None:
+        if per_token is not None and timings.get("predicted_n", 0) > 1:
             self.token_latency.observe(per_token / 1000.0)
         self.gateway.observe(timings, self.model_name())
+        self.llamacpp.observe(timings)
 
     def render(self) -> bytes:
         """The exposition text."""

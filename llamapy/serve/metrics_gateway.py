@@ -88,5 +88,5 @@ class GatewayHistograms:
             decode = timings.get("predicted_ms") or 0.0
             self.e2e.labels(model_name).observe((ttft + decode) / 1000.0)
         per_token = timings.get("predicted_per_token_ms")
-        if per_token is not None:
+        if per_token is not None and timings.get("predicted_n", 0) > 1:
             self.itl.labels(model_name).observe(per_token / 1000.0)

@@ -31,7 +31,7 @@ from typing import Any
 
 from ..errors import InvalidOptionError, UnsupportedFeatureError
 from ..server import ModelManager, ModelSpec
-from .serving_flags import read_template
+from .serving_flags import read_template, sleep_idle_seconds
 
 __all__ = ["add_models_flags", "build_manager", "serves_several"]
 
@@ -90,9 +90,11 @@ def build_manager(args: argparse.Namespace, options: Mapping[str, Any]
         raise InvalidOptionError(f"--pin names no served model: {sorted(unknown)}",
                                  option="pin")
     specs = [_pinned(s) if pinned & set(s.names) else s for s in specs]
+    sleep = sleep_idle_seconds(args)
+    keep_alive = args.keep_alive if args.keep_alive is not None else (
+        -1 if sleep is None else sleep)
     manager = ModelManager(specs, models_max=args.models_max,
-                           memory_mb=args.models_memory_mb,
-                           keep_alive=-1 if args.keep_alive is None else args.keep_alive)
+                           memory_mb=args.models_memory_mb, keep_alive=keep_alive)
     return manager, templates
 
 

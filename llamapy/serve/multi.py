@@ -146,7 +146,7 @@ def model_entry(status: ModelStatus) -> dict[str, Any]:
     if status.error:
         state.update(failed=True, error=status.error)
     return {"id": status.name, "object": "model", "owned_by": "llamapy",
-            "aliases": list(status.aliases), "status": state,
+            "aliases": [status.name, *status.aliases], "status": state,
             "in_flight": status.in_flight, "pinned": status.pinned,
             "memory_mb": round(status.memory_mb, 1)}
 

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from typing import Any
@@ -12,7 +13,7 @@ from fastapi import APIRouter, Depends, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
-from ..engine import TokenEvent
+from ..engine import ProgressEvent, TokenEvent
 from ..openai_api import ServedModel
 from ..openai_api import llama_compat as compat
 from ..openai_api.infill import check_infill, infill_tokens
@@ -35,23 +36,32 @@ INFILL_FIELDS = ("input_prefix", "input_suffix", "input_extra", "prompt")
 
 
 async def stream_native(served: ServedModel, body: Any) -> AsyncGenerator[dict[str, Any], None]:
-    """Streamed ``/completion`` chunks, then the final ``stop: true`` chunk with timings."""
-    ids, text, options, request = compat.prepare_native(served, body)
-    n_done = 0
-    async with aclosing(served.aevents(ids, options)) as events:
-        async for event in events:
-            if isinstance(event, TokenEvent):
-                n_done += 1
-                yield compat.native_chunk(served, request, event, n_done, len(ids))
-            else:
-                yield compat.native_final(served, ids, text, options, event)
+    """Streamed ``/completion`` chunks, then the final ``stop: true`` chunk with timings; with
+    several prompts, each prompt's in turn (``index`` tells them apart)."""
+    prompts, request = compat.prepare_native(served, body)
+    for index, (ids, text, options) in enumerate(prompts):
+        n_done = 0
+        async with aclosing(served.aevents(ids, options)) as events:
+            async for event in events:
+                if isinstance(event, TokenEvent):
+                    n_done += 1
+                    chunk = compat.native_chunk(served, request, event, n_done, ids)
+                elif isinstance(event, ProgressEvent):
+                    chunk = compat.native_progress(served, event, ids)
+                else:
+                    chunk = compat.native_final(served, ids, text, options, event)
+                yield {**chunk, "index": index}
 
 
-async def complete_native(served: ServedModel, body: Any) -> dict[str, Any]:
-    """A whole ``/completion`` response."""
-    ids, text, options, request = compat.prepare_native(served, body)
-    completion = await served.server.acomplete_tokens(ids, **options)
-    return compat.native_response(served, ids, text, options, request, completion)
+async def complete_native(served: ServedModel, body: Any) -> list[dict[str, Any]]:
+    """The whole ``/completion`` response of each prompt (run concurrently)."""
+    prompts, request = compat.prepare_native(served, body)
+    done = await asyncio.gather(*(served.server.acomplete_tokens(ids, **options)
+                                  for ids, _, options in prompts))
+    return [{**compat.native_response(served, ids, text, options, request, completion),
+             "index": index}
+            for index, ((ids, text, options), completion) in enumerate(zip(prompts, done,
+                                                                           strict=True))]
 
 
 def health_router(ctx: AppContext) -> APIRouter:
@@ -64,7 +74,7 @@ def health_router(ctx: AppContext) -> APIRouter:
         """200 ``{"status": "ok"}`` when ready, else the 503 error saying why (with several
         models: ok while serving; ``/v1/models`` tells each model's state)."""
         try:
-            if ctx.models is None:
+            if ctx.models is None and not ctx.sleeping:
                 ctx.served()
         except Exception as exc:
             return error_response(exc)
@@ -104,9 +114,12 @@ async def native_answer(ctx: AppContext, request: Request, served: ServedModel, 
     if stream_flag(body):
         return await event_stream(request, stream_native(served, body), done_marker=False,
                                   on_chunk=final_timings(ctx.metrics.observe))
-    result = await cancel_on_disconnect(request, complete_native(served, body))
-    ctx.metrics.observe(result["timings"])
-    return JSONResponse(result, headers=cache_headers(result["timings"]))
+    results = await cancel_on_disconnect(request, complete_native(served, body))
+    for result in results:
+        ctx.metrics.observe(result["timings"])
+    # llama-server's shape: the object for one prompt, the list for several
+    return JSONResponse(results[0] if len(results) == 1 else results,
+                        headers=cache_headers(results[0]["timings"]))
 
 
 def infill_body(served: ServedModel, body: Any) -> dict[str, Any]:
@@ -146,7 +159,10 @@ def _tool_routes(router: APIRouter, ctx: AppContext) -> None:
 def _status_routes(router: APIRouter, ctx: AppContext) -> None:
     @router.get("/props")
     async def props() -> dict[str, Any]:
-        """Default generation settings, slot count, model and template."""
+        """Default generation settings, slot count, model and template (while the model
+        sleeps: as they were, with ``is_sleeping: true``; it stays asleep)."""
+        if ctx.sleeping:
+            return dict(ctx.asleep["props"])
         return await run_in_threadpool(compat.props, ctx.served())
 
     @router.get("/slots")
@@ -158,8 +174,8 @@ def _status_routes(router: APIRouter, ctx: AppContext) -> None:
     @router.post("/slots/{id_slot}")
     async def slot_action(id_slot: int, action: str, request: Request) -> dict[str, Any]:
         """llama-server's slot actions: ``?action=save|restore|erase`` (``{"filename"}`` for
-        save and restore; 501 without ``--slot-save-path``, 409 while the slot is busy)."""
-        ctx.check_enabled("slots")
+        save and restore; 501 without ``--slot-save-path``, 409 while the slot is busy; served
+        with ``--no-slots`` too, as llama-server does: that flag hides the ``/slots`` listing)."""
         body = await read_json(request) if action != "erase" else None
         return await run_in_threadpool(slot_files.slot_action, ctx.served(),
                                        ctx.slot_save_path, id_slot, action, body)

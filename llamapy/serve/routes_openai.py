@@ -11,7 +11,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
 
-from ..errors import UnsupportedFeatureError
+from ..errors import ModelNotFoundError, UnsupportedFeatureError
 from ..openai_api import (
     ChatBody,
     CompletionBody,
@@ -40,14 +40,15 @@ def _schema(model: type[ChatBody] | type[CompletionBody]) -> dict[str, Any]:
 
 
 def model_card(served: ServedModel) -> dict[str, Any]:
-    """One entry of ``/v1/models``."""
+    """One entry of ``/v1/models`` (``aliases``: every name it answers to, the id first, as
+    llama-server lists them)."""
     model = served.model
     return {"id": served.name, "object": "model", "created": served.created,
             "owned_by": "llamapy",
             "meta": {"n_ctx_train": model.n_ctx_train, "n_embd": model.n_embd,
                      "n_params": model.n_params, "size": model.size, "n_vocab": model.n_vocab,
                      "description": model.description},
-            **({"aliases": list(served.aliases)} if served.aliases else {}),
+            "aliases": [served.name, *served.aliases],
             **({"tags": list(served.tags)} if served.tags else {})}
 
 
@@ -89,6 +90,8 @@ def _model_routes(router: APIRouter, ctx: AppContext) -> None:
         """The served model (with several: each with its ``status``)."""
         if ctx.models is not None:
             return ctx.models.model_list()
+        if ctx.sleeping:
+            return dict(ctx.asleep["models"])
         return {"object": "list", "data": [model_card(ctx.served())]}
 
     @router.get("/v1/models/{model_id:path}")
@@ -96,6 +99,11 @@ def _model_routes(router: APIRouter, ctx: AppContext) -> None:
         """One model by id (404 unless served here)."""
         if ctx.models is not None:
             return model_entry(ctx.models.manager.status_of(model_id))
+        if ctx.sleeping:  # as it was before it slept; looking does not wake it
+            card: dict[str, Any] = ctx.asleep["models"]["data"][0]
+            if model_id not in card["aliases"]:
+                raise ModelNotFoundError(f"model {model_id!r} is not served here")
+            return card
         served = ctx.served()
         served.check_model(model_id)
         return model_card(served)

@@ -16,12 +16,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..chat.builtin_templates import BUILTIN_TEMPLATES
+from ..chat.builtin_templates import BUILTIN_TEMPLATES, LLAMA_CPP_NAMES
+from ..errors import UnsupportedFeatureError
 from ..options import REASONING_FORMATS, TIMEOUTS
 from .flags import DEFAULT_MAX_BODY_BYTES
 
 __all__ = ["LOG_LEVELS", "add_serving_flags", "app_options", "read_template",
-           "template_kwargs"]
+           "sleep_idle_seconds", "template_kwargs"]
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 DEFAULT_REQUEST_TIMEOUT = TIMEOUTS.http_request
@@ -58,13 +59,16 @@ def _add_identity(group: argparse._ArgumentGroup) -> None:
                        "unknown model is a 404, as in vLLM)")
     group.add_argument("--tags", action=_ListAppend, default=[], metavar="TAG",
                        help="informational model tags, comma-separated (shown in /v1/models)")
-    group.add_argument("--host", default="127.0.0.1", help="bind address (default: 127.0.0.1)")
+    group.add_argument("--host", default="127.0.0.1",
+                       help="bind address; several comma-separated (127.0.0.1,::1) "
+                            "(default: 127.0.0.1)")
     group.add_argument("--port", type=int, default=8080, help="port (default: 8080)")
     group.add_argument("--api-key", help="require 'Authorization: Bearer KEY' or "
                        "'x-api-key: KEY' (not on /health)")
     group.add_argument("--cors-origin", "--cors-origins", dest="cors_origin", action=_ListAppend,
-                       default=[], metavar="ORIGIN", help="allow browser requests from ORIGIN "
-                       "(repeatable or comma-separated; '*' for any)")
+                       default=[], metavar="ORIGIN", help="allow browser pages from ORIGIN "
+                       "to read responses (repeatable or comma-separated; '*' for any, "
+                       "'localhost' for any local origin: the default)")
 
 
 def _add_requests(group: argparse._ArgumentGroup) -> None:
@@ -128,20 +132,34 @@ def _add_endpoints(group: argparse._ArgumentGroup) -> None:
                        action="store_const", const="debug", help="same as --log-level debug")
 
 
+def _add_lifecycle(group: argparse._ArgumentGroup) -> None:
+    group.add_argument("--sleep-idle-seconds", type=float, default=-1, metavar="SECONDS",
+                       help="unload the model after SECONDS without a request and reload it "
+                            "on the next one (/props is_sleeping; default: -1 = never; with "
+                            "several models: the default --keep-alive)")
+
+
 def add_serving_flags(group: argparse._ArgumentGroup) -> None:
     """Add the serving flags to ``group``."""
     _add_identity(group)
     _add_requests(group)
     _add_endpoints(group)
+    _add_lifecycle(group)
 
 
 def read_template(value: str | None) -> str | None:
     """``--chat-template``: a built-in's source, the file's text when ``value`` names a file,
-    else ``value`` (Jinja source)."""
+    else ``value`` (Jinja source); a llama.cpp built-in name we have no Jinja for raises
+    :class:`UnsupportedFeatureError`."""
     if value is None:
         return None
     if value in BUILTIN_TEMPLATES:
         return BUILTIN_TEMPLATES[value]
+    if value in LLAMA_CPP_NAMES:
+        raise UnsupportedFeatureError(
+            "chat_template", f"llama.cpp's built-in chat template {value!r} has no Jinja "
+            f"version here (built in: {', '.join(BUILTIN_TEMPLATES)}); pass the model's "
+            "template with --chat-template-file")
     path = Path(value)
     try:
         is_file = len(value) < 4096 and path.is_file()
@@ -170,5 +188,12 @@ def app_options(args: argparse.Namespace) -> dict[str, Any]:
         "n_predict": args.n_predict, "reasoning_format": args.reasoning_format,
         "template_kwargs": template_kwargs(args), "accept_any_model": args.accept_any_model,
         "prefill_assistant": args.prefill_assistant is not False,
-        "spm_infill": args.spm_infill,
+        "spm_infill": args.spm_infill, "verbose": args.log_level == "debug",
+        "sleep_idle_seconds": sleep_idle_seconds(args),
     }
+
+
+def sleep_idle_seconds(args: argparse.Namespace) -> float | None:
+    """``--sleep-idle-seconds`` (None: never sleep)."""
+    value = float(args.sleep_idle_seconds)
+    return value if value >= 0 else None

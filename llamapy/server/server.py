@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from .._native import Model
 from ..adapters import resolve_adapters
-from ..engine import DoneEvent, Engine, Request, TokenEvent, resolve_request_options
+from ..engine import Engine, Request, StreamEvent, resolve_request_options
 from ..errors import (
     LlamapyError,
     NotReadyError,
@@ -238,7 +238,7 @@ class Server:
         """Like :meth:`stream_tokens`, from text."""
         return self.stream_tokens(self.tokenize(prompt), **options)
 
-    def events(self, token_ids: Sequence[int], **options: Any) -> Iterator[TokenEvent | DoneEvent]:
+    def events(self, token_ids: Sequence[int], **options: Any) -> Iterator[StreamEvent]:
         """The raw engine events (tokens with logprobs, then the final event)."""
         return self.open_stream(token_ids, **options)  # type: ignore[return-value]
 
@@ -276,7 +276,7 @@ class Server:
             chunks.cancel()
 
     def aevents(self, token_ids: Sequence[int], **options: Any
-                ) -> AsyncIterator[TokenEvent | DoneEvent]:
+                ) -> AsyncIterator[StreamEvent]:
         """Async :meth:`events`."""
         return self.open_astream(token_ids, **options)  # type: ignore[return-value]
 

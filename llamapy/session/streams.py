@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Generator
 from typing import TYPE_CHECKING, Any
 
-from llamapy.engine.request import DoneEvent, ErrorEvent, Event, Request, TokenEvent
+from llamapy.engine.request import DoneEvent, ErrorEvent, Event, ProgressEvent, Request, TokenEvent
 from llamapy.errors import (
     ContextOverflowError,
     GrammarError,
@@ -121,6 +121,8 @@ class DecodeStreams:
             self._generated.append(event.token_id)
             self.num_decode_tokens += 1
             return run.feed(event.text)
+        if isinstance(event, ProgressEvent):
+            return None
         assert isinstance(event, DoneEvent)
         return run.finish(str(event.finish_reason))
 

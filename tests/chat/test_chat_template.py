@@ -262,3 +262,17 @@ def test_digest_identifies_the_source() -> None:
 
 def test_template_error_carries_http_status() -> None:
     assert TemplateError.http_status == 400
+
+
+def test_llama_cpp_leniencies() -> None:
+    """What llama.cpp's Jinja runtime allows, so its repository templates render alike."""
+    t = ChatTemplate('{{ missing + "a" }}|{{ "b" + missing }}|{{ "c" + none }}|{{ 1 + 2 }}')
+    assert t.render([]) == "a|b|c|3"
+    with pytest.raises(TemplateError):
+        ChatTemplate("{{ missing + 1 }}").render([])
+    think = ChatTemplate("{% if not enable_thinking %}closed{% else %}open{% endif %}")
+    assert think.render([]) == "open"
+    assert think.render([], enable_thinking=False) == "closed"
+    dated = ChatTemplate("{{ date_string }}/{{ datetime }}").render([])
+    today = datetime.now()
+    assert dated == f"{today.strftime('%d %b %Y')}/{today.strftime('%b %d %Y')}"

@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 from engine_helpers import make_engine, ref, submit
 
-from llamapy.engine import DoneEvent, ErrorEvent, Request, RequestOptions, TokenEvent
+from llamapy.engine import (
+    DoneEvent,
+    ErrorEvent,
+    ProgressEvent,
+    Request,
+    RequestOptions,
+    TokenEvent,
+)
 from llamapy.engine.testing import Recorder, drain
 from llamapy.errors import (
     ClosedError,
@@ -172,6 +179,28 @@ def test_exactly_one_final_event_and_tokens_before_it():
     finals = [e for e in sink.events if isinstance(e, DoneEvent | ErrorEvent)]
     assert len(finals) == 1 and sink.events[-1] is finals[0]
     assert all(isinstance(e, TokenEvent) for e in sink.events[:-1])
+
+
+def test_progress_events_before_and_after_each_prompt_chunk():
+    engine, backend = make_engine(n_parallel=1, chunk_size=8)
+    submit(engine, 0, P[:12], max_tokens=1)  # a cached prefix of 12 tokens
+    drain(engine)
+    sink = submit(engine, 1, P + P, max_tokens=3, return_progress=True, timings_per_token=True)
+    drain(engine)
+    progress = [e for e in sink.events if isinstance(e, ProgressEvent)]
+    assert [(e.total, e.cache, e.processed) for e in progress] == [
+        (40, 12, 12), (40, 12, 20), (40, 12, 28), (40, 12, 36), (40, 12, 40)]
+    assert progress[0].timings.prefill_s == 0.0
+    first_token = sink.events.index(next(e for e in sink.events if isinstance(e, TokenEvent)))
+    assert all(isinstance(e, ProgressEvent) for e in sink.events[:first_token])
+    tokens = [e for e in sink.events if isinstance(e, TokenEvent)]
+    assert [e.timings.completion_tokens for e in tokens if e.timings] == list(
+        range(1, len(tokens) + 1))
+    assert sink.tokens == ref(backend, P + P, 3)  # progress changes nothing generated
+    plain = submit(engine, 2, P[::-1], max_tokens=2)
+    drain(engine)
+    assert not any(isinstance(e, ProgressEvent) for e in plain.events)
+    assert all(e.timings is None for e in plain.events if isinstance(e, TokenEvent))
 
 
 def test_logprobs_when_n_probs():

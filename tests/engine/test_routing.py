@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from engine_helpers import make_engine, submit
 
+from llamapy.engine import DoneEvent
 from llamapy.engine.testing import drain
 
 A = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
@@ -91,6 +92,6 @@ def test_fifo_without_sessions():
     finished: list[str] = []
     for rid in ("a", "q1", "q2", "q3"):
         sink = submit(engine, rid, B, max_tokens=2, temp=0.0)
-        sink.on_event = lambda e, rid=rid: finished.append(rid) if hasattr(e, "timings") else 0
+        sink.on_event = lambda e, rid=rid: finished.append(rid) if isinstance(e, DoneEvent) else 0
     drain(engine)
     assert finished == ["a", "q1", "q2", "q3"]

@@ -65,12 +65,14 @@ def test_native_completion(http: httpx.Client) -> None:
     assert result["stop_type"] == "limit" and len(result["tokens"]) == 8
     assert result["tokens_evaluated"] > 0 and result["model"] == MODEL_ALIAS
     timings = result["timings"]
-    assert {"prompt_n", "prompt_ms", "predicted_n", "predicted_per_second", "cache_n",
-            "cache_source", "cache_diverged_at"} <= set(timings)
+    assert {"prompt_n", "prompt_ms", "predicted_n", "predicted_per_second", "cache_n"
+            } <= set(timings)
     assert len(result["completion_probabilities"]) == 8
     again = http.post("/completion", json=body).json()
     assert again["content"] == result["content"]
     assert again["timings"]["cache_n"] > 0
+    assert "cache_diverged_at" not in again["timings"]  # the whole prompt matched
+    assert again["timings"]["cache_source"] in ("own", "donor", "ram", "inflight", "disk")
 
 
 def test_native_completion_stream(http: httpx.Client) -> None:

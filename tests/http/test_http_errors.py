@@ -55,7 +55,7 @@ def test_unknown_field_streamed_n_and_bad_tool_choice_are_400(http: httpx.Client
 
 
 def test_bad_prompts_are_400(http: httpx.Client) -> None:
-    for prompt in ([12, "mixed", 7], [], [[99999999]], [1.5]):
+    for prompt in ([12, None, 7], [], [[99999999]], [1.5]):  # [12, "text", 7] is a prompt
         error = error_of(http.post("/completion", json={"prompt": prompt}), 400)
         assert error["param"] == "prompt"
     error_of(http.post("/v1/completions", json={"prompt": [[1, 2], [99999999]]}), 400)

@@ -154,6 +154,35 @@ def test_cors_preflight_for_llama_server_origin_values(server: Server) -> None:
         assert answer.headers["access-control-allow-origin"] == "http://localhost:3000"
 
 
+def test_cors_by_default_allows_local_pages_only(live: LiveApp) -> None:
+    with httpx.Client(base_url=live.url, timeout=60) as http:
+        for origin in ("http://localhost", "http://127.0.0.1:3000", "http://[::1]:8080"):
+            response = preflight(http, origin)
+            assert response.status_code == 200
+            assert response.headers["access-control-allow-origin"] == origin
+            assert response.headers["access-control-allow-credentials"] == "true"
+            assert response.headers["access-control-allow-methods"] == (
+                "GET, POST, DELETE, OPTIONS")
+        for origin in ("http://evil.com", "http://notlocalhost", "http://localhost.evil.com"):
+            response = preflight(http, origin)  # llama-server's answer: 200, no allow-origin
+            assert response.status_code == 200
+            assert "access-control-allow-origin" not in response.headers
+            answer = http.get("/v1/models", headers={"Origin": origin})
+            assert answer.status_code == 200
+            assert "access-control-allow-origin" not in answer.headers
+        assert http.options("/completions").status_code == 200  # never a 405
+
+
+def test_cors_any_origin_echoes_it(server: Server) -> None:
+    app = create_app(server, alias=MODEL_ALIAS, cors_origins=["*"])
+    with LiveApp(app) as live, httpx.Client(base_url=live.url, timeout=60) as http:
+        assert preflight(http, "http://web.mydomain.fr").headers[
+            "access-control-allow-origin"] == "http://web.mydomain.fr"
+        models = http.get("/v1/models", headers={"Origin": "http://web.mydomain.fr"})
+        assert models.headers["access-control-allow-origin"] == "http://web.mydomain.fr"
+        assert "access-control-allow-origin" not in http.get("/v1/models").headers
+
+
 def test_n_chat_choices(client: openai.OpenAI) -> None:
     messages: list = [{"role": "user", "content": "Write a long story about a dragon."}]
     one = client.chat.completions.create(model=MODEL_ALIAS, messages=messages, max_tokens=4,
@@ -201,6 +230,25 @@ def test_embeddings_take_content_and_mixed_lists(http: httpx.Client) -> None:
     assert data[2]["embedding"] != pytest.approx(data[0]["embedding"], abs=1e-2)
     error_of(http.post("/v1/embeddings", json={"input": "x", "content": "x"}), "input")
     error_of(http.post("/v1/embeddings", json={}), "input")
+    parts = http.post("/v1/embeddings", json={"input": [
+        "hello world", {"content": [{"type": "text", "text": "hello "},
+                                    {"type": "text", "text": "world"}]}]}).json()["data"]
+    assert parts[1]["embedding"] == pytest.approx(parts[0]["embedding"], abs=1e-4)
+    for bad in ({"content": [{"type": "unknown"}]}, {"content": [{"type": "image_url"}]},
+                {"text": "x"}):
+        error_of(http.post("/v1/embeddings", json={"input": [bad]}), "input")
+
+
+def test_pooling_none_on_the_openai_embeddings_is_400(model_path: Path) -> None:
+    with Server(model_path, n_ctx=512, n_parallel=1, n_threads=1, pooling_type="none"
+                ) as server:
+        server.wait_ready(60)
+        with LiveApp(create_app(server)) as live, httpx.Client(base_url=live.url,
+                                                                 timeout=60) as http:
+            error = error_of(http.post("/v1/embeddings", json={"input": "hello hello"}))
+            assert "--pooling none" in error["message"]
+            done = http.post("/completion", json={"prompt": "Hello", "n_predict": 1})
+            assert done.status_code == 200
 
 
 def test_props_has_llama_servers_fields(http: httpx.Client) -> None:
@@ -217,7 +265,16 @@ def test_props_has_llama_servers_fields(http: httpx.Client) -> None:
 def test_props_n_ctx_is_per_slot_without_a_unified_cache(model_path: Path) -> None:
     with Server(model_path, n_ctx=2048, n_parallel=2, kv_unified=False, n_threads=1) as server:
         server.wait_ready(60)
-        with LiveApp(create_app(server)) as live, httpx.Client(base_url=live.url) as http:
+        with LiveApp(create_app(server)) as live, httpx.Client(base_url=live.url,
+                                                                  timeout=120) as http:
             props = http.get("/props").json()
             assert props["default_generation_settings"]["n_ctx"] == 1024
             assert props["total_slots"] == 2
+            assert [slot["n_ctx"] for slot in http.get("/slots").json()] == [1024, 1024]
+            # the limit reported is the one enforced: 1500 tokens fit the context, not a slot
+            over = http.post("/completion", json={"prompt": "word " * 1500, "n_predict": 2})
+            error = over.json()["error"]
+            assert (over.status_code, error["type"]) == (400, "exceed_context_size_error")
+            assert error["n_ctx"] == 1024 and 1024 < error["n_prompt_tokens"] < 2048
+            fits = http.post("/completion", json={"prompt": "word " * 600, "n_predict": 2})
+            assert fits.status_code == 200, fits.text

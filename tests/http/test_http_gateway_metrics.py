@@ -75,3 +75,26 @@ def test_the_grafana_dashboard_reads_only_metrics_we_export(http: httpx.Client) 
     used = {m for expr in exprs for m in re.findall(r"([a-zA-Z_:][a-zA-Z0-9_:]*)\{", expr)}
     assert len(dashboard["panels"]) >= 6 and used
     assert used <= exported, used - exported
+
+
+def plain(found: dict, name: str) -> float:
+    """An unlabelled sample's value (llama-server's names carry no labels)."""
+    return float(found[(name, ())])
+
+
+def test_llama_servers_time_metrics(http: httpx.Client) -> None:
+    done = http.post("/completion", json={"prompt": "I believe", "n_predict": 8,
+                                          "cache_prompt": False}).json()
+    assert done["tokens_predicted"] == 8
+    found = samples(http)  # this scrape closes the window holding that request
+    assert plain(found, "llamacpp:predicted_tokens_seconds") > 0
+    assert plain(found, "llamacpp:prompt_tokens_seconds") > 0
+    assert plain(found, "llamacpp:tokens_predicted_seconds_total") >= (
+        done["timings"]["predicted_ms"] / 1000.0 - 1e-9)
+    assert plain(found, "llamacpp:prompt_seconds_total") > 0
+    assert plain(found, "llamacpp:n_tokens_max") >= done["tokens_evaluated"] + 8
+    assert plain(found, "llamacpp:n_busy_slots_per_decode") >= 1.0
+    assert plain(found, "llamacpp:prompt_tokens_cached_total") >= 0
+    again = samples(http)  # nothing finished since: an empty window
+    assert plain(again, "llamacpp:predicted_tokens_seconds") == 0.0
+    assert plain(again, "llamacpp:prompt_tokens_seconds") == 0.0

@@ -105,3 +105,14 @@ def test_without_a_save_path_the_actions_are_501(http: httpx.Client) -> None:
     bad = http.post("/slots/0?action=save", json={"filename": "x.bin"})
     assert bad.status_code == 501
     assert "--slot-save-path" in bad.json()["error"]["message"]
+
+
+def test_actions_are_served_without_the_slots_listing(server: Server, tmp_path: Path) -> None:
+    app = create_app(server, alias=MODEL_ALIAS, slots=False, slot_save_path=str(tmp_path))
+    with LiveApp(app) as live, httpx.Client(base_url=live.url, timeout=120) as http:
+        assert http.get("/slots").status_code == 501  # --no-slots hides the listing only
+        complete(http)
+        saved = http.post("/slots/0?action=save", json={"filename": "listing-off.bin"})
+        assert saved.status_code == 200, saved.text
+        assert saved.json()["filename"] == "listing-off.bin"
+        assert (tmp_path / "listing-off.bin").stat().st_size == saved.json()["n_written"]

@@ -1,0 +1,71 @@
+"""llama-server's ``prompt`` shapes (``/completion``), each prompt as ``(token ids, text)``.
+
+One prompt: a string; token ids; a *mixed* list of token ids and strings (``[12, "text", 34]``:
+each string tokenized in place, with BOS only when it comes first); or an object
+``{"prompt_string": ...}`` (whose value may be any of these; ``multimodal_data`` is refused:
+no model here takes images). Several prompts: a list without token ids at its top level whose
+items are each one prompt (``["a", [1, 2], {"prompt_string": "b"}]``). Token ids must be in
+the vocabulary; anything else is a 400.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..errors import InvalidOptionError, UnsupportedFeatureError
+from .completions import check_token_ids
+from .target import ServedModel
+
+__all__ = ["PROMPT_STRING_KEY", "native_prompts"]
+
+#: The key of llama-server's JSON prompt object.
+PROMPT_STRING_KEY = "prompt_string"
+MULTIMODAL_KEY = "multimodal_data"
+
+
+def native_prompts(served: ServedModel, prompt: object) -> list[tuple[list[int], str]]:
+    """Every prompt of a ``/completion`` ``prompt`` field (see the module)."""
+    if isinstance(prompt, list) and not any(_is_id(p) for p in prompt):
+        items: list[object] = list(prompt)
+    else:
+        items = [prompt]
+    if not items:
+        raise InvalidOptionError("prompt must not be empty", option="prompt")
+    return [_one(served, item) for item in items]
+
+
+def _is_id(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _one(served: ServedModel, prompt: object) -> tuple[list[int], str]:
+    """One prompt: a string, token ids, a mixed list or a ``prompt_string`` object."""
+    if isinstance(prompt, Mapping) and PROMPT_STRING_KEY in prompt:
+        if prompt.get(MULTIMODAL_KEY):
+            raise UnsupportedFeatureError(MULTIMODAL_KEY, "multimodal data provided, but the "
+                                          "model does not support multimodal requests")
+        prompt = prompt[PROMPT_STRING_KEY]
+    if isinstance(prompt, str):
+        if not prompt:
+            raise InvalidOptionError("prompt must not be empty", option="prompt")
+        return served.tokenize_prompt(prompt), prompt
+    if isinstance(prompt, list) and prompt and all(_is_id(p) or isinstance(p, str)
+                                                  for p in prompt):
+        ids = _mixed(served, prompt)
+        return ids, served.model.detokenize(ids, False, True)
+    raise InvalidOptionError("prompt elements must be a string, a list of token ids, a "
+                             "{\"prompt_string\": ...} object, or a list of token ids and "
+                             "strings", option="prompt")
+
+
+def _mixed(served: ServedModel, items: list[Any]) -> list[int]:
+    """Token ids of a list of ids and strings (BOS only before a leading string)."""
+    ids: list[int] = []
+    for position, item in enumerate(items):
+        if isinstance(item, str):
+            ids += (served.tokenize_prompt(item) if position == 0 else
+                    served.model.tokenize(item, False, True))
+        else:
+            ids += check_token_ids(served, [item])
+    return ids
