@@ -199,6 +199,7 @@ class Engine:
             waiting = self._resolve_prefixes()
             batch = self._plan_batch(waiting)
             if batch is not None:
+                self.prefix.park_idle()
                 self.speculator.extend(batch, self.n_batch, self.backend.n_ctx_seq)
                 self.executor.execute(batch)
             else:  # nothing to decode: block briefly on a pending disk read, do not spin

@@ -79,6 +79,7 @@ class Counters:
     num_disk_restores: int = 0
     num_disk_failures: int = 0
     num_purged_slots: int = 0
+    num_parked_slots: int = 0
     num_kv_pressure_events: int = 0
     num_batch_splits: int = 0
     num_context_overflows: int = 0

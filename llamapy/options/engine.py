@@ -140,6 +140,9 @@ class EngineTuning:
     reads the disk cache on the tick thread (deterministic tests).
     ``spec_prior_beta``: the marginal cost of a batch token relative to a one-token decode,
     assumed by adaptive speculation until the engine has measured it.
+    ``park_idle_slots``: with a unified KV cache and the RAM cache on, an idle slot's prefix
+    moves to the RAM cache and its cells are freed while other slots decode (see
+    :meth:`~llamapy.engine.prefix.PrefixResolver.park_idle`).
     """
 
     min_route_share: float = option(0.1, "cached share of a prompt that wins routing")
@@ -154,3 +157,4 @@ class EngineTuning:
     disk_flush_s: float = option(20.0, "longest time spent writing prefixes to disk at close")
     disk_background: bool = option(True, "write and read the disk cache off the tick thread")
     spec_prior_beta: float = option(0.3, "assumed cost of a batch token until it is measured")
+    park_idle_slots: bool = option(True, "move idle slots' prefixes to RAM while others decode")

@@ -43,6 +43,7 @@ ENGINE_COUNTERS = {
     "num_disk_restores": "Prefixes restored from the disk prompt cache",
     "num_disk_failures": "Failed disk prompt cache restores (file vanished, corrupt or refused)",
     "num_purged_slots": "Idle slot caches purged under KV pressure",
+    "num_parked_slots": "Idle slot caches moved to the RAM prompt cache while others decode",
     "num_kv_pressure_events": "KV pressure events",
     "num_context_overflows": "Context overflows",
     "num_instability_events": "Prefix instability events (cached history matched 10-50%)",
