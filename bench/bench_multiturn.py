@@ -43,6 +43,16 @@ class Turns:
 
 async def turn(client: httpx.AsyncClient, messages: list[dict[str, str]]
                ) -> tuple[float, str, dict]:
+    """One streamed turn; a connection the server dropped before answering (llama-server
+    closes idle keep-alive connections) is retried once on a fresh one."""
+    try:
+        return await _turn(client, messages)
+    except httpx.RemoteProtocolError:
+        return await _turn(client, messages)
+
+
+async def _turn(client: httpx.AsyncClient, messages: list[dict[str, str]]
+                ) -> tuple[float, str, dict]:
     body = {"messages": messages, "max_tokens": 64, "temperature": 0.0, "stream": True}
     t0, ttft, parts, timings = time.perf_counter(), 0.0, [], {}
     async with client.stream("POST", "/v1/chat/completions", json=body, timeout=600) as resp:
