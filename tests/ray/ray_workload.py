@@ -14,6 +14,8 @@ from typing import Any
 
 import httpx
 
+from llamapy.ray.forward import REPLICA_HEADER
+
 SYSTEM = ("You are the support assistant of ACME Cloud. Answer in one short sentence, "
           "politely, without lists. Products: ACME Compute (virtual machines), ACME Store "
           "(object storage), ACME Queue (message queues), ACME Watch (monitoring). Support "
@@ -21,7 +23,6 @@ SYSTEM = ("You are the support assistant of ACME Cloud. Answer in one short sent
 TOPICS = ("resizing a virtual machine", "object storage lifecycle rules", "queue retention",
           "alert thresholds", "billing alerts", "access keys", "private networks",
           "snapshots", "regions", "quotas", "backups", "audit logs")
-REPLICA_HEADER = "x-llamapy-replica"
 
 
 @dataclass(frozen=True, slots=True)
