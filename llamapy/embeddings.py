@@ -1,6 +1,8 @@
-"""``Embedder``: mean-pooled, L2-normalised float32 embeddings of a loaded ``Model``.
+"""``Embedder``: pooled, L2-normalised float32 embeddings of a loaded ``Model``.
 
-An embeddings context (``embeddings=True``, mean pooling, unified KV) is private to the
+Pooling is ``mean`` (the default), ``cls`` (the first token's vector) or ``last`` (the last
+token's, for decoder-only embedding models). An embeddings context (``embeddings=True``, that
+pooling, unified KV) is private to the
 embedder and is only ever touched by the embedder's own single worker thread: it is created
 there on first use and freed there by :meth:`Embedder.close`. Inputs are batched: as many
 sequences as fit ``n_ctx`` tokens and ``n_seq_max`` sequences go into one decode (each
@@ -23,7 +25,10 @@ import numpy as np
 from llamapy._native import Batch, Context, LoraAdapter, Model
 from llamapy.errors import ClosedError, ContextOverflowError, InvalidOptionError
 
-__all__ = ["Embedder"]
+__all__ = ["POOLINGS", "Embedder"]
+
+#: The poolings an ``Embedder`` applies (llama.cpp's names; ``none`` gives no vector per input).
+POOLINGS = ("mean", "cls", "last")
 
 
 class Embedder:
@@ -31,13 +36,18 @@ class Embedder:
 
     ``embed(text)`` gives a ``(n_embd,)`` vector, ``embed([texts])`` an ``(n, n_embd)`` matrix;
     rows are L2-normalised float32. Safe to call from any thread; calls run one at a time.
+    ``pooling``: one of :data:`POOLINGS`.
     """
 
     def __init__(self, model: Model, *, n_ctx: int = 2048, n_seq_max: int = 16,
-                 n_threads: int = 0,
-                 adapters: Sequence[tuple[LoraAdapter, float]] = ()) -> None:
+                 n_threads: int = 0, adapters: Sequence[tuple[LoraAdapter, float]] = (),
+                 pooling: str = "mean") -> None:
         if n_ctx < 1 or n_seq_max < 1:
             raise InvalidOptionError("n_ctx and n_seq_max must be >= 1", option="n_ctx")
+        if pooling not in POOLINGS:
+            raise InvalidOptionError(f"pooling must be one of {POOLINGS}, got {pooling!r}",
+                                     option="pooling")
+        self.pooling = pooling
         self.model = model
         self.n_ctx = n_ctx
         self.n_seq_max = n_seq_max
@@ -121,7 +131,7 @@ class Embedder:
     def _context(self) -> tuple[Context, Batch]:
         if self._ctx is None:
             ctx = Context(self.model, n_ctx=self.n_ctx, n_batch=self.n_ctx, n_ubatch=self.n_ctx,
-                          n_seq_max=self.n_seq_max, embeddings=True, pooling_type="mean",
+                          n_seq_max=self.n_seq_max, embeddings=True, pooling_type=self.pooling,
                           kv_unified=True, n_threads=self.n_threads)
             try:
                 if self.adapters:

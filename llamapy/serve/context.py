@@ -13,7 +13,8 @@ from typing import Any, TypeVar
 import orjson
 from fastapi import Request
 
-from ..embeddings import Embedder
+from .._native.context import ContextOptions
+from ..embeddings import POOLINGS, Embedder
 from ..errors import (
     AuthenticationError,
     CancelledError,
@@ -109,14 +110,15 @@ class AppContext:
         """The embedder: one per app, created on first use (with the server's thread count);
         with several models, a fresh one per request, freed after it (a cached one would keep
         an unloaded model's weights in memory)."""
-        threads = served.server.start_options.context.n_threads
+        context = served.server.start_options.context
+        threads, pooling = context.n_threads, embedder_pooling(context)
         if self.models is not None:
-            with Embedder(served.model, n_threads=threads) as embedder:
+            with Embedder(served.model, n_threads=threads, pooling=pooling) as embedder:
                 yield embedder
             return
         with self._lock:
             if self._embedder is None:
-                self._embedder = Embedder(served.model, n_threads=threads)
+                self._embedder = Embedder(served.model, n_threads=threads, pooling=pooling)
             embedder = self._embedder
         yield embedder
 
@@ -235,3 +237,10 @@ def final_timings(observe: Callable[[Mapping[str, Any]], None]
             observe(timings)
 
     return hook
+
+
+def embedder_pooling(context: ContextOptions) -> str:
+    """The embeddings' pooling for ``--pooling``: ``mean`` unless ``cls`` or ``last`` is asked
+    for (``unspecified`` keeps llamapy's mean; ``none`` and ``rank`` never reach an embedder:
+    the OpenAI endpoint refuses ``none``)."""
+    return context.pooling_type if context.pooling_type in POOLINGS else "mean"

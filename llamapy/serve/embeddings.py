@@ -1,6 +1,6 @@
 """``/v1/embeddings`` on :class:`llamapy.embeddings.Embedder` (a dedicated embeddings context).
 
-The generation ``Server`` owns its context; embeddings get their own (mean pooling) on the same
+The generation ``Server`` owns its context; embeddings get their own (``--pooling`` mean, cls or last; mean by default) on the same
 loaded model, touched only by the embedder's worker thread. All inputs of a request go into
 one decode (split only past ``n_ctx`` tokens or ``n_seq_max`` sequences); vectors are
 L2-normalised, as OpenAI's are. ``encoding_format`` ``float`` or ``base64`` (little-endian

@@ -11,6 +11,7 @@ import pytest
 from http_helpers import MODEL_ALIAS, chat
 from live import LiveApp
 
+from llamapy.errors import InvalidOptionError
 from llamapy.serve import create_app
 from llamapy.server import Server
 
@@ -249,6 +250,29 @@ def test_pooling_none_on_the_openai_embeddings_is_400(model_path: Path) -> None:
             assert "--pooling none" in error["message"]
             done = http.post("/completion", json={"prompt": "Hello", "n_predict": 1})
             assert done.status_code == 200
+
+
+@pytest.mark.parametrize("pooling", ["cls", "last"])
+def test_pooling_flag_picks_the_embeddings_pooling(model_path: Path, pooling: str) -> None:
+    import numpy as np
+
+    from llamapy.embeddings import Embedder
+
+    text = "The quick brown fox jumps over the lazy dog"
+    with Server(model_path, n_ctx=512, n_parallel=1, n_threads=1, pooling_type=pooling
+                ) as server:
+        server.wait_ready(60)
+        with LiveApp(create_app(server)) as live, httpx.Client(base_url=live.url,
+                                                                 timeout=60) as http:
+            got = np.array(http.post("/v1/embeddings", json={"input": text}
+                                     ).json()["data"][0]["embedding"])
+        with Embedder(server.model, n_threads=1, pooling=pooling) as same, \
+                Embedder(server.model, n_threads=1) as mean:
+            assert mean.pooling == "mean"
+            assert got == pytest.approx(same.embed(text), abs=1e-4)
+            assert float(np.abs(got - mean.embed(text)).max()) > 1e-2
+        with pytest.raises(InvalidOptionError, match="pooling"):
+            Embedder(server.model, pooling="none")
 
 
 def test_props_has_llama_servers_fields(http: httpx.Client) -> None:
