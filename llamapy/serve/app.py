@@ -59,10 +59,9 @@ def create_app(
     ``alias``: the public model id (default: the file's stem). ``api_key`` protects all but
     ``/health`` and the pages (``/``, ``/dashboard``; their data comes from protected routes).
     ``chat_template``: Jinja overriding the GGUF's. ``webui=False``: no pages; ``slots`` /
-    ``metrics=False``: those answer 501. ``slot_save_path``: the folder of the slot actions
-    (None: 501). ``own_server``: close it on shutdown. ``served``: more
-    :class:`~llamapy.openai_api.ServedModel` options (``aliases``, ``tags``, ...) and
-    ``sleep_idle_seconds`` (a loader ``target``, rerun to wake: :mod:`llamapy.serve.sleep`).
+    ``metrics=False``: those answer 501. ``slot_save_path``: the slot actions' folder (None:
+    501). ``own_server``: close it on shutdown. ``served``: more ``ServedModel`` options
+    (``aliases``, ``tags``, ...) and ``sleep_idle_seconds`` (see :mod:`llamapy.serve.sleep`).
     """
     owned = _owner(target, alias=alias, chat_template=chat_template,
                    chat_templates=chat_templates, request_timeout=request_timeout, **served)
