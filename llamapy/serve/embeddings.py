@@ -1,8 +1,9 @@
 """``/v1/embeddings`` on :class:`llamapy.embeddings.Embedder` (a dedicated embeddings context).
 
-The generation ``Server`` owns its context; embeddings get their own (``--pooling`` mean, cls or last; mean by default) on the same
-loaded model, touched only by the embedder's worker thread. All inputs of a request go into
-one decode (split only past ``n_ctx`` tokens or ``n_seq_max`` sequences); vectors are
+The generation ``Server`` owns its context; embeddings get their own (``--pooling`` mean,
+cls or last; mean by default) on the same loaded model, touched only by the embedder's worker
+thread. All inputs of a request go into one decode (split only past ``n_ctx`` tokens or
+``n_seq_max`` sequences); vectors are
 L2-normalised, as OpenAI's are. ``encoding_format`` ``float`` or ``base64`` (little-endian
 float32). ``input`` (or llama-server's ``content``): a string, token ids, or a list mixing
 strings, token-id lists and ``{"content": [text parts]}`` objects.
