@@ -1,6 +1,7 @@
 """Shared test configuration: hypothesis profiles.
 
-``dev`` (default) is fast; ``ci`` is thorough. Select with ``HYPOTHESIS_PROFILE=ci``.
+``dev`` (default) is fast; ``ci`` is thorough and derandomized; ``hunt`` searches new examples.
+Select with ``HYPOTHESIS_PROFILE=ci``.
 """
 
 import os
@@ -13,8 +14,14 @@ settings.register_profile(
     "dev", max_examples=60, stateful_step_count=50, deadline=None, print_blob=True,
     suppress_health_check=[HealthCheck.too_slow],
 )
+# CI draws the same examples every run (a verdict on the code, not on the draw); "hunt" draws
+# new ones, many more, to look for bugs: HYPOTHESIS_PROFILE=hunt python -m pytest tests/engine
 settings.register_profile(
     "ci", max_examples=300, stateful_step_count=150, deadline=None, print_blob=True,
+    derandomize=True, suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "hunt", max_examples=3000, stateful_step_count=200, deadline=None, print_blob=True,
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))

@@ -110,14 +110,21 @@ class ObjectScanner:
         _HANDLERS[self._phase](self, char, pos)
 
     def _string_char(self, char: str, pos: int) -> None:
-        if self._escape:
+        if char < " ":  # a raw control character: JSON strings must escape it
+            self._in_string = False
+            self._phase = _Phase.FAILED
+        elif self._escape:
             self._escape = False
         elif char == "\\":
             self._escape = True
         elif char == '"':
             self._in_string = False
             if self._phase is _Phase.KEY:
-                self._key = json.loads(self.text[self._key_start : pos] + '"')
+                try:
+                    self._key = json.loads(self.text[self._key_start : pos] + '"')
+                except ValueError:  # a bad escape such as "\\x"
+                    self._phase = _Phase.FAILED
+                    return
                 self._key_completed = True
                 self._last_key = self._key
                 self._phase = _Phase.COLON

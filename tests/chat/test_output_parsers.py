@@ -294,3 +294,13 @@ def test_chunking_never_changes_the_message(
     streamed = "".join(d.content for d in deltas)
     assert streamed == (one_shot.content or "")
     assert "".join(d.reasoning for d in deltas) == (one_shot.reasoning_content or "")
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 100])
+@pytest.mark.parametrize("bad_key", ['"\n', '"\\x"'])
+def test_a_key_that_is_not_json_leaves_the_text_as_content(bad_key: str, chunk: int) -> None:
+    # A raw newline or a bad escape in a key: not a tool call, and no exception (found by the
+    # chunking property above).
+    text = '{' + bad_key + '{"name": "f", "arguments": {"a": "}"}}'
+    message, _ = parse(["llama3_json"], text, chunk=chunk)
+    assert message.tool_calls == () and message.content == text
