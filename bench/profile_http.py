@@ -47,7 +47,7 @@ LOOP_RULES = (
     ("http (uvicorn/h11)", "uvicorn/"),
     ("http (uvicorn/h11)", "h11/"),
     ("framework (starlette/anyio)", "starlette/"),
-    ("framework (starlette/anyio)", "fastapi/"),
+    ("framework (starlette/anyio)", "llamapy/serve/routing.py"),
     ("framework (starlette/anyio)", "anyio/"),
     ("asyncio loop", "asyncio/"),
     ("asyncio loop", "selectors.py"),

@@ -27,7 +27,7 @@ __all__ = ["create_app"]
 
 
 def __getattr__(name: str) -> Any:
-    # Lazy: ``python -m llamapy.serve`` starts loading the model before FastAPI is imported.
+    # Lazy: ``python -m llamapy.serve`` starts loading the model before the HTTP stack is imported.
     if name == "create_app":
         from .app import create_app
 

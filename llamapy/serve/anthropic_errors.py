@@ -2,22 +2,19 @@
 
 ``{"type": "error", "error": {"type", "message"}}`` with the status of the exception's
 ``http_status``; the error ``type`` comes from that status (:data:`ERROR_TYPES`), so it is
-mapped by exception type, never by message text. :class:`AnthropicRoute` makes every route of
-a router answer this way, including errors of its dependencies (a wrong API key). Streams
+mapped by exception type, never by message text. :func:`anthropic_route_error` is the error
+shape of the Anthropic router: every error of its routes, a wrong API key included. Streams
 report an error after the first event as an ``error`` event with the same body.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Coroutine
 from typing import Any
 
-from fastapi.responses import JSONResponse
-from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse
 
 from ..errors import LlamapyError
 from .errors import error_headers
@@ -61,18 +58,8 @@ def anthropic_error_event(exc: BaseException, sent: int = 0) -> dict[str, Any]:
     return anthropic_error_body(exc)[1]
 
 
-class AnthropicRoute(APIRoute):
-    """A route whose errors (its handler's and its dependencies') are in Anthropic's shape."""
-
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        handler = super().get_route_handler()
-
-        async def handle(request: Request) -> Response:
-            try:
-                return await handler(request)
-            except Exception as exc:
-                if not isinstance(exc, (LlamapyError, HTTPException)):
-                    log.exception("unexpected error on %s %s", request.method, request.url.path)
-                return anthropic_error_response(exc)
-
-        return handle
+def anthropic_route_error(request: Request, exc: Exception) -> JSONResponse:
+    """The response of an Anthropic route that raised ``exc`` (an unexpected one is logged)."""
+    if not isinstance(exc, (LlamapyError, HTTPException)):
+        log.error("unexpected error on %s %s", request.method, request.url.path, exc_info=exc)
+    return anthropic_error_response(exc)

@@ -1,4 +1,4 @@
-"""``create_app``: the FastAPI application serving one :class:`~llamapy.server.Server`, or several
+"""``create_app``: the Starlette application serving one :class:`~llamapy.server.Server`, or several
 models through a :class:`~llamapy.server.ModelManager`."""
 
 from __future__ import annotations
@@ -8,9 +8,11 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI
-from fastapi.responses import FileResponse
-from fastapi.staticfiles import StaticFiles
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse
+from starlette.routing import Mount
+from starlette.staticfiles import StaticFiles
 
 from ..openai_api import ServedModel
 from ..openai_api.target import DEFAULT_REQUEST_TIMEOUT
@@ -28,6 +30,7 @@ from .routes_llama import health_router, llama_router
 from .routes_models import models_router
 from .routes_openai import model_card, openai_router
 from .routes_responses import responses_router
+from .routing import Endpoint, Router, openapi_document
 from .sleep import WakeOnRequest, sleep_snapshot
 
 STATIC_DIR = Path(__file__).with_name("static")
@@ -50,7 +53,7 @@ def create_app(
     own_server: bool = False,
     chat_templates: Mapping[str, str] | None = None,
     **served: Any,
-) -> FastAPI:
+) -> Starlette:
     """The app for ``target``: OpenAI, Responses, Anthropic and llama-server routes.
 
     ``target``: a :class:`Server`, a callable returning one (run on a thread; ``/health`` is 503
@@ -67,10 +70,10 @@ def create_app(
                    chat_templates=chat_templates, request_timeout=request_timeout, **served)
     ctx = _context(owned, api_key=api_key, embeddings=embeddings, slots=slots,
                    metrics_endpoint=metrics, slot_save_path=slot_save_path)
-    app = FastAPI(title="llamapy", summary="OpenAI-compatible llama.cpp server",
-                  lifespan=_lifespan(ctx, owned if own_server else None))
+    app = Starlette(routes=_routes(ctx, webui),
+                    lifespan=_lifespan(ctx, owned if own_server else None))
     app.state.llamapy = ctx
-    _add_routes(app, ctx, webui)
+    install_error_handlers(app)
     _add_middleware(app, ctx, cors_origins, max_body_bytes)
     return app
 
@@ -90,16 +93,37 @@ def _fall_asleep(ctx: AppContext, served: ServedModel) -> None:
     ctx.close()
 
 
-def _add_routes(app: FastAPI, ctx: AppContext, webui: bool) -> None:
-    """Error handlers, every API's routers (the models router for several models), the page."""
-    install_error_handlers(app)
-    for router in (health_router, openai_router, responses_router, anthropic_router,
-                   llama_router, events_router):
-        app.include_router(router(ctx))
+def _routes(ctx: AppContext, webui: bool) -> list[Any]:
+    """Every API's routes (the models router for several models), ``/openapi.json``, the
+    pages."""
+    routers = [make(ctx) for make in (health_router, openai_router, responses_router,
+                                      anthropic_router, llama_router, events_router)]
     if ctx.models is not None:
-        app.include_router(models_router(ctx, ctx.models))
+        routers.append(models_router(ctx, ctx.models))
     if webui:
-        _add_page(app)
+        routers.append(_page_router())
+    routers.append(_openapi_router([e for r in routers for e in r.endpoints]))
+    routes = [route for router in routers for route in router.routes]
+    if webui:
+        routes.append(Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"))
+    return routes
+
+
+def _openapi_router(endpoints: list[Endpoint]) -> Router:
+    router = Router()
+    document: dict[str, Any] = {}
+
+    @router.get("/openapi.json", hidden=True)
+    async def openapi(request: Request) -> JSONResponse:
+        """The OpenAPI document of the routes (built on first request)."""
+        if not document:
+            from .. import __version__
+
+            document.update(openapi_document(endpoints, title="llamapy", version=__version__,
+                                             summary="OpenAI-compatible llama.cpp server"))
+        return JSONResponse(document)
+
+    return router
 
 
 def _owner(target: Server | Loader | ModelManager, *, alias: str | None,
@@ -119,7 +143,7 @@ def _owner(target: Server | Loader | ModelManager, *, alias: str | None,
 def _lifespan(ctx: AppContext, owned: ModelHost | ModelRouter | None) -> Any:
     """On shutdown: close the app's context, then the server if the app owns it."""
     @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
         yield
         ctx.close()
         if owned is not None:
@@ -128,7 +152,7 @@ def _lifespan(ctx: AppContext, owned: ModelHost | ModelRouter | None) -> Any:
     return lifespan
 
 
-def _add_middleware(app: FastAPI, ctx: AppContext, cors_origins: Sequence[str],
+def _add_middleware(app: Starlette, ctx: AppContext, cors_origins: Sequence[str],
                     max_body_bytes: int) -> None:
     """Catch-all errors, request counting, the body limit and (outermost) CORS: preflights
     always answered, ``cors_origins`` (default: localhost) named (:mod:`llamapy.serve.cors`)."""
@@ -143,16 +167,18 @@ def _add_middleware(app: FastAPI, ctx: AppContext, cors_origins: Sequence[str],
                        expose=list(CACHE_HEADERS))
 
 
-def _add_page(app: FastAPI) -> None:
-    @app.get("/", include_in_schema=False)
-    async def page() -> FileResponse:
+def _page_router() -> Router:
+    router = Router()
+
+    @router.get("/", hidden=True)
+    async def page(request: Request) -> FileResponse:
         """The chat page."""
         return FileResponse(STATIC_DIR / "index.html", media_type="text/html")
 
-    @app.get("/dashboard", include_in_schema=False)
-    async def dashboard() -> FileResponse:
+    @router.get("/dashboard", hidden=True)
+    async def dashboard(request: Request) -> FileResponse:
         """The live view of the slots, the queue and the caches (fed by
         ``/v1/llamapy/events``)."""
         return FileResponse(STATIC_DIR / "dashboard.html", media_type="text/html")
 
-    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    return router

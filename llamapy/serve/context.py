@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import orjson
-from fastapi import Request
+from starlette.requests import Request
 
 from .._native.context import ContextOptions
 from ..embeddings import POOLINGS, Embedder

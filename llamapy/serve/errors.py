@@ -14,9 +14,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import (
@@ -112,7 +113,7 @@ async def _http_handler(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(body, status_code=exc.status_code)
 
 
-def install_error_handlers(app: FastAPI) -> None:
+def install_error_handlers(app: Starlette) -> None:
     """Answer llamapy and routing errors of ``app`` in the OpenAI shape (see also
     :class:`CatchAll` for the rest)."""
     app.add_exception_handler(LlamapyError, _llamapy_handler)

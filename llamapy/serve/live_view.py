@@ -24,14 +24,16 @@ from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request, Response
-from fastapi.concurrency import run_in_threadpool
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import Response
 
 from ..errors import LlamapyError, NotReadyError
 from ..openai_api import ServedModel
 from ..openai_api.llama_compat import slot_entries
 from .context import AppContext
 from .metrics import REUSE_SOURCES, Metrics
+from .routing import Router
 from .sse import EventStreamResponse, encode
 
 __all__ = ["INTERVAL_S", "Watchers", "events_router", "snapshot"]
@@ -134,15 +136,16 @@ async def _feed(request: Request, ctx: AppContext, model: str | None,
         watchers.count -= 1
 
 
-def events_router(ctx: AppContext) -> APIRouter:
+def events_router(ctx: AppContext) -> Router:
     """``/v1/llamapy/events`` (behind the API key; see the module)."""
-    router = APIRouter(dependencies=[Depends(ctx.check_key)])
+    router = Router(checks=[ctx.check_key])
     watchers = Watchers()
 
     @router.get("/v1/llamapy/events")
-    async def events(request: Request, model: str | None = None) -> Response:
+    async def events(request: Request) -> Response:
         """A snapshot of the slots, queue and caches about once a second (SSE), while the
         client stays; ``?model=`` picks one of several models."""
+        model = request.query_params.get("model")
         if ctx.models is not None:
             ctx.models.pick(model)  # an unknown model is a 404 now, not a broken stream
         feed = _feed(request, ctx, model, watchers)

@@ -18,10 +18,10 @@ from contextvars import ContextVar
 from typing import Any
 
 import orjson
-from fastapi import Request
-from fastapi.concurrency import run_in_threadpool
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import LlamapyError, NotReadyError, UnknownModelError
@@ -52,7 +52,7 @@ NAMED_LEASE_PATHS = frozenset({"/metrics"})
 #: keeps it loaded.
 NO_MODEL_PATHS = frozenset({"/", "/dashboard", "/health", "/v1/health", "/v1/models", "/models",
                             "/v1/models/{model_id:path}", "/models/load", "/models/unload",
-                            "/v1/llamapy/events"})
+                            "/v1/llamapy/events", "/openapi.json"})
 
 _current: ContextVar[ServedModel | None] = ContextVar("llamapy_served_model", default=None)
 

@@ -2,16 +2,17 @@
 
 Handlers read JSON, call :mod:`llamapy.anthropic_api` and frame the result (JSON with the cache
 headers, or SSE with named events). Errors, including a wrong key (``x-api-key`` or
-``Authorization: Bearer``), answer in Anthropic's shape (:class:`AnthropicRoute`). The
-``anthropic-version`` and ``anthropic-beta`` headers are accepted and change nothing.
+``Authorization: Bearer``), answer in Anthropic's shape
+(:func:`~llamapy.serve.anthropic_errors.anthropic_route_error`). The ``anthropic-version`` and
+``anthropic-beta`` headers are accepted and change nothing.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request, Response
-from fastapi.responses import JSONResponse
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
 
 from ..anthropic_api import (
     MessagesBody,
@@ -19,19 +20,17 @@ from ..anthropic_api import (
     astream_message,
     count_message_tokens,
 )
-from .anthropic_errors import AnthropicRoute, anthropic_error_event
+from .anthropic_errors import anthropic_error_event, anthropic_route_error
 from .context import AppContext, cache_headers, cancel_on_disconnect, read_json, stream_flag
+from .routing import Router
 from .sse_named import named_event_stream
 
-_SCHEMA = {"requestBody": {"required": True, "content": {
-    "application/json": {"schema": MessagesBody.model_json_schema()}}}}
 
+def anthropic_router(ctx: AppContext) -> Router:
+    """The Anthropic Messages routes (behind the API key; every error in Anthropic's shape)."""
+    router = Router(checks=[ctx.check_key], error_shape=anthropic_route_error)
 
-def anthropic_router(ctx: AppContext) -> APIRouter:
-    """The Anthropic Messages routes (behind the API key)."""
-    router = APIRouter(route_class=AnthropicRoute, dependencies=[Depends(ctx.check_key)])
-
-    @router.post("/v1/messages", openapi_extra=_SCHEMA)
+    @router.post("/v1/messages", schema=MessagesBody.model_json_schema)
     async def messages(request: Request) -> Response:
         """Anthropic Messages (SSE with named events when ``stream``)."""
         body = await read_json(request)

@@ -9,9 +9,9 @@ from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request, Response
-from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
 
 from ..engine import ProgressEvent, TokenEvent
 from ..openai_api import ServedModel
@@ -28,6 +28,7 @@ from .context import (
 )
 from .errors import error_response
 from .metrics_compat import PROCESS_START
+from .routing import Router, path_int, query_required
 from .sse import event_stream
 
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
@@ -64,13 +65,13 @@ async def complete_native(served: ServedModel, body: Any) -> list[dict[str, Any]
                                                                            strict=True))]
 
 
-def health_router(ctx: AppContext) -> APIRouter:
+def health_router(ctx: AppContext) -> Router:
     """``/health``: open even with an API key; 503 while the model loads."""
-    router = APIRouter()
+    router = Router()
 
     @router.get("/health")
-    @router.get("/v1/health", include_in_schema=False)
-    async def health() -> Response:
+    @router.get("/v1/health", hidden=True)
+    async def health(request: Request) -> Response:
         """200 ``{"status": "ok"}`` when ready, else the 503 error saying why (with several
         models: ok while serving; ``/v1/models`` tells each model's state)."""
         try:
@@ -83,18 +84,18 @@ def health_router(ctx: AppContext) -> APIRouter:
     return router
 
 
-def llama_router(ctx: AppContext) -> APIRouter:
+def llama_router(ctx: AppContext) -> Router:
     """The llama-server-compatible routes (behind the API key)."""
-    router = APIRouter(dependencies=[Depends(ctx.check_key)])
+    router = Router(checks=[ctx.check_key])
     _completion_routes(router, ctx)
     _tool_routes(router, ctx)
     _status_routes(router, ctx)
     return router
 
 
-def _completion_routes(router: APIRouter, ctx: AppContext) -> None:
+def _completion_routes(router: Router, ctx: AppContext) -> None:
     @router.post("/completion")
-    @router.post("/completions", include_in_schema=False)
+    @router.post("/completions", hidden=True)
     async def completion(request: Request) -> Response:
         """llama-server's native completion (``n_predict``, ``timings``, ...)."""
         body = await read_json(request)
@@ -139,7 +140,7 @@ def infill_body(served: ServedModel, body: Any) -> dict[str, Any]:
     return {**rest, "prompt": ids}
 
 
-def _tool_routes(router: APIRouter, ctx: AppContext) -> None:
+def _tool_routes(router: Router, ctx: AppContext) -> None:
     @router.post("/tokenize")
     async def tokenize(request: Request) -> dict[str, Any]:
         """Text to tokens (``with_pieces`` adds each token's text)."""
@@ -156,9 +157,9 @@ def _tool_routes(router: APIRouter, ctx: AppContext) -> None:
         return compat.apply_template(ctx.served(), await read_json(request))
 
 
-def _status_routes(router: APIRouter, ctx: AppContext) -> None:
+def _status_routes(router: Router, ctx: AppContext) -> None:
     @router.get("/props")
-    async def props() -> dict[str, Any]:
+    async def props(request: Request) -> dict[str, Any]:
         """Default generation settings, slot count, model and template (while the model
         sleeps: as they were, with ``is_sleeping: true``; it stays asleep)."""
         if ctx.sleeping:
@@ -166,22 +167,23 @@ def _status_routes(router: APIRouter, ctx: AppContext) -> None:
         return await run_in_threadpool(compat.props, ctx.served())
 
     @router.get("/slots")
-    async def slots() -> list[dict[str, Any]]:
+    async def slots(request: Request) -> list[dict[str, Any]]:
         """Each slot's state and cached tokens (501 with ``--no-slots``)."""
         ctx.check_enabled("slots")
         return await run_in_threadpool(compat.slots, ctx.served())
 
     @router.post("/slots/{id_slot}")
-    async def slot_action(id_slot: int, action: str, request: Request) -> dict[str, Any]:
+    async def slot_action(request: Request) -> dict[str, Any]:
         """llama-server's slot actions: ``?action=save|restore|erase`` (``{"filename"}`` for
         save and restore; 501 without ``--slot-save-path``, 409 while the slot is busy; served
         with ``--no-slots`` too, as llama-server does: that flag hides the ``/slots`` listing)."""
+        id_slot, action = path_int(request, "id_slot"), query_required(request, "action")
         body = await read_json(request) if action != "erase" else None
         return await run_in_threadpool(slot_files.slot_action, ctx.served(),
                                        ctx.slot_save_path, id_slot, action, body)
 
     @router.get("/metrics")
-    async def metrics() -> Response:
+    async def metrics(request: Request) -> Response:
         """Prometheus metrics (501 with ``--no-metrics``)."""
         ctx.check_enabled("metrics")
         text = await run_in_threadpool(ctx.metrics.render)

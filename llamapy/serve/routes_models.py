@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request
-from fastapi.concurrency import run_in_threadpool
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
 
 from ..errors import InvalidRequestError
 from .context import AppContext, read_json
 from .multi import ModelRouter
+from .routing import Router
 
 
 def _model_name(body: Any) -> str:
@@ -23,9 +24,9 @@ def _model_name(body: Any) -> str:
     return name
 
 
-def models_router(ctx: AppContext, models: ModelRouter) -> APIRouter:
+def models_router(ctx: AppContext, models: ModelRouter) -> Router:
     """``/models/load`` and ``/models/unload`` (behind the API key)."""
-    router = APIRouter(dependencies=[Depends(ctx.check_key)])
+    router = Router(checks=[ctx.check_key])
     manager = models.manager
 
     @router.post("/models/load")

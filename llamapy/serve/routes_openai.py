@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request, Response
-from fastapi.responses import JSONResponse
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
 
 from ..errors import ModelNotFoundError, UnsupportedFeatureError
 from ..openai_api import (
@@ -31,12 +31,8 @@ from .context import (
 )
 from .embeddings import aembed, embedding_response, parse_embedding_request
 from .multi import model_entry
+from .routing import Router
 from .sse import event_stream
-
-
-def _schema(model: type[ChatBody] | type[CompletionBody]) -> dict[str, Any]:
-    return {"requestBody": {"required": True, "content": {
-        "application/json": {"schema": model.model_json_schema()}}}}
 
 
 def model_card(served: ServedModel) -> dict[str, Any]:
@@ -52,15 +48,15 @@ def model_card(served: ServedModel) -> dict[str, Any]:
             **({"tags": list(served.tags)} if served.tags else {})}
 
 
-def openai_router(ctx: AppContext) -> APIRouter:
+def openai_router(ctx: AppContext) -> Router:
     """The ``/v1`` routes (and llama-server's unversioned chat alias)."""
-    router = APIRouter(dependencies=[Depends(ctx.check_key)])
+    router = Router(checks=[ctx.check_key])
     _generation_routes(router, ctx)
     _model_routes(router, ctx)
     return router
 
 
-def _generation_routes(router: APIRouter, ctx: AppContext) -> None:
+def _generation_routes(router: Router, ctx: AppContext) -> None:
     async def generate(request: Request, body: Any, *, chat: bool) -> Response:
         served = ctx.served()
         if stream_flag(body):
@@ -71,22 +67,22 @@ def _generation_routes(router: APIRouter, ctx: AppContext) -> None:
         ctx.metrics.observe(result.get("timings"))
         return JSONResponse(result, headers=cache_headers(result.get("timings")))
 
-    @router.post("/v1/chat/completions", openapi_extra=_schema(ChatBody))
-    @router.post("/chat/completions", include_in_schema=False)
+    @router.post("/v1/chat/completions", schema=ChatBody.model_json_schema)
+    @router.post("/chat/completions", hidden=True)
     async def chat_completions(request: Request) -> Response:
         """OpenAI chat completions (SSE when ``stream``)."""
         return await generate(request, await read_json(request), chat=True)
 
-    @router.post("/v1/completions", openapi_extra=_schema(CompletionBody))
+    @router.post("/v1/completions", schema=CompletionBody.model_json_schema)
     async def completions(request: Request) -> Response:
         """OpenAI text completions (SSE when ``stream``)."""
         return await generate(request, await read_json(request), chat=False)
 
 
-def _model_routes(router: APIRouter, ctx: AppContext) -> None:
+def _model_routes(router: Router, ctx: AppContext) -> None:
     @router.get("/v1/models")
-    @router.get("/models", include_in_schema=False)
-    async def models() -> dict[str, Any]:
+    @router.get("/models", hidden=True)
+    async def models(request: Request) -> dict[str, Any]:
         """The served model (with several: each with its ``status``)."""
         if ctx.models is not None:
             return ctx.models.model_list()
@@ -95,8 +91,9 @@ def _model_routes(router: APIRouter, ctx: AppContext) -> None:
         return {"object": "list", "data": [model_card(ctx.served())]}
 
     @router.get("/v1/models/{model_id:path}")
-    async def model(model_id: str) -> dict[str, Any]:
+    async def model(request: Request) -> dict[str, Any]:
         """One model by id (404 unless served here)."""
+        model_id: str = request.path_params["model_id"]
         if ctx.models is not None:
             return model_entry(ctx.models.manager.status_of(model_id))
         if ctx.sleeping:  # as it was before it slept; looking does not wake it
@@ -109,7 +106,7 @@ def _model_routes(router: APIRouter, ctx: AppContext) -> None:
         return model_card(served)
 
     @router.post("/v1/embeddings")
-    @router.post("/embeddings", include_in_schema=False)
+    @router.post("/embeddings", hidden=True)
     async def embeddings(request: Request) -> dict[str, Any]:
         """Mean-pooled, normalised embeddings on a dedicated context."""
         body = await read_json(request)

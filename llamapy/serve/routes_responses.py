@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request, Response
-from fastapi.responses import JSONResponse
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
 
 from ..openai_api import (
     acreate_response,
@@ -22,10 +22,8 @@ from ..openai_api import (
 from ..openai_api.responses_params import ResponsesBody
 from .context import AppContext, cache_headers, cancel_on_disconnect, read_json, stream_flag
 from .errors import error_body
+from .routing import Router
 from .sse_named import named_event_stream
-
-_SCHEMA = {"requestBody": {"required": True, "content": {
-    "application/json": {"schema": ResponsesBody.model_json_schema()}}}}
 
 
 def responses_error_event(exc: BaseException, sent: int) -> dict[str, Any]:
@@ -35,12 +33,12 @@ def responses_error_event(exc: BaseException, sent: int) -> dict[str, Any]:
             "message": error["message"], "param": error["param"], "sequence_number": sent}
 
 
-def responses_router(ctx: AppContext) -> APIRouter:
+def responses_router(ctx: AppContext) -> Router:
     """The Responses and token count routes (behind the API key)."""
-    router = APIRouter(dependencies=[Depends(ctx.check_key)])
+    router = Router(checks=[ctx.check_key])
 
-    @router.post("/v1/responses", openapi_extra=_SCHEMA)
-    @router.post("/responses", include_in_schema=False)
+    @router.post("/v1/responses", schema=ResponsesBody.model_json_schema)
+    @router.post("/responses", hidden=True)
     async def responses(request: Request) -> Response:
         """OpenAI Responses (SSE with typed events when ``stream``)."""
         body = await read_json(request)
@@ -55,13 +53,13 @@ def responses_router(ctx: AppContext) -> APIRouter:
         return JSONResponse(result, headers=cache_headers(timings))
 
     @router.post("/v1/responses/input_tokens")
-    @router.post("/responses/input_tokens", include_in_schema=False)
+    @router.post("/responses/input_tokens", hidden=True)
     async def response_input_tokens(request: Request) -> dict[str, Any]:
         """The prompt tokens of a Responses request, nothing generated."""
         return count_input_tokens(ctx.served(), await read_json(request))
 
     @router.post("/v1/chat/completions/input_tokens")
-    @router.post("/chat/completions/input_tokens", include_in_schema=False)
+    @router.post("/chat/completions/input_tokens", hidden=True)
     async def chat_input_tokens(request: Request) -> dict[str, Any]:
         """The prompt tokens of a chat completions request, nothing generated."""
         return count_chat_input_tokens(ctx.served(), await read_json(request))

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from fastapi.concurrency import run_in_threadpool
+from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..errors import LlamapyError

@@ -8,8 +8,10 @@ from collections.abc import AsyncGenerator
 from typing import Any
 
 import pytest
-from fastapi import FastAPI, Request
+from starlette.applications import Starlette
+from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import Route
 from starlette.testclient import TestClient
 
 from llamapy.anthropic_api.blocks import BlockBuilder, signature, tool_use_id
@@ -224,15 +226,13 @@ def test_named_stream_reports_a_late_error_as_an_event() -> None:
         yield {"type": "message_start", "n": 1}
         raise QueueFullError(2)
 
-    app = FastAPI()
-
-    @app.get("/a")
     async def a(request: Request) -> Response:
         return await named_event_stream(request, events(), error_event=anthropic_error_event)
 
-    @app.get("/r")
     async def r(request: Request) -> Response:
         return await named_event_stream(request, events(), error_event=responses_error_event)
+
+    app = Starlette(routes=[Route("/a", a), Route("/r", r)])
 
     with TestClient(app) as http:
         lines = http.get("/a").text.strip().split("\n")

@@ -13,6 +13,7 @@ import openai
 import pytest
 from http_helpers import MODEL_ALIAS, WAIT_S, chat
 from live import LiveApp
+from starlette.requests import Request
 
 from llamapy.errors import TemplateError
 from llamapy.serve import create_app
@@ -179,9 +180,10 @@ def test_queue_full_is_429_with_retry_after(model_path: Path) -> None:
 def test_unexpected_error_is_500_and_the_server_stays_up(server: Server) -> None:
     app = create_app(server, alias=MODEL_ALIAS)
 
-    @app.get("/boom")
-    async def boom() -> None:
+    async def boom(request: Request) -> None:
         raise RuntimeError("kaput")
+
+    app.add_route("/boom", boom)
 
     with LiveApp(app) as live, httpx.Client(base_url=live.url, timeout=60) as http:
         error = error_of(http.get("/boom"), 500)

@@ -196,13 +196,13 @@ def test_two_families_answer_alternately_over_http(model_path: Path,
 
 
 def test_every_route_is_classified_for_leases(model_path: Path) -> None:
-    from fastapi.routing import APIRoute
+    from starlette.routing import Route
 
     from llamapy.serve.multi import LEASE_PATHS, LEASE_PREFIXES, NAMED_LEASE_PATHS, NO_MODEL_PATHS
 
     manager = ModelManager([ModelSpec(name="one", path=model_path)])
     app = create_app(manager, own_server=True)
-    paths = {route.path for route in app.routes if isinstance(route, APIRoute)}
+    paths = {route.path for route in app.routes if isinstance(route, Route)}
     known = LEASE_PATHS | NAMED_LEASE_PATHS | NO_MODEL_PATHS
     assert {p for p in paths if not p.startswith(LEASE_PREFIXES)} <= known, paths - known
     manager.close()

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fastapi import FastAPI
-from fastapi.testclient import TestClient
+from starlette.applications import Starlette
+from starlette.testclient import TestClient
 
 from llamapy.chat import ChatTemplate
 from llamapy.chat.builtin_templates import BUILTIN_TEMPLATES
@@ -119,7 +119,7 @@ def unloaded() -> Iterator[threading.Event]:
     gate.set()
 
 
-def _app(gate: threading.Event, **kw: object) -> FastAPI:
+def _app(gate: threading.Event, **kw: object) -> Starlette:
     def load() -> Server:
         gate.wait(60)
         raise LoadFailedError(RuntimeError("test over"))

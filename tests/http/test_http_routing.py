@@ -1,0 +1,78 @@
+"""The app's routing: checks before handlers, JSON results, an error shape per router, the
+OpenAPI document, and typed 400s for bad path and query parameters."""
+
+from __future__ import annotations
+
+import httpx
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.testclient import TestClient
+
+from llamapy.errors import AuthenticationError, InvalidOptionError
+from llamapy.serve.errors import install_error_handlers
+from llamapy.serve.routing import Router, openapi_document
+
+
+def _deny_without_header(request: Request) -> None:
+    if "x-ok" not in request.headers:
+        raise AuthenticationError("no x-ok header")
+
+
+def test_checks_run_first_and_plain_results_are_json() -> None:
+    calls: list[str] = []
+    router = Router(checks=[_deny_without_header])
+
+    @router.post("/a", schema=lambda: {"type": "object"})
+    @router.post("/alias", hidden=True)
+    async def a(request: Request) -> dict[str, object]:
+        """Answer a.
+
+        More text that is not the summary."""
+        calls.append(request.url.path)
+        return {"got": await request.json()}
+
+    app = Starlette(routes=router.routes)
+    install_error_handlers(app)
+    with TestClient(app) as http:
+        assert http.post("/a", json=1).status_code == 401 and calls == []
+        for path in ("/a", "/alias"):
+            answer = http.post(path, json=[1], headers={"x-ok": "1"})
+            assert answer.status_code == 200 and answer.json() == {"got": [1]}
+        assert calls == ["/a", "/alias"]
+        assert http.get("/a").status_code == 405
+    document = openapi_document(router.endpoints, title="t", version="1", summary="s")
+    assert list(document["paths"]) == ["/a"]  # the hidden alias is not documented
+    operation = document["paths"]["/a"]["post"]
+    assert operation["summary"] == "Answer a."
+    assert operation["requestBody"]["content"]["application/json"]["schema"] == {
+        "type": "object"}
+
+
+def test_an_error_shape_answers_for_every_route_of_its_router() -> None:
+    def shape(request: Request, exc: Exception) -> JSONResponse:
+        return JSONResponse({"shaped": type(exc).__name__, "path": request.url.path}, 418)
+
+    router = Router(checks=[_deny_without_header], error_shape=shape)
+
+    @router.get("/b")
+    async def b(request: Request) -> dict[str, object]:
+        raise InvalidOptionError("bad", option="x")
+
+    with TestClient(Starlette(routes=router.routes)) as http:
+        assert http.get("/b").json() == {"shaped": "AuthenticationError", "path": "/b"}
+        assert http.get("/b", headers={"x-ok": "1"}).json()["shaped"] == "InvalidOptionError"
+
+
+def test_openapi_document_and_slot_parameters(http: httpx.Client) -> None:
+    document = http.get("/openapi.json").json()
+    assert document["info"]["title"] == "llamapy"
+    paths = document["paths"]
+    for path in ("/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/responses"):
+        schema = paths[path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+        assert "properties" in schema, path
+    assert "/v1/models/{model_id}" in paths and "/chat/completions" not in paths
+    bad_id = http.post("/slots/abc?action=erase")
+    assert bad_id.status_code == 400 and bad_id.json()["error"]["param"] == "id_slot"
+    no_action = http.post("/slots/0", json={})
+    assert no_action.status_code == 400 and no_action.json()["error"]["param"] == "action"
