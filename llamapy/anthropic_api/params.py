@@ -25,11 +25,11 @@ from ..openai_api.params import parse_body
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
 
 class _Block(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(defer_build=True, extra="allow")
 
 
 class TextBlock(_Block):
@@ -167,7 +167,7 @@ class Metadata(_Strict):
 class MessagesBody(BaseModel):
     """``POST /v1/messages`` (and, with ``max_tokens`` optional, ``count_tokens``)."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(defer_build=True, extra="allow")
 
     model: str | None = None
     messages: list[InputMessage] = Field(min_length=1)

@@ -39,7 +39,7 @@ Body = TypeVar("Body", bound=BaseModel)
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
 
 class StreamOptions(_Strict):
@@ -97,7 +97,7 @@ class ResponseFormat(_Strict):
 class Message(BaseModel):
     """One chat message; extra keys (``name``, ``reasoning_content``, ...) pass through."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(defer_build=True, extra="allow")
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[dict[str, Any]] | None = None
@@ -108,7 +108,7 @@ class Message(BaseModel):
 class GenerationBody(BaseModel):
     """Fields shared by chat and text completions."""
 
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    model_config = ConfigDict(defer_build=True, extra="allow", populate_by_name=True)
 
     model: str | None = None
     max_tokens: int | None = Field(default=None, ge=0)

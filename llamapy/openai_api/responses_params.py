@@ -27,11 +27,11 @@ Model = TypeVar("Model", bound=BaseModel)
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
 
 
 class _Data(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(defer_build=True, extra="allow")
 
 
 class TextPart(_Data):
@@ -142,7 +142,7 @@ class ReasoningConfig(_Strict):
 class ResponsesBody(BaseModel):
     """``POST /v1/responses`` (and ``/v1/responses/input_tokens``)."""
 
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    model_config = ConfigDict(defer_build=True, extra="allow", populate_by_name=True)
 
     model: str | None = None
     input: str | list[dict[str, Any]]

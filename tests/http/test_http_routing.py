@@ -3,6 +3,9 @@ OpenAPI document, and typed 400s for bad path and query parameters."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import httpx
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -76,3 +79,13 @@ def test_openapi_document_and_slot_parameters(http: httpx.Client) -> None:
     assert bad_id.status_code == 400 and bad_id.json()["error"]["param"] == "id_slot"
     no_action = http.post("/slots/0", json={})
     assert no_action.status_code == 400 and no_action.json()["error"]["param"] == "action"
+
+
+def test_body_validators_are_built_after_import_not_during_it() -> None:
+    # In a fresh interpreter (this one's tests have built them): importing the app leaves the
+    # request bodies' validators unbuilt; the lifespan's build_body_models builds them all.
+    code = ("import llamapy.serve.app as app\n"
+            "assert not any(m.__pydantic_complete__ for m in app.BODY_MODELS)\n"
+            "app.build_body_models()\n"
+            "assert all(m.__pydantic_complete__ for m in app.BODY_MODELS)\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
