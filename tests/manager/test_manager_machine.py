@@ -5,12 +5,14 @@ and pins of three models under a two-model budget. After every step the manager'
 
 from __future__ import annotations
 
+import time
+
 from fake_servers import FakeFactory, spec
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
 
-from llamapy.errors import ModelBudgetError
+from llamapy.errors import ModelBudgetError, NotReadyError
 from llamapy.server import ModelLease, ModelManager, ModelState
 
 NAMES = ("a", "b", "c")
@@ -38,9 +40,19 @@ class ManagerMachine(RuleBasedStateMachine):
                       if s.pinned and s.state is ModelState.LOADED]
             assert self.held or pinned, "no room although nothing is in use or pinned"
             return None
+        except NotReadyError:  # the instant fake load outran 50 ms (a GC pause, a busy CPU)
+            self._settle(name)
+            return None
         assert lease.server.use() == name
         self.held.append(lease)
         return lease
+
+    def _settle(self, name: str) -> None:
+        """Wait (bounded) for a load that outlasted an acquire's timeout: it must end."""
+        deadline = time.monotonic() + 5.0
+        while self.manager.status_of(name).state is ModelState.LOADING:
+            assert time.monotonic() < deadline, f"load of {name!r} never ended"
+            time.sleep(0.01)
 
     @rule(lease=consumes(leases))
     def release(self, lease: ModelLease | None) -> None:
