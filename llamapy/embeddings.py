@@ -19,11 +19,13 @@ import asyncio
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from llamapy._native import Batch, Context, LoraAdapter, Model
 from llamapy.errors import ClosedError, ContextOverflowError, InvalidOptionError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["POOLINGS", "Embedder"]
 
@@ -163,6 +165,8 @@ class Embedder:
 
     def _embed_groups(self, inputs: Sequence[Sequence[int]],
                       groups: list[list[int]]) -> np.ndarray:
+        import numpy as np  # on first use: a server that never embeds never imports it
+
         ctx, batch = self._context()
         out = np.zeros((len(inputs), self.n_embd), dtype=np.float32)
         try:
@@ -170,8 +174,8 @@ class Embedder:
                 ctx.clear()
                 batch.clear()
                 for seq_id, index in enumerate(group):
-                    last = batch.add(seq_id, 0, list(inputs[index]), logits_last=True)
-                    batch.logits[last + 1 - len(inputs[index]):last] = 1  # pooling reads all
+                    ids = list(inputs[index])  # pooling reads every row
+                    batch.add(seq_id, 0, ids, logits_last=True, n_outputs=len(ids))
                 ctx.decode(batch)
                 for seq_id, index in enumerate(group):
                     out[index] = ctx.sequence_embeddings(seq_id)

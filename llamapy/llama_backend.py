@@ -1,8 +1,8 @@
 """``LlamaBackend``: the engine's :class:`~llamapy.engine.Backend` on libllama.
 
-Each method is one or two native calls; no policy. Batches are filled through the numpy views
-of a preallocated :class:`~llamapy._native.Batch`, so Python work per tick stays small next to
-the decode itself.
+Each method is one or two native calls; no policy. Batches are filled in place in a
+preallocated :class:`~llamapy._native.Batch`, so Python work per tick stays small next to the
+decode itself. numpy is imported only when logits are read (log-probabilities).
 
 LoRA: an adapter set is ``((path, scale), ...)``. :meth:`LlamaBackend.load_adapters` loads each
 file once (cached by resolved path, shared by every set that names it); ``decode`` calls
@@ -15,14 +15,15 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Sequence
 from pathlib import Path
-from typing import cast
-
-import numpy as np
+from typing import TYPE_CHECKING, cast
 
 from ._native import Batch, Context, LoraAdapter, Model, SamplerChain
 from .engine.backend import BatchPlan
 from .engine.options import SamplingParams
 from .errors import DecodeError, InvalidBatchError, InvalidOptionError, LlamapyError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 #: ``DecodeError.code`` when a plan's adapter set cannot be applied (the batch is invalid for
 #: this context, as ``llama_decode``'s -1).
@@ -62,6 +63,8 @@ class LlamaSampler:
 
 def top_logprobs(logits: np.ndarray, n: int) -> list[tuple[int, float]]:
     """Top-``n`` ``(token, logprob)`` of a logits row, most likely first."""
+    import numpy as np
+
     n = min(n, logits.shape[0])
     top = np.argpartition(logits, -n)[-n:]
     top = top[np.argsort(logits[top])[::-1]]
@@ -71,6 +74,8 @@ def top_logprobs(logits: np.ndarray, n: int) -> list[tuple[int, float]]:
 
 def log_normalizer(logits: np.ndarray) -> float:
     """``log(sum(exp(logits)))``, computed stably."""
+    import numpy as np
+
     m = float(logits.max())
     return m + float(np.log(np.exp(logits - m, dtype=np.float64).sum()))
 

@@ -18,15 +18,9 @@ undefined variable or ``none`` concatenated with a string (``+``, ``~``) is the 
 from __future__ import annotations
 
 import hashlib
-import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any, NoReturn
-
-import jinja2
-import jinja2.ext
-from jinja2 import nodes
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from typing import Any
 
 from llamapy.chat.messages_in import normalize_messages, normalize_tools
 from llamapy.errors import TemplateError
@@ -38,21 +32,6 @@ CHATML_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
-
-
-class _GenerationTag(jinja2.ext.Extension):
-    """``{% generation %}...{% endgeneration %}``: HF marks assistant spans; we just render."""
-
-    tags = {"generation"}
-
-    def parse(self, parser: Any) -> nodes.Node:
-        lineno = next(parser.stream).lineno
-        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
-        call = self.call_method("_render_body")
-        return nodes.CallBlock(call, [], [], body).set_lineno(lineno)
-
-    def _render_body(self, caller: Callable[[], str]) -> str:
-        return caller()
 
 
 #: Marks where a continued message's text ends in its rendering (never in real text).
@@ -69,66 +48,10 @@ def _text_of(content: Any) -> str:
                    if isinstance(p, Mapping) and p.get("type", "text") == "text")
 
 
-def _tojson(
-    value: Any,
-    ensure_ascii: bool = False,
-    indent: int | None = None,
-    separators: tuple[str, str] | None = None,
-    sort_keys: bool = False,
-) -> str:
-    """HF's ``tojson``: plain ``json.dumps`` (Jinja's own one HTML-escapes and sorts keys)."""
-    return json.dumps(
-        value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
-    )
-
-
-def _raise_exception(message: str) -> NoReturn:
-    raise TemplateError(f"chat template error: {message}")
-
-
-def _strftime_now(fmt: str) -> str:
-    return datetime.now().strftime(fmt)
-
-
-class _Undefined(jinja2.Undefined):
-    """llama.cpp's undefined: the empty string when concatenated with a string."""
-
-    def __add__(self, other: object) -> Any:
-        return other if isinstance(other, str) else super().__add__(other)
-
-    def __radd__(self, other: object) -> Any:
-        return other if isinstance(other, str) else super().__radd__(other)
-
-
-class _Environment(ImmutableSandboxedEnvironment):
-    """The sandbox, with llama.cpp's ``none + "text"`` (the empty string joined)."""
-
-    intercepted_binops = frozenset({"+"})
-
-    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
-        if operator == "+" and ((left is None and isinstance(right, str))
-                                or (right is None and isinstance(left, str))):
-            return left or right or ""
-        return super().call_binop(context, operator, left, right)
-
-
 def _date_context() -> dict[str, str]:
     """llama.cpp's extra template variables: today as ``datetime`` and ``date_string``."""
     now = datetime.now()
     return {"datetime": now.strftime("%b %d %Y"), "date_string": now.strftime("%d %b %Y")}
-
-
-def _environment() -> ImmutableSandboxedEnvironment:
-    env = _Environment(
-        trim_blocks=True,
-        lstrip_blocks=True,
-        extensions=[_GenerationTag, jinja2.ext.loopcontrols],
-        undefined=_Undefined,
-    )
-    env.filters["tojson"] = _tojson
-    env.globals["raise_exception"] = _raise_exception
-    env.globals["strftime_now"] = _strftime_now
-    return env
 
 
 class ChatTemplate:
@@ -143,12 +66,9 @@ class ChatTemplate:
         self.source = source
         self.bos_token = bos_token
         self.eos_token = eos_token
-        try:
-            self._template = _environment().from_string(source)
-        except jinja2.TemplateSyntaxError as exc:
-            raise TemplateError(
-                f"chat template does not compile: {exc.message} (line {exc.lineno})"
-            ) from exc
+        from llamapy.chat.jinja_env import compile_template  # jinja2 loads with the first template
+
+        self._template = compile_template(source)
 
     @classmethod
     def chatml(cls, *, bos_token: str = "", eos_token: str = "<|im_end|>") -> ChatTemplate:

@@ -14,14 +14,15 @@ from __future__ import annotations
 import asyncio
 import base64
 from collections.abc import Mapping, Sequence
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from ..embeddings import Embedder
 from ..errors import InvalidOptionError, UnsupportedFeatureError
 from ..openai_api import ServedModel
 from ..openai_api.completions import check_token_ids
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 def embedding_inputs(served: ServedModel, value: object) -> list[list[int]]:
