@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -59,6 +60,36 @@ def capture() -> Iterator[list[str]]:
         yield lines
     finally:
         _local.capture = previous
+
+
+#: The GIL switch interval inside :func:`loud_call` (seconds; Python's default is 0.005).
+LOUD_SWITCH_INTERVAL = 2e-5
+_loud_lock = threading.Lock()
+_loud_calls = 0
+_saved_interval = 0.005
+
+
+@contextlib.contextmanager
+def loud_call() -> Iterator[list[str]]:
+    """:func:`capture` around a native call that logs hundreds of lines (a model load, a
+    context creation). Each line is a callback that must take the GIL; while another Python
+    thread is busy (the HTTP stack importing during a start) the holder gives it up only every
+    switch interval, 5 ms, so such a call took twice its time. Inside the block (any thread;
+    nested or concurrent blocks count) the interval is :data:`LOUD_SWITCH_INTERVAL`."""
+    global _loud_calls, _saved_interval
+    with _loud_lock:
+        if _loud_calls == 0:
+            _saved_interval = sys.getswitchinterval()
+            sys.setswitchinterval(LOUD_SWITCH_INTERVAL)
+        _loud_calls += 1
+    try:
+        with capture() as lines:
+            yield lines
+    finally:
+        with _loud_lock:
+            _loud_calls -= 1
+            if _loud_calls == 0:
+                sys.setswitchinterval(_saved_interval)
 
 
 def captured_message(lines: list[str], fallback: str) -> str:

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from .._system import physical_cores
 from ..errors import ClosedError, InvalidOptionError, NativeError, UnknownOptionError, decode_error
@@ -23,6 +21,9 @@ from ..options.context import (
 from . import _logging
 from ._loader import native
 from .model import LoraAdapter, Model
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["SERVER_OWNED_KEYS", "Batch", "Context", "ContextOptions", "context_option_keys",
            "tuning_option_keys"]
@@ -99,7 +100,7 @@ class Context:
         p.pooling_type = _enum(_POOLING, o.pooling_type, "pooling_type")
         p.attention_type = _enum(_ATTENTION, o.attention_type, "attention_type")
         p.rope_scaling_type = _enum(_ROPE_SCALING, o.rope_scaling_type, "rope_scaling_type")
-        with _logging.capture() as lines:
+        with _logging.loud_call() as lines:
             ptr = lib.llama_init_from_model(model.ptr, p)
         if ptr == ffi.NULL:
             reason = _logging.captured_message(lines, "llama_init_from_model returned NULL")
@@ -151,8 +152,11 @@ class Context:
     def logits(self, index: int) -> np.ndarray:
         """Logits of batch row ``index`` (-1 = last output) as a zero-copy float32 view.
 
-        The view is valid until the next decode.
+        The view is valid until the next decode. numpy is imported on first use (a server that
+        never reads logits or embeddings never imports it).
         """
+        import numpy as np
+
         ffi, lib = native().ffi, native().lib
         ptr = lib.llama_get_logits_ith(self.ptr, index)
         if ptr == ffi.NULL:
@@ -168,6 +172,8 @@ class Context:
         return self._embd(native().lib.llama_get_embeddings_seq(self.ptr, seq_id), seq_id)
 
     def _embd(self, ptr: Any, which: int) -> np.ndarray:
+        import numpy as np
+
         ffi = native().ffi
         if ptr == ffi.NULL:
             raise NativeError(f"no embeddings for {which} (is embeddings=True?)")
@@ -256,7 +262,7 @@ class Context:
 
 
 class Batch:
-    """A preallocated ``llama_batch`` filled through numpy views (one sequence id per token).
+    """A preallocated ``llama_batch`` filled through cffi arrays (one sequence id per token).
 
     ``add(seq_id, start_pos, token_ids, logits_last, n_outputs)`` appends a run of tokens for one
     sequence (with output rows for its last ``n_outputs`` tokens when ``logits_last``); the
@@ -276,11 +282,7 @@ class Batch:
         self._logits = ffi.new("int8_t[]", capacity)
         for i in range(capacity):
             self._seq_ptrs[i] = self._seq + i
-        self.token = np.frombuffer(ffi.buffer(self._token), dtype=np.int32)
-        self.pos = np.frombuffer(ffi.buffer(self._pos), dtype=np.int32)
-        self.seq = np.frombuffer(ffi.buffer(self._seq), dtype=np.int32)
-        self.logits = np.frombuffer(ffi.buffer(self._logits), dtype=np.int8)
-        np.frombuffer(ffi.buffer(self._n_seq), dtype=np.int32)[:] = 1
+        self._n_seq[0:capacity] = [1] * capacity
         self.struct = ffi.new("struct llama_batch *")
         s = self.struct
         s.token, s.pos, s.n_seq_id = self._token, self._pos, self._n_seq
@@ -308,16 +310,15 @@ class Batch:
         if n + k > self.capacity:
             raise InvalidOptionError(f"batch overflow: {n} + {k} > capacity {self.capacity}")
         end = n + k
-        if k == 1:  # a decode step: plain cffi stores beat four numpy slice assignments
+        if k == 1:  # a decode step: four element stores
             self._token[n], self._pos[n], self._seq[n] = token_ids[0], start_pos, seq_id
             self._logits[n] = 1 if logits_last else 0
             self.struct.n_tokens = end
             return n
-        self.token[n:end] = token_ids
-        self.pos[n:end] = np.arange(start_pos, start_pos + k, dtype=np.int32)
-        self.seq[n:end] = seq_id
-        self.logits[n:end] = 0
-        if logits_last:
-            self.logits[end - min(max(n_outputs, 1), k):end] = 1
+        self._token[n:end] = token_ids
+        self._pos[n:end] = range(start_pos, start_pos + k)
+        self._seq[n:end] = [seq_id] * k
+        outputs = min(max(n_outputs, 1), k) if logits_last else 0
+        self._logits[n:end] = [0] * (k - outputs) + [1] * outputs
         self.struct.n_tokens = end
         return end - 1

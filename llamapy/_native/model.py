@@ -72,7 +72,7 @@ class Model:
             for i, v in enumerate(options.tensor_split):
                 keep[i] = v
             params.tensor_split = keep
-        with _logging.capture() as lines:
+        with _logging.loud_call() as lines:
             ptr = lib.llama_model_load_from_file(str(self.path).encode(), params)
         if ptr == ffi.NULL:
             reason = _logging.captured_message(lines, "llama_model_load_from_file returned NULL")

@@ -37,6 +37,7 @@ __all__ = [
     "ResolvedStart",
     "ServerOptions",
     "call_option_keys",
+    "model_load_options",
     "resolve_start_options",
     "server_request_option_keys",
     "start_option_keys",
@@ -171,3 +172,10 @@ def resolve_start_options(model_path: str | os.PathLike[str], options: Mapping[s
         kv_unified=engine.kv_unified, **_pick(options, tuning_option_keys()),
     )
     return ResolvedStart(server, engine, context, ModelOptions(**_pick(options, _load_keys())))
+
+
+def model_load_options(options: Mapping[str, Any]) -> ModelOptions:
+    """The model-loading part of flat start options, validated on its own (what a prefetch of
+    the weights needs before the rest is resolved; unknown keys are left to
+    :func:`resolve_start_options`)."""
+    return ModelOptions(**_pick(options, _load_keys()))

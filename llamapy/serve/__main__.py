@@ -15,13 +15,15 @@ import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import LlamapyError
-from ..server import Server
 from .flags import add_option_flags, serve_start_options
-from .models_flags import add_models_flags, build_manager, serves_several
+from .models_flags import add_models_flags, serves_several
 from .serving_flags import LOG_LEVELS, add_serving_flags, app_options, read_template
+
+if TYPE_CHECKING:
+    from ..server import Server
 
 __all__ = ["LOG_LEVELS", "build_parser", "main", "model_path", "read_template"]
 
@@ -79,7 +81,7 @@ def _run(app: Any, hosts: Sequence[str], port: int, debug: bool) -> None:
     comma-separated ``--host``)."""
     import uvicorn
 
-    config = uvicorn.Config(app, host=hosts[0], port=port,
+    config = uvicorn.Config(app, host=hosts[0], port=port, ws="none",  # no WebSocket routes
                             log_level="debug" if debug else "warning", access_log=debug)
     if len(hosts) == 1:
         uvicorn.Server(config).run()
@@ -106,8 +108,13 @@ def _bind(host: str, port: int) -> socket.socket:
 
 
 def _build_app(args: argparse.Namespace) -> tuple[Any, str]:
-    """The app for the command line and what it serves (for the log line)."""
+    """The app for the command line and what it serves (for the log line).
+
+    Only the option tree is imported before this: a single model's weights start loading
+    (:func:`_prefetch`) before the engine, the server and the HTTP stack are imported."""
     if serves_several(args):
+        from .models_specs import build_manager
+
         manager, templates = build_manager(args, serve_start_options(args))
         options = app_options(args)
         from .app import create_app
@@ -121,7 +128,10 @@ def _build_app(args: argparse.Namespace) -> tuple[Any, str]:
         return app, f"{len(manager.names)} models ({', '.join(manager.names)})"
     path = model_path(args.model[0] if args.model else None)
     start = serve_start_options(args)
-    server = Server(path, **start)  # loads on its thread from now on
+    _prefetch(path, start)
+    from ..server import Server
+
+    server = Server(path, **start)  # takes the prefetched weights on its thread
     from .app import create_app  # the HTTP stack imports while the model loads
 
     try:
@@ -134,9 +144,24 @@ def _build_app(args: argparse.Namespace) -> tuple[Any, str]:
     return app, f"{options['alias'] or path.stem} ({path})"
 
 
+def _prefetch(path: Path, start: dict[str, Any]) -> None:
+    """Start loading the weights now, in C, while Python imports the rest (bad options are
+    left for ``Server`` to report)."""
+    from .._native.prefetch import prefetch
+    from ..options.start import model_load_options
+
+    try:
+        options = model_load_options(start)
+    except LlamapyError:
+        return
+    prefetch(path, options)
+
+
 def _reloader(first: Server, start: dict[str, Any]) -> Any:
     """A loader giving ``first``, then a fresh Server on the same file and options (the model
     woken from ``--sleep-idle-seconds``)."""
+    from ..server import Server
+
     servers = [first]
 
     def load() -> Server:

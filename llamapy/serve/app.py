@@ -145,10 +145,17 @@ def _owner(target: Server | Loader | ModelManager, *, alias: str | None,
                      **served)
 
 
-def build_body_models() -> None:
+#: How long the body validators wait for the model before they are built regardless (s).
+BODY_BUILD_WAIT = 30.0
+
+
+def build_body_models(host: ModelHost | None = None) -> None:
     """Build the request bodies' validators. Their classes defer it, so a start does not wait
-    for ~0.1 s of schema building: the app's lifespan runs this on a thread, mostly while the
-    model still loads (in C, without the GIL); a request that comes first builds its own."""
+    for ~0.1 s of schema building: the app's lifespan runs this on a thread once ``host``'s
+    model has loaded (building sooner would hold the GIL that the load's native log callbacks
+    wait for); a request that comes first builds its own."""
+    if host is not None:
+        host.wait_loaded(BODY_BUILD_WAIT)
     for model in BODY_MODELS:
         model.model_rebuild()
 
@@ -158,7 +165,8 @@ def _lifespan(ctx: AppContext, owned: ModelHost | ModelRouter | None) -> Any:
     then the server if the app owns it."""
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        threading.Thread(target=build_body_models, name="llamapy-bodies", daemon=True).start()
+        threading.Thread(target=build_body_models, args=(ctx.host,), name="llamapy-bodies",
+                         daemon=True).start()
         yield
         ctx.close()
         if owned is not None:

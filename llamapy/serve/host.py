@@ -38,6 +38,7 @@ class ModelHost:
         self._served: ServedModel | None = None
         self._error: LlamapyError | None = None
         self._lock = threading.Lock()
+        self._loaded = threading.Event()  # the loader returned or failed
         self._wake_lock = threading.Lock()
         self._loader = None if isinstance(target, Server) else target
         self._sleeping = False
@@ -50,6 +51,7 @@ class ModelHost:
             self.clock = IdleClock(sleep_idle_seconds, self._sleep)
         if isinstance(target, Server):
             self._served = ServedModel(target, **served)
+            self._loaded.set()
         else:
             threading.Thread(target=self._load, args=(target,), name="llamapy-serve-load",
                              daemon=True).start()
@@ -62,10 +64,28 @@ class ModelHost:
             error = exc if isinstance(exc, LoadFailedError) else LoadFailedError(exc)
             with self._lock:
                 self._error = error
+            self._loaded.set()
             return
         served = ServedModel(server, **self._options)
         with self._lock:
             self._served = served
+        self._loaded.set()
+
+    def wait_loaded(self, timeout: float | None = None) -> bool:
+        """Block until the model has loaded or failed to (at most ``timeout`` s); return
+        whether it did."""
+        if not self._loaded.wait(timeout):
+            return False
+        served = self._served
+        if served is None:
+            return True
+        try:
+            served.server.wait_ready(timeout)
+        except NotReadyError:
+            return False
+        except LlamapyError:
+            pass  # failed: done all the same
+        return True
 
     @property
     def served(self) -> ServedModel | None:

@@ -4,6 +4,7 @@ backend and engine (built on that thread by :func:`load_server`)."""
 from __future__ import annotations
 
 from .._native import Model
+from .._native.prefetch import take
 from ..runtime.loop import Hosted
 from ..runtime.native import host_model
 from .options import ResolvedStart
@@ -14,8 +15,10 @@ __all__ = ["load_server"]
 def load_server(start: ResolvedStart) -> Hosted:
     """Load the model (and the draft model, if any) and host an engine on it; the ``lora``
     start adapters are preloaded. A failure frees what was made (the models included) and
-    raises."""
-    model = Model(start.server.model_path, start.model)
+    raises. A model prefetched for the same file and load options (see
+    :mod:`llamapy._native.prefetch`) is taken instead of loading the file again."""
+    path = start.server.model_path
+    model = take(path, start.model) or Model(path, start.model)
     draft: Model | None = None
     try:
         if start.server.spec_draft_model:

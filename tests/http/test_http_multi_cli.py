@@ -16,7 +16,8 @@ from http_helpers import WAIT_S, free_port, poll
 from llamapy.errors import InvalidOptionError, UnknownOptionError
 from llamapy.serve.__main__ import build_parser
 from llamapy.serve.flags import start_options
-from llamapy.serve.models_flags import build_manager, serves_several
+from llamapy.serve.models_flags import serves_several
+from llamapy.serve.models_specs import build_manager
 from llamapy.server import ModelManager
 
 

@@ -1,10 +1,12 @@
 """The app's routing: checks before handlers, JSON results, an error shape per router, the
-OpenAPI document, and typed 400s for bad path and query parameters."""
+OpenAPI document, typed 400s for bad path and query parameters, and the body validators built
+after the model load."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 
 import httpx
 from starlette.applications import Starlette
@@ -12,9 +14,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.testclient import TestClient
 
-from llamapy.errors import AuthenticationError, InvalidOptionError
+from llamapy.errors import AuthenticationError, InvalidOptionError, LoadFailedError
+from llamapy.serve.app import build_body_models
 from llamapy.serve.errors import install_error_handlers
+from llamapy.serve.host import ModelHost
 from llamapy.serve.routing import Router, openapi_document
+from llamapy.server import Server
 
 
 def _deny_without_header(request: Request) -> None:
@@ -89,3 +94,24 @@ def test_body_validators_are_built_after_import_not_during_it() -> None:
             "app.build_body_models()\n"
             "assert all(m.__pydantic_complete__ for m in app.BODY_MODELS)\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_the_body_validators_wait_for_the_model_load() -> None:
+    # build_body_models(host) waits for the host's loader (so schema building does not hold
+    # the GIL the load's log callbacks need); a failed load counts as loaded.
+    release = threading.Event()
+
+    def loader() -> Server:
+        release.wait(10)
+        raise LoadFailedError("no model here")
+
+    host = ModelHost(loader)
+    assert host.wait_loaded(0.05) is False
+    builder = threading.Thread(target=build_body_models, args=(host,))
+    builder.start()
+    builder.join(0.2)
+    assert builder.is_alive()  # still waiting for the load
+    release.set()
+    builder.join(60)
+    assert not builder.is_alive() and host.wait_loaded(0) is True
+    assert host.status() == "failed"
