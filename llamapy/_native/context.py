@@ -260,6 +260,22 @@ class Context:
         """Reset the perf counters."""
         native().lib.llama_perf_context_reset(self.ptr)
 
+    def warmup(self) -> None:
+        """llama-server's warm-up run: decode BOS and EOS once on sequence 0, then clear the
+        memory and the perf counters. The one-time costs of a first decode (compute buffers,
+        the first touch of the mapped weights) are paid here instead of by the first request.
+        A model with an encoder is left as it is."""
+        model, lib = self.model, native().lib
+        if lib.llama_model_has_encoder(model.ptr):
+            return
+        tokens = [t for t in (model.bos, model.eos) if t >= 0] or [0]
+        batch = Batch(len(tokens))
+        batch.add(0, 0, tokens[:self.n_batch])
+        self.decode(batch)
+        self.clear(data=True)
+        lib.llama_synchronize(self.ptr)
+        self.reset_perf()
+
 
 class Batch:
     """A preallocated ``llama_batch`` filled through cffi arrays (one sequence id per token).

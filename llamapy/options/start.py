@@ -55,6 +55,7 @@ class ServerOptions:
     requests select them by index (the HTTP ``lora: [{"id", "scale"}]`` field) or pass
     ``adapters`` directly in-process. ``spec_draft_model`` is loaded next to the model, with the
     same loading options and a context of the same size, for the ``draft`` drafter.
+    ``warmup`` runs llama-server's warm-up decode before the server reports ready.
     """
 
     model_path: str = required("the GGUF model file (Server's positional argument)")
@@ -69,6 +70,9 @@ class ServerOptions:
     spec_draft_model: str | None = option(
         None, "draft model GGUF (same vocabulary) for speculative decoding; implies "
         "--spec-type draft when no type is given", flags=("-md", "--model-draft"))
+    warmup: bool = option(True, "decode BOS+EOS once after loading, before taking work, so the "
+                          "first request skips the first decode's one-time costs (llama-server's "
+                          "--warmup)")
 
     def __post_init__(self) -> None:
         check(is_int(self.n_ctx) and self.n_ctx >= 1, "n_ctx", "must be an integer >= 1")

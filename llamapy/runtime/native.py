@@ -27,13 +27,14 @@ __all__ = ["cache_namespace", "host_model"]
 
 
 def host_model(model: Model, context: ContextOptions, config: EngineConfig,
-               preload: tuple[Hashable, ...] = (), *, draft_model: Model | None = None
-               ) -> Hosted:
+               preload: tuple[Hashable, ...] = (), *, draft_model: Model | None = None,
+               warmup: bool = False) -> Hosted:
     """A context on ``model`` with a backend and an engine; ``preload`` is an adapter set
     loaded now (a load failure fails the hosting). ``draft_model`` gets a context of the same
     size for the ``draft`` drafter (``InvalidOptionError`` unless it has the same vocabulary).
     ``Hosted.free`` frees the contexts, the adapters and the draft model; the model stays its
-    holders' (it is freed when the last one drops it)."""
+    holders' (it is freed when the last one drops it). ``warmup``: run
+    :meth:`~llamapy._native.Context.warmup` on the new context(s) first."""
     ctx = Context(model, context)
     backend = LlamaBackend(model, ctx)
     parts: list[tuple[Context, LlamaBackend]] = [(ctx, backend)]
@@ -45,6 +46,8 @@ def host_model(model: Model, context: ContextOptions, config: EngineConfig,
             parts.append((dctx, LlamaBackend(draft_model, dctx)))
             check_same_vocab(backend, parts[1][1])
             drafters["draft"] = ModelDrafter(parts[1][1], config.spec_draft_p_min)
+        for part, _ in parts if warmup else ():
+            part.warmup()
         namespace = cache_namespace(model, ctx) if config.prompt_cache_dir else None
         engine = Engine(backend, config, drafters=drafters, cache_namespace=namespace)
     except BaseException:

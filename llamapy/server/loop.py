@@ -24,7 +24,8 @@ def load_server(start: ResolvedStart) -> Hosted:
         if start.server.spec_draft_model:
             draft = Model(start.server.spec_draft_model, start.model)
         preload = tuple((path, 1.0) for path in start.server.lora)
-        return host_model(model, start.context, start.engine, preload, draft_model=draft)
+        return host_model(model, start.context, start.engine, preload, draft_model=draft,
+                          warmup=start.server.warmup)
     except BaseException:
         model.close()
         if draft is not None:

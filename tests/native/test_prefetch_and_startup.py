@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from llamapy._native import Batch, Model, ModelOptions, _logging
+from llamapy._native import Batch, Context, Model, ModelOptions, SamplerChain, _logging
 from llamapy._native.prefetch import prefetch, take
 from llamapy.errors import ModelLoadError
 from llamapy.server import Server
@@ -97,3 +97,33 @@ def test_the_command_line_imports_nothing_heavy_before_the_weights_load() -> Non
 def test_the_app_imports_neither_numpy_nor_jinja2() -> None:
     assert _imported_after("import llamapy.serve.app") == {
         "pydantic", "starlette", "llamapy.engine", "llamapy.server"}
+
+
+def _greedy_after(model: Model, warm: bool, prompt: list[int]) -> list[int]:
+    with Context(model, n_ctx=256, n_batch=64) as ctx, SamplerChain(model).add_greedy() as chain:
+        if warm:
+            ctx.warmup()
+            assert ctx.seq_pos_max(0) == -1  # the warm-up left nothing behind
+        batch = Batch(64)
+        row = batch.add(0, 0, prompt)
+        out: list[int] = []
+        for pos in range(len(prompt), len(prompt) + 8):
+            ctx.decode(batch)
+            out.append(chain.sample(ctx, row))
+            batch.clear()
+            row = batch.add(0, pos, [out[-1]])
+        return out
+
+
+def test_the_warmup_decode_leaves_a_clean_context(model: Model) -> None:
+    prompt = model.tokenize("The capital of France is")
+    assert _greedy_after(model, True, prompt) == _greedy_after(model, False, prompt)
+
+
+def test_warmup_is_on_by_default_and_off_with_the_llama_server_flag() -> None:
+    from llamapy.serve.__main__ import build_parser
+    from llamapy.serve.flags import serve_start_options
+
+    assert serve_start_options(build_parser().parse_args([])).get("warmup", True) is True
+    off = serve_start_options(build_parser().parse_args(["--no-warmup"]))
+    assert off["warmup"] is False
