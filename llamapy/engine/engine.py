@@ -220,11 +220,12 @@ class Engine:
                 self._finish(run, FinishReason.ERROR, error)
 
     def _admit(self) -> None:
-        """Place queued runs: lease-bound and affine (``session``) first, then strategy order."""
+        """Place queued runs: lease-bound, pinned (``slot_id``) and affine (``session``) first,
+        then strategy order."""
         if not self._queue:
             return
         first = [r for r in self._queue if r.request.lease_id is not None
-                 or self.pool.affine_slot_free(r)]
+                 or r.request.options.slot_id is not None or self.pool.affine_slot_free(r)]
         rest = [r for r in self._queue if r not in first]
         order = self._admission_order(rest)
         for run in chain(first, order):

@@ -73,6 +73,7 @@ class RequestTimings:
     biggest part came from (``"own"``, ``"donor"``, ``"ram"``, ``"inflight"`` or ``None``);
     ``inflight_tokens`` were adopted from another slot computing the same prefix right now.
     ``draft_tokens`` / ``draft_accepted`` count speculative draft tokens verified / accepted.
+    ``slot_id`` is the slot the request ran on (-1 until it has one).
     """
 
     submitted_at: float = 0.0
@@ -89,6 +90,7 @@ class RequestTimings:
     finish_reason: str | None = None
     draft_tokens: int = 0
     draft_accepted: int = 0
+    slot_id: int = -1
 
     @property
     def prefill_tok_per_s(self) -> float | None:

@@ -89,6 +89,10 @@ class SlotPool:
         if lease_id is not None:
             slot = self.leased_slot(lease_id)
             return slot if slot.state is SlotState.LEASED else None
+        pinned = run.request.options.slot_id
+        if pinned is not None:
+            slot = self.slots[pinned % len(self.slots)]
+            return slot if slot.is_idle else None
         idle = self.idle()
         if not idle:
             return None
@@ -122,6 +126,7 @@ class SlotPool:
         """Put ``run`` on ``slot`` (IDLE/LEASED -> PREFILLING)."""
         slot.machine.fire("assign")
         slot.run, run.slot = run, slot
+        run.timings.slot_id = slot.slot_id
         session = run.request.options.session
         if session is not None:
             self._affinity[session] = slot.slot_id

@@ -17,7 +17,7 @@ from typing import Any
 from .. import __version__
 from .._native import Model
 from .._pins import LLAMA_CPP_COMMIT
-from ..engine import DoneEvent, ProgressEvent, TokenEvent
+from ..engine import DoneEvent, ProgressEvent, RequestTimings, TokenEvent
 from ..errors import InvalidOptionError
 from ..options import aliases_of
 from ..server import Completion
@@ -30,7 +30,7 @@ from .report import per_token_timings, progress_dict, timings_dict
 from .target import ServedModel
 
 #: llama-server request fields that only tune its own bookkeeping: accepted, ignored.
-IGNORED_FIELDS = ("id_slot", "n_keep", "post_sampling_probs", "verbose", "samplers",
+IGNORED_FIELDS = ("n_keep", "post_sampling_probs", "verbose", "samplers",
                   "t_max_predict_ms", "n_indent", "response_fields", "n_cmpl")
 #: ``/completion``'s token budget spellings (the tree's aliases of ``max_tokens``, then
 #: ``max_tokens`` itself); the first one present wins.
@@ -110,7 +110,7 @@ def native_response(served: ServedModel, ids: list[int], text: str, options: Map
     out: dict[str, Any] = {
         "index": 0, "content": completion.text,
         "tokens": list(completion.token_ids) if request.get("return_tokens") else [],
-        "id_slot": -1, "stop": True, "model": served.name,
+        "id_slot": completion.timings.slot_id, "stop": True, "model": served.name,
         "tokens_predicted": completion.completion_tokens,
         "tokens_evaluated": completion.usage.prompt_tokens,
         "generation_settings": _settings(served, options), "prompt": text,
@@ -132,7 +132,8 @@ def native_chunk(served: ServedModel, request: Mapping[str, Any], event: TokenEv
                  n_done: int, ids: list[int]) -> dict[str, Any]:
     """One streamed ``/completion`` chunk (``timings`` so far with ``timings_per_token``)."""
     out: dict[str, Any] = {"index": 0, "content": event.text, "tokens": [event.token_id],
-                           "stop": False, "id_slot": -1, "tokens_predicted": n_done,
+                           "stop": False, "id_slot": _slot(event.timings),
+                           "tokens_predicted": n_done,
                            "tokens_evaluated": len(ids)}
     out.update(per_token_timings(event, served.model, ids))
     n_probs = int(request.get("n_probs") or 0)
@@ -143,11 +144,16 @@ def native_chunk(served: ServedModel, request: Mapping[str, Any], event: TokenEv
     return out
 
 
+def _slot(timings: RequestTimings | None) -> int:
+    """The slot a chunk reports: known when the event carries timings, else -1."""
+    return -1 if timings is None else timings.slot_id
+
+
 def native_progress(served: ServedModel, event: ProgressEvent, ids: list[int]
                     ) -> dict[str, Any]:
     """A ``prompt_progress`` chunk of a streamed ``/completion`` (``return_progress``)."""
-    return {"index": 0, "content": "", "tokens": [], "stop": False, "id_slot": -1,
-            "tokens_predicted": 0, "tokens_evaluated": len(ids),
+    return {"index": 0, "content": "", "tokens": [], "stop": False,
+            "id_slot": event.timings.slot_id, "tokens_predicted": 0, "tokens_evaluated": len(ids),
             "prompt_progress": progress_dict(event),
             **per_token_timings(event, served.model, ids)}
 
@@ -156,7 +162,7 @@ def native_final(served: ServedModel, ids: list[int], text: str, options: Mappin
                  event: DoneEvent) -> dict[str, Any]:
     """The last streamed ``/completion`` chunk (``stop: true`` with timings)."""
     return {
-        "index": 0, "content": "", "tokens": [], "id_slot": -1, "stop": True,
+        "index": 0, "content": "", "tokens": [], "id_slot": event.timings.slot_id, "stop": True,
         "model": served.name, "tokens_predicted": event.completion_tokens,
         "tokens_evaluated": event.prompt_tokens, "generation_settings": _settings(served, options),
         "prompt": text, "truncated": False,

@@ -31,7 +31,7 @@ ENGINE_ALIASES: dict[str, str] = {
 
 #: Extras that are ours, not engine options: handled by the API layer itself.
 API_EXTRAS = ("reasoning_format", "chat_template_kwargs", "json_schema", "lora", "ignore_eos",
-              "continue_final_message", "add_generation_prompt", "verbose", "id_slot")
+              "continue_final_message", "add_generation_prompt", "verbose")
 #: Engine options a client may not set over HTTP (file paths on the server's disk).
 SERVER_ONLY = ("adapters",)
 

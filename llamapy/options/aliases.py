@@ -23,6 +23,7 @@ ALIASES: Mapping[str, str] = MappingProxyType({
     "typ_p": "typical_p",
     "n_predict": "max_tokens",
     "max_completion_tokens": "max_tokens",
+    "id_slot": "slot_id",
 })
 
 #: ``reasoning_format`` values (llama-server's): ``auto`` and ``deepseek`` separate the

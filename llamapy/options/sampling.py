@@ -139,7 +139,9 @@ class RequestOptions:
     stored as validated field overrides, None = the server's).
     ``timings_per_token`` attaches the timings so far to every token event;
     ``return_progress`` emits a progress event before and after each prompt chunk
-    (llama-server's request fields of the same names).
+    (llama-server's request fields of the same names). ``slot_id`` pins the request to one
+    slot, as llama-server's ``id_slot``: it waits while that slot is busy or leased, and
+    ``slot_id % n_parallel`` is taken (llama-server wraps an id past the last slot).
     """
 
     max_tokens: int = option(256, "most tokens to generate (0 = prefill only)")
@@ -152,6 +154,9 @@ class RequestOptions:
     sampling: SamplingParams = option_factory(SamplingParams, "the request's sampling options")
     timings_per_token: bool = option(False, "attach the timings so far to each token event")
     return_progress: bool = option(False, "emit progress events while the prompt is computed")
+    slot_id: int | None = option(None, "run on this slot only, waiting while it is busy; ids "
+                                 "past the last slot wrap around (llama-server's id_slot; "
+                                 "None or -1 = any slot)")
 
     def __post_init__(self) -> None:
         check(is_int(self.max_tokens) and self.max_tokens >= 0, "max_tokens",
@@ -170,6 +175,10 @@ class RequestOptions:
         check(isinstance(self.sampling, SamplingParams), "sampling", "must be SamplingParams")
         for name in ("timings_per_token", "return_progress"):
             check(isinstance(getattr(self, name), bool), name, "must be a boolean")
+        check(self.slot_id is None or (is_int(self.slot_id) and self.slot_id >= -1), "slot_id",
+              f"must be an integer >= -1 or None, got {self.slot_id!r}")
+        if self.slot_id == -1:
+            object.__setattr__(self, "slot_id", None)
 
 
 def _adapter_set(value: object) -> tuple[Hashable, ...]:

@@ -51,7 +51,7 @@ def test_keys_derive_from_the_dataclasses():
     assert set(request_option_keys()) == sampling | {"max_tokens", "cache_prompt", "session",
                                                      "cache_scope", "adapters", "stop",
                                                      "speculative", "timings_per_token",
-                                                     "return_progress"}
+                                                     "return_progress", "slot_id"}
     assert set(engine_option_keys()) >= sampling | {"n_parallel", "max_queue", "batch_strategy"}
     assert "sampling" not in request_option_keys() + engine_option_keys()
 

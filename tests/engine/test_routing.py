@@ -1,11 +1,14 @@
-"""Admission and routing: session affinity, longest cached prefix in scope, LRU."""
+"""Admission and routing: session affinity, longest cached prefix in scope, LRU, slots pinned
+by ``slot_id`` (llama-server's ``id_slot``)."""
 
 from __future__ import annotations
 
-from engine_helpers import make_engine, submit
+import pytest
+from engine_helpers import make_engine, ref, submit
 
-from llamapy.engine import DoneEvent
+from llamapy.engine import DoneEvent, RequestOptions
 from llamapy.engine.testing import drain
+from llamapy.errors import InvalidOptionError
 
 A = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
 B = [11, 12, 13, 14, 15, 16, 17, 18, 19, 20]
@@ -95,3 +98,34 @@ def test_fifo_without_sessions():
         sink.on_event = lambda e, rid=rid: finished.append(rid) if isinstance(e, DoneEvent) else 0
     drain(engine)
     assert finished == ["a", "q1", "q2", "q3"]
+
+
+def test_a_pinned_request_runs_on_its_slot_and_waits_for_it():
+    engine, backend = make_engine(n_parallel=2)
+    submit(engine, "busy", A, max_tokens=6, slot_id=1)
+    assert slot_of(engine, "busy") == 1
+    pinned = submit(engine, "pinned", B, max_tokens=2, slot_id=1, temp=0.0)
+    free = submit(engine, "free", [30, 31, 32], max_tokens=2)
+    engine.tick()
+    assert engine.runs["pinned"].slot is None  # slot 1 is busy; slot 0 is not for it
+    assert slot_of(engine, "free") == 0
+    submit(engine, "late", [40, 41], max_tokens=1)  # queued behind it, must not take slot 1
+    while engine.runs["pinned"].slot is None:
+        assert engine.tick()
+    assert slot_of(engine, "pinned") == 1
+    drain(engine)
+    assert pinned.tokens == ref(backend, B, 2, temp=0.0)
+    assert isinstance(free.final, DoneEvent)
+    assert isinstance(pinned.final, DoneEvent) and pinned.final.timings.slot_id == 1
+
+
+def test_a_slot_id_past_the_last_slot_wraps_and_minus_one_means_any():
+    engine, _ = make_engine(n_parallel=2)
+    submit(engine, "wrapped", A, max_tokens=3, slot_id=3)
+    assert slot_of(engine, "wrapped") == 1
+    submit(engine, "any", B, max_tokens=1, slot_id=-1)
+    assert slot_of(engine, "any") == 0
+    with pytest.raises(InvalidOptionError, match="slot_id"):
+        RequestOptions(slot_id=-2)
+    with pytest.raises(InvalidOptionError, match="slot_id"):
+        RequestOptions(slot_id=1.5)  # type: ignore[arg-type]

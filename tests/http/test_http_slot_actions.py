@@ -116,3 +116,38 @@ def test_actions_are_served_without_the_slots_listing(server: Server, tmp_path: 
         assert saved.status_code == 200, saved.text
         assert saved.json()["filename"] == "listing-off.bin"
         assert (tmp_path / "listing-off.bin").stat().st_size == saved.json()["n_written"]
+
+
+def pinned(http: httpx.Client, prompt: str, slot: int) -> dict:
+    done = http.post("/completion", json={"prompt": prompt, "n_predict": 2, "temperature": 0,
+                                          "id_slot": slot})
+    assert done.status_code == 200, done.text
+    return done.json()
+
+
+def test_id_slot_pins_the_request_and_the_response_names_it(
+        saving: tuple[httpx.Client, Path]) -> None:
+    http, _ = saving
+    for sid in (1, 0, 1):
+        done = pinned(http, f"{PROMPT} (slot {sid})", sid)
+        assert done["id_slot"] == sid
+        slot = next(s for s in http.get("/slots").json() if s["id"] == sid)
+        assert slot["cached_tokens"] >= done["tokens_evaluated"]
+    body = {"prompt": PROMPT, "n_predict": 2, "temperature": 0, "id_slot": 3, "stream": True}
+    with http.stream("POST", "/completion", json=body) as streamed:
+        chunks = [line for line in streamed.iter_lines() if line.startswith("data: ")]
+    assert '"id_slot":1' in chunks[-1].replace(" ", "")  # 3 wraps to slot 1 of 2
+
+
+def test_llama_server_slot_workflow_pin_save_restore_elsewhere(
+        saving: tuple[httpx.Client, Path]) -> None:
+    http, _ = saving
+    pinned(http, PROMPT, 1)
+    assert http.post("/slots/1?action=save", json={"filename": "pinned.bin"}).status_code == 200
+    assert http.post("/slots/1?action=erase").status_code == 200
+    assert http.post("/slots/0?action=erase").status_code == 200
+    restored = http.post("/slots/0?action=restore", json={"filename": "pinned.bin"})
+    assert restored.status_code == 200, restored.text
+    again = pinned(http, PROMPT, 0)
+    assert again["id_slot"] == 0
+    assert again["timings"]["cache_n"] >= again["tokens_evaluated"] - 1  # slot 0's restored KV

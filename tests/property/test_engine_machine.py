@@ -1,17 +1,16 @@
 """Stateful property test of the engine on the fake backend.
 
 Rules submit (tiny token alphabet so prefixes collide; random scope, identity, adapter set,
-session, cache_prompt, max_tokens, stop strings, ``speculative`` override), cancel, drop a
-consumer, tick, inject faults, lease / use / release slots, and restart an idle engine on the
-same disk prompt cache folder. Speculation is on in most setups: the n-gram drafter (audited:
-every draft is text of the request's own cache key) or an oracle drafter proposing the true
-continuation corrupted at a random rate. Invariants are checked after every step, KV accounting
-after every tick, so after every verification (every plan runs one adapter set and stays within
-``n_batch``; every slot reads only KV written under its run's key and computed under its run's
-adapter set; every draft was proposed from the request's own key); every finished request is
-compared with the reference oracle for its adapter set; teardown ticks to idle and checks
-liveness.
-"""
+session, cache_prompt, max_tokens, stop strings, ``speculative`` override, a pinned
+``slot_id``), cancel, drop a consumer, tick, inject faults, lease / use / release slots, and
+restart an idle engine on the same disk prompt cache folder. Speculation is on in most setups:
+the n-gram drafter (audited: every draft is text of the request's own cache key) or an oracle
+drafter proposing the true continuation corrupted at a random rate. Invariants are checked after
+every step, KV accounting after every tick, so after every verification (every plan runs one
+adapter set and stays within ``n_batch``; every slot reads only KV written under its run's key
+and computed under its run's adapter set; every draft was proposed from the request's own key);
+every finished request is compared with the reference oracle for its adapter set; teardown ticks
+to idle and checks liveness."""
 
 from __future__ import annotations
 
@@ -177,15 +176,16 @@ class EngineMachine(RuleBasedStateMachine):
           identity=st.sampled_from(IDENTITIES), adapters=st.sampled_from(ADAPTER_SETS),
           session=st.sampled_from([None, 1, 2]),
           cache_prompt=st.sampled_from([None, None, True, False]), stop=st.sampled_from(STOPS),
-          speculative=st.sampled_from(SPECULATIVE))
+          speculative=st.sampled_from(SPECULATIVE),
+          slot_id=st.sampled_from([None, None, None, 0, 1, 3]))
     def submit(self, prefix, tail, max_tokens, seed, greedy, scope, identity, adapters, session,
-               cache_prompt, stop, speculative):
+               cache_prompt, stop, speculative, slot_id):
         prompt = prefix + tail
         if not prompt:
             prompt = [1]
         options = RequestOptions(max_tokens=max_tokens, cache_scope=scope, session=session,
                                  cache_prompt=cache_prompt, stop=stop, adapters=adapters,
-                                 speculative=speculative,
+                                 speculative=speculative, slot_id=slot_id,
                                  sampling=SamplingParams(seed=seed, temp=0.0 if greedy else 0.8))
         return self._submit(prompt, options, identity, None)
 
@@ -238,7 +238,7 @@ class EngineMachine(RuleBasedStateMachine):
         shadow = Shadow(rid, prompt, options.max_tokens, options.sampling, options.stop,
                         options.adapters, (options.cache_scope, identity, options.adapters))
         overflow = len(prompt) + options.max_tokens > self.backend.n_ctx_seq
-        full = self._queue_full_for(lease_id)
+        full = self._queue_full_for(lease_id, options.slot_id)
         request = Request(rid, prompt, options, shadow.sink, identity, lease_id)
         try:
             self.engine.submit(request)
@@ -252,7 +252,7 @@ class EngineMachine(RuleBasedStateMachine):
         self.shadows[rid] = shadow
         return multiple(rid)
 
-    def _queue_full_for(self, lease_id) -> bool:
+    def _queue_full_for(self, lease_id, slot_id=None) -> bool:
         engine = self.engine
         max_queue = engine.config.max_queue
         if max_queue == 0 or len(engine.queue) < max_queue:
@@ -261,6 +261,8 @@ class EngineMachine(RuleBasedStateMachine):
             return True
         if lease_id is not None:
             return engine.pool.leased_slot(lease_id).state is not SlotState.LEASED
+        if slot_id is not None:  # pinned: only its own slot will do
+            return not engine.pool.slots[slot_id % len(engine.pool.slots)].is_idle
         return not engine.pool.idle()
 
     @rule(rid=requests)
@@ -368,9 +370,12 @@ class EngineMachine(RuleBasedStateMachine):
         self.engine.check_integrity()
         self.backend.check_integrity()
         self.ngram.check_integrity()
+        n_slots = len(self.engine.pool.slots)
         for slot in self.engine.pool.slots:
             assert self.backend.seq_tokens(slot.seq_id) == slot.cached, "KV tokens drifted"
             run = slot.run
+            pinned = None if run is None else run.request.options.slot_id
+            assert pinned is None or slot.slot_id == pinned % n_slots, "a pinned run moved"
             if run is not None and run.resolved:
                 tags = self.backend.seq_tags(slot.seq_id)
                 assert tags <= {run.key}, f"slot {slot.slot_id} reads KV of {tags} as {run.key}"
