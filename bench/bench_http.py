@@ -23,6 +23,7 @@ from collections import defaultdict
 from http_load import (
     Settings,
     Wave,
+    byte_compile,
     first_token_s,
     llama_server_cmd,
     llamapy_cmd,
@@ -87,6 +88,7 @@ def main() -> None:
     args = p.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
     s = Settings(n_parallel=args.n_parallel, threads=args.threads)
+    byte_compile()
     runs: dict[str, list] = defaultdict(list)
     order = list(TARGETS)
     for rnd in range(args.rounds):

@@ -18,11 +18,17 @@ report healthy (llama-server's default); ``--no-warmup`` starts both without it.
 from __future__ import annotations
 
 import argparse
-import compileall
 import statistics
-from pathlib import Path
 
-from http_load import Settings, first_token_s, llama_server_cmd, llamapy_cmd, start, stop
+from http_load import (
+    Settings,
+    byte_compile,
+    first_token_s,
+    llama_server_cmd,
+    llamapy_cmd,
+    start,
+    stop,
+)
 
 TARGETS = {"llama-server": llama_server_cmd, "llamapy.serve": llamapy_cmd}
 
@@ -50,9 +56,8 @@ def main() -> None:
     args = parser.parse_args()
     extra = ["--no-warmup"] if args.no_warmup else []
     if not args.no_compile:
-        for root in (Path(__file__).resolve().parents[1], *([Path(args.checkout)]
-                                                            if args.checkout else [])):
-            compileall.compile_dir(root / "llamapy", quiet=1)
+        for checkout in (None, *([args.checkout] if args.checkout else [])):
+            byte_compile(checkout)
     s = Settings()
     order = [*TARGETS, *(["checkout"] if args.checkout else [])]
     results: dict[str, list[tuple[float, float]]] = {name: [] for name in order}

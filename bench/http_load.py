@@ -4,11 +4,14 @@ Both targets (``llama-server`` and ``python -m llamapy.serve``) get the same mod
 ``n_ctx``, ``n_parallel`` and ``n_batch``, and the same requests: streaming
 ``/v1/completions``, greedy, ``ignore_eos`` (so both generate exactly ``max_tokens``).
 The load is one asyncio client in this process (httpx), so both pay the same client cost.
+:func:`byte_compile` compiles a checkout's ``llamapy`` first, as an installed package is (this
+sandbox sets ``PYTHONDONTWRITEBYTECODE``: without it every start compiles from source).
 """
 
 from __future__ import annotations
 
 import asyncio
+import compileall
 import json
 import random
 import subprocess
@@ -79,6 +82,12 @@ def llamapy_cmd(s: Settings) -> list[str]:
             "--n-ctx", str(s.n_ctx), "--n-parallel", str(s.n_parallel), "--n-batch",
             str(s.n_batch), "--threads", str(s.threads), "--port", str(s.port),
             "--log-level", "warning"]
+
+
+def byte_compile(checkout: str | Path | None = None) -> None:
+    """Byte-compile ``checkout``'s ``llamapy`` (default: this one), quietly."""
+    root = Path(checkout) if checkout else Path(__file__).resolve().parents[1]
+    compileall.compile_dir(root / "llamapy", quiet=1)
 
 
 def start(cmd: list[str], port: int, timeout: float = 120.0, cwd: str | None = None

@@ -26,7 +26,16 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from http_load import Settings, Wave, llamapy_cmd, prompts_for, start, stop, wave
+from http_load import (
+    Settings,
+    Wave,
+    byte_compile,
+    llamapy_cmd,
+    prompts_for,
+    start,
+    stop,
+    wave,
+)
 
 #: (layer, frame substring) by priority: the first rule any frame of a sample matches wins.
 TICK_RULES = (
@@ -150,6 +159,7 @@ def main() -> None:
     levels = [int(x) for x in args.levels.split(",")]
     s = Settings(n_parallel=args.n_parallel, llamapy_dir=args.llamapy_dir,
                  ignore_eos=not args.no_ignore_eos)
+    byte_compile(s.llamapy_dir)
     proc, healthy_s = start(llamapy_cmd(s), s.port, cwd=s.llamapy_dir)
     try:
         asyncio.run(wave(s.port, prompts_for(2, 1, "warm"), 8, s.ignore_eos))
