@@ -99,11 +99,14 @@ def _ttft(metrics: Metrics, model_name: str) -> dict[str, float]:
 
 def frame(ctx: AppContext, model: str | None, watchers: int) -> dict[str, Any]:
     """The event a watcher gets: the time, the watcher count, the model's snapshot (or its
-    state and no slots while it is not loaded) and, with several models, each one's state."""
+    state and no slots while it is not loaded: ``loading``, ``sleeping`` under
+    ``--sleep-idle-seconds``) and, with several models, each one's state."""
     head: dict[str, Any] = {"time": time.time(), "watchers": watchers}
     if ctx.models is not None:
         head["models"] = [{"id": s.name, "state": s.state.value}
                           for s in ctx.models.manager.status()]
+    if ctx.sleeping:  # --sleep-idle-seconds unloaded it; watching never wakes it
+        return {**head, "model": ctx.model_name(), "state": "sleeping", "slots": []}
     try:
         return {**head, **_model_view(ctx, model)}
     except NotReadyError:

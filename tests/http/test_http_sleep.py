@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -108,3 +109,17 @@ def test_sleep_flag_on_the_command_line(model_path: Path) -> None:
     finally:
         process.terminate()
         process.wait(WAIT_S)
+
+
+def test_the_live_view_says_sleeping_and_watching_does_not_wake_it(
+        sleepy: tuple[httpx.Client, list[Server]]) -> None:
+    http, servers = sleepy
+    wait_sleeping(http)
+    with http.stream("GET", "/v1/llamapy/events") as feed:
+        assert feed.status_code == 200
+        lines = (line for line in feed.iter_lines() if line.startswith("data: "))
+        first, second = json.loads(next(lines)[6:]), json.loads(next(lines)[6:])
+    for event in (first, second):
+        assert event["state"] == "sleeping" and event["slots"] == []
+        assert event["model"] == MODEL_ALIAS
+    assert http.get("/props").json()["is_sleeping"] is True and len(servers) == 1
