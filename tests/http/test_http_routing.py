@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse
 from starlette.testclient import TestClient
 
 from llamapy.errors import AuthenticationError, InvalidOptionError, LoadFailedError
-from llamapy.serve.app import build_body_models
+from llamapy.serve.app import build_body_models, warm_first_request
 from llamapy.serve.errors import install_error_handlers
 from llamapy.serve.host import ModelHost
 from llamapy.serve.routing import Router, openapi_document
@@ -115,3 +115,16 @@ def test_the_body_validators_wait_for_the_model_load() -> None:
     builder.join(60)
     assert not builder.is_alive() and host.wait_loaded(0) is True
     assert host.status() == "failed"
+
+
+def test_the_warm_up_does_the_first_requests_one_time_work(server: Server) -> None:
+    # What the first request paid before (~0.1 s here): the end-of-generation scan that
+    # ignore_eos needs and anyio's asyncio backend; the lifespan's thread now does both.
+    from llamapy.openai_api import target
+
+    server.wait_ready(120)
+    target._eog_cache.pop(server.model, None)
+    warm_first_request(ModelHost(server))
+    eog = target._eog_cache[server.model]
+    assert server.model.eos in eog and all(server.model.is_eog(t) for t in eog)
+    assert "anyio._backends._asyncio" in sys.modules
