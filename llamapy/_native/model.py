@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,8 @@ class Model:
         self._contexts = 0
         self._close_requested = False
         self._piece_cache: dict[tuple[int, bool], bytes] = {}
+        self._eog: tuple[int, ...] | None = None
+        self._eog_lock = threading.Lock()
         self._ptr = self._load(options)
         nat = native()
         self._vocab = nat.lib.llama_model_get_vocab(self._ptr)
@@ -259,6 +262,15 @@ class Model:
     def is_eog(self, token: int) -> bool:
         """Whether ``token`` ends generation (EOS, EOT, ...)."""
         return bool(native().lib.llama_vocab_is_eog(self.vocab, token))
+
+    def eog_tokens(self) -> tuple[int, ...]:
+        """Every end-of-generation token, in id order (one scan of the vocabulary, cached;
+        concurrent first callers wait for one scan)."""
+        with self._eog_lock:
+            if self._eog is None:
+                is_eog, vocab = native().lib.llama_vocab_is_eog, self.vocab
+                self._eog = tuple(t for t in range(self.n_vocab) if is_eog(vocab, t))
+            return self._eog
 
     @property
     def bos(self) -> int:

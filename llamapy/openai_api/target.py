@@ -200,15 +200,9 @@ class ServedModel:
         return min(self.n_predict, rest) if self.n_predict >= 0 else rest
 
 
-_eog_cache: weakref.WeakKeyDictionary[Model, tuple[int, ...]] = weakref.WeakKeyDictionary()
-
-
 def eog_tokens(model: Model) -> tuple[int, ...]:
     """Every end-of-generation token of ``model`` (EOS, EOT, ...), found once per model."""
-    cached = _eog_cache.get(model)
-    if cached is None:
-        cached = _eog_cache[model] = tuple(t for t in range(model.n_vocab) if model.is_eog(t))
-    return cached
+    return model.eog_tokens()
 
 
 def resolve_logit_bias(model: Model, spec: BiasSpec) -> dict[int, float]:

@@ -120,11 +120,11 @@ def test_the_body_validators_wait_for_the_model_load() -> None:
 def test_the_warm_up_does_the_first_requests_one_time_work(server: Server) -> None:
     # What the first request paid before (~0.1 s here): the end-of-generation scan that
     # ignore_eos needs and anyio's asyncio backend; the lifespan's thread now does both.
-    from llamapy.openai_api import target
-
     server.wait_ready(120)
-    target._eog_cache.pop(server.model, None)
+    model = server.model
+    model._eog = None  # as a fresh model has it
     warm_first_request(ModelHost(server))
-    eog = target._eog_cache[server.model]
-    assert server.model.eos in eog and all(server.model.is_eog(t) for t in eog)
+    eog = model._eog
+    assert eog is not None and model.eos in eog and all(model.is_eog(t) for t in eog)
+    assert len(eog) == sum(model.is_eog(t) for t in range(model.n_vocab))
     assert "anyio._backends._asyncio" in sys.modules
