@@ -95,8 +95,9 @@ def test_the_command_line_imports_nothing_heavy_before_the_weights_load() -> Non
 
 
 def test_the_app_imports_neither_numpy_nor_jinja2() -> None:
-    assert _imported_after("import llamapy.serve.app") == {
-        "pydantic", "starlette", "llamapy.engine", "llamapy.server"}
+    imported = _imported_after("import llamapy.serve.app")
+    assert "starlette" in imported  # the probe sees what the app does import
+    assert not imported & {"numpy", "jinja2"}
 
 
 def _greedy_after(model: Model, warm: bool, prompt: list[int]) -> list[int]:
