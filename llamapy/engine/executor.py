@@ -151,7 +151,8 @@ class Executor:
         timings = None
         if run.request.options.timings_per_token:
             timings = replace(run.timings, completion_tokens=run.num_generated)
-        self.deliver(run, TokenEvent(run.request_id, token, text, logprobs, timings))
+        self.deliver(run, TokenEvent(run.request_id, token, text, logprobs, timings,
+                                     slot.slot_id))
         return token
 
     def _progress(self, run: Run) -> None:

@@ -116,13 +116,15 @@ class TokenEvent:
     """One generated token. ``text`` is the newly complete UTF-8 text it released (possibly
     "", e.g. half a character, a possible stop-string prefix, or an EOG token).
     ``logprobs`` holds ``n_probs`` ``(token_id, logprob)`` pairs when asked for, most likely
-    first, plus the sampled token's own pair at the end when it is not among them."""
+    first, plus the sampled token's own pair at the end when it is not among them.
+    ``slot_id`` is the slot that generated it."""
 
     request_id: Hashable
     token_id: int
     text: str
     logprobs: tuple[tuple[int, float], ...] | None = None
     timings: RequestTimings | None = None
+    slot_id: int = -1
 
 
 @dataclass(slots=True, frozen=True)

@@ -17,7 +17,7 @@ from typing import Any
 from .. import __version__
 from .._native import Model
 from .._pins import LLAMA_CPP_COMMIT
-from ..engine import DoneEvent, ProgressEvent, RequestTimings, TokenEvent
+from ..engine import DoneEvent, ProgressEvent, TokenEvent
 from ..errors import InvalidOptionError
 from ..options import aliases_of
 from ..server import Completion
@@ -132,8 +132,7 @@ def native_chunk(served: ServedModel, request: Mapping[str, Any], event: TokenEv
                  n_done: int, ids: list[int]) -> dict[str, Any]:
     """One streamed ``/completion`` chunk (``timings`` so far with ``timings_per_token``)."""
     out: dict[str, Any] = {"index": 0, "content": event.text, "tokens": [event.token_id],
-                           "stop": False, "id_slot": _slot(event.timings),
-                           "tokens_predicted": n_done,
+                           "stop": False, "id_slot": event.slot_id, "tokens_predicted": n_done,
                            "tokens_evaluated": len(ids)}
     out.update(per_token_timings(event, served.model, ids))
     n_probs = int(request.get("n_probs") or 0)
@@ -142,11 +141,6 @@ def native_chunk(served: ServedModel, request: Mapping[str, Any], event: TokenEv
             served.model, event.token_id, event.logprobs, n_probs,
             bool(request.get("post_sampling_probs")))]
     return out
-
-
-def _slot(timings: RequestTimings | None) -> int:
-    """The slot a chunk reports: known when the event carries timings, else -1."""
-    return -1 if timings is None else timings.slot_id
 
 
 def native_progress(served: ServedModel, event: ProgressEvent, ids: list[int]
