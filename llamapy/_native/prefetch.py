@@ -38,7 +38,7 @@ def prefetch(path: str | os.PathLike[str], options: ModelOptions) -> None:
 
     def load() -> None:
         try:
-            future.set_result(Model(key[0], options))
+            future.set_result(Model(path, options))
         except BaseException as exc:  # delivered to whoever takes it
             future.set_exception(exc)
 

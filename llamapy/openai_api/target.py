@@ -188,7 +188,7 @@ class ServedModel:
         if flag is not True:
             raise InvalidOptionError("ignore_eos must be a boolean", option="ignore_eos")
         bias = dict(options.get("logit_bias") or {})
-        bias.update(dict.fromkeys(eog_tokens(self.model), float("-inf")))
+        bias.update(dict.fromkeys(self.model.eog_tokens(), float("-inf")))
         options["logit_bias"] = bias
         return options
 
@@ -198,11 +198,6 @@ class ServedModel:
         n_ctx = self.n_ctx_seq()
         rest = max(1, n_ctx - prompt_tokens) if n_ctx else 256
         return min(self.n_predict, rest) if self.n_predict >= 0 else rest
-
-
-def eog_tokens(model: Model) -> tuple[int, ...]:
-    """Every end-of-generation token of ``model`` (EOS, EOT, ...), found once per model."""
-    return model.eog_tokens()
 
 
 def resolve_logit_bias(model: Model, spec: BiasSpec) -> dict[int, float]:

@@ -175,7 +175,7 @@ def resolve_start_options(model_path: str | os.PathLike[str], options: Mapping[s
         n_ctx=server.n_ctx, n_batch=server.effective_n_batch, n_seq_max=server.n_parallel,
         kv_unified=engine.kv_unified, **_pick(options, tuning_option_keys()),
     )
-    return ResolvedStart(server, engine, context, ModelOptions(**_pick(options, _load_keys())))
+    return ResolvedStart(server, engine, context, model_load_options(options))
 
 
 def model_load_options(options: Mapping[str, Any]) -> ModelOptions:

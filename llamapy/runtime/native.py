@@ -46,8 +46,9 @@ def host_model(model: Model, context: ContextOptions, config: EngineConfig,
             parts.append((dctx, LlamaBackend(draft_model, dctx)))
             check_same_vocab(backend, parts[1][1])
             drafters["draft"] = ModelDrafter(parts[1][1], config.spec_draft_p_min)
-        for part, _ in parts if warmup else ():
-            part.warmup()
+        if warmup:
+            for part_ctx, _ in parts:
+                part_ctx.warmup()
         namespace = cache_namespace(model, ctx) if config.prompt_cache_dir else None
         engine = Engine(backend, config, drafters=drafters, cache_namespace=namespace)
     except BaseException:

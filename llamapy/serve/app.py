@@ -20,7 +20,7 @@ from ..anthropic_api import MessagesBody
 from ..errors import LlamapyError
 from ..openai_api import ChatBody, CompletionBody, ServedModel
 from ..openai_api.responses_params import ResponsesBody
-from ..openai_api.target import DEFAULT_REQUEST_TIMEOUT, eog_tokens
+from ..openai_api.target import DEFAULT_REQUEST_TIMEOUT
 from ..server import ModelManager, Server
 from .context import CACHE_HEADERS, AppContext
 from .cors import DEFAULT_ORIGINS, CorsMiddleware, CorsPolicy
@@ -151,16 +151,20 @@ def _owner(target: Server | Loader | ModelManager, *, alias: str | None,
 BODY_BUILD_WAIT = 30.0
 
 
-def build_body_models(host: ModelHost | None = None) -> None:
-    """Build the request bodies' validators, then do the first request's other one-time work
-    (:func:`warm_first_request`). The body classes defer building, so a start does not wait
-    for ~0.1 s of schema building: the app's lifespan runs this on a thread once ``host``'s
-    model has loaded (building sooner would hold the GIL that the load's native log callbacks
-    wait for); a request that comes first builds its own."""
-    if host is not None:
-        host.wait_loaded(BODY_BUILD_WAIT)
+def build_body_models() -> None:
+    """Build the request bodies' validators (their classes defer it: a start does not wait for
+    ~0.1 s of schema building; a request that comes first builds its own)."""
     for model in BODY_MODELS:
         model.model_rebuild()
+
+
+def warm_up(host: ModelHost | None) -> None:
+    """The app lifespan's thread: once ``host``'s model has loaded (doing it sooner would hold
+    the GIL that the load's native log callbacks wait for), build the body validators and do
+    the first request's other one-time work (:func:`warm_first_request`)."""
+    if host is not None:
+        host.wait_loaded(BODY_BUILD_WAIT)
+    build_body_models()
     if host is not None:
         warm_first_request(host)
 
@@ -174,7 +178,7 @@ def warm_first_request(host: ModelHost) -> None:
     served = host.served
     if served is not None:
         with contextlib.suppress(LlamapyError):  # failed or closed meanwhile: nothing to warm
-            eog_tokens(served.model)
+            served.model.eog_tokens()
 
 
 def _lifespan(ctx: AppContext, owned: ModelHost | ModelRouter | None) -> Any:
@@ -182,7 +186,7 @@ def _lifespan(ctx: AppContext, owned: ModelHost | ModelRouter | None) -> Any:
     then the server if the app owns it."""
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        threading.Thread(target=build_body_models, args=(ctx.host,), name="llamapy-bodies",
+        threading.Thread(target=warm_up, args=(ctx.host,), name="llamapy-warm-up",
                          daemon=True).start()
         yield
         ctx.close()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -74,13 +75,15 @@ class ModelHost:
     def wait_loaded(self, timeout: float | None = None) -> bool:
         """Block until the model has loaded or failed to (at most ``timeout`` s); return
         whether it did."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         if not self._loaded.wait(timeout):
             return False
         served = self._served
         if served is None:
             return True
         try:
-            served.server.wait_ready(timeout)
+            served.server.wait_ready(None if deadline is None
+                                     else max(0.0, deadline - time.monotonic()))
         except NotReadyError:
             return False
         except LlamapyError:

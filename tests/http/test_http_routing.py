@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse
 from starlette.testclient import TestClient
 
 from llamapy.errors import AuthenticationError, InvalidOptionError, LoadFailedError
-from llamapy.serve.app import build_body_models, warm_first_request
+from llamapy.serve.app import warm_first_request, warm_up
 from llamapy.serve.errors import install_error_handlers
 from llamapy.serve.host import ModelHost
 from llamapy.serve.routing import Router, openapi_document
@@ -88,7 +88,8 @@ def test_openapi_document_and_slot_parameters(http: httpx.Client) -> None:
 
 def test_body_validators_are_built_after_import_not_during_it() -> None:
     # In a fresh interpreter (this one's tests have built them): importing the app leaves the
-    # request bodies' validators unbuilt; the lifespan's build_body_models builds them all.
+    # request bodies' validators unbuilt; build_body_models (run by the lifespan's warm-up)
+    # builds them all.
     code = ("import llamapy.serve.app as app\n"
             "assert not any(m.__pydantic_complete__ for m in app.BODY_MODELS)\n"
             "app.build_body_models()\n"
@@ -97,8 +98,8 @@ def test_body_validators_are_built_after_import_not_during_it() -> None:
 
 
 def test_the_body_validators_wait_for_the_model_load() -> None:
-    # build_body_models(host) waits for the host's loader (so schema building does not hold
-    # the GIL the load's log callbacks need); a failed load counts as loaded.
+    # warm_up(host) waits for the host's loader before building the validators (so schema
+    # building does not hold the GIL the load's log callbacks need); a failed load counts.
     release = threading.Event()
 
     def loader() -> Server:
@@ -107,7 +108,7 @@ def test_the_body_validators_wait_for_the_model_load() -> None:
 
     host = ModelHost(loader)
     assert host.wait_loaded(0.05) is False
-    builder = threading.Thread(target=build_body_models, args=(host,))
+    builder = threading.Thread(target=warm_up, args=(host,))
     builder.start()
     builder.join(0.2)
     assert builder.is_alive()  # still waiting for the load

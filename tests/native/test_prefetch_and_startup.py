@@ -37,11 +37,14 @@ def test_a_failed_prefetch_raises_its_error_when_taken(tmp_path: Path) -> None:
     assert take(missing, ModelOptions()) is None
 
 
-def test_a_server_takes_the_prefetched_weights(model_path: Path) -> None:
-    prefetch(model_path, ModelOptions())
-    with Server(model_path, n_ctx=512, n_parallel=1) as server:
+def test_a_server_takes_the_prefetched_weights(model_path: Path, tmp_path: Path) -> None:
+    link = tmp_path / "linked.gguf"  # the prefetch is keyed by the file, loaded by the name
+    link.symlink_to(model_path)
+    prefetch(link, ModelOptions())
+    with Server(link, n_ctx=512, n_parallel=1) as server:
         server.wait_ready(120)
         assert take(model_path, ModelOptions()) is None  # the server took it
+        assert server.model.path == link  # as a model the server loaded itself would be
         assert server.complete("Hi", max_tokens=2, temp=0.0).usage.completion_tokens
 
 
