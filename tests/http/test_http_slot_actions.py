@@ -151,3 +151,13 @@ def test_llama_server_slot_workflow_pin_save_restore_elsewhere(
     again = pinned(http, PROMPT, 0)
     assert again["id_slot"] == 0
     assert again["timings"]["cache_n"] >= again["tokens_evaluated"] - 1  # slot 0's restored KV
+
+
+@pytest.mark.parametrize("bad", [-2, "one", 1.5])
+def test_a_bad_id_slot_is_a_400_and_the_server_stays_up(
+        saving: tuple[httpx.Client, Path], bad: object) -> None:
+    http, _ = saving
+    refused = http.post("/completion", json={"prompt": PROMPT, "n_predict": 2, "id_slot": bad})
+    assert refused.status_code == 400, refused.text
+    assert "slot_id" in refused.text
+    assert pinned(http, PROMPT, 0)["id_slot"] == 0
