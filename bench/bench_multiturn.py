@@ -3,18 +3,24 @@
 
 16 conversations x 4 turns; every conversation opens with the same ~300-token system prompt,
 then its own user turns (~25 words) and the replies (greedy, up to 64 tokens, both servers
-stop at EOS). 4 slots, 4 conversations in flight, streaming ``/v1/chat/completions``. Each
+stop at EOS). 4 slots, 4 turns in flight, streaming ``/v1/chat/completions``: the 16
+conversations take turns (a turn waits for one of 4 places, first come first served), so a
+conversation's next turn rarely finds its history still in a slot: its history (16 x ~550
+tokens) does not fit the KV cache, but fits RAM. ``--sticky`` holds a place for a
+conversation's 4 turns instead (4 conversations at a time, each keeping its slot). Each
 server runs alone with its serving defaults (llama-server keeps a RAM prompt cache by
 default; so does ``llamapy.serve`` now). Reported for turns >= 2: the cached share of prompt
 tokens (``timings.cache_n / (cache_n + prompt_n)``) and TTFT p50/p90.
 
-Usage: ``python bench/bench_multiturn.py [--rounds 2]`` (nothing else on the machine).
+Usage: ``python bench/bench_multiturn.py [--rounds 2] [--sticky]`` (nothing else on the
+machine).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import random
 import statistics
@@ -22,7 +28,7 @@ import time
 from dataclasses import dataclass, field
 
 import httpx
-from http_load import Settings, llama_server_cmd, llamapy_cmd, start, stop, text_of
+from http_load import Settings, byte_compile, llama_server_cmd, llamapy_cmd, start, stop, text_of
 
 TARGETS = {"llama-server": llama_server_cmd, "llamapy.serve": llamapy_cmd}
 
@@ -70,13 +76,14 @@ async def _turn(client: httpx.AsyncClient, messages: list[dict[str, str]]
 
 
 async def conversation(client: httpx.AsyncClient, i: int, system: str, out: Turns,
-                       gate: asyncio.Semaphore) -> None:
+                       gate: asyncio.Semaphore, sticky: bool) -> None:
     rng = random.Random(500 + i)
     messages = [{"role": "system", "content": system}]
-    async with gate:
+    async with (gate if sticky else contextlib.nullcontext()):
         for k in range(4):
             messages.append({"role": "user", "content": f"Turn {k}: " + text_of(rng, 25)})
-            ttft, reply, timings = await turn(client, messages)
+            async with (contextlib.nullcontext() if sticky else gate):
+                ttft, reply, timings = await turn(client, messages)
             messages.append({"role": "assistant", "content": reply})
             if k:
                 out.ttfts.append(ttft)
@@ -84,12 +91,13 @@ async def conversation(client: httpx.AsyncClient, i: int, system: str, out: Turn
                 out.prompt += int(timings.get("cache_n", 0)) + int(timings.get("prompt_n", 0))
 
 
-async def workload(port: int) -> Turns:
+async def workload(port: int, sticky: bool) -> Turns:
     system = "You are a careful assistant. " + text_of(random.Random(3), 280)
     out, gate = Turns(), asyncio.Semaphore(4)
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
         t0 = time.perf_counter()
-        await asyncio.gather(*(conversation(client, i, system, out, gate) for i in range(16)))
+        await asyncio.gather(*(conversation(client, i, system, out, gate, sticky)
+                               for i in range(16)))
         out.wall_s = time.perf_counter() - t0
     return out
 
@@ -97,7 +105,10 @@ async def workload(port: int) -> Turns:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--sticky", action="store_true",
+                   help="4 conversations at a time, each keeping its place for its 4 turns")
     args = p.parse_args()
+    byte_compile()
     s = Settings(n_parallel=4)
     runs: dict[str, list[Turns]] = {name: [] for name in TARGETS}
     order = list(TARGETS)
@@ -105,7 +116,7 @@ def main() -> None:
         for name in (order if rnd % 2 == 0 else order[::-1]):
             proc, _ = start(TARGETS[name](s), s.port)
             try:
-                r = asyncio.run(workload(s.port))
+                r = asyncio.run(workload(s.port, args.sticky))
             finally:
                 stop(proc)
             runs[name].append(r)

@@ -14,7 +14,9 @@ Sources for a newly admitted run, longest match wins, ties to the cheaper
   restored like a RAM entry. A read that fails (file vanished or corrupt) is counted and the
   run chooses again without it.
 
-Dropped KV goes down a level: a mostly destroyed prefix is offered to the RAM cache, RAM
+Dropped KV goes down a level: a prefix about to lose at least ``min_tokens`` of its tail (a
+conversation whose slot another conversation with the same system prompt takes over) is
+offered to the RAM cache, RAM
 evictions (and prefixes too large for RAM) go to the disk cache, and with the RAM cache off a
 discarded prefix goes to disk directly. At close, :meth:`PrefixResolver.persist` writes what
 the slots and the RAM cache hold to disk, so a restarted server finds it.
@@ -255,12 +257,17 @@ class PrefixResolver:
     # --- dropping KV ---------------------------------------------------------------------------
 
     def discard(self, slot: Slot, keep: int) -> None:
-        """Shrink ``slot``'s KV to its first ``keep`` tokens, first offering a mostly
-        destroyed prefix to the RAM cache (to the disk cache if RAM is off, or if it does not
-        fit RAM's budget)."""
+        """Shrink ``slot``'s KV to its first ``keep`` tokens, first offering the whole prefix
+        to the RAM cache (to the disk cache if RAM is off, or if it does not fit RAM's budget)
+        when the tail about to go is at least the RAM cache's ``min_tokens``.
+
+        The tail, not the share, decides: a conversation whose slot goes to another one that
+        shares only its system prompt keeps more than half of its tokens, yet loses its whole
+        history (in 16 interleaved chats on 4 slots, a rule of "offer when less than half is
+        kept" lost a quarter of the later turns' histories)."""
         if keep >= len(slot.cached):
             return
-        if keep < 0.5 * len(slot.cached):
+        if len(slot.cached) - keep >= self.ram.min_tokens:
             self._offer(slot)
         self.trim(slot, keep)
 

@@ -148,6 +148,31 @@ def test_ram_cache_restores_an_evicted_prefix():
     assert sink.tokens == ref(backend, [*long_a, 5], 2)
 
 
+def test_a_history_is_kept_when_a_chat_sharing_only_its_system_prompt_takes_the_slot():
+    # B keeps 40 of A's 52 cached tokens (more than half) yet A's own 12-token turn goes
+    engine, backend = ram_engine()
+    chat_a = [*SYSTEM, *range(41, 51)]
+    submit(engine, "a1", chat_a, max_tokens=2)
+    run_all(engine)
+    submit(engine, "b1", [*SYSTEM, *range(61, 71)], max_tokens=2)
+    run_all(engine)
+    follow_up = [*chat_a, *range(81, 86)]
+    sink = submit(engine, "a2", follow_up, max_tokens=2)
+    run_all(engine)
+    assert sink.final.timings.reuse_source == "ram"
+    assert sink.final.timings.reused_tokens == len(chat_a)
+    assert sink.tokens == ref(backend, follow_up, 2)
+
+
+def test_a_short_tail_dropped_from_its_own_slot_is_not_stored():
+    engine, _ = ram_engine()
+    submit(engine, "a1", [*SYSTEM, *range(41, 51)], max_tokens=2)
+    run_all(engine)
+    submit(engine, "a2", [*SYSTEM, *range(41, 46), 99], max_tokens=2)  # a 7-token tail goes
+    run_all(engine)
+    assert engine.ram.num_stored == 0
+
+
 @pytest.mark.parametrize(("budget_mb", "stores"), [(0.002, False), (1, True)])
 def test_only_stored_prefixes_are_serialised(budget_mb, stores):
     # 0.002 MiB = 2097 bytes; a 40-token prefix costs 40 * (64 + 4) = 2720 bytes

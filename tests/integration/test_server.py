@@ -299,6 +299,21 @@ def test_ram_cache_restores_an_evicted_prefix(model_path: Path) -> None:
         assert 0 < stats["ram_cache_bytes"] <= 64 * 1024 * 1024
 
 
+def test_a_chat_keeps_its_history_when_another_chat_takes_its_slot(model_path: Path) -> None:
+    system = "<|im_start|>system\n" + "You answer in one short sentence. " * 20 + "<|im_end|>\n"
+    with Server(model_path, n_ctx=2048, n_parallel=1, n_batch=512,
+                prompt_cache_ram_mb=64) as server:
+        server.wait_ready(60)
+        a = system + chat(server, "Describe the moon: its phases, its tides, its craters, its "
+                                  "orbit, its far side, and the landings on it, in detail.")
+        first = server.complete(a, max_tokens=16, **GREEDY)
+        server.complete(system + chat(server, "Name a colour."), max_tokens=2, **GREEDY)
+        a2 = a + first.text + "<|im_end|>\n" + chat(server, "And the sun?")
+        again = server.complete(a2, max_tokens=2, **GREEDY)
+        assert again.timings.reuse_source == "ram"
+        assert again.timings.reused_tokens >= len(server.model.tokenize(a, parse_special=True))
+
+
 async def test_asyncio_api(server: Server) -> None:
     import asyncio
 
