@@ -222,12 +222,14 @@ class Speculator:
         """Append drafts to ``batch``'s decode entries of speculating runs, within ``n_batch``
         (and never past ``max_tokens`` or the sequence's context)."""
         room = n_batch - batch.n_tokens
-        beta = self.cost.beta_for(sum(not e.prefill for e in batch.entries))
+        beta: float | None = None  # the cost fit, only once a run speculates this tick
         jobs: list[DraftJob] = []
         for entry in batch.entries:
             spec = entry.run.spec
             if room <= 0 or entry.prefill or spec is None or not spec.active:
                 continue
+            if beta is None:
+                beta = self.cost.beta_for(sum(not e.prefill for e in batch.entries))
             run = entry.run
             left = min(run.request.options.max_tokens - run.num_generated - 1,
                        n_ctx_seq - len(entry.slot.cached) - 2)
