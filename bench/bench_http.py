@@ -8,17 +8,25 @@ starts the other target first (A B B A ...), so drift of the shared machine hits
 round is printed, then the medians and ratios. Settings mirror each other: ``-c``/``--n-ctx``,
 ``-np``/``--n-parallel``, ``-b``/``--n-batch``, ``-t``/``--threads``.
 
+``--resident`` starts both servers once, side by side, and alternates their waves level by
+level (A B, then B A): an idle server blocks (no CPU; the CPU each server used while the other
+ran is printed), and the shared machine's drift over minutes, which moved one stream's token
+gap by 15% between consecutive runs here, then falls on both targets alike.
+
 Needs ``python build_lib.py --with-server``. Usage:
-``python bench/bench_http.py [--rounds 2] [--levels 1,4,8,16,32] [--n-parallel 4]``
-(run nothing else on the machine meanwhile).
+``python bench/bench_http.py [--rounds 2] [--levels 1,4,8,16,32] [--n-parallel 4]
+[--resident]`` (run nothing else on the machine meanwhile).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 from collections import defaultdict
+from dataclasses import replace
+from pathlib import Path
 
 from http_load import (
     Settings,
@@ -54,6 +62,46 @@ def run_target(name: str, s: Settings, levels: list[int], n_out: int, rnd: int
     return healthy_s, first_s, out
 
 
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_resident(s: Settings, levels: list[int], n_out: int, rounds: int
+                 ) -> dict[str, list[tuple[float, float, dict[int, Wave]]]]:
+    """Both targets up at once; each level's waves alternate between them."""
+    ports = {name: s.port + i for i, name in enumerate(TARGETS)}
+    procs = {name: start(TARGETS[name](replace(s, port=port)), port)[0]
+             for name, port in ports.items()}
+    runs: dict[str, list[tuple[float, float, dict[int, Wave]]]] = defaultdict(list)
+    idle_cpu = dict.fromkeys(TARGETS, 0.0)
+    try:
+        for name, port in ports.items():
+            asyncio.run(wave(port, prompts_for(2, 7, f"warm {name}"), 8))
+        for rnd in range(rounds):
+            out: dict[str, dict[int, Wave]] = defaultdict(dict)
+            for i, c in enumerate(levels):
+                order = list(TARGETS) if (rnd + i) % 2 == 0 else list(TARGETS)[::-1]
+                for name in order:
+                    other = next(n for n in TARGETS if n != name)
+                    before = cpu_s(procs[other].pid)
+                    w = asyncio.run(wave(ports[name], prompts_for(c, 100 * rnd + c, name),
+                                         n_out))
+                    idle_cpu[other] += cpu_s(procs[other].pid) - before
+                    out[name][c] = w
+                    print(f"round {rnd} {name:13s} c={c:2d} {w.tok_per_s:6.1f} tok/s  TTFT p50 "
+                          f"{w.ttft(0.5):.3f} p99 {w.ttft(0.99):.3f}", flush=True)
+            for name in TARGETS:
+                runs[name].append((0.0, 0.0, out[name]))
+    finally:
+        for proc in procs.values():
+            stop(proc)
+    print("CPU s each server used while the other ran: "
+          + ", ".join(f"{n} {v:.2f}" for n, v in idle_cpu.items()), flush=True)
+    return runs
+
+
 def median(xs: list[float]) -> float:
     return statistics.median(xs) if xs else 0.0
 
@@ -74,6 +122,8 @@ def report(levels: list[int], runs: dict[str, list[tuple[float, float, dict[int,
               f"{pa:.3f} / {pb:.3f} |")
     for i, label in ((0, "healthy /health s"), (1, "first token s")):
         xa, xb = [r[i] for r in a], [r[i] for r in b]
+        if not any(xa):  # --resident measures no start
+            continue
         print(f"| {label} | {' / '.join(f'{x:.2f}' for x in xa)} | "
               f"{' / '.join(f'{x:.2f}' for x in xb)} | {median(xb) / median(xa):.2f} | |")
 
@@ -85,10 +135,15 @@ def main() -> None:
     p.add_argument("--n-out", type=int, default=64)
     p.add_argument("--n-parallel", type=int, default=4)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--resident", action="store_true",
+                   help="both servers up at once, waves alternated level by level")
     args = p.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
     s = Settings(n_parallel=args.n_parallel, threads=args.threads)
     byte_compile()
+    if args.resident:
+        report(levels, run_resident(s, levels, args.n_out, args.rounds))
+        return
     runs: dict[str, list] = defaultdict(list)
     order = list(TARGETS)
     for rnd in range(args.rounds):
