@@ -141,9 +141,11 @@ class CompletionStream:
     def on_event(self, index: int, event: StreamEvent) -> list[dict[str, Any]]:
         """Chunks for one engine event of prompt ``index``."""
         if isinstance(event, DoneEvent):
-            self.usages.append(Usage(event.prompt_tokens, event.completion_tokens,
-                                     event.timings.reused_tokens))
+            usage = Usage(event.prompt_tokens, event.completion_tokens,
+                          event.timings.reused_tokens)
+            self.usages.append(usage)
             final = self._chunk(index, "", finish_reason(event.finish_reason))
+            final["usage"] = usage_dict(usage)  # llama-server's final chunk always has it
             final["timings"] = timings_dict(event.timings, self.plan.served.model,
                                             self.plan.prompts[index])
             return [final]

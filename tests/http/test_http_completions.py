@@ -30,6 +30,16 @@ def test_completion_text_stream_and_usage(client: openai.OpenAI) -> None:
     assert chunks[-1].usage.completion_tokens == 12
 
 
+def test_a_streamed_completions_final_chunk_carries_usage_as_llama_server_does(
+        client: openai.OpenAI) -> None:
+    chunks = list(client.completions.create(model=MODEL_ALIAS, prompt=PROMPT, max_tokens=7,
+                                            temperature=0, stream=True))
+    finals = [c for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert len(finals) == 1 and finals[0] is chunks[-1]  # no separate usage chunk unasked
+    assert finals[0].usage.completion_tokens == 7
+    assert finals[0].usage.prompt_tokens == finals[0].usage.total_tokens - 7 > 0
+
+
 def test_prompt_list_and_token_prompts(client: openai.OpenAI, http: httpx.Client) -> None:
     ids = http.post("/tokenize", json={"content": PROMPT}).json()["tokens"]
     result = client.completions.create(model=MODEL_ALIAS, prompt=[PROMPT, "Once upon a time"],
