@@ -60,26 +60,33 @@ class SamplingParams:
     top_k: int = option(40, "keep only the k most likely tokens (0 = off)")
     top_p: float = option(0.95, "keep the most likely tokens up to this total probability")
     min_p: float = option(0.05, "drop tokens below this share of the top token's probability")
-    typical_p: float = option(1.0, "locally typical sampling mass (1 = off)")
+    typical_p: float = option(1.0, "locally typical sampling mass (1 = off)",
+                             flags=("--typical",))
     seed: int = option(-1, "sampling RNG seed (-1 = random)", flags=("-s",))
-    penalty_repeat: float = option(1.0, "repetition penalty (1 = off)")
-    penalty_freq: float = option(0.0, "frequency penalty (0 = off)")
-    penalty_present: float = option(0.0, "presence penalty (0 = off)")
-    penalty_last_n: int = option(64, "tokens the penalties look back over (-1 = the context)")
+    penalty_repeat: float = option(1.0, "repetition penalty (1 = off)",
+                                  flags=("--repeat-penalty",))
+    penalty_freq: float = option(0.0, "frequency penalty (0 = off)",
+                                flags=("--frequency-penalty",))
+    penalty_present: float = option(0.0, "presence penalty (0 = off)",
+                                   flags=("--presence-penalty",))
+    penalty_last_n: int = option(64, "tokens the penalties look back over (-1 = the context)",
+                                flags=("--repeat-last-n",))
     dry_multiplier: float = option(0.0, "DRY repetition penalty strength (0 = off)")
     dry_base: float = option(1.75, "DRY penalty base")
     dry_allowed_length: int = option(2, "repeats this long or shorter are not DRY-penalised")
     dry_penalty_last_n: int = option(-1, "tokens DRY looks back over (-1 = the context)")
     dry_sequence_breakers: tuple[str, ...] = option(
         _DRY_BREAKERS, "strings that break DRY's repeat matching")
-    top_n_sigma: float = option(-1.0, "keep tokens within n sigmas of the top logit (-1 = off)")
+    top_n_sigma: float = option(-1.0, "keep tokens within n sigmas of the top logit (-1 = off)",
+                                flags=("--top-nsigma",))
     xtc_probability: float = option(0.0, "chance that XTC removes the top tokens (0 = off)")
     xtc_threshold: float = option(0.1, "XTC removes tokens above this probability")
     dynatemp_range: float = option(0.0, "dynamic temperature range (0 = off)")
-    dynatemp_exponent: float = option(1.0, "dynamic temperature exponent")
+    dynatemp_exponent: float = option(1.0, "dynamic temperature exponent",
+                                     flags=("--dynatemp-exp",))
     mirostat: int = option(0, "Mirostat version (0 = off, 1 or 2)")
-    mirostat_tau: float = option(5.0, "Mirostat target entropy")
-    mirostat_eta: float = option(0.1, "Mirostat learning rate")
+    mirostat_tau: float = option(5.0, "Mirostat target entropy", flags=("--mirostat-ent",))
+    mirostat_eta: float = option(0.1, "Mirostat learning rate", flags=("--mirostat-lr",))
     logit_bias: Mapping[int, float] = option_factory(
         _no_bias, "token id -> additive logit bias (-inf bans the token)")
     grammar: str = option("", "GBNF grammar the output must match ('' = none)")

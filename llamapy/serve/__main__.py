@@ -36,7 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m llamapy.serve",
         description="Serve a GGUF model with an OpenAI-compatible API (plus llama-server's "
                     "native endpoints, /metrics and a chat page at /). llama-server's flag "
-                    "spellings are accepted (-m, -c, -np, -ngl, -fa, --alias, ...).")
+                    "spellings are accepted (-m, -c, -np, -ngl, -fa, --alias, ...).",
+        # no abbreviations: llama-server's ``--keep 64`` must not become ``--keep-alive 64``
+        allow_abbrev=False)
     add_serving_flags(parser.add_argument_group("serving"))
     add_models_flags(parser.add_argument_group("several models"))
     add_option_flags(parser)

@@ -73,3 +73,23 @@ def test_generation_settings_report_the_logit_bias(http: httpx.Client, ignore: b
     bias = done.json()["generation_settings"]["logit_bias"]
     assert (len(bias) > 0) == ignore  # the EOG bans of ignore_eos, JSON null for -inf
     assert all(entry["bias"] is None and isinstance(entry["token"], int) for entry in bias)
+
+
+def test_llama_servers_sampling_spellings_set_the_same_options() -> None:
+    argv = ["--repeat-penalty", "1.1", "--repeat-last-n", "32", "--presence-penalty", "0.2",
+            "--frequency-penalty", "0.3", "--top-nsigma", "1.5", "--typical", "0.9",
+            "--dynatemp-exp", "1.2", "--mirostat-lr", "0.2", "--mirostat-ent", "4"]
+    assert start_options(build_parser().parse_args(argv)) == {
+        "penalty_repeat": 1.1, "penalty_last_n": 32, "penalty_present": 0.2,
+        "penalty_freq": 0.3, "top_n_sigma": 1.5, "typical_p": 0.9, "dynatemp_exponent": 1.2,
+        "mirostat_eta": 0.2, "mirostat_tau": 4.0}
+
+
+@pytest.mark.parametrize("argv", [["--keep", "64"], ["--n-par", "2"], ["--cache-r", "0"]])
+def test_a_flag_is_never_taken_for_a_longer_one(argv: list[str],
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    # llama-server's --keep (tokens kept on a context shift) was read as --keep-alive
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(argv)
+    assert exc.value.code == 2
+    assert f"unrecognized arguments: {argv[0]}" in capsys.readouterr().err
