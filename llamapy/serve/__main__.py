@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import LlamapyError
+from .compat_flags import add_compat_flags, check_compat, log_handlers, ssl_files
 from .flags import add_option_flags, serve_start_options
 from .models_flags import add_models_flags, serves_several
 from .serving_flags import LOG_LEVELS, add_serving_flags, app_options, read_template
@@ -41,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
         allow_abbrev=False)
     add_serving_flags(parser.add_argument_group("serving"))
     add_models_flags(parser.add_argument_group("several models"))
+    add_compat_flags(parser.add_argument_group("llama-server compatibility"))
     add_option_flags(parser)
     return parser
 
@@ -57,34 +59,40 @@ def model_path(value: str | None) -> Path:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the server until interrupted."""
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
+        check_compat(args)
+        logging.basicConfig(level=args.log_level.upper(), handlers=log_handlers(args),
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         app, what = _build_app(args)
     except (LlamapyError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     hosts = [h.strip() for h in args.host.split(",") if h.strip()] or ["127.0.0.1"]
-    log.info("serving %s at %s", what, ", ".join(_url(h, args.port) for h in hosts))
+    tls = ssl_files(args)
+    log.info("serving %s at %s", what, ", ".join(_url(h, args.port, bool(tls)) for h in hosts))
     try:
-        _run(app, hosts, args.port, args.log_level == "debug")
+        _run(app, hosts, args.port, args.log_level == "debug", tls)
     except OSError as exc:  # an address that cannot be bound
         print(f"error: {exc}", file=sys.stderr)
         return 3
     return 0
 
 
-def _url(host: str, port: int) -> str:
-    return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
+def _url(host: str, port: int, tls: bool = False) -> str:
+    scheme = "https" if tls else "http"
+    return f"{scheme}://[{host}]:{port}/" if ":" in host else f"{scheme}://{host}:{port}/"
 
 
-def _run(app: Any, hosts: Sequence[str], port: int, debug: bool) -> None:
+def _run(app: Any, hosts: Sequence[str], port: int, debug: bool,
+         tls: dict[str, str] | None = None) -> None:
     """Serve ``app`` with uvicorn on ``port`` of every address in ``hosts`` (llama-server's
-    comma-separated ``--host``)."""
+    comma-separated ``--host``); ``tls``: uvicorn's ``ssl_keyfile`` / ``ssl_certfile``."""
     import uvicorn
 
     config = uvicorn.Config(app, host=hosts[0], port=port, ws="none",  # no WebSocket routes
-                            log_level="debug" if debug else "warning", access_log=debug)
+                            log_level="debug" if debug else "warning", access_log=debug,
+                            ssl_keyfile=(tls or {}).get("ssl_keyfile"),
+                            ssl_certfile=(tls or {}).get("ssl_certfile"))
     if len(hosts) == 1:
         uvicorn.Server(config).run()
         return

@@ -19,6 +19,7 @@ from typing import Any
 from ..chat.builtin_templates import BUILTIN_TEMPLATES, LLAMA_CPP_NAMES
 from ..errors import UnsupportedFeatureError
 from ..options import REASONING_FORMATS, TIMEOUTS
+from .compat_flags import api_keys
 from .flags import DEFAULT_MAX_BODY_BYTES
 
 __all__ = ["LOG_LEVELS", "add_serving_flags", "app_options", "read_template",
@@ -88,9 +89,10 @@ def _add_requests(group: argparse._ArgumentGroup) -> None:
     group.add_argument("-rea", "--reasoning", choices=tuple(REASONING_SWITCH), default="auto",
                        help="thinking in the chat template: on/off set enable_thinking for "
                             "requests that do not (default: auto = the template's own)")
-    group.add_argument("--request-timeout", type=float, default=DEFAULT_REQUEST_TIMEOUT,
-                       metavar="SECONDS", help="per request; per token when streaming "
-                       f"(default: {DEFAULT_REQUEST_TIMEOUT:g})")
+    group.add_argument("--request-timeout", "-to", "--timeout", dest="request_timeout",
+                       type=float, default=DEFAULT_REQUEST_TIMEOUT, metavar="SECONDS",
+                       help="per request; per token when streaming (llama-server's -to: its "
+                       f"read/write timeout) (default: {DEFAULT_REQUEST_TIMEOUT:g})")
     group.add_argument("--max-body-mb", type=float, default=DEFAULT_MAX_BODY_BYTES / 2**20,
                        help="largest request body accepted, MB (default: %(default)g)")
 
@@ -180,7 +182,7 @@ def app_options(args: argparse.Namespace) -> dict[str, Any]:
     names = args.alias or [None]
     return {
         "alias": names[0], "aliases": tuple(names[1:]), "tags": tuple(args.tags),
-        "api_key": args.api_key, "cors_origins": args.cors_origin, "chat_template": template,
+        "api_key": api_keys(args), "cors_origins": args.cors_origin, "chat_template": template,
         "request_timeout": args.request_timeout, "max_body_bytes": int(args.max_body_mb * 2**20),
         "embeddings": not args.no_embeddings_endpoint, "webui": args.webui is not False,
         "slots": args.slots is not False, "metrics": args.metrics is not False,

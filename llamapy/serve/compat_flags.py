@@ -1,0 +1,100 @@
+"""llama-server flags that have no option of their own here, spelled as llama-server spells
+them, so its command lines run unchanged.
+
+- ``--api-key-file FILE``: API keys, one per line (``#`` starts a comment line); they join
+  ``--api-key``'s.
+- ``--ssl-key-file`` / ``--ssl-cert-file``: serve HTTPS (PEM files, both needed).
+- ``-lm`` / ``--load-mode``: llama.cpp's model loading mode (``auto``, ``none``, ``mmap``,
+  ``mlock``, ``mmap+mlock``, ``dio``), mapped onto ``use_mmap``, ``use_mlock`` and
+  ``use_direct_io``; an explicit ``--use-mmap`` / ``--use-mlock`` / ``--use-direct-io`` wins.
+- ``--log-file FILE`` also writes the log there; ``--log-disable`` logs nothing.
+- ``-cb`` / ``--cont-batching`` is accepted (batching is always continuous here);
+  ``-nocb`` / ``--no-cont-batching`` is refused, since it cannot be honoured.
+- ``--threads-http N`` is accepted and changes nothing: HTTP runs on one asyncio event loop,
+  which never blocks on a request (llama-server's HTTP threads each serve one connection).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+from typing import Any
+
+from ..errors import InvalidOptionError, UnsupportedFeatureError
+
+__all__ = ["LOAD_MODES", "add_compat_flags", "api_keys", "check_compat", "load_mode_options",
+           "log_handlers", "ssl_files"]
+
+#: ``--load-mode`` values and the model options each sets (``auto`` sets none).
+LOAD_MODES: dict[str, dict[str, bool]] = {
+    "auto": {},
+    "none": {"use_mmap": False, "use_mlock": False, "use_direct_io": False},
+    "mmap": {"use_mmap": True, "use_mlock": False, "use_direct_io": False},
+    "mlock": {"use_mmap": False, "use_mlock": True, "use_direct_io": False},
+    "mmap+mlock": {"use_mmap": True, "use_mlock": True, "use_direct_io": False},
+    "dio": {"use_direct_io": True},
+}
+
+
+def add_compat_flags(group: argparse._ArgumentGroup) -> None:
+    """Add llama-server's flags listed in the module docstring to ``group``."""
+    group.add_argument("--api-key-file", metavar="FILE",
+                       help="API keys, one per line ('#' lines are comments); with --api-key")
+    group.add_argument("--ssl-key-file", metavar="FILE", help="PEM private key: serve HTTPS")
+    group.add_argument("--ssl-cert-file", metavar="FILE", help="PEM certificate: serve HTTPS")
+    group.add_argument("-lm", "--load-mode", choices=tuple(LOAD_MODES), default="auto",
+                       help="model loading mode, as llama.cpp's (default: auto = mmap)")
+    group.add_argument("--log-file", metavar="FILE", help="also write the log to FILE")
+    group.add_argument("--log-disable", action="store_true", help="log nothing")
+    group.add_argument("-cb", "--cont-batching", dest="cont_batching", action="store_const",
+                       const=True, help="accepted: batching is always continuous here")
+    group.add_argument("-nocb", "--no-cont-batching", dest="cont_batching",
+                       action="store_const", const=False,
+                       help="refused: batching is always continuous here")
+    group.add_argument("--threads-http", type=int, metavar="N",
+                       help="accepted, changes nothing: HTTP runs on one event loop")
+
+
+def check_compat(args: argparse.Namespace) -> None:
+    """Refuse what cannot be honoured, before the model loads: raises
+    :class:`UnsupportedFeatureError`, :class:`InvalidOptionError`, or ``OSError`` for an
+    unreadable ``--api-key-file``."""
+    api_keys(args)
+    if args.cont_batching is False:
+        raise UnsupportedFeatureError(
+            "cont_batching", "--no-cont-batching: batching is always continuous here")
+    if (args.ssl_key_file is None) != (args.ssl_cert_file is None):
+        raise InvalidOptionError("HTTPS needs both --ssl-key-file and --ssl-cert-file",
+                                 option="ssl_key_file")
+
+
+def api_keys(args: argparse.Namespace) -> str | None:
+    """``--api-key`` and the keys of ``--api-key-file``, comma-separated (None: no key)."""
+    keys = [k for k in (args.api_key or "").split(",") if k.strip()]
+    if args.api_key_file:
+        lines = Path(args.api_key_file).read_text(encoding="utf-8").splitlines()
+        keys += [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+    return ",".join(keys) if keys else None
+
+
+def load_mode_options(args: argparse.Namespace, given: dict[str, Any]) -> dict[str, bool]:
+    """The model options ``--load-mode`` sets that were not given by their own flags."""
+    return {k: v for k, v in LOAD_MODES[args.load_mode].items() if k not in given}
+
+
+def ssl_files(args: argparse.Namespace) -> dict[str, str]:
+    """uvicorn's ``ssl_keyfile`` / ``ssl_certfile`` (empty: plain HTTP)."""
+    if args.ssl_key_file is None:
+        return {}
+    return {"ssl_keyfile": args.ssl_key_file, "ssl_certfile": args.ssl_cert_file}
+
+
+def log_handlers(args: argparse.Namespace) -> list[logging.Handler]:
+    """The log's handlers: none with ``--log-disable``, stderr, and ``--log-file``'s."""
+    if args.log_disable:
+        return [logging.NullHandler()]
+    handlers: list[logging.Handler] = [logging.StreamHandler()]
+    if args.log_file:
+        handlers.append(logging.FileHandler(args.log_file, encoding="utf-8"))
+    return handlers
