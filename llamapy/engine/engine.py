@@ -85,13 +85,15 @@ class Engine:
         self.strategy = resolve_strategy(config.batch_strategy)
         self.counters = Counters()
         self.instability_events: deque[InstabilityEvent] = recent_events()
-        self.pool = SlotPool(config.n_parallel, min_route_share=tuning.min_route_share)
+        self.pool = SlotPool(config.n_parallel,
+                             min_route_share=config.slot_prompt_similarity)
         self.disk = open_disk_cache(config, tuning, cache_namespace)
         self.ram = PromptCache(config.prompt_cache_ram_bytes, min_tokens=tuning.ram_min_tokens,
                                min_fraction=tuning.ram_min_fraction,
                                on_evict=self.disk.offer_entry)
         self.prefix = PrefixResolver(backend, self.pool, self.ram, self.counters, tuning,
-                                     self.instability_events.append, self.disk)
+                                     self.instability_events.append, self.disk,
+                                     cache_idle_slots=config.cache_idle_slots)
         self.planner = Planner(self.strategy, self.n_batch, config.chunk_size)
         self.speculator = Speculator(backend, self.counters,
                                      with_ngram(config.spec_ngram_size, drafters),

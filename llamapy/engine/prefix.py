@@ -68,8 +68,9 @@ class PrefixResolver:
 
     def __init__(self, backend: Backend, pool: SlotPool, ram: PromptCache, counters: Counters,
                  tuning: EngineTuning, on_instability: Callable[[InstabilityEvent], None],
-                 disk: DiskPromptCache) -> None:
+                 disk: DiskPromptCache, *, cache_idle_slots: bool = True) -> None:
         self.backend = backend
+        self.cache_idle_slots = cache_idle_slots
         self.pool = pool
         self.ram = ram
         self.disk = disk
@@ -338,7 +339,7 @@ class PrefixResolver:
         prefixes in the other slots). A parked prefix comes back with one copy from RAM. A
         prefix the RAM cache does not take (too short, over budget) stays where it is.
         """
-        if not (self.tuning.park_idle_slots and self.backend.kv_unified and self.ram.enabled):
+        if not (self.cache_idle_slots and self.backend.kv_unified and self.ram.enabled):
             return
         for slot in self.pool.idle():
             if slot.cached and self._park(slot):

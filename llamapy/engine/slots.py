@@ -112,7 +112,7 @@ class SlotPool:
         return slot if slot in idle else None
 
     def _prefix_slot(self, run: Run, idle: list[Slot]) -> Slot | None:
-        if not run.cache_prompt or not run.prompt:
+        if not run.cache_prompt or not run.prompt or self.min_route_share <= 0:
             return None
         best, best_n = None, 0
         for slot in idle:  # LRU first, so ties go to the least recently used

@@ -32,7 +32,11 @@ class EngineConfig:
     prompt cache's folder (None = off) and budget (see :mod:`llamapy.engine.disk_cache`).
     ``batch_strategy`` is a strategy name (``"decode_maximal"``,
     ``"prefill_priority"``, ``"balanced"``), class or instance (see
-    :mod:`llamapy.engine.strategies`). ``sampling`` holds the server's sampling defaults.
+    :mod:`llamapy.engine.strategies`). ``slot_prompt_similarity`` and ``cache_idle_slots``
+    are llama-server's options of those names: the share of a prompt a free slot's cached
+    prefix must match to be chosen, and parking idle slots in the RAM cache (see
+    :meth:`~llamapy.engine.prefix.PrefixResolver.park_idle`). ``sampling`` holds the
+    server's sampling defaults.
     The ``spec_*`` fields are the server's speculative decoding defaults (llama-server's flag
     names; see :mod:`llamapy.options.speculative`), :attr:`speculative` their resolved form.
     """
@@ -53,6 +57,12 @@ class EngineConfig:
                                          "--prompt-cache-dir; 0 = off)")
     batch_strategy: Any = option(
         "decode_maximal", "batch strategy: decode_maximal, prefill_priority or balanced")
+    slot_prompt_similarity: float = option(
+        0.1, "share of a prompt a free slot's cached prefix must match for the request to "
+        "take that slot (0 = off: the least recently used slot)", flags=("-sps",))
+    cache_idle_slots: bool = option(
+        True, "while other slots decode, move an idle slot's prefix to the RAM cache and free "
+        "its cells (unified KV with the RAM cache on)")
     spec_type: str = option("off", "speculative drafters, comma-separated: ngram (ngram-mod, "
                             "ngram-simple, ...), draft (draft-simple) or off")
     spec_draft_n_max: int = option(16, "most draft tokens verified per step",
@@ -73,6 +83,9 @@ class EngineConfig:
               "must be an integer >= 0 (0 = unlimited)")
         check(isinstance(self.cache_prompt, bool), "cache_prompt", "must be a bool")
         check(isinstance(self.kv_unified, bool), "kv_unified", "must be a bool")
+        check(isinstance(self.cache_idle_slots, bool), "cache_idle_slots", "must be a bool")
+        check(is_num(self.slot_prompt_similarity) and 0 <= self.slot_prompt_similarity <= 1,
+              "slot_prompt_similarity", "must be a number in [0, 1]")
         check(is_num(self.prompt_cache_ram_mb) and self.prompt_cache_ram_mb >= 0,
               "prompt_cache_ram_mb", "must be a number >= 0")
         if isinstance(self.prompt_cache_dir, os.PathLike):  # a Path is welcome, stored as str
@@ -127,8 +140,7 @@ def make_engine_config(options: Mapping[str, Any]) -> EngineConfig:
 class EngineTuning:
     """Engine heuristics (not server options; tests and simulations adjust them).
 
-    ``min_route_share``: a free slot's cached prefix must cover this share of a prompt to win
-    routing. ``ram_min_tokens`` / ``ram_min_fraction``: the RAM cache skips shorter prefixes and
+    ``ram_min_tokens`` / ``ram_min_fraction``: the RAM cache skips shorter prefixes and
     restores an entry only when this share of it is reusable. ``inflight_dedup``: requests whose
     prefix another slot is computing right now adopt it instead of recomputing it;
     ``follow_min_tokens`` is the least shared remainder worth waiting a tick for.
@@ -140,12 +152,8 @@ class EngineTuning:
     reads the disk cache on the tick thread (deterministic tests).
     ``spec_prior_beta``: the marginal cost of a batch token relative to a one-token decode,
     assumed by adaptive speculation until the engine has measured it.
-    ``park_idle_slots``: with a unified KV cache and the RAM cache on, an idle slot's prefix
-    moves to the RAM cache and its cells are freed while other slots decode (see
-    :meth:`~llamapy.engine.prefix.PrefixResolver.park_idle`).
     """
 
-    min_route_share: float = option(0.1, "cached share of a prompt that wins routing")
     ram_min_tokens: int = option(32, "shortest prefix the RAM cache keeps")
     ram_min_fraction: float = option(0.5, "reusable share needed to restore a RAM entry")
     inflight_dedup: bool = option(True, "adopt a prefix another slot is computing")
@@ -157,4 +165,3 @@ class EngineTuning:
     disk_flush_s: float = option(20.0, "longest time spent writing prefixes to disk at close")
     disk_background: bool = option(True, "write and read the disk cache off the tick thread")
     spec_prior_beta: float = option(0.3, "assumed cost of a batch token until it is measured")
-    park_idle_slots: bool = option(True, "move idle slots' prefixes to RAM while others decode")

@@ -45,7 +45,7 @@ def test_an_idle_prefix_is_parked_in_ram_and_restored_from_there():
 @pytest.mark.parametrize("kw", [
     {"prompt_cache_ram_mb": 0},                                  # no RAM cache
     {"unified": False},                                          # cells per sequence
-    {"tuning": EngineTuning(ram_min_tokens=8, park_idle_slots=False)},
+    {"cache_idle_slots": False},
     {"tuning": EngineTuning(ram_min_tokens=64)},                 # too short for RAM
 ], ids=["ram-off", "split-kv", "parking-off", "too-short"])
 def test_an_idle_prefix_stays_resident_otherwise(kw):

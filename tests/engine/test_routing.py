@@ -78,6 +78,16 @@ def test_a_small_shared_share_does_not_route():
     assert slot_of(engine, "x") == lru
 
 
+@pytest.mark.parametrize(("similarity", "routes"), [(0.1, True), (0.5, False), (0.0, False)])
+def test_slot_prompt_similarity_sets_the_share_that_routes(similarity: float, routes: bool):
+    engine, _ = make_engine(n_parallel=2, slot_prompt_similarity=similarity)
+    warm(engine, {"a": (A, {}), "b": (B, {})})
+    a_slot = next(s.slot_id for s in engine.pool.slots if s.cached[:3] == A[:3])
+    engine.pool.touch(engine.pool.slots[a_slot])  # the A slot is the most recently used
+    submit(engine, "x", [*A[:4], *range(30, 40)], max_tokens=1)  # shares 4 of 14 (29%)
+    assert (slot_of(engine, "x") == a_slot) is routes  # 0 = off: least recently used
+
+
 def test_freed_slot_serves_its_session_first():
     engine, _ = make_engine(n_parallel=1)
     submit(engine, "a", A, max_tokens=3, session="s1")

@@ -93,3 +93,11 @@ def test_a_flag_is_never_taken_for_a_longer_one(argv: list[str],
         build_parser().parse_args(argv)
     assert exc.value.code == 2
     assert f"unrecognized arguments: {argv[0]}" in capsys.readouterr().err
+
+
+def test_llama_servers_slot_flags_set_the_engine_options() -> None:
+    engine = parsed("-sps", "0.5", "--no-cache-idle-slots").engine
+    assert (engine.slot_prompt_similarity, engine.cache_idle_slots) == (0.5, False)
+    assert parsed("--cache-idle-slots").engine.cache_idle_slots is True
+    with pytest.raises(InvalidOptionError, match="slot_prompt_similarity"):
+        parsed("--slot-prompt-similarity", "1.5")
