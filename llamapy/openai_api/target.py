@@ -67,7 +67,9 @@ class ServedModel:
     (``--no-prefill-assistant``: answered in a new turn instead); ``spm_infill``: ``/infill``
     puts the suffix before the prefix (``--spm-infill``); ``verbose``: responses carry
     llama-server's ``__verbose`` debug object (the rendered prompt, ...) unless a request sets
-    ``verbose: false`` (``--verbose``; a request's ``verbose: true`` asks for it anyway).
+    ``verbose: false`` (``--verbose``; a request's ``verbose: true`` asks for it anyway);
+    ``default_ignore_eos``: a request that sets no ``ignore_eos`` ignores end-of-generation
+    tokens (``--ignore-eos``; a request's ``ignore_eos: false`` stops at them).
     """
 
     server: Server
@@ -83,6 +85,7 @@ class ServedModel:
     prefill_assistant: bool = True
     spm_infill: bool = False
     verbose: bool = False
+    default_ignore_eos: bool = False
     created: int = field(default_factory=lambda: int(time.time()))
 
     def __post_init__(self) -> None:
@@ -182,8 +185,11 @@ class ServedModel:
 
     def ignore_eos(self, options: dict[str, Any], flag: object) -> dict[str, Any]:
         """llama-server's ``ignore_eos``: with a true ``flag``, every end-of-generation token
-        is banned (``logit_bias`` -inf), in place. A non-boolean flag is a 400."""
-        if flag is None or flag is False:
+        is banned (``logit_bias`` -inf), in place; no ``flag`` (None) means the server's
+        :attr:`default_ignore_eos`. A non-boolean flag is a 400."""
+        if flag is None:
+            flag = self.default_ignore_eos
+        if flag is False:
             return options
         if flag is not True:
             raise InvalidOptionError("ignore_eos must be a boolean", option="ignore_eos")

@@ -82,6 +82,9 @@ def _add_requests(group: argparse._ArgumentGroup) -> None:
     group.add_argument("-n", "--predict", "--n-predict", dest="n_predict", type=int, default=-1,
                        metavar="N", help="tokens to generate when a request sets no limit "
                        "(default: -1 = the rest of the context)")
+    group.add_argument("--ignore-eos", action="store_true",
+                       help="requests that set no ignore_eos generate past end-of-generation "
+                            "tokens (llama-server's flag)")
     group.add_argument("--reasoning-format", choices=REASONING_FORMATS, default="auto",
                        help="reasoning_format of requests that set none: auto/deepseek "
                             "separate reasoning_content, none leaves it in the text "
@@ -191,6 +194,7 @@ def app_options(args: argparse.Namespace) -> dict[str, Any]:
         "template_kwargs": template_kwargs(args), "accept_any_model": args.accept_any_model,
         "prefill_assistant": args.prefill_assistant is not False,
         "spm_infill": args.spm_infill, "verbose": args.log_level == "debug",
+        "default_ignore_eos": args.ignore_eos,
         "sleep_idle_seconds": sleep_idle_seconds(args),
     }
 

@@ -16,6 +16,7 @@ from llamapy.options import ModelOptions, resolve_start_options
 from llamapy.serve import create_app
 from llamapy.serve.__main__ import build_parser
 from llamapy.serve.flags import start_options
+from llamapy.serve.serving_flags import app_options
 from llamapy.server import Server
 
 
@@ -101,3 +102,22 @@ def test_llama_servers_slot_flags_set_the_engine_options() -> None:
     assert parsed("--cache-idle-slots").engine.cache_idle_slots is True
     with pytest.raises(InvalidOptionError, match="slot_prompt_similarity"):
         parsed("--slot-prompt-similarity", "1.5")
+
+
+@pytest.fixture(scope="module")
+def ignoring_eos(server: Server) -> Iterator[LiveApp]:
+    with LiveApp(create_app(server, alias=MODEL_ALIAS, default_ignore_eos=True)) as app:
+        yield app
+
+
+def test_ignore_eos_flag_is_the_default_a_request_may_override(ignoring_eos: LiveApp) -> None:
+    assert app_options(build_parser().parse_args(["--ignore-eos"]))["default_ignore_eos"]
+    chat = {"messages": [{"role": "user", "content": "Say OK."}], "max_tokens": 40,
+            "temperature": 0}
+    with httpx.Client(base_url=ignoring_eos.url, timeout=60) as http:
+        past = http.post("/v1/chat/completions", json=chat).json()
+        stops = http.post("/v1/chat/completions", json={**chat, "ignore_eos": False}).json()
+    assert past["usage"]["completion_tokens"] == 40
+    assert past["choices"][0]["finish_reason"] == "length"
+    assert stops["choices"][0]["finish_reason"] == "stop"
+    assert stops["usage"]["completion_tokens"] < 40

@@ -119,10 +119,12 @@ def test_eight_concurrent_greedy_requests(server: Server) -> None:
         together = list(pool.map(
             lambda q: server.generate(chat(server, q), max_tokens=16, **GREEDY), questions))
     assert all(t.strip() for t in together)
-    # Batched CPU kernels accumulate in another order than single-row ones, so a near-tie can
-    # flip a greedy token; most answers still match their solo run exactly.
+    # Batched CPU kernels accumulate in another order than single-row ones, and which requests
+    # share a batch depends on timing, so a near-tie can flip a greedy token (once in a full
+    # run on a loaded machine, in the second word); requests that read each other's KV or
+    # logits would fail both counts.
     assert sum(t == s for t, s in zip(together, solo, strict=True)) >= 5
-    assert all(t.split()[:2] == s.split()[:2] for t, s in zip(together, solo, strict=True))
+    assert sum(t.split()[:2] == s.split()[:2] for t, s in zip(together, solo, strict=True)) >= 7
     wait_idle(server)
 
 
