@@ -13,7 +13,7 @@ file once (cached by resolved path, shared by every set that names it); ``decode
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
@@ -81,11 +81,11 @@ def log_normalizer(logits: np.ndarray) -> float:
 
 
 def build_chain(model: Model, p: SamplingParams) -> SamplerChain:
-    """A native chain for ``p`` in llama-server's default order.
-
-    grammar, logit bias, penalties, DRY, top-n-sigma, top-k, typical, top-p, min-p, XTC,
-    temperature (dynamic when ``dynatemp_range > 0``), then dist(seed); mirostat replaces the
-    truncation samplers; ``temp <= 0`` is greedy. Neutral samplers are left out.
+    """A native chain for ``p``: grammar, logit bias, then ``p.samplers`` in their order
+    (llama-server's default: penalties, DRY, top-n-sigma, top-k, typical, top-p, min-p, XTC,
+    temperature, dynamic when ``dynatemp_range > 0``), then dist(seed). ``temp <= 0`` is
+    greedy after the penalties and DRY; mirostat replaces the listed truncation samplers.
+    Neutral samplers are left out.
     """
     chain = SamplerChain(model)
     try:
@@ -93,45 +93,70 @@ def build_chain(model: Model, p: SamplingParams) -> SamplerChain:
             chain.add_grammar(p.grammar, p.grammar_root)
         if p.logit_bias:
             chain.add_logit_bias(p.logit_bias)
-        if p.penalty_last_n != 0 and (
-            p.penalty_repeat != 1.0 or p.penalty_freq != 0.0 or p.penalty_present != 0.0
-        ):
-            chain.add_penalties(p.penalty_last_n, p.penalty_repeat, p.penalty_freq,
-                                p.penalty_present)
-        if p.dry_multiplier > 0.0:
-            chain.add_dry(p.dry_multiplier, p.dry_base, p.dry_allowed_length,
-                          p.dry_penalty_last_n, p.dry_sequence_breakers)
-        if p.temp <= 0.0:
+        greedy = p.temp <= 0.0
+        for name in p.samplers:
+            if name in _REPETITION or not (greedy or p.mirostat):
+                _ADD[name](chain, p)
+        if greedy:
             return chain.add_greedy()
         if p.mirostat:
             chain.add_temp(p.temp)
             if p.mirostat == 1:
                 return chain.add_mirostat(p.mirostat_tau, p.mirostat_eta, seed=p.native_seed)
             return chain.add_mirostat_v2(p.mirostat_tau, p.mirostat_eta, seed=p.native_seed)
-        _add_truncation(chain, p)
         return chain.add_dist(p.native_seed)
     except BaseException:
         chain.close()
         raise
 
 
-def _add_truncation(chain: SamplerChain, p: SamplingParams) -> None:
-    if p.top_n_sigma >= 0.0:
-        chain.add_top_n_sigma(p.top_n_sigma)
-    if p.top_k > 0:
-        chain.add_top_k(p.top_k)
-    if p.typical_p < 1.0:
-        chain.add_typical(p.typical_p)
-    if p.top_p < 1.0:
-        chain.add_top_p(p.top_p)
-    if p.min_p > 0.0:
-        chain.add_min_p(p.min_p)
-    if p.xtc_probability > 0.0:
-        chain.add_xtc(p.xtc_probability, p.xtc_threshold, seed=p.native_seed)
+def _penalties(chain: SamplerChain, p: SamplingParams) -> None:
+    if p.penalty_last_n != 0 and (
+        p.penalty_repeat != 1.0 or p.penalty_freq != 0.0 or p.penalty_present != 0.0
+    ):
+        chain.add_penalties(p.penalty_last_n, p.penalty_repeat, p.penalty_freq,
+                            p.penalty_present)
+
+
+def _dry(chain: SamplerChain, p: SamplingParams) -> None:
+    if p.dry_multiplier > 0.0:
+        chain.add_dry(p.dry_multiplier, p.dry_base, p.dry_allowed_length,
+                      p.dry_penalty_last_n, p.dry_sequence_breakers)
+
+
+def _temperature(chain: SamplerChain, p: SamplingParams) -> None:
     if p.dynatemp_range > 0.0:
         chain.add_temp_ext(p.temp, p.dynatemp_range, p.dynatemp_exponent)
     else:
         chain.add_temp(p.temp)
+
+
+def _when(test: Callable[[SamplingParams], bool],
+          add: Callable[[SamplerChain, SamplingParams], object]
+          ) -> Callable[[SamplerChain, SamplingParams], None]:
+    def apply(chain: SamplerChain, p: SamplingParams) -> None:
+        if test(p):
+            add(chain, p)
+    return apply
+
+
+#: How each sampler name adds itself (neutral settings add nothing).
+_ADD: dict[str, Callable[[SamplerChain, SamplingParams], None]] = {
+    "penalties": _penalties,
+    "dry": _dry,
+    "top_n_sigma": _when(lambda p: p.top_n_sigma >= 0.0,
+                         lambda c, p: c.add_top_n_sigma(p.top_n_sigma)),
+    "top_k": _when(lambda p: p.top_k > 0, lambda c, p: c.add_top_k(p.top_k)),
+    "typ_p": _when(lambda p: p.typical_p < 1.0, lambda c, p: c.add_typical(p.typical_p)),
+    "top_p": _when(lambda p: p.top_p < 1.0, lambda c, p: c.add_top_p(p.top_p)),
+    "min_p": _when(lambda p: p.min_p > 0.0, lambda c, p: c.add_min_p(p.min_p)),
+    "xtc": _when(lambda p: p.xtc_probability > 0.0,
+                 lambda c, p: c.add_xtc(p.xtc_probability, p.xtc_threshold,
+                                        seed=p.native_seed)),
+    "temperature": _temperature,
+}
+#: Samplers that also apply before greedy and mirostat (they change logits, not the pick).
+_REPETITION = frozenset({"penalties", "dry"})
 
 
 class LlamaBackend:

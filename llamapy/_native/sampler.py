@@ -112,8 +112,8 @@ class SamplerChain:
                       ) -> SamplerChain:
         """Repetition, frequency and presence penalties over the last ``last_n`` tokens."""
         lib = native().lib
-        return self._add("penalties",
-                         lib.llama_sampler_init_penalties(last_n, repeat, freq, present))
+        return self._add("penalties", lib.llama_sampler_init_penalties(
+            self.model.n_vocab, last_n, repeat, freq, present))
 
     def add_dry(self, multiplier: float, base: float, allowed_length: int, penalty_last_n: int,
                 sequence_breakers: Sequence[str] = ()) -> SamplerChain:

@@ -20,6 +20,7 @@ from .._pins import LLAMA_CPP_COMMIT
 from ..engine import DoneEvent, ProgressEvent, TokenEvent
 from ..errors import InvalidOptionError
 from ..options import aliases_of
+from ..options.samplers import sampler_names
 from ..server import Completion
 from .completions import check_token_ids
 from .logprobs import MIN_CANDIDATES, sampled_logprob
@@ -30,7 +31,7 @@ from .report import per_token_timings, progress_dict, timings_dict
 from .target import ServedModel
 
 #: llama-server request fields that only tune its own bookkeeping: accepted, ignored.
-IGNORED_FIELDS = ("n_keep", "post_sampling_probs", "verbose", "samplers",
+IGNORED_FIELDS = ("n_keep", "post_sampling_probs", "verbose",
                   "t_max_predict_ms", "n_indent", "response_fields", "n_cmpl")
 #: ``/completion``'s token budget spellings (the tree's aliases of ``max_tokens``, then
 #: ``max_tokens`` itself); the first one present wins.
@@ -96,10 +97,13 @@ def _settings(served: ServedModel, options: Mapping[str, Any]) -> dict[str, Any]
     """llama-server's ``generation_settings``: ``logit_bias`` as ``[{"bias", "token"}]`` with
     ``null`` for a banned token (``-inf``), as it reports the EOG bans of ``ignore_eos``."""
     bias = options.get("logit_bias") or {}
-    return {"n_predict": options.get("max_tokens"), "model": served.name,
-            **{k: v for k, v in options.items() if k not in ("timeout", "logit_bias")},
-            "logit_bias": [{"bias": None if math.isinf(b) else b, "token": t}
-                           for t, b in bias.items()]}
+    out = {"n_predict": options.get("max_tokens"), "model": served.name,
+           **{k: v for k, v in options.items() if k not in ("timeout", "logit_bias")},
+           "logit_bias": [{"bias": None if math.isinf(b) else b, "token": t}
+                          for t, b in bias.items()]}
+    if "samplers" in options:  # canonical names, as llama-server reports them
+        out["samplers"] = list(sampler_names(options["samplers"]))
+    return out
 
 
 def native_response(served: ServedModel, ids: list[int], text: str, options: Mapping[str, Any],

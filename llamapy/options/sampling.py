@@ -24,6 +24,7 @@ from llamapy.options._spec import (
     option_factory,
     option_names,
 )
+from llamapy.options.samplers import DEFAULT_SAMPLERS, sampler_names
 from llamapy.options.speculative import speculative_overrides
 
 __all__ = [
@@ -52,7 +53,9 @@ class SamplingParams:
     ``seed=-1`` means random (the backend passes ``LLAMA_DEFAULT_SEED``); ``temp <= 0`` means
     greedy. ``logit_bias`` maps token id to an additive bias (``-inf`` bans a token).
     ``grammar`` is GBNF text ("" = none), ``grammar_root`` its start rule. ``n_probs > 0`` asks
-    for that many top log-probabilities per generated token.
+    for that many top log-probabilities per generated token. ``samplers`` orders the chain
+    (llama-server's names, aliases and letters, see :mod:`llamapy.options.samplers`); a
+    sampler left out is not applied.
     """
 
     temp: float = option(0.8, "sampling temperature (<= 0: greedy)",
@@ -92,8 +95,12 @@ class SamplingParams:
     grammar: str = option("", "GBNF grammar the output must match ('' = none)")
     grammar_root: str = option("root", "start rule of the grammar")
     n_probs: int = option(0, "top log-probabilities reported per generated token")
+    samplers: tuple[str, ...] = option(
+        DEFAULT_SAMPLERS, "sampler order (names; as a string, llama-server's letters "
+        "'edskypmxt'); ';' also separates names")
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "samplers", sampler_names(self.samplers))
         check_typed_fields(self)
         self._check_ranges()
         self._freeze_collections()

@@ -7,6 +7,8 @@ them, so its command lines run unchanged.
 - ``-lm`` / ``--load-mode``: llama.cpp's model loading mode (``auto``, ``none``, ``mmap``,
   ``mlock``, ``mmap+mlock``, ``dio``), mapped onto ``use_mmap``, ``use_mlock`` and
   ``use_direct_io``; an explicit ``--use-mmap`` / ``--use-mlock`` / ``--use-direct-io`` wins.
+- ``--sampler-seq`` / ``--sampling-seq LETTERS``: the sampler order as llama-server's letters
+  (``edskypmxt``); ``--samplers a;b;c`` (names) is the ``samplers`` option's own flag.
 - ``--log-file FILE`` also writes the log there; ``--log-disable`` logs nothing.
 - ``-cb`` / ``--cont-batching`` is accepted (batching is always continuous here);
   ``-nocb`` / ``--no-cont-batching`` is refused, since it cannot be honoured.
@@ -23,7 +25,7 @@ from typing import Any
 
 from ..errors import InvalidOptionError, UnsupportedFeatureError
 
-__all__ = ["LOAD_MODES", "add_compat_flags", "api_keys", "check_compat", "load_mode_options",
+__all__ = ["LOAD_MODES", "add_compat_flags", "api_keys", "check_compat", "compat_start_options",
            "log_handlers", "ssl_files"]
 
 #: ``--load-mode`` values and the model options each sets (``auto`` sets none).
@@ -45,6 +47,8 @@ def add_compat_flags(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--ssl-cert-file", metavar="FILE", help="PEM certificate: serve HTTPS")
     group.add_argument("-lm", "--load-mode", choices=tuple(LOAD_MODES), default="auto",
                        help="model loading mode, as llama.cpp's (default: auto = mmap)")
+    group.add_argument("--sampler-seq", "--sampling-seq", metavar="LETTERS",
+                       help="sampler order as llama-server's letters (default: edskypmxt)")
     group.add_argument("--log-file", metavar="FILE", help="also write the log to FILE")
     group.add_argument("--log-disable", action="store_true", help="log nothing")
     group.add_argument("-cb", "--cont-batching", dest="cont_batching", action="store_const",
@@ -78,9 +82,13 @@ def api_keys(args: argparse.Namespace) -> str | None:
     return ",".join(keys) if keys else None
 
 
-def load_mode_options(args: argparse.Namespace, given: dict[str, Any]) -> dict[str, bool]:
-    """The model options ``--load-mode`` sets that were not given by their own flags."""
-    return {k: v for k, v in LOAD_MODES[args.load_mode].items() if k not in given}
+def compat_start_options(args: argparse.Namespace, given: dict[str, Any]) -> dict[str, Any]:
+    """The start options ``--load-mode`` and ``--sampler-seq`` set that were not given by
+    their own flags."""
+    options: dict[str, Any] = dict(LOAD_MODES[args.load_mode])
+    if args.sampler_seq is not None:
+        options["samplers"] = args.sampler_seq
+    return {k: v for k, v in options.items() if k not in given}
 
 
 def ssl_files(args: argparse.Namespace) -> dict[str, str]:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..options import START_OPTION_OWNERS, field_default, field_help, start_option_keys
-from .compat_flags import load_mode_options
+from .compat_flags import compat_start_options
 
 #: Default request body limit: generous for long prompts, small enough to stop abuse.
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
@@ -258,7 +258,7 @@ def serve_start_options(args: argparse.Namespace) -> dict[str, Any]:
     :func:`unlimited_cache_ram_mb` (other negative budgets are refused by the tree)."""
     options = start_options(args)
     if getattr(args, "load_mode", None):  # absent from parsers without the compat flags
-        options.update(load_mode_options(args, options))
+        options.update(compat_start_options(args, options))
     for name, (default, _) in SERVE_DEFAULTS.items():
         options.setdefault(name, default())
     if options["prompt_cache_ram_mb"] == -1:

@@ -15,7 +15,7 @@ from llamapy.errors import InvalidOptionError
 from llamapy.options import ModelOptions, resolve_start_options
 from llamapy.serve import create_app
 from llamapy.serve.__main__ import build_parser
-from llamapy.serve.flags import start_options
+from llamapy.serve.flags import serve_start_options, start_options
 from llamapy.serve.serving_flags import app_options
 from llamapy.server import Server
 
@@ -121,3 +121,12 @@ def test_ignore_eos_flag_is_the_default_a_request_may_override(ignoring_eos: Liv
     assert past["choices"][0]["finish_reason"] == "length"
     assert stops["choices"][0]["finish_reason"] == "stop"
     assert stops["usage"]["completion_tokens"] < 40
+
+
+@pytest.mark.parametrize("argv", [["--samplers", "top_k;temperature"],
+                                  ["--samplers", "top-k,temp"], ["--sampler-seq", "kt"],
+                                  ["--sampling-seq", "kt"]])
+def test_sampler_order_flags(argv: list[str]) -> None:
+    options = serve_start_options(build_parser().parse_args(argv))
+    assert resolve_start_options("x.gguf", options).engine.sampling.samplers == (
+        "top_k", "temperature")
