@@ -51,3 +51,14 @@ def test_penalties_run(http: httpx.Client, field: dict) -> None:
     penalised = http.post("/completion", json={**base, **field})
     assert penalised.status_code == 200, penalised.text
     assert penalised.json()["content"] != plain
+
+
+@pytest.mark.parametrize("field", [
+    {"dry_multiplier": 0.8}, {"xtc_probability": 0.5, "xtc_threshold": 0.1},
+    {"mirostat": 1}, {"mirostat": 2}, {"top_n_sigma": 1.0}, {"typical_p": 0.8},
+    {"dynatemp_range": 0.5}, {"min_p": 0.2, "top_p": 0.5, "top_k": 5}])
+def test_every_sampler_generates(http: httpx.Client, field: dict) -> None:
+    done = http.post("/completion", json={"prompt": PROMPT, "n_predict": 8, "seed": 3,
+                                          "temperature": 0.9, "ignore_eos": True, **field})
+    assert done.status_code == 200, done.text
+    assert done.json()["tokens_predicted"] == 8
