@@ -64,9 +64,11 @@ class ModelOptions:
     n_gpu_layers: int | str = option(
         99, "layers offloaded to the GPU (99, all, auto or a negative number = all)",
         flags=("-ngl", "--gpu-layers"))
-    main_gpu: int = option(0, "the GPU used when split_mode is none")
-    split_mode: str = option("layer", "how to split over GPUs: none, layer, row or tensor")
-    tensor_split: tuple[float, ...] = option((), "share of the model on each GPU")
+    main_gpu: int = option(0, "the GPU used when split_mode is none", flags=("-mg",))
+    split_mode: str = option("layer", "how to split over GPUs: none, layer, row or tensor",
+                             flags=("-sm",))
+    tensor_split: tuple[float, ...] = option((), "share of the model on each GPU",
+                                             flags=("-ts",))
     use_mmap: bool = option(True, "memory-map the model file")
     use_mlock: bool = option(False, "lock the model in RAM")
     use_direct_io: bool = option(False, "read the model with direct I/O (wins over mmap/mlock)")

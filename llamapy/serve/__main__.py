@@ -21,7 +21,13 @@ from ..errors import LlamapyError
 from .compat_flags import add_compat_flags, check_compat, log_handlers, ssl_files
 from .flags import add_option_flags, serve_start_options
 from .models_flags import add_models_flags, serves_several
-from .serving_flags import LOG_LEVELS, add_serving_flags, app_options, read_template
+from .serving_flags import (
+    LOG_LEVELS,
+    add_serving_flags,
+    app_options,
+    read_template,
+    template_kwargs,
+)
 
 if TYPE_CHECKING:
     from ..server import Server
@@ -61,6 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         check_compat(args)
+        template_kwargs(args)  # a bad --chat-template-kwargs fails before the model loads
         logging.basicConfig(level=args.log_level.upper(), handlers=log_handlers(args),
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         app, what = _build_app(args)

@@ -12,12 +12,13 @@ default is off). :func:`app_options` turns the parsed flags into ``create_app`` 
 from __future__ import annotations
 
 import argparse
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from ..chat.builtin_templates import BUILTIN_TEMPLATES, LLAMA_CPP_NAMES
-from ..errors import UnsupportedFeatureError
+from ..errors import InvalidOptionError, UnsupportedFeatureError
 from ..options import REASONING_FORMATS, TIMEOUTS
 from .compat_flags import api_keys
 from .flags import DEFAULT_MAX_BODY_BYTES
@@ -89,6 +90,9 @@ def _add_requests(group: argparse._ArgumentGroup) -> None:
                        help="reasoning_format of requests that set none: auto/deepseek "
                             "separate reasoning_content, none leaves it in the text "
                             "(default: auto)")
+    group.add_argument("--chat-template-kwargs", metavar="JSON",
+                       help="chat template variables of every request, a JSON object "
+                            "(a request's chat_template_kwargs extend them)")
     group.add_argument("-rea", "--reasoning", choices=tuple(REASONING_SWITCH), default="auto",
                        help="thinking in the chat template: on/off set enable_thinking for "
                             "requests that do not (default: auto = the template's own)")
@@ -174,8 +178,19 @@ def read_template(value: str | None) -> str | None:
 
 
 def template_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """The server-wide chat template variables ``--reasoning`` sets."""
-    return dict(REASONING_SWITCH[args.reasoning])
+    """The server-wide chat template variables: ``--chat-template-kwargs`` (a JSON object),
+    then what ``--reasoning on|off`` sets. A value that is not a JSON object raises
+    :class:`InvalidOptionError`."""
+    text = getattr(args, "chat_template_kwargs", None)
+    try:
+        kwargs = json.loads(text) if text else {}
+    except json.JSONDecodeError as exc:
+        raise InvalidOptionError(f"--chat-template-kwargs is not JSON: {exc}",
+                                 option="chat_template_kwargs") from None
+    if not isinstance(kwargs, dict):
+        raise InvalidOptionError("--chat-template-kwargs must be a JSON object",
+                                 option="chat_template_kwargs")
+    return {**kwargs, **REASONING_SWITCH[args.reasoning]}
 
 
 def app_options(args: argparse.Namespace) -> dict[str, Any]:

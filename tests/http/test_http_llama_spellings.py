@@ -130,3 +130,31 @@ def test_sampler_order_flags(argv: list[str]) -> None:
     options = serve_start_options(build_parser().parse_args(argv))
     assert resolve_start_options("x.gguf", options).engine.sampling.samplers == (
         "top_k", "temperature")
+
+
+def test_llama_servers_gpu_split_spellings() -> None:
+    model = parsed("-sm", "row", "-ts", "3,1", "-mg", "1").model
+    assert (model.split_mode, model.tensor_split, model.main_gpu) == ("row", (3.0, 1.0), 1)
+
+
+def test_chat_template_kwargs_flag_reaches_the_template(server: Server) -> None:
+    args = build_parser().parse_args(["--chat-template-kwargs", '{"greeting": "HELLO"}',
+                                      "--reasoning", "off"])
+    kwargs = app_options(args)["template_kwargs"]
+    assert kwargs == {"greeting": "HELLO", "enable_thinking": False}
+    template = "{{ greeting }}{% for m in messages %}|{{ m.content }}{% endfor %}"
+    app = create_app(server, alias=MODEL_ALIAS, chat_template=template, template_kwargs=kwargs)
+    with LiveApp(app) as live:
+        done = httpx.post(live.url + "/apply-template",
+                          json={"messages": [{"role": "user", "content": "hi"}]})
+    assert done.status_code == 200, done.text
+    assert done.json()["prompt"].startswith("HELLO|hi")
+
+
+@pytest.mark.parametrize("value", ["{nope", "[1, 2]"])
+def test_a_bad_chat_template_kwargs_flag_is_refused(value: str,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    from llamapy.serve.__main__ import main
+
+    assert main(["--model", "/nonexistent/m.gguf", "--chat-template-kwargs", value]) == 2
+    assert "--chat-template-kwargs" in capsys.readouterr().err
