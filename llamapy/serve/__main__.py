@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import socket
 import sys
 from collections.abc import Sequence
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import LlamapyError
 from .compat_flags import add_compat_flags, check_compat, log_handlers, ssl_files
+from .env_flags import env_argv
 from .flags import add_option_flags, serve_start_options
 from .models_flags import add_models_flags, serves_several
 from .serving_flags import (
@@ -63,8 +65,16 @@ def model_path(value: str | None) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the server until interrupted."""
-    args = build_parser().parse_args(argv)
+    """Run the server until interrupted (llama-server's ``LLAMA_ARG_*`` variables are read
+    as the flags they stand for; the command line wins)."""
+    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        env = env_argv(parser, argv, os.environ)
+    except LlamapyError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    args = parser.parse_args(env + argv)
     try:
         check_compat(args)
         template_kwargs(args)  # a bad --chat-template-kwargs fails before the model loads
