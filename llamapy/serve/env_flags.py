@@ -4,18 +4,22 @@ unchanged. A flag on the command line wins over its variable, as in llama-server
 
 A variable of a switch takes llama.cpp's words: ``1``/``true``/``on``/``enabled`` and
 ``0``/``false``/``off``/``disabled`` (a switch without an "off" flag ignores the "off" words).
-Another value is an error naming the variable. Variables of flags this server does not have
-are not read (their flags are errors on the command line).
+Another value is an error naming the variable. A ``LLAMA_ARG_*`` variable of a flag this
+server does not have is not read, and a warning names it (its flag is an error on the command
+line).
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 from collections.abc import Mapping, Sequence
 
 from ..errors import InvalidOptionError
 
 __all__ = ["LLAMA_ENV", "env_argv"]
+
+log = logging.getLogger("llamapy.serve")
 
 #: Variable -> the flag it stands for (llama-server's ``--help`` at the pinned commit, for
 #: the flags this server has).
@@ -104,6 +108,9 @@ def env_argv(parser: argparse.ArgumentParser, argv: Sequence[str],
     actions = parser._option_string_actions
     given = {actions[token.split("=", 1)[0]].dest for token in argv
              if token.startswith("-") and token.split("=", 1)[0] in actions}
+    unread = sorted(k for k in environ if k.startswith("LLAMA_ARG_") and k not in LLAMA_ENV)
+    if unread:
+        log.warning("not read (no such flag here): %s", ", ".join(unread))
     out: list[str] = []
     for name, flag in LLAMA_ENV.items():
         value = environ.get(name)

@@ -70,3 +70,11 @@ def test_a_server_configured_by_variables_alone(model_path: Path) -> None:
     finally:
         process.terminate()
         process.wait(WAIT_S)
+
+
+def test_a_variable_of_a_flag_we_lack_is_named_in_a_warning(
+        caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("WARNING", logger="llamapy.serve"):
+        args = parse([], {"LLAMA_ARG_CONTEXT_SHIFT": "1", "LLAMA_ARG_PORT": "9000"})
+    assert args.port == 9000
+    assert "LLAMA_ARG_CONTEXT_SHIFT" in caplog.text
