@@ -24,9 +24,9 @@ def option(default: T, help: str, *, flags: tuple[str, ...] = ()) -> T:
     return dataclasses.field(default=default, metadata={"help": help, "flags": flags})
 
 
-def option_factory(factory: Callable[[], T], help: str) -> T:
+def option_factory(factory: Callable[[], T], help: str, *, flags: tuple[str, ...] = ()) -> T:
     """A field whose default is built by ``factory`` (mutable or frozen collections)."""
-    return dataclasses.field(default_factory=factory, metadata={"help": help, "flags": ()})
+    return dataclasses.field(default_factory=factory, metadata={"help": help, "flags": flags})
 
 
 def required(help: str) -> Any:

@@ -91,7 +91,8 @@ class SamplingParams:
     mirostat_tau: float = option(5.0, "Mirostat target entropy", flags=("--mirostat-ent",))
     mirostat_eta: float = option(0.1, "Mirostat learning rate", flags=("--mirostat-lr",))
     logit_bias: Mapping[int, float] = option_factory(
-        _no_bias, "token id -> additive logit bias (-inf bans the token)")
+        _no_bias, "token id -> additive logit bias (-inf bans the token); on the command "
+        "line a JSON object or llama-server's TOKEN_ID(+|-)BIAS, repeatable", flags=("-l",))
     grammar: str = option("", "GBNF grammar the output must match ('' = none)")
     grammar_root: str = option("root", "start rule of the grammar")
     n_probs: int = option(0, "top log-probabilities reported per generated token")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
@@ -139,11 +140,31 @@ def _sequence(kind: Callable[[str], Any]) -> Callable[[str], tuple[Any, ...]]:
     return parse
 
 
+_TOKEN_BIAS = re.compile(r"^\s*(\d+)\s*([+-])\s*(inf|\d+(?:\.\d*)?|\.\d+)\s*$", re.I)
+
+
 def _json_mapping(text: str) -> dict[Any, Any]:
-    value = json.loads(text)
+    """A JSON object, or llama-server's ``TOKEN_ID+BIAS`` / ``TOKEN_ID-BIAS`` (``-inf``
+    bans the token)."""
+    pair = _TOKEN_BIAS.match(text)
+    if pair:
+        token, sign, amount = pair.groups()
+        return {int(token): float(sign + amount)}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        raise argparse.ArgumentTypeError("expected a JSON object or TOKEN_ID(+|-)BIAS") from None
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError("expected a JSON object")
     return {int(k) if k.lstrip("-").isdigit() else k: v for k, v in value.items()}
+
+
+class _Merge(argparse.Action):
+    """A mapping flag that may repeat: the entries of each use are merged."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, {**getattr(namespace, self.dest, {}), **values})
 
 
 def _converter(tp: Any) -> tuple[Callable[[str], Any], str]:
@@ -215,8 +236,9 @@ def _add(group: argparse._ArgumentGroup, spec: OptionSpec) -> None:
                            on=not spec.negated, default=argparse.SUPPRESS, help=_help(spec))
         return
     parse, metavar = _converter(spec.type)
+    action = _Merge if parse is _json_mapping else "store"
     group.add_argument(spec.flag, *spec.aliases, dest=spec.name, type=parse, metavar=metavar,
-                       default=argparse.SUPPRESS, help=_help(spec))
+                       action=action, default=argparse.SUPPRESS, help=_help(spec))
 
 
 def add_option_flags(parser: argparse.ArgumentParser) -> None:

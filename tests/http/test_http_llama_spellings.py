@@ -158,3 +158,11 @@ def test_a_bad_chat_template_kwargs_flag_is_refused(value: str,
 
     assert main(["--model", "/nonexistent/m.gguf", "--chat-template-kwargs", value]) == 2
     assert "--chat-template-kwargs" in capsys.readouterr().err
+
+
+def test_logit_bias_flag_takes_llama_servers_form_and_repeats() -> None:
+    argv = ["-l", "15043+1", "-l", "29871-inf", "--logit-bias", '{"5": -1.5}', "-l", "7-0.5"]
+    bias = parsed(*argv).engine.sampling.logit_bias
+    assert dict(bias) == {15043: 1.0, 29871: float("-inf"), 5: -1.5, 7: -0.5}
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["-l", "15043*2"])
