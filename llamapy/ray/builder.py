@@ -77,12 +77,14 @@ def app(args: Mapping[str, str]) -> Application:
     ours = {k: v for k, v in args.items() if k in deployment_option_keys()}
     flags = _parse_flags({k: v for k, v in args.items() if k not in ours})
     from ..serve.__main__ import model_path
+    from ..serve.compat_flags import check_compat
     from ..serve.flags import serve_start_options
     from ..serve.models_flags import serves_several
     from ..serve.serving_flags import app_options
 
     if serves_several(flags):
         raise InvalidOptionError("llamapy.ray serves one model per application", option="model")
+    check_compat(flags)  # what cannot be honoured (cont_batching=false) fails here too
     return build_app(model_path(flags.model[0] if flags.model else None),
                      app_options=app_options(flags),
                      deployment=DeploymentOptions.from_strings(ours),

@@ -279,8 +279,7 @@ def serve_start_options(args: argparse.Namespace) -> dict[str, Any]:
     options not given; ``--cache-ram -1`` (llama-server's "no limit") becomes
     :func:`unlimited_cache_ram_mb` (other negative budgets are refused by the tree)."""
     options = start_options(args)
-    if getattr(args, "load_mode", None):  # absent from parsers without the compat flags
-        options.update(compat_start_options(args, options))
+    options.update(compat_start_options(args, options))
     for name, (default, _) in SERVE_DEFAULTS.items():
         options.setdefault(name, default())
     if options["prompt_cache_ram_mb"] == -1:

@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
-from llamapy.errors import InvalidOptionError, UnknownOptionError
+from llamapy.errors import InvalidOptionError, UnknownOptionError, UnsupportedFeatureError
 from llamapy.options import DEPLOYMENT_DEFAULTS, DeploymentOptions
 from llamapy.ray.affinity import (
     AffinityTable,
@@ -320,6 +320,8 @@ def test_serve_run_arguments_become_options_and_bad_ones_fail_before_any_replica
         app({"model": str(model), "replicas": "0"})
     with pytest.raises(InvalidOptionError):
         app({"model": str(model), "models_dir": str(tmp_path)})
+    with pytest.raises(UnsupportedFeatureError, match="continuous"):
+        app({"model": str(model), "cont_batching": "false"})
 
 
 def test_a_lost_replica_is_a_503_in_each_apis_shape() -> None:
