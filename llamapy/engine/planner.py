@@ -19,7 +19,14 @@ from dataclasses import dataclass, field
 from llamapy.engine.backend import BatchPlan, Segment
 from llamapy.engine.request import Run
 from llamapy.engine.slots import Slot
-from llamapy.engine.strategies import BatchDecision, BatchStrategy, BatchView, QueuedView, SlotView
+from llamapy.engine.strategies import (
+    BatchDecision,
+    BatchStrategy,
+    BatchView,
+    QueuedView,
+    SlotView,
+    decodes_every_slot,
+)
 from llamapy.errors import InvalidOptionError
 
 __all__ = ["AdapterRotation", "Entry", "Planner", "ScheduledBatch"]
@@ -98,6 +105,8 @@ class AdapterRotation:
     def __init__(self) -> None:
         self._tick = 0
         self._served: dict[Hashable, int] = {}
+        #: How many sets had work at the last :meth:`choose`.
+        self.n_sets = 0
 
     def choose(self, slots: Sequence[Slot]) -> Hashable:
         """The set to serve this tick among the runs on ``slots`` (at least one)."""
@@ -106,6 +115,7 @@ class AdapterRotation:
             run = slot.run
             assert run is not None, "choose: free slot"
             oldest[run.adapter_set] = min(oldest.get(run.adapter_set, run.serial), run.serial)
+        self.n_sets = len(oldest)
         chosen = min(oldest, key=lambda s: (self._served.get(s, 0), oldest[s]))
         self._tick += 1
         self._served = {s: self._served.get(s, 0) for s in oldest}
@@ -121,6 +131,7 @@ class Planner:
         self.n_batch = n_batch
         self.chunk_size = chunk_size
         self.rotation = AdapterRotation()
+        self._plain = decodes_every_slot(strategy)
 
     def schedule(self, decoding: Sequence[Slot], prefilling: Sequence[Slot], queue: Sequence[Run],
                  now: float) -> ScheduledBatch | None:
@@ -128,8 +139,11 @@ class Planner:
         if not decoding and not prefilling:
             return None
         adapter_set = self.rotation.choose([*decoding, *prefilling])
-        decoding = [s for s in decoding if _adapter_set(s) == adapter_set]
-        prefilling = [s for s in prefilling if _adapter_set(s) == adapter_set]
+        if self.rotation.n_sets > 1:
+            decoding = [s for s in decoding if _adapter_set(s) == adapter_set]
+            prefilling = [s for s in prefilling if _adapter_set(s) == adapter_set]
+        if self._plain and not prefilling:
+            return self._decode_only(decoding, adapter_set)
         view = BatchView(now=now, n_batch=self.n_batch, chunk_size=self.chunk_size,
                          decoding=tuple(slot_view(s) for s in decoding),
                          prefilling=tuple(slot_view(s) for s in prefilling),
@@ -140,6 +154,13 @@ class Planner:
         entries = [self._decode_entry(by_id[i]) for i in decision.decode]
         entries += [self._prefill_entry(by_id[i], n) for i, n in decision.prefill.items()]
         return ScheduledBatch(entries, adapter_set)
+
+    def _decode_only(self, decoding: Sequence[Slot], adapter_set: Hashable) -> ScheduledBatch:
+        """What a built-in strategy decides when no slot prefills (every decoding slot, the
+        longest waiting first, up to ``n_batch``), without building its view: the steady
+        decode tick, where the Python around each token is what a stream waits for."""
+        order = sorted(decoding, key=_wait_key)[: self.n_batch]
+        return ScheduledBatch([self._decode_entry(s) for s in order], adapter_set)
 
     def validate(self, decision: BatchDecision, view: BatchView) -> None:
         """Raise ``InvalidOptionError`` if ``decision`` breaks the batch rules."""
@@ -176,6 +197,13 @@ class Planner:
         end = start + n
         samples = end == len(run.prompt) and not run.prefill_only
         return Entry(slot, run, run.prompt[start:end], start, prefill=True, samples=samples)
+
+
+def _wait_key(slot: Slot) -> tuple[float, int]:
+    """The order of :meth:`BaseStrategy.decoders_by_wait` on a slot."""
+    run = slot.run
+    assert run is not None, "wait key of a free slot"
+    return run.last_token_at or 0.0, run.serial
 
 
 def _adapter_set(slot: Slot) -> Hashable:

@@ -235,6 +235,12 @@ _BUILTIN: dict[str, type[BaseStrategy]] = {
 _ALIASES = {cls.__name__: cls.name for cls in _BUILTIN.values()}
 
 
+def decodes_every_slot(strategy: BatchStrategy) -> bool:
+    """Whether ``strategy`` is a built-in one, which with no slot prefilling decodes every
+    decoding slot, the longest waiting first (the engine then skips building its view)."""
+    return type(strategy) in _BUILTIN.values()
+
+
 def strategy_names() -> tuple[str, ...]:
     """Names accepted for the built-in strategies."""
     return tuple(_BUILTIN)

@@ -255,3 +255,44 @@ def test_a_cold_request_that_waited_long_enough_goes_first():
     warm = submit(engine, "a2", [*history, 5, 6], max_tokens=1)
     engine.cancel("busy")
     assert _finish_order(engine, {"cold": cold, "a2": warm}) == ["cold", "a2"]
+
+
+class _Counting(DecodeMaximal):
+    """A user strategy (a subclass of a built-in) that counts its decisions."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def allocate(self, view):  # type: ignore[no-untyped-def]
+        self.calls += 1
+        return super().allocate(view)
+
+
+def test_a_user_strategy_decides_every_tick_even_when_all_slots_decode():
+    strategy = _Counting()
+    engine, _ = make_engine(n_parallel=2, batch_strategy=strategy)
+    submit(engine, "a", [1, 2, 3], max_tokens=8, temp=0.0)
+    ticks = drain(engine)
+    assert strategy.calls == ticks  # the built-ins' decode-only shortcut is not taken
+
+
+@pytest.mark.parametrize("name", ["decode_maximal", "prefill_priority", "balanced"])
+def test_the_decode_only_shortcut_builds_what_the_strategy_would(name):
+    engine, _ = make_engine(n_parallel=4, batch_strategy=name, n_batch=3)
+    for i in range(4):
+        submit(engine, i, [1, 2, i + 3], max_tokens=40, temp=0.0)
+    for _ in range(3):
+        engine.tick()
+    decoding = [s for s in engine.pool.running() if s.run is not None]
+    for step, s in enumerate(decoding):  # distinct waits, so the order is decided by them
+        assert s.run is not None
+        s.run.last_token_at = 10.0 - step
+    planner = engine.planner
+    assert planner._plain
+    short = planner.schedule(decoding, [], [], 1.0)
+    planner._plain = False
+    full = planner.schedule(decoding, [], [], 1.0)
+    assert short is not None and full is not None
+    assert [(e.slot.slot_id, e.token_ids, e.start_pos) for e in short.entries] == \
+        [(e.slot.slot_id, e.token_ids, e.start_pos) for e in full.entries]
+    assert len(short.entries) == 3  # n_batch caps it, the longest waiting first
