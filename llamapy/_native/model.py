@@ -48,6 +48,7 @@ class Model:
         self._close_requested = False
         self._piece_cache: dict[tuple[int, bool], bytes] = {}
         self._eog: tuple[int, ...] | None = None
+        self._is_eog: dict[int, bool] = {}
         self._eog_lock = threading.Lock()
         self._ptr = self._load(options)
         nat = native()
@@ -260,8 +261,12 @@ class Model:
         raise NativeError("detokenization failed")
 
     def is_eog(self, token: int) -> bool:
-        """Whether ``token`` ends generation (EOS, EOT, ...)."""
-        return bool(native().lib.llama_vocab_is_eog(self.vocab, token))
+        """Whether ``token`` ends generation (EOS, EOT, ...); cached per token, as the engine
+        asks for every generated token (a native call releases the GIL to other threads)."""
+        known = self._is_eog.get(token)
+        if known is None:
+            known = self._is_eog[token] = bool(native().lib.llama_vocab_is_eog(self.vocab, token))
+        return known
 
     def eog_tokens(self) -> tuple[int, ...]:
         """Every end-of-generation token, in id order (one scan of the vocabulary, cached;

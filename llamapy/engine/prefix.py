@@ -341,8 +341,9 @@ class PrefixResolver:
         """
         if not (self.cache_idle_slots and self.backend.kv_unified and self.ram.enabled):
             return
-        for slot in self.pool.idle():
-            if slot.cached and self._park(slot):
+        holding = [s for s in self.pool.slots if s.cached and s.is_idle]  # usually none
+        for slot in sorted(holding, key=lambda s: s.last_used):  # least recently used first
+            if self._park(slot):
                 self.counters.num_parked_slots += 1
 
     def _park(self, slot: Slot) -> bool:

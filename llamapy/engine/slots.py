@@ -44,12 +44,12 @@ class Slot:
     @property
     def is_free(self) -> bool:
         """No run on the slot (IDLE or LEASED)."""
-        return self.state in FREE_SLOT_STATES
+        return self.machine.state in FREE_SLOT_STATES
 
     @property
     def is_idle(self) -> bool:
         """Free and not leased: may be routed to, purged and evicted."""
-        return self.state is SlotState.IDLE
+        return self.machine.state is SlotState.IDLE
 
     @property
     def remaining_prefill(self) -> int:

@@ -40,6 +40,10 @@ class SlotState(Enum):
     PREFILLING = "prefilling"
     DECODING = "decoding"
 
+    # Members are singletons compared by identity: hash them by identity too (Enum's own
+    # __hash__ is Python code, run several times a tick by the state tables and sets).
+    __hash__ = object.__hash__
+
 
 class RequestState(Enum):
     """Where a request is: the queue, a slot, or done (its final event sent)."""
@@ -47,6 +51,8 @@ class RequestState(Enum):
     QUEUED = "queued"
     RUNNING = "running"
     FINISHED = "finished"
+
+    __hash__ = object.__hash__  # as SlotState's
 
 
 #: Slots without a running request.
@@ -78,32 +84,29 @@ S = TypeVar("S", bound=Enum)
 class StateMachine(Generic[S]):
     """A current state plus the table it may move by."""
 
-    __slots__ = ("_machine", "_state", "_table")
+    __slots__ = ("_machine", "_table", "state")
 
     def __init__(self, machine: str, table: dict[tuple[S, str], S], initial: S) -> None:
         self._machine = machine
         self._table = table
-        self._state = initial
-
-    @property
-    def state(self) -> S:
-        """The current state."""
-        return self._state
+        #: The current state: read it, move it only with :meth:`fire` (a plain attribute, as
+        #: the engine reads every slot's state several times a tick).
+        self.state = initial
 
     def can(self, event: str) -> bool:
         """Whether ``event`` is legal now."""
-        return (self._state, event) in self._table
+        return (self.state, event) in self._table
 
     def fire(self, event: str) -> S:
         """Move by ``event``; ``IllegalTransitionError`` (state unchanged) if not allowed."""
-        target = self._table.get((self._state, event))
+        target = self._table.get((self.state, event))
         if target is None:
-            raise IllegalTransitionError(self._machine, self._state, event)
-        self._state = target
+            raise IllegalTransitionError(self._machine, self.state, event)
+        self.state = target
         return target
 
     def __repr__(self) -> str:
-        return f"<{self._machine} {self._state.name}>"
+        return f"<{self._machine} {self.state.name}>"
 
 
 def slot_machine() -> StateMachine[SlotState]:

@@ -175,11 +175,12 @@ class TickLoop:
 
     def _serve(self, engine: Engine) -> None:
         while True:
-            self._grant_leases(engine)
-            wait = self._idle_wait() if not engine.has_work else 0.0
-            if not self._drain(engine, wait):
+            if self._leases:
+                self._grant_leases(engine)
+            busy = engine.has_work
+            if not self._drain(engine, 0.0 if busy else self._idle_wait()):
                 return
-            if engine.has_work:
+            if busy or engine.has_work:  # (what the inbox brought may be work)
                 try:
                     engine.tick()
                 except Exception:  # a bug: never spin with runs stuck on their slots
@@ -194,6 +195,8 @@ class TickLoop:
 
     def _drain(self, engine: Engine, wait: float | None) -> bool:
         """Handle inbox commands (blocking up to ``wait`` for the first); False on close."""
+        if wait == 0.0 and self._inbox.empty():  # the busy loop's usual case: no exception
+            return True
         try:
             item = self._inbox.get(timeout=wait) if wait != 0.0 else self._inbox.get_nowait()
         except queue.Empty:
