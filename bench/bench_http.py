@@ -110,16 +110,17 @@ def report(levels: list[int], runs: dict[str, list[tuple[float, float, dict[int,
            ) -> None:
     a, b = runs["llama-server"], runs["llamapy.serve"]
     print("\n| streams | llama-server tok/s (rounds) | llamapy.serve tok/s (rounds) | "
-          "ratio (medians) | TTFT p99 llama-server / llamapy |")
-    print("|---|---|---|---|---|")
+          "ratio (medians) | ratio (median of rounds) | TTFT p99 llama-server / llamapy |")
+    print("|---|---|---|---|---|---|")
     for c in levels:
         xa = [r[2][c].tok_per_s for r in a]
         xb = [r[2][c].tok_per_s for r in b]
+        paired = median([y / x for x, y in zip(xa, xb, strict=True) if x])
         pa = median([r[2][c].ttft(0.99) for r in a])
         pb = median([r[2][c].ttft(0.99) for r in b])
         print(f"| {c} | {' / '.join(f'{x:.1f}' for x in xa)} | "
               f"{' / '.join(f'{x:.1f}' for x in xb)} | {median(xb) / median(xa):.2f} | "
-              f"{pa:.3f} / {pb:.3f} |")
+              f"{paired:.3f} | {pa:.3f} / {pb:.3f} |")
     for i, label in ((0, "healthy /health s"), (1, "first token s")):
         xa, xb = [r[i] for r in a], [r[i] for r in b]
         if not any(xa):  # --resident measures no start
