@@ -183,7 +183,7 @@ class Engine:
         """Whether :meth:`tick` can make progress: a slot is running or a queued request can
         take a slot now. (Requests waiting for a leased slot or for slots held by leases do not
         count: a server should block until the next submission, cancel or release.)"""
-        if any(not s.is_free for s in self.pool.slots):
+        if self.pool.any_running():
             return True
         return any(self.pool.route(r) is not None for r in self._queue)
 

@@ -12,7 +12,13 @@ from dataclasses import dataclass, field
 
 from llamapy.engine.prompt_cache import common_prefix
 from llamapy.engine.request import CacheKey, Run
-from llamapy.engine.states import FREE_SLOT_STATES, SlotState, StateMachine, slot_machine
+from llamapy.engine.states import (
+    FREE_SLOT_STATES,
+    RUNNING_SLOT_STATES,
+    SlotState,
+    StateMachine,
+    slot_machine,
+)
 from llamapy.errors import UnknownLeaseError
 
 __all__ = ["Slot", "SlotPool"]
@@ -79,7 +85,14 @@ class SlotPool:
 
     def running(self) -> list[Slot]:
         """Slots with a run."""
-        return [s for s in self.slots if not s.is_free]
+        return [s for s in self.slots if s.machine.state in RUNNING_SLOT_STATES]
+
+    def any_running(self) -> bool:
+        """Whether any slot has a run (asked several times a tick: a plain loop, no generator)."""
+        for s in self.slots:  # noqa: SIM110
+            if s.machine.state in RUNNING_SLOT_STATES:
+                return True
+        return False
 
     # --- routing -------------------------------------------------------------------------------
 
