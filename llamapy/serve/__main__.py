@@ -29,6 +29,7 @@ from .serving_flags import (
     app_options,
     read_template,
     template_kwargs,
+    url_prefix,
 )
 
 if TYPE_CHECKING:
@@ -78,6 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         check_compat(args)
         template_kwargs(args)  # a bad --chat-template-kwargs fails before the model loads
+        prefix = url_prefix(args.api_prefix)  # and so does a bad --api-prefix
         logging.basicConfig(level=args.log_level.upper(), handlers=log_handlers(args),
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         app, what = _build_app(args)
@@ -86,7 +88,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     hosts = [h.strip() for h in args.host.split(",") if h.strip()] or ["127.0.0.1"]
     tls = ssl_files(args)
-    log.info("serving %s at %s", what, ", ".join(_url(h, args.port, bool(tls)) for h in hosts))
+    log.info("serving %s at %s", what,
+             ", ".join(_url(h, args.port, bool(tls)) + prefix.lstrip("/") for h in hosts))
     try:
         _run(app, hosts, args.port, args.log_level == "debug", tls)
     except OSError as exc:  # an address that cannot be bound

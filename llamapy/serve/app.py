@@ -36,6 +36,7 @@ from .routes_models import models_router
 from .routes_openai import model_card, openai_router
 from .routes_responses import responses_router
 from .routing import Endpoint, Router, openapi_document
+from .serving_flags import url_prefix
 from .sleep import WakeOnRequest, sleep_snapshot
 
 STATIC_DIR = Path(__file__).with_name("static")
@@ -59,6 +60,8 @@ def create_app(
     slot_save_path: str | None = None,
     own_server: bool = False,
     chat_templates: Mapping[str, str] | None = None,
+    api_prefix: str = "",
+    sse_ping_interval: float = 30.0,
     **served: Any,
 ) -> Starlette:
     """The app for ``target``: OpenAI, Responses, Anthropic and llama-server routes.
@@ -70,14 +73,20 @@ def create_app(
     ``/health`` and the pages (``/``, ``/dashboard``; their data comes from protected routes).
     ``chat_template``: Jinja overriding the GGUF's. ``webui=False``: no pages; ``slots`` /
     ``metrics=False``: those answer 501. ``slot_save_path``: the slot actions' folder (None:
-    501). ``own_server``: close it on shutdown. ``served``: more ``ServedModel`` options
+    501). ``own_server``: close it on shutdown. ``api_prefix``: a path every route is served
+    under (llama-server's ``--api-prefix``; ``InvalidOptionError`` unless it is a URL path).
+    ``sse_ping_interval``: seconds of silence after which a stream gets llama-server's
+    keep-alive comment (``:``; <= 0: never).
+    ``served``: more ``ServedModel`` options
     (``aliases``, ``tags``, ...) and ``sleep_idle_seconds`` (see :mod:`llamapy.serve.sleep`).
     """
     owned = _owner(target, alias=alias, chat_template=chat_template,
                    chat_templates=chat_templates, request_timeout=request_timeout, **served)
     ctx = _context(owned, api_key=api_key, embeddings=embeddings, slots=slots,
-                   metrics_endpoint=metrics, slot_save_path=slot_save_path)
-    app = Starlette(routes=_routes(ctx, webui),
+                   metrics_endpoint=metrics, slot_save_path=slot_save_path,
+                   sse_ping_interval=sse_ping_interval)
+    routes, prefix = _routes(ctx, webui), url_prefix(api_prefix)
+    app = Starlette(routes=[Mount(prefix, routes=routes)] if prefix else routes,
                     lifespan=_lifespan(ctx, owned if own_server else None))
     app.state.llamapy = ctx
     install_error_handlers(app)

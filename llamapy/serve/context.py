@@ -56,6 +56,8 @@ class AppContext:
     metrics_endpoint: bool = True
     slot_save_path: str | None = None
     models: ModelRouter | None = None
+    #: Seconds of silence after which a stream gets a keep-alive comment (<= 0: never).
+    sse_ping_interval: float = 30.0
     metrics: Metrics = field(init=False)
     #: What ``/props``, ``/v1/models`` and ``/metrics`` read while the model sleeps.
     asleep: dict[str, Any] = field(default_factory=dict, init=False)

@@ -24,7 +24,7 @@ from .compat_flags import api_keys
 from .flags import DEFAULT_MAX_BODY_BYTES
 
 __all__ = ["LOG_LEVELS", "add_serving_flags", "app_options", "read_template",
-           "sleep_idle_seconds", "template_kwargs"]
+           "sleep_idle_seconds", "template_kwargs", "url_prefix"]
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 DEFAULT_REQUEST_TIMEOUT = TIMEOUTS.http_request
@@ -105,6 +105,12 @@ def _add_requests(group: argparse._ArgumentGroup) -> None:
 
 
 def _add_endpoints(group: argparse._ArgumentGroup) -> None:
+    group.add_argument("--api-prefix", default="", metavar="PREFIX",
+                       help="serve every route (the pages and /health too) under this path, "
+                            "e.g. /llm (llama-server's; default: none)")
+    group.add_argument("--sse-ping-interval", type=float, default=30.0, metavar="S",
+                       help="send a keep-alive comment on a stream silent for S seconds "
+                            "(<= 0: never; default: 30, as llama-server)")
     group.add_argument("--no-embeddings-endpoint", action="store_true",
                        help="disable /v1/embeddings (and its dedicated context)")
     group.add_argument("--embedding", "--embeddings", dest="embedding", action="store_true",
@@ -200,6 +206,7 @@ def app_options(args: argparse.Namespace) -> dict[str, Any]:
     names = args.alias or [None]
     return {
         "alias": names[0], "aliases": tuple(names[1:]), "tags": tuple(args.tags),
+        "api_prefix": args.api_prefix, "sse_ping_interval": args.sse_ping_interval,
         "api_key": api_keys(args), "cors_origins": args.cors_origin, "chat_template": template,
         "request_timeout": args.request_timeout, "max_body_bytes": int(args.max_body_mb * 2**20),
         "embeddings": not args.no_embeddings_endpoint, "webui": args.webui is not False,
@@ -212,6 +219,15 @@ def app_options(args: argparse.Namespace) -> dict[str, Any]:
         "default_ignore_eos": args.ignore_eos,
         "sleep_idle_seconds": sleep_idle_seconds(args),
     }
+
+
+def url_prefix(value: str) -> str:
+    """``--api-prefix`` normalised: ``""`` for none, else ``/a/b`` (a leading slash added, a
+    trailing one dropped, as llama-server takes it); ``InvalidOptionError`` if it is no path."""
+    prefix = "/" + value.strip("/") if value.strip("/") else ""
+    if any(c in prefix for c in "?#% ") or "//" in prefix:
+        raise InvalidOptionError(f"api_prefix {value!r} is not a URL path", option="api_prefix")
+    return prefix
 
 
 def sleep_idle_seconds(args: argparse.Namespace) -> float | None:

@@ -9,6 +9,7 @@ the server and frees its slot at once.
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
@@ -16,7 +17,7 @@ import anyio
 import orjson
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from .context import cancel_on_disconnect
 from .errors import error_body
@@ -30,13 +31,29 @@ def encode(data: object) -> bytes:
     return b"data: " + orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS) + b"\n\n"
 
 
-class EventStreamResponse(StreamingResponse):
-    """A streaming response that always closes its chunk source, disconnect or not."""
+#: llama-server's keep-alive: an SSE comment line, ignored by every client.
+PING = b":\n\n"
 
-    def __init__(self, body: AsyncIterator[bytes], source: Chunks) -> None:
+
+def ping_interval(request: Request) -> float | None:
+    """The app's ``sse_ping_interval`` in seconds (None: no pings)."""
+    ctx = getattr(request.app.state, "llamapy", None)
+    value = getattr(ctx, "sse_ping_interval", None)
+    return float(value) if value is not None and value > 0 else None
+
+
+class EventStreamResponse(StreamingResponse):
+    """A streaming response that always closes its chunk source, disconnect or not.
+
+    With ``ping_s``, a stream that sent nothing for that long (a long prefill, a queue) gets
+    llama-server's keep-alive comment, so a client or proxy with an idle timeout keeps it."""
+
+    def __init__(self, body: AsyncIterator[bytes], source: Chunks,
+                 ping_s: float | None = None) -> None:
         super().__init__(body, media_type="text/event-stream",
                          headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         self._source = source
+        self._ping_s = ping_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -44,6 +61,33 @@ class EventStreamResponse(StreamingResponse):
         finally:
             with anyio.CancelScope(shield=True):
                 await self._source.aclose()
+
+    async def stream_response(self, send: Send) -> None:
+        """Starlette's, with the keep-alive task beside it when ``ping_s`` is set."""
+        interval = self._ping_s
+        if interval is None:
+            await super().stream_response(send)
+            return
+        last, open_ = [time.monotonic()], [True]
+
+        async def timed(message: Message) -> None:
+            if message["type"] == "http.response.body":
+                open_[0] = message.get("more_body", False)
+            last[0] = time.monotonic()
+            await send(message)
+
+        async def keep_alive() -> None:
+            while True:
+                await anyio.sleep(max(0.0, last[0] + interval - time.monotonic()))
+                if not open_[0]:
+                    return
+                if time.monotonic() - last[0] >= interval:
+                    await timed({"type": "http.response.body", "body": PING, "more_body": True})
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(keep_alive)
+            await super().stream_response(timed)
+            tasks.cancel_scope.cancel()
 
 
 async def _first(chunks: Chunks) -> dict[str, Any] | None:
@@ -84,4 +128,4 @@ async def event_stream(request: Request, chunks: Chunks, *, done_marker: bool = 
         if done_marker:
             yield b"data: [DONE]\n\n"
 
-    return EventStreamResponse(body(), chunks)
+    return EventStreamResponse(body(), chunks, ping_interval(request))

@@ -18,7 +18,7 @@ import anyio
 from starlette.requests import Request
 
 from .context import cancel_on_disconnect
-from .sse import EventStreamResponse
+from .sse import EventStreamResponse, ping_interval
 
 Events = AsyncGenerator[dict[str, Any], None]
 #: Builds the API's ``error`` event for an exception, given how many events were sent.
@@ -60,4 +60,4 @@ async def named_event_stream(request: Request, events: Events, *,
         except Exception as exc:  # headers are out: report the error in the stream
             yield encode_named(error_event(exc, sent))
 
-    return EventStreamResponse(body(), events)
+    return EventStreamResponse(body(), events, ping_interval(request))

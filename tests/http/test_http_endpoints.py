@@ -115,9 +115,9 @@ def test_metrics_carry_llama_servers_names_and_start_time(http: httpx.Client) ->
 def test_chat_page_is_served(http: httpx.Client) -> None:
     page = http.get("/")
     assert page.status_code == 200 and "text/html" in page.headers["content-type"]
-    assert "/static/chat.js" in page.text
+    assert '"static/chat.js"' in page.text  # relative: the pages work under --api-prefix
     stream = http.get("/static/chat-stream.js")
-    assert stream.status_code == 200 and "/v1/chat/completions" in stream.text
+    assert stream.status_code == 200 and '"v1/chat/completions"' in stream.text
     dashboard = http.get("/dashboard")
-    assert dashboard.status_code == 200 and "/static/dashboard.js" in dashboard.text
-    assert "/v1/llamapy/events" in http.get("/static/dashboard.js").text
+    assert dashboard.status_code == 200 and '"static/dashboard.js"' in dashboard.text
+    assert '"v1/llamapy/events"' in http.get("/static/dashboard.js").text

@@ -39,11 +39,14 @@ def test_the_pages_load_only_local_assets() -> None:
         assert refs
         for ref in refs:
             assert not re.match(r"(https?:)?//", ref), f"{page} fetches {ref} from the network"
-            if ref.startswith("/static/"):
-                assert (STATIC_DIR / ref.removeprefix("/static/")).is_file(), ref
+            assert not ref.startswith("/"), f"{page}: {ref} is absolute (breaks --api-prefix)"
+            if ref.startswith("static/"):
+                assert (STATIC_DIR / ref.removeprefix("static/")).is_file(), ref
     for script in STATIC_DIR.glob("*.js"):
-        for ref in re.findall(r'from "\./([^"]+)"', script.read_text()):
+        text = script.read_text()
+        for ref in re.findall(r'from "\./([^"]+)"', text):
             assert (STATIC_DIR / ref).is_file(), f"{script.name} imports a missing {ref}"
+        assert not re.search(r'fetch\("/', text), f"{script.name} fetches an absolute path"
 
 
 def test_vendored_files_match_their_pinned_sha256() -> None:

@@ -73,7 +73,7 @@ export async function streamAnswer(body, msg, signal, update) {
   const run = { started: performance.now(), first: null, tokens: 0, usage: null,
                 timings: null, stopped: false };
   try {
-    const r = await fetch("/v1/chat/completions", { method: "POST", headers: headers(),
+    const r = await fetch("v1/chat/completions", { method: "POST", headers: headers(),
                                                      body: JSON.stringify(body), signal });
     if (!r.ok) throw new Error(await errorMessage(r));
     for await (const chunk of events(r)) {

@@ -206,7 +206,7 @@ let models = [];
 
 async function loadModels() {
   try {
-    const r = await fetch("/v1/models", { headers: headers() });
+    const r = await fetch("v1/models", { headers: headers() });
     if (!r.ok) { $("model").textContent = "model: " + await errorMessage(r); return; }
     models = (await r.json()).data.map((m) => m.id);
   } catch (e) { $("model").textContent = "model: unavailable"; return; }

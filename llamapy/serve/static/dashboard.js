@@ -155,7 +155,7 @@ function status(text, ok) {
 
 async function follow(signal) {
   const query = model ? "?model=" + encodeURIComponent(model) : "";
-  const r = await fetch("/v1/llamapy/events" + query, { headers: headers(), signal });
+  const r = await fetch("v1/llamapy/events" + query, { headers: headers(), signal });
   if (!r.ok) {
     $("auth").hidden = r.status !== 401;
     throw new Error(await errorMessage(r));
