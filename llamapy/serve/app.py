@@ -57,6 +57,7 @@ def create_app(
     webui: bool = True,
     slots: bool = True,
     metrics: bool = True,
+    props: bool = False,
     slot_save_path: str | None = None,
     own_server: bool = False,
     chat_templates: Mapping[str, str] | None = None,
@@ -72,7 +73,8 @@ def create_app(
     ``alias``: the public model id (default: the file's stem). ``api_key`` protects all but
     ``/health`` and the pages (``/``, ``/dashboard``; their data comes from protected routes).
     ``chat_template``: Jinja overriding the GGUF's. ``webui=False``: no pages; ``slots`` /
-    ``metrics=False``: those answer 501. ``slot_save_path``: the slot actions' folder (None:
+    ``metrics=False``: those answer 501; ``props``: accept ``POST /props``.
+    ``slot_save_path``: the slot actions' folder (None:
     501). ``own_server``: close it on shutdown. ``api_prefix``: a path every route is served
     under (llama-server's ``--api-prefix``; ``InvalidOptionError`` unless it is a URL path).
     ``sse_ping_interval``: seconds of silence after which a stream gets llama-server's
@@ -83,7 +85,7 @@ def create_app(
     owned = _owner(target, alias=alias, chat_template=chat_template,
                    chat_templates=chat_templates, request_timeout=request_timeout, **served)
     ctx = _context(owned, api_key=api_key, embeddings=embeddings, slots=slots,
-                   metrics_endpoint=metrics, slot_save_path=slot_save_path,
+                   metrics_endpoint=metrics, props_endpoint=props, slot_save_path=slot_save_path,
                    sse_ping_interval=sse_ping_interval)
     routes, prefix = _routes(ctx, webui), url_prefix(api_prefix)
     app = Starlette(routes=[Mount(prefix, routes=routes)] if prefix else routes,

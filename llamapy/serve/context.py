@@ -58,6 +58,8 @@ class AppContext:
     models: ModelRouter | None = None
     #: Seconds of silence after which a stream gets a keep-alive comment (<= 0: never).
     sse_ping_interval: float = 30.0
+    #: ``POST /props`` is accepted (llama-server's ``--props``).
+    props_endpoint: bool = False
     metrics: Metrics = field(init=False)
     #: What ``/props``, ``/v1/models`` and ``/metrics`` read while the model sleeps.
     asleep: dict[str, Any] = field(default_factory=dict, init=False)
@@ -132,8 +134,14 @@ class AppContext:
             embedder.close()
 
     def check_enabled(self, endpoint: str) -> None:
-        """Raise :class:`EndpointDisabledError` (501) when ``endpoint`` (``slots`` or
-        ``metrics``) was turned off at start, with the flag that turns it on."""
+        """Raise :class:`EndpointDisabledError` (501) when ``endpoint`` (``slots``,
+        ``metrics`` or ``props``: changing them) is off, with the flag that turns it on (the
+        messages are llama-server's)."""
+        if endpoint == "props":
+            if not self.props_endpoint:
+                raise EndpointDisabledError("This server does not support changing global "
+                                            "properties. Start it with `--props`")
+            return
         enabled = self.slots if endpoint == "slots" else self.metrics_endpoint
         if not enabled:
             raise EndpointDisabledError(

@@ -44,6 +44,7 @@ LLAMA_ENV: dict[str, str] = {
     "LLAMA_ARG_DRAFT_MIN": "--draft-min",
     "LLAMA_ARG_EMBEDDINGS": "--embedding",
     "LLAMA_ARG_ENDPOINT_METRICS": "--metrics",
+    "LLAMA_ARG_ENDPOINT_PROPS": "--props",
     "LLAMA_ARG_ENDPOINT_SLOTS": "--slots",
     "LLAMA_ARG_FLASH_ATTN": "-fa",
     "LLAMA_ARG_FREQUENCY_PENALTY": "--frequency-penalty",

@@ -162,9 +162,19 @@ def _status_routes(router: Router, ctx: AppContext) -> None:
     async def props(request: Request) -> dict[str, Any]:
         """Default generation settings, slot count, model and template (while the model
         sleeps: as they were, with ``is_sleeping: true``; it stays asleep)."""
+        endpoints = {"endpoint_slots": ctx.slots, "endpoint_props": ctx.props_endpoint,
+                     "endpoint_metrics": ctx.metrics_endpoint}
         if ctx.sleeping:
-            return dict(ctx.asleep["props"])
-        return await run_in_threadpool(compat.props, ctx.served())
+            return {**ctx.asleep["props"], **endpoints}
+        return {**await run_in_threadpool(compat.props, ctx.served()), **endpoints}
+
+    @router.post("/props")
+    async def change_props(request: Request) -> dict[str, Any]:
+        """llama-server's ``POST /props``: 501 unless started with ``--props``; the pinned
+        llama-server changes no property there yet and answers success, and so does this."""
+        ctx.check_enabled("props")
+        await read_json(request)  # malformed JSON is still a 400
+        return {"success": True}
 
     @router.get("/slots")
     async def slots(request: Request) -> list[dict[str, Any]]:

@@ -131,6 +131,9 @@ def _add_endpoints(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--slot-save-path", metavar="DIR",
                        help="folder for POST /slots/{id}?action=save|restore (default: off, "
                             "those actions answer 501)")
+    group.add_argument("--props", action="store_true",
+                       help="accept POST /props (llama-server's; it changes nothing yet, there "
+                            "or here); GET /props is always served")
     _switch(group, ("--metrics",), "metrics", True,
             "serve Prometheus /metrics (on by default here, unlike llama-server)")
     _switch(group, ("--no-metrics",), "metrics", False, "/metrics answers 501")
@@ -211,6 +214,7 @@ def app_options(args: argparse.Namespace) -> dict[str, Any]:
         "request_timeout": args.request_timeout, "max_body_bytes": int(args.max_body_mb * 2**20),
         "embeddings": not args.no_embeddings_endpoint, "webui": args.webui is not False,
         "slots": args.slots is not False, "metrics": args.metrics is not False,
+        "props": args.props,
         "slot_save_path": args.slot_save_path,
         "n_predict": args.n_predict, "reasoning_format": args.reasoning_format,
         "template_kwargs": template_kwargs(args), "accept_any_model": args.accept_any_model,
