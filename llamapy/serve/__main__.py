@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import LlamapyError
-from .compat_flags import add_compat_flags, check_compat, log_handlers, ssl_files
+from .compat_flags import add_compat_flags, check_compat, ssl_files
 from .env_flags import env_argv
 from .flags import add_option_flags, serve_start_options
+from .log_flags import add_log_flags, log_handlers
 from .models_flags import add_models_flags, serves_several
 from .serving_flags import (
     LOG_LEVELS,
@@ -52,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_serving_flags(parser.add_argument_group("serving"))
     add_models_flags(parser.add_argument_group("several models"))
     add_compat_flags(parser.add_argument_group("llama-server compatibility"))
+    add_log_flags(parser.add_argument_group("logging"))
     add_option_flags(parser)
     return parser
 
@@ -80,8 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_compat(args)
         template_kwargs(args)  # a bad --chat-template-kwargs fails before the model loads
         prefix = url_prefix(args.api_prefix)  # and so does a bad --api-prefix
-        logging.basicConfig(level=args.log_level.upper(), handlers=log_handlers(args),
-                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        logging.basicConfig(level=args.log_level.upper(), handlers=log_handlers(args))
         app, what = _build_app(args)
     except (LlamapyError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)

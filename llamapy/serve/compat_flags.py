@@ -9,7 +9,6 @@ them, so its command lines run unchanged.
   ``use_direct_io``; an explicit ``--use-mmap`` / ``--use-mlock`` / ``--use-direct-io`` wins.
 - ``--sampler-seq`` / ``--sampling-seq LETTERS``: the sampler order as llama-server's letters
   (``edskypmxt``); ``--samplers a;b;c`` (names) is the ``samplers`` option's own flag.
-- ``--log-file FILE`` also writes the log there; ``--log-disable`` logs nothing.
 - ``-cb`` / ``--cont-batching`` is accepted (batching is always continuous here);
   ``-nocb`` / ``--no-cont-batching`` is refused, since it cannot be honoured.
 - ``--threads-http N`` is accepted and changes nothing: HTTP runs on one asyncio event loop,
@@ -19,14 +18,13 @@ them, so its command lines run unchanged.
 from __future__ import annotations
 
 import argparse
-import logging
 from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidOptionError, UnsupportedFeatureError
 
 __all__ = ["LOAD_MODES", "add_compat_flags", "api_keys", "check_compat", "compat_start_options",
-           "log_handlers", "ssl_files"]
+           "ssl_files"]
 
 #: ``--load-mode`` values and the model options each sets (``auto`` sets none).
 LOAD_MODES: dict[str, dict[str, bool]] = {
@@ -49,8 +47,6 @@ def add_compat_flags(group: argparse._ArgumentGroup) -> None:
                        help="model loading mode, as llama.cpp's (default: auto = mmap)")
     group.add_argument("--sampler-seq", "--sampling-seq", metavar="LETTERS",
                        help="sampler order as llama-server's letters (default: edskypmxt)")
-    group.add_argument("--log-file", metavar="FILE", help="also write the log to FILE")
-    group.add_argument("--log-disable", action="store_true", help="log nothing")
     group.add_argument("-cb", "--cont-batching", dest="cont_batching", action="store_const",
                        const=True, help="accepted: batching is always continuous here")
     group.add_argument("-nocb", "--no-cont-batching", dest="cont_batching",
@@ -98,11 +94,3 @@ def ssl_files(args: argparse.Namespace) -> dict[str, str]:
     return {"ssl_keyfile": args.ssl_key_file, "ssl_certfile": args.ssl_cert_file}
 
 
-def log_handlers(args: argparse.Namespace) -> list[logging.Handler]:
-    """The log's handlers: none with ``--log-disable``, stderr, and ``--log-file``'s."""
-    if args.log_disable:
-        return [logging.NullHandler()]
-    handlers: list[logging.Handler] = [logging.StreamHandler()]
-    if args.log_file:
-        handlers.append(logging.FileHandler(args.log_file, encoding="utf-8"))
-    return handlers

@@ -29,7 +29,8 @@ def test_https_key_file_load_mode_and_log_file(model_path: Path, tmp_path: Path)
     command = [sys.executable, "-m", "llamapy.serve", "-m", str(model_path), "-c", "1024",
                "--port", str(port), "--ssl-key-file", str(key_file), "--ssl-cert-file",
                str(cert_file), "--api-key-file", str(tmp_path / "keys.txt"), "-lm", "none",
-               "--log-file", str(log_file), "-cb", "--threads-http", "4", "-to", "30"]
+               "--log-file", str(log_file), "-cb", "--threads-http", "4", "-to", "30",
+               "--no-log-timestamps", "-lv", "3", "--log-colors", "on"]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                text=True)
     context = ssl.create_default_context()
@@ -46,7 +47,10 @@ def test_https_key_file_load_mode_and_log_file(model_path: Path, tmp_path: Path)
     finally:
         process.terminate()
         process.wait(WAIT_S)
-    assert f"https://127.0.0.1:{port}/" in log_file.read_text(encoding="utf-8")
+    log = log_file.read_text(encoding="utf-8")
+    assert f"https://127.0.0.1:{port}/" in log
+    # --no-log-timestamps: the level first; a log file is never coloured
+    assert log.startswith("INFO llamapy") and "\x1b[" not in log
 
 
 @pytest.mark.parametrize(("argv", "expected"), [
