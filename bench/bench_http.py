@@ -13,9 +13,12 @@ level (A B, then B A): an idle server blocks (no CPU; the CPU each server used w
 ran is printed), and the shared machine's drift over minutes, which moved one stream's token
 gap by 15% between consecutive runs here, then falls on both targets alike.
 
+``--serial N`` makes the one-stream level N requests one after another (still one stream at
+a time): a single 64-token request is too short a measurement on a noisy machine.
+
 Needs ``python build_lib.py --with-server``. Usage:
 ``python bench/bench_http.py [--rounds 2] [--levels 1,4,8,16,32] [--n-parallel 4]
-[--resident]`` (run nothing else on the machine meanwhile).
+[--resident] [--serial 8]`` (run nothing else on the machine meanwhile).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from http_load import (
     llama_server_cmd,
     llamapy_cmd,
     prompts_for,
+    serial_wave,
     start,
     stop,
     wave,
@@ -44,15 +48,15 @@ from http_load import (
 TARGETS = {"llama-server": llama_server_cmd, "llamapy.serve": llamapy_cmd}
 
 
-def run_target(name: str, s: Settings, levels: list[int], n_out: int, rnd: int
-               ) -> tuple[float, float, dict[int, Wave]]:
+def run_target(name: str, s: Settings, levels: list[int], n_out: int, rnd: int,
+               serial: int = 1) -> tuple[float, float, dict[int, Wave]]:
     proc, healthy_s = start(TARGETS[name](s), s.port)
     try:
         first_s = first_token_s(s.port)
         asyncio.run(wave(s.port, prompts_for(2, 7, f"warm {name}"), 8))
         out = {}
         for c in levels:
-            out[c] = w = asyncio.run(wave(s.port, prompts_for(c, 100 * rnd + c, name), n_out))
+            out[c] = w = one_wave(s.port, c, 100 * rnd + c, name, n_out, serial)
             print(f"round {rnd} {name:13s} c={c:2d} {w.tok_per_s:6.1f} tok/s  TTFT p50 "
                   f"{w.ttft(0.5):.3f} p99 {w.ttft(0.99):.3f}", flush=True)
     finally:
@@ -68,7 +72,14 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run_resident(s: Settings, levels: list[int], n_out: int, rounds: int
+def one_wave(port: int, c: int, seed: int, tag: str, n_out: int, serial: int) -> Wave:
+    """The wave of level ``c``: ``c`` concurrent streams, or at c=1 ``serial`` in a row."""
+    if c == 1 and serial > 1:
+        return asyncio.run(serial_wave(port, prompts_for(serial, seed, tag), n_out))
+    return asyncio.run(wave(port, prompts_for(c, seed, tag), n_out))
+
+
+def run_resident(s: Settings, levels: list[int], n_out: int, rounds: int, serial: int = 1
                  ) -> dict[str, list[tuple[float, float, dict[int, Wave]]]]:
     """Both targets up at once; each level's waves alternate between them."""
     ports = {name: s.port + i for i, name in enumerate(TARGETS)}
@@ -86,8 +97,7 @@ def run_resident(s: Settings, levels: list[int], n_out: int, rounds: int
                 for name in order:
                     other = next(n for n in TARGETS if n != name)
                     before = cpu_s(procs[other].pid)
-                    w = asyncio.run(wave(ports[name], prompts_for(c, 100 * rnd + c, name),
-                                         n_out))
+                    w = one_wave(ports[name], c, 100 * rnd + c, name, n_out, serial)
                     idle_cpu[other] += cpu_s(procs[other].pid) - before
                     out[name][c] = w
                     print(f"round {rnd} {name:13s} c={c:2d} {w.tok_per_s:6.1f} tok/s  TTFT p50 "
@@ -138,18 +148,20 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--resident", action="store_true",
                    help="both servers up at once, waves alternated level by level")
+    p.add_argument("--serial", type=int, default=1,
+                   help="requests one after another in the one-stream wave (default 1)")
     args = p.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
     s = Settings(n_parallel=args.n_parallel, threads=args.threads)
     byte_compile()
     if args.resident:
-        report(levels, run_resident(s, levels, args.n_out, args.rounds))
+        report(levels, run_resident(s, levels, args.n_out, args.rounds, args.serial))
         return
     runs: dict[str, list] = defaultdict(list)
     order = list(TARGETS)
     for rnd in range(args.rounds):
         for name in (order if rnd % 2 == 0 else order[::-1]):
-            runs[name].append(run_target(name, s, levels, args.n_out, rnd))
+            runs[name].append(run_target(name, s, levels, args.n_out, rnd, args.serial))
     report(levels, runs)
 
 

@@ -153,6 +153,17 @@ async def wave(port: int, prompts: list[str], n_out: int, ignore_eos: bool = Tru
     return Wave(wall, [r[0] for r in results], sum(r[1] for r in results))
 
 
+async def serial_wave(port: int, prompts: list[str], n_out: int, ignore_eos: bool = True
+                      ) -> Wave:
+    """``prompts`` one after another on one connection pool: one stream at a time, more
+    tokens per measurement than one request."""
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+        t0 = time.perf_counter()
+        results = [await stream_one(client, p, n_out, ignore_eos) for p in prompts]
+        wall = time.perf_counter() - t0
+    return Wave(wall, [r[0] for r in results], sum(r[1] for r in results))
+
+
 def prompts_for(c: int, seed: int, tag: str) -> list[str]:
     """``c`` distinct ~100-token prompts (no reuse between waves or targets)."""
     rng = random.Random(seed)
