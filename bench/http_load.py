@@ -155,13 +155,12 @@ async def wave(port: int, prompts: list[str], n_out: int, ignore_eos: bool = Tru
 
 async def serial_wave(port: int, prompts: list[str], n_out: int, ignore_eos: bool = True
                       ) -> Wave:
-    """``prompts`` one after another on one connection pool: one stream at a time, more
-    tokens per measurement than one request."""
-    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
-        t0 = time.perf_counter()
-        results = [await stream_one(client, p, n_out, ignore_eos) for p in prompts]
-        wall = time.perf_counter() - t0
-    return Wave(wall, [r[0] for r in results], sum(r[1] for r in results))
+    """``prompts`` one after another, each a one-request :func:`wave` (its own connection,
+    as at c=1: llama-server drops a reused connection after some streamed responses, 9 of
+    60 here): one stream at a time, more tokens per measurement than one request."""
+    waves = [await wave(port, [p], n_out, ignore_eos) for p in prompts]
+    return Wave(sum(w.wall_s for w in waves), [t for w in waves for t in w.ttfts],
+                sum(w.tokens for w in waves))
 
 
 def prompts_for(c: int, seed: int, tag: str) -> list[str]:
