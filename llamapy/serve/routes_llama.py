@@ -157,7 +157,7 @@ def _tool_routes(router: Router, ctx: AppContext) -> None:
         return compat.apply_template(ctx.served(), await read_json(request))
 
 
-def _status_routes(router: Router, ctx: AppContext) -> None:
+def _props_routes(router: Router, ctx: AppContext) -> None:
     @router.get("/props")
     async def props(request: Request) -> dict[str, Any]:
         """Default generation settings, slot count, model and template (while the model
@@ -175,6 +175,10 @@ def _status_routes(router: Router, ctx: AppContext) -> None:
         ctx.check_enabled("props")
         await read_json(request)  # malformed JSON is still a 400
         return {"success": True}
+
+
+def _status_routes(router: Router, ctx: AppContext) -> None:
+    _props_routes(router, ctx)
 
     @router.get("/slots")
     async def slots(request: Request) -> list[dict[str, Any]]:

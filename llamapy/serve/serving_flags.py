@@ -104,13 +104,16 @@ def _add_requests(group: argparse._ArgumentGroup) -> None:
                        help="largest request body accepted, MB (default: %(default)g)")
 
 
-def _add_endpoints(group: argparse._ArgumentGroup) -> None:
+def _add_http(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--api-prefix", default="", metavar="PREFIX",
                        help="serve every route (the pages and /health too) under this path, "
                             "e.g. /llm (llama-server's; default: none)")
     group.add_argument("--sse-ping-interval", type=float, default=30.0, metavar="S",
                        help="send a keep-alive comment on a stream silent for S seconds "
                             "(<= 0: never; default: 30, as llama-server)")
+
+
+def _add_endpoints(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--no-embeddings-endpoint", action="store_true",
                        help="disable /v1/embeddings (and its dedicated context)")
     group.add_argument("--embedding", "--embeddings", dest="embedding", action="store_true",
@@ -161,6 +164,7 @@ def add_serving_flags(group: argparse._ArgumentGroup) -> None:
     """Add the serving flags to ``group``."""
     _add_identity(group)
     _add_requests(group)
+    _add_http(group)
     _add_endpoints(group)
     _add_lifecycle(group)
 
