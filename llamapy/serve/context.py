@@ -76,6 +76,17 @@ class AppContext:
         """Whether the (one) model is asleep (``--sleep-idle-seconds``)."""
         return self.host is not None and self.host.sleeping
 
+    @contextlib.contextmanager
+    def steady(self) -> Iterator[bool]:
+        """Around a read-only route's read (blocking: call it off the event loop): the model
+        does not fall asleep meanwhile; yields whether it is asleep (then read
+        :attr:`asleep`). With several models it yields False."""
+        if self.host is None:
+            yield False
+            return
+        with self.host.steady() as asleep:
+            yield asleep
+
     def model_name(self) -> str:
         """The public model id ("" until the model's loader returned); with several models,
         the one this request leased ("" for none)."""
@@ -93,13 +104,14 @@ class AppContext:
     def engine_stats(self) -> Mapping[str, Any] | None:
         """The engine's stats (while the model sleeps: as they were), or None while the model
         is unavailable."""
-        if self.sleeping:
-            stats: Mapping[str, Any] | None = self.asleep.get("stats")
-            return stats
-        try:
-            return self.served().server.stats()
-        except LlamapyError:
-            return None
+        with self.steady() as asleep:
+            if asleep:
+                stats: Mapping[str, Any] | None = self.asleep.get("stats")
+                return stats
+            try:
+                return self.served().server.stats()
+            except LlamapyError:
+                return None
 
     def served(self) -> ServedModel:
         """The served model (503 while loading); with several models, the one this request

@@ -8,16 +8,18 @@ with 503. ``options`` are those of :class:`~llamapy.openai_api.ServedModel` (``n
 
 With ``sleep_idle_seconds`` (and a loader, which it reruns to wake up) the model sleeps after
 that many idle seconds (:mod:`llamapy.serve.sleep`): :attr:`ModelHost.sleeping`, :meth:`enter`
-/ :meth:`leave` around each request that runs on the model, ``sleep_hooks`` called with the
+/ :meth:`leave` around each request that runs on the model, :meth:`steady` around each read
+of a route that never wakes it, ``sleep_hooks`` called with the
 served model just before it is unloaded.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..errors import InvalidOptionError, LlamapyError, LoadFailedError, NotReadyError
@@ -122,6 +124,20 @@ class ModelHost:
     def sleeping(self) -> bool:
         """Whether the model was unloaded for idleness (``--sleep-idle-seconds``)."""
         return self._sleeping
+
+    @contextlib.contextmanager
+    def steady(self) -> Iterator[bool]:
+        """Hold the model awake or asleep while a read-only route reads it (without counting
+        as activity); yields whether it is asleep. A sleep that is under way is waited for:
+        the route never sees the model half closed."""
+        if self.clock is None:
+            yield False
+            return
+        self.clock.pin()
+        try:
+            yield self._sleeping
+        finally:
+            self.clock.unpin()
 
     def enter(self) -> None:
         """A request that runs on the model starts: wake the model first (blocking until it is

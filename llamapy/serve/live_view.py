@@ -105,14 +105,20 @@ def frame(ctx: AppContext, model: str | None, watchers: int) -> dict[str, Any]:
     if ctx.models is not None:
         head["models"] = [{"id": s.name, "state": s.state.value}
                           for s in ctx.models.manager.status()]
-    if ctx.sleeping:  # --sleep-idle-seconds unloaded it; watching never wakes it
-        return {**head, "model": ctx.model_name(), "state": "sleeping", "slots": []}
+    with ctx.steady() as asleep:  # --sleep-idle-seconds unloaded it; watching never wakes it
+        if asleep:
+            return {**head, "model": ctx.model_name(), "state": "sleeping", "slots": []}
+        return {**head, **_loaded_view(ctx, model)}
+
+
+def _loaded_view(ctx: AppContext, model: str | None) -> dict[str, Any]:
+    """The model's snapshot, or its state while it is not loaded."""
     try:
-        return {**head, **_model_view(ctx, model)}
+        return _model_view(ctx, model)
     except NotReadyError:
-        return {**head, "model": ctx.model_name(), "state": "loading", "slots": []}
+        return {"model": ctx.model_name(), "state": "loading", "slots": []}
     except LlamapyError as exc:  # closing, or the tick thread busy past the timeout
-        return {**head, "model": ctx.model_name(), "state": f"unavailable: {exc}", "slots": []}
+        return {"model": ctx.model_name(), "state": f"unavailable: {exc}", "slots": []}
 
 
 def _model_view(ctx: AppContext, model: str | None) -> dict[str, Any]:

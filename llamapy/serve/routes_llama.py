@@ -14,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ..engine import ProgressEvent, TokenEvent
+from ..errors import NotReadyError
 from ..openai_api import ServedModel
 from ..openai_api import llama_compat as compat
 from ..openai_api.infill import check_infill, infill_tokens
@@ -75,8 +76,11 @@ def health_router(ctx: AppContext) -> Router:
         """200 ``{"status": "ok"}`` when ready, else the 503 error saying why (with several
         models: ok while serving; ``/v1/models`` tells each model's state)."""
         try:
-            if ctx.models is None and not ctx.sleeping:
+            if ctx.models is None:
                 ctx.served()
+        except NotReadyError as exc:
+            if not ctx.sleeping:  # asleep (maybe since just now) is ok
+                return error_response(exc)
         except Exception as exc:
             return error_response(exc)
         return JSONResponse({"status": "ok"})
@@ -157,6 +161,12 @@ def _tool_routes(router: Router, ctx: AppContext) -> None:
         return compat.apply_template(ctx.served(), await read_json(request))
 
 
+def _props_now(ctx: AppContext) -> dict[str, Any]:
+    """``/props`` as the model is: loaded, or asleep (its snapshot; never half closed)."""
+    with ctx.steady() as asleep:
+        return dict(ctx.asleep["props"]) if asleep else compat.props(ctx.served())
+
+
 def _props_routes(router: Router, ctx: AppContext) -> None:
     @router.get("/props")
     async def props(request: Request) -> dict[str, Any]:
@@ -164,9 +174,7 @@ def _props_routes(router: Router, ctx: AppContext) -> None:
         sleeps: as they were, with ``is_sleeping: true``; it stays asleep)."""
         endpoints = {"endpoint_slots": ctx.slots, "endpoint_props": ctx.props_endpoint,
                      "endpoint_metrics": ctx.metrics_endpoint}
-        if ctx.sleeping:
-            return {**ctx.asleep["props"], **endpoints}
-        return {**await run_in_threadpool(compat.props, ctx.served()), **endpoints}
+        return {**await run_in_threadpool(_props_now, ctx), **endpoints}
 
     @router.post("/props")
     async def change_props(request: Request) -> dict[str, Any]:

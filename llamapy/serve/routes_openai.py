@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -79,24 +80,18 @@ def _generation_routes(router: Router, ctx: AppContext) -> None:
         return await generate(request, await read_json(request), chat=False)
 
 
-def _model_routes(router: Router, ctx: AppContext) -> None:
-    @router.get("/v1/models")
-    @router.get("/models", hidden=True)
-    async def models(request: Request) -> dict[str, Any]:
-        """The served model (with several: each with its ``status``)."""
-        if ctx.models is not None:
-            return ctx.models.model_list()
-        if ctx.sleeping:
+def _models_now(ctx: AppContext) -> dict[str, Any]:
+    """``/v1/models`` of the one model, loaded or asleep (as it was; never half closed)."""
+    with ctx.steady() as asleep:
+        if asleep:
             return dict(ctx.asleep["models"])
         return {"object": "list", "data": [model_card(ctx.served())]}
 
-    @router.get("/v1/models/{model_id:path}")
-    async def model(request: Request) -> dict[str, Any]:
-        """One model by id (404 unless served here)."""
-        model_id: str = request.path_params["model_id"]
-        if ctx.models is not None:
-            return model_entry(ctx.models.manager.status_of(model_id))
-        if ctx.sleeping:  # as it was before it slept; looking does not wake it
+
+def _model_now(ctx: AppContext, model_id: str) -> dict[str, Any]:
+    """``/v1/models/{id}`` of the one model (asleep: as it was; looking does not wake it)."""
+    with ctx.steady() as asleep:
+        if asleep:
             card: dict[str, Any] = ctx.asleep["models"]["data"][0]
             if model_id not in card["aliases"]:
                 raise ModelNotFoundError(f"model {model_id!r} is not served here")
@@ -104,6 +99,24 @@ def _model_routes(router: Router, ctx: AppContext) -> None:
         served = ctx.served()
         served.check_model(model_id)
         return model_card(served)
+
+
+def _model_routes(router: Router, ctx: AppContext) -> None:
+    @router.get("/v1/models")
+    @router.get("/models", hidden=True)
+    async def models(request: Request) -> dict[str, Any]:
+        """The served model (with several: each with its ``status``)."""
+        if ctx.models is not None:
+            return ctx.models.model_list()
+        return await run_in_threadpool(_models_now, ctx)
+
+    @router.get("/v1/models/{model_id:path}")
+    async def model(request: Request) -> dict[str, Any]:
+        """One model by id (404 unless served here)."""
+        model_id: str = request.path_params["model_id"]
+        if ctx.models is not None:
+            return model_entry(ctx.models.manager.status_of(model_id))
+        return await run_in_threadpool(_model_now, ctx, model_id)
 
     @router.post("/v1/embeddings")
     @router.post("/embeddings", hidden=True)

@@ -51,6 +51,7 @@ class IdleClock:
         self._on_idle = on_idle
         self._cond = threading.Condition()
         self._users = 0
+        self._pins = 0
         self._last = time.monotonic()
         self._armed = True
         self._closed = False
@@ -70,6 +71,19 @@ class IdleClock:
             self._last = time.monotonic()
             self._cond.notify_all()
 
+    def pin(self) -> None:
+        """A read-only route starts reading the model: it is not put to sleep until
+        :meth:`unpin` (waits while it is being put to sleep). Not activity: the quiet spell
+        goes on."""
+        with self._cond:
+            self._pins += 1
+
+    def unpin(self) -> None:
+        """That read ended."""
+        with self._cond:
+            self._pins -= 1
+            self._cond.notify_all()
+
     def close(self) -> None:
         """Stop the clock's thread."""
         with self._cond:
@@ -82,7 +96,7 @@ class IdleClock:
         with self._cond:
             while not self._closed:
                 left = self._last + self.idle_s - time.monotonic()
-                if self._users or not self._armed:
+                if self._users or self._pins or not self._armed:
                     self._cond.wait()
                 elif left > 0:
                     self._cond.wait(left)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +15,9 @@ import pytest
 from http_helpers import MODEL_ALIAS, WAIT_S, free_port, poll
 from live import LiveApp
 
+from llamapy.openai_api import llama_compat
 from llamapy.serve import create_app
+from llamapy.serve.sleep import IdleClock
 from llamapy.server import Server
 
 PROMPT = {"prompt": "The capital of France is", "n_predict": 6, "temperature": 0}
@@ -123,3 +126,66 @@ def test_the_live_view_says_sleeping_and_watching_does_not_wake_it(
         assert event["state"] == "sleeping" and event["slots"] == []
         assert event["model"] == MODEL_ALIAS
     assert http.get("/props").json()["is_sleeping"] is True and len(servers) == 1
+
+
+def test_a_read_only_route_holds_off_a_sleep_without_being_activity() -> None:
+    slept = threading.Event()
+
+    def on_idle() -> bool:
+        slept.set()
+        return True
+
+    clock = IdleClock(0.05, on_idle)
+    try:
+        clock.pin()
+        assert not slept.wait(0.3)  # idle long past 0.05 s, but a read is under way
+        clock.unpin()
+        assert slept.wait(WAIT_S)  # at once: the read did not start a new quiet spell
+    finally:
+        clock.close()
+
+
+def test_a_read_waits_for_a_sleep_under_way() -> None:
+    started, release = threading.Event(), threading.Event()
+
+    def on_idle() -> bool:
+        started.set()
+        return release.wait(WAIT_S)
+
+    clock = IdleClock(0.01, on_idle)
+    reader = threading.Thread(target=clock.pin)
+    try:
+        assert started.wait(WAIT_S)
+        reader.start()
+        reader.join(0.2)
+        assert reader.is_alive()  # it would read a model being closed
+        release.set()
+        reader.join(WAIT_S)
+        assert not reader.is_alive()
+    finally:
+        release.set()
+        clock.close()
+
+
+def test_props_read_across_the_moment_the_model_falls_asleep(
+        sleepy: tuple[httpx.Client, list[Server]], monkeypatch: pytest.MonkeyPatch) -> None:
+    # The first /props read is held 2 s, past the 1 s idle limit: the model must not be
+    # closed under it (it was: a 503 "server is not running" instead of the props).
+    http, servers = sleepy
+    assert http.post("/completion", json=PROMPT).status_code == 200
+    calls: list[float] = []
+    live_props = llama_compat.props
+
+    def slow_props(served: object) -> dict:
+        calls.append(time.monotonic())
+        if len(calls) == 1:
+            time.sleep(2.0)
+        return live_props(served)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(llama_compat, "props", slow_props)
+    held = http.get("/props")
+    assert held.status_code == 200, held.text
+    assert held.json()["is_sleeping"] is False
+    assert wait_sleeping(http)["model_alias"] == MODEL_ALIAS
+    assert len(calls) >= 2 and calls[1] - calls[0] >= 2.0  # the snapshot waited for the read
+    assert len(servers) == 1 and not servers[0].ready
