@@ -67,6 +67,20 @@ def test_echo_and_legacy_logprobs(client: openai.OpenAI) -> None:
     assert logprobs.text_offset[0] == 0
 
 
+def assert_same_greedy_run(first: dict, again: dict, tie_nats: float = 0.25) -> None:
+    """``again`` (its prompt from the cache) generates ``first``'s tokens, but where two
+    candidates were near-tied in ``first``: the KV of a reused prefix was computed in another
+    batch shape, so its logits may differ in the last bits (llama-server documents the same of
+    ``cache_prompt``); from there on the runs may differ."""
+    for i, (mine, theirs) in enumerate(zip(first["tokens"], again["tokens"], strict=True)):
+        if mine != theirs:
+            top = first["completion_probabilities"][i]["top_logprobs"]
+            assert theirs == top[1]["id"], (i, first["content"], again["content"])
+            assert top[0]["logprob"] - top[1]["logprob"] < tie_nats, top
+            return
+    assert again["content"] == first["content"]
+
+
 def test_native_completion(http: httpx.Client) -> None:
     body = {"prompt": PROMPT, "n_predict": 8, "temperature": 0, "cache_prompt": True,
             "n_probs": 2, "return_tokens": True, "id_slot": -1}
@@ -79,7 +93,7 @@ def test_native_completion(http: httpx.Client) -> None:
             } <= set(timings)
     assert len(result["completion_probabilities"]) == 8
     again = http.post("/completion", json=body).json()
-    assert again["content"] == result["content"]
+    assert_same_greedy_run(result, again)
     assert again["timings"]["cache_n"] > 0
     assert "cache_diverged_at" not in again["timings"]  # the whole prompt matched
     assert again["timings"]["cache_source"] in ("own", "donor", "ram", "inflight", "disk")
