@@ -15,12 +15,21 @@ Contract:
 - ``on_evict`` (the level below, the disk cache) receives each entry evicted as least
   recently used; entries dropped because a new one covers them are not passed on.
 - ``total_bytes <= budget_bytes`` always; ``check_integrity`` verifies the bookkeeping.
+
+Every entry holds at least ``min_tokens`` tokens and is only restored for at least
+``min_fraction`` of them, so a usable entry shares at least ``head = ceil(min_fraction *
+min_tokens)`` (at least 1, at most ``min_tokens``) leading tokens with the prompt (and one
+an entry covers shares its first ``head`` too). Entries are indexed by ``(key, first head
+tokens)``: a lookup, an offer and a cover check compare only the entries of one bucket,
+not every entry (a full cache holds thousands, and the engine looks up every queued request
+when it orders admissions).
 """
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
 __all__ = ["CacheEntry", "PromptCache", "charged_bytes", "common_prefix"]
@@ -75,6 +84,11 @@ class PromptCache:
         self.min_tokens = min_tokens
         self.min_fraction = min_fraction
         self._entries: OrderedDict[int, CacheEntry] = OrderedDict()
+        #: ``(key, first head tokens)`` -> that bucket's entries by id, least recent first.
+        self._buckets: dict[tuple[Hashable, tuple[int, ...]], dict[int, CacheEntry]] = {}
+        self._ids: dict[int, int] = {}  # id(entry) -> entry id
+        #: Leading tokens every usable (or covering) entry shares with the prompt.
+        self.head = min(min_tokens, max(1, math.ceil(min_fraction * min_tokens)))
         self._next_id = 0
         self.total_bytes = 0
         self.num_evictions = 0
@@ -110,9 +124,7 @@ class PromptCache:
         self._drop_covered_by(entry)
         while self.total_bytes + entry.nbytes > self.budget_bytes:
             self._evict_lru()
-        self._entries[self._next_id] = entry
-        self._next_id += 1
-        self.total_bytes += entry.nbytes
+        self._add(entry)
         self.num_stored += 1
         return True
 
@@ -123,9 +135,9 @@ class PromptCache:
         whole (backends that cannot trim a restored tail)."""
         best: tuple[CacheEntry | None, int] = (None, 0)
         prompt = tuple(prompt)
-        for entry in self._entries.values():
-            if entry.key != key:
-                continue
+        if cap < self.head:  # a usable entry reuses at least head tokens
+            return best
+        for entry in self._bucket(key, prompt):
             size = len(entry.token_ids)
             n = min(common_prefix(entry.token_ids, prompt), cap)
             if exact and n < size:
@@ -136,14 +148,18 @@ class PromptCache:
 
     def touch(self, entry: CacheEntry) -> None:
         """Mark ``entry`` most recently used."""
-        for entry_id, other in self._entries.items():
-            if other is entry:
-                self._entries.move_to_end(entry_id)
-                return
+        entry_id = self._ids.get(id(entry))
+        if entry_id is None or self._entries.get(entry_id) is not entry:
+            return
+        self._entries.move_to_end(entry_id)
+        bucket = self._buckets[self._bucket_key(entry.key, entry.token_ids)]
+        bucket[entry_id] = bucket.pop(entry_id)
 
     def clear(self) -> None:
         """Drop every entry."""
         self._entries.clear()
+        self._buckets.clear()
+        self._ids.clear()
         self.total_bytes = 0
 
     def check_integrity(self) -> None:
@@ -153,6 +169,13 @@ class PromptCache:
             raise AssertionError(f"ram cache: total_bytes {self.total_bytes} != {total}")
         if total > max(self.budget_bytes, 0):
             raise AssertionError(f"ram cache: {total} bytes over budget {self.budget_bytes}")
+        indexed = {i: e for bucket in self._buckets.values() for i, e in bucket.items()}
+        if indexed != dict(self._entries) or len(self._ids) != len(self._entries):
+            raise AssertionError("ram cache: the prefix index disagrees with the entries")
+        for entry_id, entry in self._entries.items():
+            bucket = self._buckets[self._bucket_key(entry.key, entry.token_ids)]
+            if entry_id not in bucket or self._ids.get(id(entry)) != entry_id:
+                raise AssertionError(f"ram cache: entry {entry_id} is indexed wrongly")
 
     def covers(self, key: Hashable, token_ids: Sequence[int]) -> bool:
         """Whether an entry under ``key`` holds ``token_ids`` (or an extension of them)."""
@@ -160,13 +183,16 @@ class PromptCache:
 
     def _covered(self, key: Hashable, token_ids: Sequence[int]) -> bool:
         n = len(token_ids)
+        candidates = (self._bucket(key, token_ids) if n >= self.head
+                      else self._entries.values())  # shorter than any bucket key: scan all
         return any(e.key == key and len(e.token_ids) >= n and
-                   common_prefix(e.token_ids, token_ids) == n for e in self._entries.values())
+                   common_prefix(e.token_ids, token_ids) == n for e in candidates)
 
     def _drop_covered_by(self, entry: CacheEntry) -> None:
-        for entry_id, other in list(self._entries.items()):
+        bucket = self._buckets.get(self._bucket_key(entry.key, entry.token_ids), {})
+        for entry_id, other in list(bucket.items()):  # each entry it covers starts the same
             n = len(other.token_ids)
-            if other.key == entry.key and common_prefix(other.token_ids, entry.token_ids) == n:
+            if common_prefix(other.token_ids, entry.token_ids) == n:
                 self._remove(entry_id)
 
     def _evict_lru(self) -> None:
@@ -177,5 +203,29 @@ class PromptCache:
         if self.on_evict is not None:
             self.on_evict(entry)
 
+    def _add(self, entry: CacheEntry) -> None:
+        entry_id = self._next_id
+        self._next_id += 1
+        self._entries[entry_id] = entry
+        self._buckets.setdefault(self._bucket_key(entry.key, entry.token_ids), {})[
+            entry_id] = entry
+        self._ids[id(entry)] = entry_id
+        self.total_bytes += entry.nbytes
+
     def _remove(self, entry_id: int) -> None:
-        self.total_bytes -= self._entries.pop(entry_id).nbytes
+        entry = self._entries.pop(entry_id)
+        self.total_bytes -= entry.nbytes
+        bucket_key = self._bucket_key(entry.key, entry.token_ids)
+        bucket = self._buckets[bucket_key]
+        del bucket[entry_id]
+        if not bucket:
+            del self._buckets[bucket_key]
+        del self._ids[id(entry)]
+
+    def _bucket_key(self, key: Hashable, token_ids: Sequence[int]
+                    ) -> tuple[Hashable, tuple[int, ...]]:
+        return key, tuple(token_ids[:self.head])
+
+    def _bucket(self, key: Hashable, token_ids: Sequence[int]) -> Iterable[CacheEntry]:
+        """The entries under ``key`` whose first ``head`` tokens are ``token_ids``'s."""
+        return self._buckets.get(self._bucket_key(key, token_ids), {}).values()

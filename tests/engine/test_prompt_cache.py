@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from llamapy.engine.prompt_cache import PromptCache
 
@@ -96,4 +98,50 @@ def test_budget_holds_under_many_offers():
     for i in range(50):
         cache.offer(K, [i, i + 1, i + 2], *sized(37 + i % 50))
         assert cache.total_bytes <= 500
+        cache.check_integrity()
+
+
+def scan_lookup(cache: PromptCache, key: object, prompt: list[int], cap: int, exact: bool
+                ) -> tuple[object, int]:
+    """The lookup the contract describes, over every entry (no index)."""
+    best: tuple[object, int] = (None, 0)
+    for entry in cache.entries():
+        size, n = len(entry.token_ids), 0
+        while n < min(size, len(prompt)) and entry.token_ids[n] == prompt[n]:
+            n += 1
+        n = min(n, cap)
+        if entry.key == key and not (exact and n < size) and n > best[1] \
+                and n >= max(1, cache.min_fraction * size):
+            best = (entry, n)
+    return best
+
+
+tokens_st = st.lists(st.integers(0, 2), min_size=0, max_size=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(min_tokens=st.integers(0, 6), min_fraction=st.sampled_from([0.0, 0.3, 0.5, 1.0]),
+       ops=st.lists(st.tuples(st.sampled_from(["offer", "lookup", "touch"]),
+                              st.sampled_from([K, ("other", "")]), tokens_st,
+                              st.integers(0, 14), st.booleans()), max_size=40))
+def test_the_prefix_index_answers_as_a_scan_of_every_entry(
+        min_tokens: int, min_fraction: float, ops: list[tuple]) -> None:
+    # Short token alphabets make prefixes shared, covered and equal; a small budget evicts.
+    cache = PromptCache(200, min_tokens=min_tokens, min_fraction=min_fraction)
+    for op, key, tokens, cap, exact in ops:
+        if op == "offer":
+            before = [e for e in cache.entries() if e.key == key]
+            covered = any(len(e.token_ids) >= len(tokens)
+                          and list(e.token_ids[:len(tokens)]) == tokens for e in before)
+            stored = cache.offer(key, tokens, *sized(len(tokens) * 3))
+            assert stored == (len(tokens) >= min_tokens and not covered)
+            if stored:
+                assert cache.covers(key, tokens)
+        elif op == "lookup":
+            assert cache.lookup(key, tokens, cap, exact=exact) == \
+                scan_lookup(cache, key, tokens, cap, exact)
+        elif cache.entries():
+            entry = cache.entries()[cap % len(cache.entries())]
+            cache.touch(entry)
+            assert cache.entries()[-1] is entry
         cache.check_integrity()
