@@ -31,16 +31,26 @@ ADAPTER_ERROR_CODE = -1
 
 
 class LlamaSampler:
-    """A request's native sampler chain (the engine's ``Sampler``)."""
+    """A request's native sampler chain (the engine's ``Sampler``).
 
-    __slots__ = ("_chain", "_ctx")
+    A chain that is greedy alone (temperature 0 with no grammar, logit bias, penalties or DRY)
+    picks the row's first highest logit straight from the logits (:meth:`Context.argmax`):
+    the token ``llama_sampler_sample`` would pick, without its copy of the whole vocabulary
+    into a candidate array (220 -> 48 us a token for SmolLM2's 49k-token vocabulary). Greedy
+    keeps no state, so nothing is left to accept.
+    """
+
+    __slots__ = ("_argmax", "_chain", "_ctx")
 
     def __init__(self, chain: SamplerChain, ctx: Context) -> None:
         self._chain = chain
         self._ctx = ctx
+        self._argmax = chain.names == ["greedy"]
 
     def sample(self, batch_index: int) -> int:
         """Sample from row ``batch_index`` of the last decode (and accept the token)."""
+        if self._argmax:
+            return self._ctx.argmax(batch_index)
         return self._chain.sample(self._ctx, batch_index)
 
     def accept(self, token_id: int) -> None:
