@@ -21,6 +21,7 @@ from ._native import Batch, Context, LoraAdapter, Model, SamplerChain
 from .engine.backend import BatchPlan
 from .engine.options import SamplingParams
 from .errors import DecodeError, InvalidBatchError, InvalidOptionError, LlamapyError
+from .greedy import GreedyPick, greedy_pick_for
 
 if TYPE_CHECKING:
     import numpy as np
@@ -33,24 +34,25 @@ ADAPTER_ERROR_CODE = -1
 class LlamaSampler:
     """A request's native sampler chain (the engine's ``Sampler``).
 
-    A chain that is greedy alone (temperature 0 with no grammar, logit bias, penalties or DRY)
-    picks the row's first highest logit straight from the logits (:meth:`Context.argmax`):
-    the token ``llama_sampler_sample`` would pick, without its copy of the whole vocabulary
-    into a candidate array (220 -> 48 us a token for SmolLM2's 49k-token vocabulary). Greedy
-    keeps no state, so nothing is left to accept.
+    A chain that only biases logits and picks greedily (temperature 0 with no grammar,
+    penalties or DRY; ``ignore_eos`` is such a bias) makes its pick from the logits row with
+    ``pick`` (:class:`~llamapy.greedy.GreedyPick`): the token the chain would pick, without
+    ``llama_sampler_sample``'s copy of the whole vocabulary. Neither sampler keeps state, so
+    nothing is left to accept.
     """
 
-    __slots__ = ("_argmax", "_chain", "_ctx")
+    __slots__ = ("_chain", "_ctx", "_pick")
 
-    def __init__(self, chain: SamplerChain, ctx: Context) -> None:
+    def __init__(self, chain: SamplerChain, ctx: Context, pick: GreedyPick | None = None
+                 ) -> None:
         self._chain = chain
         self._ctx = ctx
-        self._argmax = chain.names == ["greedy"]
+        self._pick = pick
 
     def sample(self, batch_index: int) -> int:
         """Sample from row ``batch_index`` of the last decode (and accept the token)."""
-        if self._argmax:
-            return self._ctx.argmax(batch_index)
+        if self._pick is not None:
+            return self._pick(self._ctx.logits(batch_index))
         return self._chain.sample(self._ctx, batch_index)
 
     def accept(self, token_id: int) -> None:
@@ -299,7 +301,9 @@ class LlamaBackend:
 
     def new_sampler(self, params: SamplingParams) -> LlamaSampler:
         """A native chain for one request (``GrammarError`` for a bad grammar)."""
-        return LlamaSampler(build_chain(self.model, params), self.ctx)
+        chain = build_chain(self.model, params)
+        pick = greedy_pick_for(chain.names, params.logit_bias, self.model.n_vocab)
+        return LlamaSampler(chain, self.ctx, pick)
 
     # --- memory -------------------------------------------------------------------------------
 

@@ -163,11 +163,6 @@ class Context:
             raise NativeError(f"no logits for batch index {index}")
         return np.frombuffer(ffi.buffer(ptr, self.n_vocab * 4), dtype=np.float32)
 
-    def argmax(self, index: int) -> int:
-        """The token of batch row ``index`` with the highest logit, the first of equals (what
-        llama.cpp's greedy sampler picks)."""
-        return int(self.logits(index).argmax())
-
     def embeddings(self, index: int) -> np.ndarray:
         """Embedding of batch row ``index`` (pooling none), copied."""
         return self._embd(native().lib.llama_get_embeddings_ith(self.ptr, index), index)

@@ -183,7 +183,7 @@ def warm_up(host: ModelHost | None) -> None:
 def warm_first_request(host: ModelHost) -> None:
     """One-time work the first request would otherwise pay (~0.1 s on a small CPU): anyio's
     asyncio backend, loaded by the first streamed response, numpy, imported by the first
-    greedy token (:meth:`~llamapy._native.Context.argmax`), and the model's end-of-generation
+    greedy token (:class:`~llamapy.greedy.GreedyPick`), and the model's end-of-generation
     tokens (``ignore_eos``; a scan of the vocabulary, cached per model)."""
     with contextlib.suppress(ImportError):  # anyio's layout is its own; then nothing is warmed
         importlib.import_module("anyio._backends._asyncio")
