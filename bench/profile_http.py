@@ -41,6 +41,8 @@ from http_load import (
 TICK_RULES = (
     ("native decode", "decode (llamapy/_native/context.py"),
     ("native sampling", "llamapy/_native/sampler.py"),
+    ("greedy pick (numpy)", "llamapy/greedy.py"),
+    ("greedy pick (numpy)", "sample (llamapy/llama_backend.py"),
     ("logprobs", "top_logprobs (llamapy/llama_backend.py"),
     ("event hand-off", "llamapy/runtime/handles.py"),
     ("batch fill", "llamapy/_native/context.py"),
