@@ -110,16 +110,18 @@ def _run(app: Any, hosts: Sequence[str], port: int, debug: bool,
     comma-separated ``--host``); ``tls``: uvicorn's ``ssl_keyfile`` / ``ssl_certfile``."""
     import uvicorn
 
+    from .quiet_uvicorn import QuietServer
+
     config = uvicorn.Config(app, host=hosts[0], port=port, ws="none",  # no WebSocket routes
                             log_level="debug" if debug else "warning", access_log=debug,
                             ssl_keyfile=(tls or {}).get("ssl_keyfile"),
                             ssl_certfile=(tls or {}).get("ssl_certfile"))
     if len(hosts) == 1:
-        uvicorn.Server(config).run()
+        QuietServer(config).run()
         return
     sockets = [_bind(host, port) for host in hosts]
     try:
-        uvicorn.Server(config).run(sockets=sockets)
+        QuietServer(config).run(sockets=sockets)
     finally:
         for sock in sockets:
             sock.close()
