@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from server_helpers import wait_idle
 
+from llamapy.engine.request import TokenEvent
 from llamapy.errors import (
     CancelledError,
     ClosedError,
@@ -110,21 +111,45 @@ def test_max_tokens_and_stop_strings(server: Server) -> None:
     assert full.startswith(stopped.text)
 
 
+GreedyRun = list[tuple[int, tuple[tuple[int, float], ...]]]
+
+
+def greedy_run(server: Server, text: str, n: int = 16) -> GreedyRun:
+    """A greedy run's tokens, each with its row's top twenty ``(token, logprob)``."""
+    return [(e.token_id, e.logprobs or ()) for e in server.events(
+        server.tokenize(chat(server, text)), max_tokens=n, n_probs=20, **GREEDY)
+        if isinstance(e, TokenEvent)]
+
+
+def assert_same_up_to_a_near_tie(solo: GreedyRun, together: GreedyRun,
+                                 tie_nats: float = 0.5) -> None:
+    """``together`` generates ``solo``'s tokens, except from a position where each run's pick
+    was within ``tie_nats`` of the other's in its own row (among its top twenty: a flat row
+    can hold several near-ties). Batched CPU kernels accumulate in
+    another order than single-row ones, and on a quantised model that moves near-tied logits
+    by up to ~0.35 nats here (measured: a flip at a 0.14-nat margin the other way round by
+    0.20), so a near-tie can flip; a request reading another's KV or logits would diverge
+    where its pick is far from the solo run's."""
+    for (mine, my_top), (theirs, their_top) in zip(solo, together, strict=False):
+        if mine != theirs:
+            for pick, other, top in ((mine, theirs, my_top), (theirs, mine, their_top)):
+                probs = dict(top)
+                assert other in probs, (pick, other, top)
+                assert probs[pick] - probs[other] < tie_nats, (pick, other, top)
+            return
+    assert len(solo) == len(together)  # the same tokens, and both stopped at the same place
+
+
 def test_eight_concurrent_greedy_requests(server: Server) -> None:
     questions = ["What is 2+2?", "Name a color.", "What is the capital of Italy?",
                  "Say hello.", "Name an animal.", "What is water made of?",
                  "Name a fruit.", "What day comes after Monday?"]
-    solo = [server.generate(chat(server, q), max_tokens=16, **GREEDY) for q in questions]
+    solo = [greedy_run(server, q) for q in questions]
     with ThreadPoolExecutor(8) as pool:
-        together = list(pool.map(
-            lambda q: server.generate(chat(server, q), max_tokens=16, **GREEDY), questions))
-    assert all(t.strip() for t in together)
-    # Batched CPU kernels accumulate in another order than single-row ones, and which requests
-    # share a batch depends on timing, so a near-tie can flip a greedy token (once in a full
-    # run on a loaded machine, in the second word); requests that read each other's KV or
-    # logits would fail both counts.
-    assert sum(t == s for t, s in zip(together, solo, strict=True)) >= 5
-    assert sum(t.split()[:2] == s.split()[:2] for t, s in zip(together, solo, strict=True)) >= 7
+        together = list(pool.map(lambda q: greedy_run(server, q), questions))
+    assert all(together)
+    for mine, theirs in zip(solo, together, strict=True):
+        assert_same_up_to_a_near_tie(mine, theirs)
     wait_idle(server)
 
 
