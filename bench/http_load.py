@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import compileall
 import json
+import os
 import random
 import subprocess
 import sys
@@ -90,14 +91,16 @@ def byte_compile(checkout: str | Path | None = None) -> None:
     compileall.compile_dir(root / "llamapy", quiet=1)
 
 
-def start(cmd: list[str], port: int, timeout: float = 120.0, cwd: str | None = None
-          ) -> tuple[subprocess.Popen[bytes], float]:
-    """Start a server; returns it and the seconds until ``/health`` answered 200.
+def start(cmd: list[str], port: int, timeout: float = 120.0, cwd: str | None = None,
+          env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], float]:
+    """Start a server (in ``cwd``, with ``env`` added to this process's environment);
+    returns it and the seconds until ``/health`` answered 200.
 
     One client polls every 5 ms: a new ``httpx`` client per poll (an SSL context each) cost
     milliseconds of CPU per poll on this 2-core machine, taken from the starting server."""
     started = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd,
+                            env={**os.environ, **env} if env else None)
     with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=1) as client:
         while time.perf_counter() - started < timeout:
             if proc.poll() is not None:
