@@ -16,21 +16,23 @@ Contract:
   recently used; entries dropped because a new one covers them are not passed on.
 - ``total_bytes <= budget_bytes`` always; ``check_integrity`` verifies the bookkeeping.
 
+Entries are indexed per key by a :class:`~llamapy.engine.prefix_trie.PrefixTrie` of their
+token blocks: a lookup, an offer and a cover check follow the prompt's path and look only at
+the branches that leave it, not at every entry (a full cache holds thousands, often all behind
+one system prompt, and the engine looks up every queued request when it orders admissions).
 Every entry holds at least ``min_tokens`` tokens and is only restored for at least
 ``min_fraction`` of them, so a usable entry shares at least ``head = ceil(min_fraction *
-min_tokens)`` (at least 1, at most ``min_tokens``) leading tokens with the prompt (and one
-an entry covers shares its first ``head`` too). Entries are indexed by ``(key, first head
-tokens)``: a lookup, an offer and a cover check compare only the entries of one bucket,
-not every entry (a full cache holds thousands, and the engine looks up every queued request
-when it orders admissions).
+min_tokens)`` (at least 1, at most ``min_tokens``) leading tokens with the prompt.
 """
 
 from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
+
+from llamapy.engine.prefix_trie import PrefixTrie
 
 __all__ = ["CacheEntry", "PromptCache", "charged_bytes", "common_prefix"]
 
@@ -78,14 +80,15 @@ class PromptCache:
 
     def __init__(self, budget_bytes: int, *, min_tokens: int = 32,
                  min_fraction: float = 0.5,
-                 on_evict: Callable[[CacheEntry], object] | None = None) -> None:
+                 on_evict: Callable[[CacheEntry], object] | None = None,
+                 block: int = 32) -> None:
         self.budget_bytes = budget_bytes
         self.on_evict = on_evict
         self.min_tokens = min_tokens
         self.min_fraction = min_fraction
         self._entries: OrderedDict[int, CacheEntry] = OrderedDict()
-        #: ``(key, first head tokens)`` -> that bucket's entries by id, least recent first.
-        self._buckets: dict[tuple[Hashable, tuple[int, ...]], dict[int, CacheEntry]] = {}
+        self.block = block
+        self._tries: dict[Hashable, PrefixTrie] = {}  # key -> its entries' ids by prefix
         self._ids: dict[int, int] = {}  # id(entry) -> entry id
         #: Leading tokens every usable (or covering) entry shares with the prompt.
         self.head = min(min_tokens, max(1, math.ceil(min_fraction * min_tokens)))
@@ -133,18 +136,16 @@ class PromptCache:
         """The entry with the longest usable prefix of ``prompt`` (at most ``cap`` tokens) and
         that length; ``(None, 0)`` if none is worth restoring. ``exact``: only entries usable
         whole (backends that cannot trim a restored tail)."""
-        best: tuple[CacheEntry | None, int] = (None, 0)
-        prompt = tuple(prompt)
-        if cap < self.head:  # a usable entry reuses at least head tokens
-            return best
-        for entry in self._bucket(key, prompt):
-            size = len(entry.token_ids)
-            n = min(common_prefix(entry.token_ids, prompt), cap)
-            if exact and n < size:
-                continue
-            if n > best[1] and n >= max(1, self.min_fraction * size):
-                best = (entry, n)
-        return best
+        trie = self._tries.get(key)
+        if trie is None or cap < self.head:  # a usable entry reuses at least head tokens
+            return None, 0
+        floor = self.min_fraction
+
+        def usable(n: int, size: int) -> bool:
+            return n >= max(1, floor * size) and (n >= size or not exact)
+
+        entry_id, n = trie.best(tuple(prompt[:cap]), usable)
+        return (None, 0) if entry_id is None else (self._entries[entry_id], n)
 
     def touch(self, entry: CacheEntry) -> None:
         """Mark ``entry`` most recently used."""
@@ -152,13 +153,11 @@ class PromptCache:
         if entry_id is None or self._entries.get(entry_id) is not entry:
             return
         self._entries.move_to_end(entry_id)
-        bucket = self._buckets[self._bucket_key(entry.key, entry.token_ids)]
-        bucket[entry_id] = bucket.pop(entry_id)
 
     def clear(self) -> None:
         """Drop every entry."""
         self._entries.clear()
-        self._buckets.clear()
+        self._tries.clear()
         self._ids.clear()
         self.total_bytes = 0
 
@@ -169,31 +168,26 @@ class PromptCache:
             raise AssertionError(f"ram cache: total_bytes {self.total_bytes} != {total}")
         if total > max(self.budget_bytes, 0):
             raise AssertionError(f"ram cache: {total} bytes over budget {self.budget_bytes}")
-        indexed = {i: e for bucket in self._buckets.values() for i, e in bucket.items()}
-        if indexed != dict(self._entries) or len(self._ids) != len(self._entries):
+        indexed = {(key, i): tokens for key, trie in self._tries.items()
+                   for i, tokens, _ in trie.items()}
+        if indexed != {(e.key, i): e.token_ids for i, e in self._entries.items()} \
+                or len(self._ids) != len(self._entries):
             raise AssertionError("ram cache: the prefix index disagrees with the entries")
-        for entry_id, entry in self._entries.items():
-            bucket = self._buckets[self._bucket_key(entry.key, entry.token_ids)]
-            if entry_id not in bucket or self._ids.get(id(entry)) != entry_id:
-                raise AssertionError(f"ram cache: entry {entry_id} is indexed wrongly")
+        for trie in self._tries.values():
+            trie.check()
 
     def covers(self, key: Hashable, token_ids: Sequence[int]) -> bool:
         """Whether an entry under ``key`` holds ``token_ids`` (or an extension of them)."""
         return self._covered(key, tuple(token_ids))
 
     def _covered(self, key: Hashable, token_ids: Sequence[int]) -> bool:
-        n = len(token_ids)
-        candidates = (self._bucket(key, token_ids) if n >= self.head
-                      else self._entries.values())  # shorter than any bucket key: scan all
-        return any(e.key == key and len(e.token_ids) >= n and
-                   common_prefix(e.token_ids, token_ids) == n for e in candidates)
+        trie = self._tries.get(key)
+        return trie is not None and trie.extends(token_ids)
 
     def _drop_covered_by(self, entry: CacheEntry) -> None:
-        bucket = self._buckets.get(self._bucket_key(entry.key, entry.token_ids), {})
-        for entry_id, other in list(bucket.items()):  # each entry it covers starts the same
-            n = len(other.token_ids)
-            if common_prefix(other.token_ids, entry.token_ids) == n:
-                self._remove(entry_id)
+        trie = self._tries.get(entry.key)
+        for entry_id in trie.prefixes_of(entry.token_ids) if trie else ():
+            self._remove(entry_id)
 
     def _evict_lru(self) -> None:
         entry_id = next(iter(self._entries))
@@ -207,25 +201,15 @@ class PromptCache:
         entry_id = self._next_id
         self._next_id += 1
         self._entries[entry_id] = entry
-        self._buckets.setdefault(self._bucket_key(entry.key, entry.token_ids), {})[
-            entry_id] = entry
+        self._tries.setdefault(entry.key, PrefixTrie(self.block)).add(entry_id, entry.token_ids)
         self._ids[id(entry)] = entry_id
         self.total_bytes += entry.nbytes
 
     def _remove(self, entry_id: int) -> None:
         entry = self._entries.pop(entry_id)
         self.total_bytes -= entry.nbytes
-        bucket_key = self._bucket_key(entry.key, entry.token_ids)
-        bucket = self._buckets[bucket_key]
-        del bucket[entry_id]
-        if not bucket:
-            del self._buckets[bucket_key]
+        trie = self._tries[entry.key]
+        trie.remove(entry_id, entry.token_ids)
+        if not trie.size:
+            del self._tries[entry.key]
         del self._ids[id(entry)]
-
-    def _bucket_key(self, key: Hashable, token_ids: Sequence[int]
-                    ) -> tuple[Hashable, tuple[int, ...]]:
-        return key, tuple(token_ids[:self.head])
-
-    def _bucket(self, key: Hashable, token_ids: Sequence[int]) -> Iterable[CacheEntry]:
-        """The entries under ``key`` whose first ``head`` tokens are ``token_ids``'s."""
-        return self._buckets.get(self._bucket_key(key, token_ids), {}).values()

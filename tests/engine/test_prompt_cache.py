@@ -119,15 +119,28 @@ def scan_lookup(cache: PromptCache, key: object, prompt: list[int], cap: int, ex
 tokens_st = st.lists(st.integers(0, 2), min_size=0, max_size=12)
 
 
-@settings(max_examples=300, deadline=None)
+def scan_best(cache: PromptCache, key: object, prompt: list[int], cap: int, exact: bool
+              ) -> tuple[set[int], int]:
+    """Every entry tied for the scan's best usable prefix (by id), and that length."""
+    _, best = scan_lookup(cache, key, prompt, cap, exact)
+    tied = {id(e) for e in cache.entries() if best and e.key == key
+            and (not exact or len(e.token_ids) == best)
+            and best >= max(1, cache.min_fraction * len(e.token_ids))
+            and list(e.token_ids[:best]) == prompt[:best]}
+    return tied, best
+
+
+@settings(max_examples=400, deadline=None)
 @given(min_tokens=st.integers(0, 6), min_fraction=st.sampled_from([0.0, 0.3, 0.5, 1.0]),
+       block=st.integers(1, 4),
        ops=st.lists(st.tuples(st.sampled_from(["offer", "lookup", "touch"]),
                               st.sampled_from([K, ("other", "")]), tokens_st,
                               st.integers(0, 14), st.booleans()), max_size=40))
 def test_the_prefix_index_answers_as_a_scan_of_every_entry(
-        min_tokens: int, min_fraction: float, ops: list[tuple]) -> None:
-    # Short token alphabets make prefixes shared, covered and equal; a small budget evicts.
-    cache = PromptCache(200, min_tokens=min_tokens, min_fraction=min_fraction)
+        min_tokens: int, min_fraction: float, block: int, ops: list[tuple]) -> None:
+    # Short token alphabets make prefixes shared, covered and equal; a small budget evicts;
+    # blocks of 1-4 tokens make the index's paths deep and branchy.
+    cache = PromptCache(200, min_tokens=min_tokens, min_fraction=min_fraction, block=block)
     for op, key, tokens, cap, exact in ops:
         if op == "offer":
             before = [e for e in cache.entries() if e.key == key]
@@ -137,9 +150,11 @@ def test_the_prefix_index_answers_as_a_scan_of_every_entry(
             assert stored == (len(tokens) >= min_tokens and not covered)
             if stored:
                 assert cache.covers(key, tokens)
-        elif op == "lookup":
-            assert cache.lookup(key, tokens, cap, exact=exact) == \
-                scan_lookup(cache, key, tokens, cap, exact)
+        elif op == "lookup":  # the longest usable prefix; any entry tied for it
+            entry, n = cache.lookup(key, tokens, cap, exact=exact)
+            tied, best = scan_best(cache, key, tokens, cap, exact)
+            assert n == best
+            assert (entry is None) if best == 0 else (id(entry) in tied)
         elif cache.entries():
             entry = cache.entries()[cap % len(cache.entries())]
             cache.touch(entry)
