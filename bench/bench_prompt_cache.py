@@ -1,0 +1,61 @@
+#!/usr/bin/env python3
+"""The RAM prompt cache's bookkeeping with many entries behind one system prompt.
+
+Fills a :class:`~llamapy.engine.prompt_cache.PromptCache` with ``--entries`` conversations of
+500-1,500 random tokens that all start with the same ``--system`` tokens (no model: the cost
+measured is the index, which runs on the engine's tick thread), then times a lookup for a new
+conversation (it shares only the system prompt), a lookup for an entry's next turn, an offer
+and a cover check. Usage: ``python bench/bench_prompt_cache.py [--entries 1000]
+[--system 300]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+from collections.abc import Callable
+
+from llamapy.engine.prompt_cache import PromptCache
+
+
+def per_call_ms(fn: Callable[[], object], n: int = 20) -> float:
+    started = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return (time.perf_counter() - started) / n * 1e3
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--entries", type=int, default=1000)
+    p.add_argument("--system", type=int, default=300)
+    args = p.parse_args()
+    rng = random.Random(0)
+
+    def tokens(n: int) -> list[int]:
+        return [rng.randrange(49152) for _ in range(n)]
+
+    system = tokens(args.system)
+    cache = PromptCache(1 << 50)
+    started = time.perf_counter()
+    for _ in range(args.entries):
+        cache.offer("k", system + tokens(rng.randrange(200, 1200)), lambda: 1000,
+                    lambda: bytes(1000))
+    fill_s = time.perf_counter() - started
+    new_chat = system + tokens(400)
+    next_turn = list(cache.entries()[len(cache) // 2].token_ids) + tokens(150)
+    print(f"{len(cache)} entries behind a {args.system}-token system prompt "
+          f"(filled in {fill_s:.2f} s)")
+    new_ms = per_call_ms(lambda: cache.lookup("k", new_chat, 1 << 30))
+    next_ms = per_call_ms(lambda: cache.lookup("k", next_turn, 1 << 30))
+    print(f"lookup, new conversation: {new_ms:.3f} ms")
+    print(f"lookup, next turn: {next_ms:.3f} ms")
+    print(f"cover check: {per_call_ms(lambda: cache.covers('k', next_turn)):.3f} ms")
+    started = time.perf_counter()
+    cache.offer("k", system + tokens(500), lambda: 1000, lambda: bytes(1000))
+    print(f"offer: {(time.perf_counter() - started) * 1e3:.3f} ms")
+
+
+if __name__ == "__main__":
+    main()
