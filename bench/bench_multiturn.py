@@ -12,8 +12,11 @@ server runs alone with its serving defaults (llama-server keeps a RAM prompt cac
 default; so does ``llamapy.serve`` now). Reported for turns >= 2: the cached share of prompt
 tokens (``timings.cache_n / (cache_n + prompt_n)``) and TTFT p50/p90.
 
-Usage: ``python bench/bench_multiturn.py [--rounds 2] [--sticky]`` (nothing else on the
-machine).
+``--baseline CHECKOUT`` compares with the ``llamapy.serve`` of another checkout instead of
+llama-server (is a change to the caches faster or slower on this workload?).
+
+Usage: ``python bench/bench_multiturn.py [--rounds 2] [--sticky] [--baseline CHECKOUT]``
+(nothing else on the machine).
 """
 
 from __future__ import annotations
@@ -25,12 +28,16 @@ import json
 import random
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import httpx
 from http_load import Settings, byte_compile, llama_server_cmd, llamapy_cmd, start, stop, text_of
 
-TARGETS = {"llama-server": llama_server_cmd, "llamapy.serve": llamapy_cmd}
+Target = tuple[Callable[[Settings], list[str]], str | None]  # its command, the checkout
+TARGETS: dict[str, Target] = {"llama-server": (llama_server_cmd, None),
+                              "llamapy.serve": (llamapy_cmd, None)}
 
 
 @dataclass(slots=True)
@@ -107,14 +114,22 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--sticky", action="store_true",
                    help="4 conversations at a time, each keeping its place for its 4 turns")
+    p.add_argument("--baseline", metavar="CHECKOUT",
+                   help="compare with the llamapy.serve of this checkout, not llama-server")
     args = p.parse_args()
     byte_compile()
+    targets = dict(TARGETS)
+    if args.baseline:
+        byte_compile(args.baseline)
+        del targets["llama-server"]
+        targets = {f"llamapy {Path(args.baseline).name}": (llamapy_cmd, args.baseline), **targets}
     s = Settings(n_parallel=4)
-    runs: dict[str, list[Turns]] = {name: [] for name in TARGETS}
-    order = list(TARGETS)
+    runs: dict[str, list[Turns]] = {name: [] for name in targets}
+    order = list(targets)
     for rnd in range(args.rounds):
         for name in (order if rnd % 2 == 0 else order[::-1]):
-            proc, _ = start(TARGETS[name](s), s.port)
+            cmd, checkout = targets[name]
+            proc, _ = start(cmd(s), s.port, cwd=checkout)
             try:
                 r = asyncio.run(workload(s.port, args.sticky))
             finally:
@@ -123,14 +138,13 @@ def main() -> None:
             print(f"round {rnd} {name:13s} cached {100 * r.cached / max(1, r.prompt):5.1f}%  "
                   f"TTFT p50 {r.q(0.5):.3f} p90 {r.q(0.9):.3f}  wall {r.wall_s:.1f}s",
                   flush=True)
-    print("\n| turns >= 2 | llama-server | llamapy.serve | ratio |\n|---|---|---|---|")
-    a, b = runs["llama-server"], runs["llamapy.serve"]
+    print(f"\n| turns >= 2 | {order[0]} | {order[1]} | ratio |\n|---|---|---|---|")
+    a, b = runs[order[0]], runs[order[1]]
     for label, fn in (("cached share %", lambda r: 100 * r.cached / max(1, r.prompt)),
                       ("TTFT p50 s", lambda r: r.q(0.5)), ("TTFT p90 s", lambda r: r.q(0.9)),
                       ("wall s", lambda r: r.wall_s)):
         xa, xb = statistics.median(map(fn, a)), statistics.median(map(fn, b))
         print(f"| {label} | {xa:.3f} | {xb:.3f} | {xb / xa:.2f} |")
-
 
 if __name__ == "__main__":
     main()
