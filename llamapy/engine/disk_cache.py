@@ -19,7 +19,8 @@ Contract (the shape of :class:`~llamapy.engine.prompt_cache.PromptCache`):
   until the folder fits the budget.
 - ``lookup`` finds the entry sharing the longest prefix with a prompt (at least
   ``min_fraction`` of it usable); it rescans the folder when its mtime changed (another server
-  wrote or evicted). ``read`` (or ``read_async``, off the caller's thread) returns the verified
+  wrote or evicted). Lookups and cover checks go through a prefix index per identity and
+  scope (:mod:`llamapy.engine.disk_index`), not a comparison with every file. ``read`` (or ``read_async``, off the caller's thread) returns the verified
   state, or None when the file vanished or is corrupt (then removed with a warning).
 - Named blobs (:meth:`save_blob` / :meth:`load_blob`: session snapshots, which carry and
   verify their own manifest) live in the same files, budget, LRU and lock; no prompt ever
@@ -43,6 +44,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from llamapy.engine.disk_format import encode_entry, file_size, token_bytes
+from llamapy.engine.disk_index import DiskIndex, Found
 from llamapy.engine.disk_store import SUFFIX, DiskStore, StoredFile
 from llamapy.engine.options import EngineConfig, EngineTuning
 from llamapy.engine.prompt_cache import CacheEntry, common_prefix
@@ -80,8 +82,7 @@ class DiskPromptCache:
         self.min_tokens, self.min_fraction = min_tokens, min_fraction
         self.max_pending_bytes = max_pending_bytes
         self.num_writes = self.num_write_failures = self.num_dropped = self.num_evictions = 0
-        self._files: dict[str, StoredFile] = {}
-        self._pending: dict[str, tuple[bytes, CacheEntry]] = {}
+        self._index = DiskIndex()
         self._pending_bytes = 0
         self._identities: dict[CacheKey, bytes] = {}
         self._mutex = threading.Condition()
@@ -100,16 +101,16 @@ class DiskPromptCache:
     def total_bytes(self) -> int:
         """Bytes of the indexed files."""
         with self._mutex:
-            return sum(f.size for f in self._files.values())
+            return sum(f.size for f in self._index.files.values())
 
     def __len__(self) -> int:
         with self._mutex:
-            return len(self._files)
+            return len(self._index.files)
 
     def files(self) -> list[StoredFile]:
         """Indexed files, least recently used first."""
         with self._mutex:
-            return sorted(self._files.values(), key=lambda f: f.mtime_ns)
+            return sorted(self._index.files.values(), key=lambda f: f.mtime_ns)
 
     def identity(self, key: CacheKey) -> bytes:
         """The identity of entries filed under ``key`` (see the module docstring)."""
@@ -136,8 +137,9 @@ class DiskPromptCache:
         if not self.enabled or key is None or len(tokens) < self.min_tokens:
             return False
         ident = self.identity(key)
-        if self._covered(ident, key.cache_scope, tokens):
-            return False
+        with self._mutex:
+            if self._index.covers(ident, key.cache_scope, tokens):
+                return False
         if file_size(key.cache_scope, len(tokens), get_size()) > self.budget_bytes:
             return False
         data = get_data()
@@ -147,7 +149,7 @@ class DiskPromptCache:
         entry = CacheEntry(key, tokens, data)
         name = entry_name(ident, tokens)
         with self._mutex:
-            self._pending[name] = (ident, entry)
+            self._index.add_pending(name, ident, entry)
         if self._writer is None:
             self._write(name, entry, size, last_used_ns)
         else:
@@ -192,14 +194,14 @@ class DiskPromptCache:
             self.num_write_failures += 1
         finally:
             with self._mutex:
-                self._pending.pop(name, None)
+                self._index.pop_pending(name)
                 self._pending_bytes -= size
                 self._mutex.notify_all()
 
     # --- finding and reading ---------------------------------------------------------------
 
     def lookup(self, key: CacheKey | None, prompt: Sequence[int], cap: int, *,
-               exact: bool = False) -> tuple[StoredFile | CacheEntry | None, int]:
+               exact: bool = False) -> tuple[Found | None, int]:
         """The entry with the longest usable prefix of ``prompt`` (at most ``cap`` tokens) and
         that length; ``(None, 0)`` if none is worth restoring. ``exact``: only entries usable
         whole. An entry is a :class:`StoredFile`, or a :class:`CacheEntry` still being
@@ -207,25 +209,16 @@ class DiskPromptCache:
         if not self.enabled or key is None:
             return None, 0
         self.refresh()
-        ident, scope, prompt = self.identity(key), key.cache_scope, tuple(prompt)
-        best: tuple[StoredFile | CacheEntry | None, int] = (None, 0)
-        for found, tokens in self._candidates(ident, scope):
-            n = min(common_prefix(tokens, prompt), cap)
-            if exact and n < len(tokens):
-                continue
-            if n > best[1] and n >= max(1, self.min_fraction * len(tokens)):
-                best = (found, n)
-        return best
+        floor = self.min_fraction
 
-    def _candidates(self, ident: bytes, scope: str | None
-                    ) -> list[tuple[StoredFile | CacheEntry, tuple[int, ...]]]:
+        def usable(n: int, size: int) -> bool:
+            return n >= max(1, floor * size) and (n >= size or not exact)
+
+        ident = self.identity(key)
         with self._mutex:
-            files = [(f, f.header.token_ids) for f in self._files.values()
-                     if f.header.identity == ident and f.header.scope == scope]
-            pending = [(e, e.token_ids) for i, e in self._pending.values() if i == ident]
-        return [*files, *pending]
+            return self._index.best(ident, key.cache_scope, tuple(prompt[:cap]), usable)
 
-    def read(self, entry: StoredFile | CacheEntry) -> bytes | None:
+    def read(self, entry: Found) -> bytes | None:
         """The verified state of ``entry``; None if its file vanished or is corrupt (removed
         with a warning)."""
         if isinstance(entry, CacheEntry):
@@ -241,7 +234,7 @@ class DiskPromptCache:
                 self._forget(entry)
         return None
 
-    def read_async(self, entry: StoredFile | CacheEntry) -> Future[bytes | None]:
+    def read_async(self, entry: Found) -> Future[bytes | None]:
         """:meth:`read` on the reader thread (at once, with ``background=False``)."""
         if self._reader is not None and isinstance(entry, StoredFile):
             return self._reader.submit(self.read, entry)
@@ -249,12 +242,12 @@ class DiskPromptCache:
         future.set_result(self.read(entry))
         return future
 
-    def touch(self, entry: StoredFile | CacheEntry) -> None:
+    def touch(self, entry: Found) -> None:
         """Mark ``entry`` most recently used."""
         if isinstance(entry, StoredFile) and self.store is not None:
             self.store.touch(entry)
 
-    def token_ids(self, entry: StoredFile | CacheEntry) -> tuple[int, ...]:
+    def token_ids(self, entry: Found) -> tuple[int, ...]:
         """The tokens ``entry`` holds."""
         return entry.token_ids if isinstance(entry, CacheEntry) else entry.header.token_ids
 
@@ -282,7 +275,7 @@ class DiskPromptCache:
             return None
         self.refresh()
         with self._mutex:
-            stored = self._files.get(entry_name(_blob_identity(name), ()))
+            stored = self._index.files.get(entry_name(_blob_identity(name), ()))
         data = None if stored is None else self.read(stored)
         if stored is not None and data is not None:
             self.touch(stored)
@@ -306,7 +299,7 @@ class DiskPromptCache:
         """Rescan, drop entries ``keep`` covers, evict LRU files to the budget (under lock)."""
         assert self.store is not None
         with self._mutex:
-            known = dict(self._files)
+            known = dict(self._index.files)
         files = self.store.scan(known)
         if keep is not None and keep in files:
             self._drop_covered_by(files, files[keep])
@@ -320,7 +313,7 @@ class DiskPromptCache:
             total -= stored.size
             self.num_evictions += 1
         with self._mutex:
-            self._files = files
+            self._index.set_files(files)
 
     def _drop_covered_by(self, files: dict[str, StoredFile], new: StoredFile) -> None:
         assert self.store is not None
@@ -334,15 +327,9 @@ class DiskPromptCache:
                 self.store.remove(stored, "covered")
                 del files[stored.name]
 
-    def _covered(self, ident: bytes, scope: str | None, tokens: tuple[int, ...]) -> bool:
-        n = len(tokens)
-        return any(len(have) >= n and common_prefix(have, tokens) == n
-                   for _, have in self._candidates(ident, scope))
-
     def _forget(self, entry: StoredFile) -> None:
         with self._mutex:
-            if self._files.get(entry.name) is entry:
-                del self._files[entry.name]
+            self._index.forget(entry)
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -362,8 +349,9 @@ class DiskPromptCache:
         """Raise ``AssertionError`` if the index is over budget or the pending accounting is
         broken (outside a writer's critical section)."""
         with self._mutex:
-            total = sum(f.size for f in self._files.values())
+            total = sum(f.size for f in self._index.files.values())
             pending = self._pending_bytes
+            self._index.check()
         if total > max(self.budget_bytes, 0):
             raise AssertionError(f"disk cache: {total} bytes over budget {self.budget_bytes}")
         if pending < 0:

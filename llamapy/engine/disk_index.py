@@ -1,0 +1,118 @@
+"""The disk prompt cache's in-memory index: its files and its pending writes, by name, and per
+``(identity, scope)`` a :class:`~llamapy.engine.prefix_trie.PrefixTrie` of their token ids.
+
+A lookup runs on the tick thread for every admission while the disk cache is on, and an offer
+checks whether an entry already covers its prefix. Comparing the prompt with every file of an
+identity costs microseconds a file: a folder of thousands of entries behind one system prompt
+stalled every decoding stream for milliseconds a lookup. Through the tries, both follow the
+prompt's path and look only at the branches that leave it, as the RAM cache does.
+
+The owner (:class:`~llamapy.engine.disk_cache.DiskPromptCache`) holds its mutex around every
+call. A rescan hands over the whole new file map; files it kept (the same
+:class:`~llamapy.engine.disk_store.StoredFile`) stay indexed as they are, so only new files
+are walked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from llamapy.engine.disk_store import StoredFile
+from llamapy.engine.prefix_trie import PrefixTrie
+from llamapy.engine.prompt_cache import CacheEntry
+
+__all__ = ["DiskIndex", "Found"]
+
+#: A disk cache entry: a file, or an entry still being written.
+Found = StoredFile | CacheEntry
+_Where = tuple[bytes, str | None]
+
+
+class DiskIndex:
+    """Files and pending writes, findable by prefix within one identity and scope."""
+
+    def __init__(self, block: int = 32) -> None:
+        self.block = block
+        #: Indexed files by name.
+        self.files: dict[str, StoredFile] = {}
+        #: Entries being written, by file name: (identity, entry).
+        self.pending: dict[str, tuple[bytes, CacheEntry]] = {}
+        self._tries: dict[_Where, PrefixTrie] = {}
+        self._items: dict[int, tuple[_Where, Found]] = {}
+        self._item_of: dict[int, int] = {}  # id(found) -> item id
+        self._next_id = 0
+
+    def set_files(self, files: dict[str, StoredFile]) -> None:
+        """Make ``files`` the indexed files (a rescan's result)."""
+        old = self.files
+        for name, stored in old.items():
+            if files.get(name) is not stored:
+                self._unindex(stored)
+        for name, stored in files.items():
+            if old.get(name) is not stored:
+                head = stored.header
+                self._index((head.identity, head.scope), head.token_ids, stored)
+        self.files = files
+
+    def forget(self, stored: StoredFile) -> None:
+        """Drop ``stored`` if it is still the indexed file of its name."""
+        if self.files.get(stored.name) is stored:
+            del self.files[stored.name]
+            self._unindex(stored)
+
+    def add_pending(self, name: str, identity: bytes, entry: CacheEntry) -> None:
+        """Index ``entry``, about to be written to ``name``."""
+        self.pop_pending(name)
+        self.pending[name] = (identity, entry)
+        scope = getattr(entry.key, "cache_scope", None)
+        self._index((identity, scope), entry.token_ids, entry)
+
+    def pop_pending(self, name: str) -> None:
+        """Drop the pending entry of ``name`` (written, or given up)."""
+        got = self.pending.pop(name, None)
+        if got is not None:
+            self._unindex(got[1])
+
+    def best(self, identity: bytes, scope: str | None, prompt: tuple[int, ...],
+             usable: Callable[[int, int], bool]) -> tuple[Found | None, int]:
+        """The entry sharing the longest usable prefix with ``prompt``, and that length
+        (:meth:`PrefixTrie.best`); ``(None, 0)`` if none."""
+        trie = self._tries.get((identity, scope))
+        if trie is None:
+            return None, 0
+        item_id, n = trie.best(prompt, usable)
+        return (None, 0) if item_id is None else (self._items[item_id][1], n)
+
+    def covers(self, identity: bytes, scope: str | None, tokens: Sequence[int]) -> bool:
+        """Whether an entry of ``identity`` and ``scope`` holds ``tokens`` or extends them."""
+        trie = self._tries.get((identity, scope))
+        return trie is not None and trie.extends(tokens)
+
+    def check(self) -> None:
+        """Raise ``AssertionError`` unless the tries index exactly the files and pending."""
+        want = {id(f): ((f.header.identity, f.header.scope), f.header.token_ids)
+                for f in self.files.values()}
+        want |= {id(e): ((i, getattr(e.key, "cache_scope", None)), e.token_ids)
+                 for i, e in self.pending.values()}
+        have = {id(self._items[i][1]): (where, tokens)
+                for where, trie in self._tries.items() for i, tokens, _ in trie.items()}
+        if have != want or len(self._items) != len(want) or len(self._item_of) != len(want):
+            raise AssertionError("disk cache: the prefix index disagrees with the files")
+        for trie in self._tries.values():
+            trie.check()
+
+    def _index(self, where: _Where, tokens: tuple[int, ...], found: Found) -> None:
+        item_id = self._next_id
+        self._next_id += 1
+        self._items[item_id] = (where, found)
+        self._item_of[id(found)] = item_id
+        self._tries.setdefault(where, PrefixTrie(self.block)).add(item_id, tokens)
+
+    def _unindex(self, found: Found) -> None:
+        item_id = self._item_of.pop(id(found))
+        where, _ = self._items.pop(item_id)
+        trie = self._tries[where]
+        tokens = found.token_ids if isinstance(found, CacheEntry) else found.header.token_ids
+        trie.remove(item_id, tokens)
+        if not trie.size:
+            del self._tries[where]
