@@ -20,8 +20,9 @@ Contract (the shape of :class:`~llamapy.engine.prompt_cache.PromptCache`):
 - ``lookup`` finds the entry sharing the longest prefix with a prompt (at least
   ``min_fraction`` of it usable); it rescans the folder when its mtime changed (another server
   wrote or evicted). Lookups and cover checks go through a prefix index per identity and
-  scope (:mod:`llamapy.engine.disk_index`), not a comparison with every file. ``read`` (or ``read_async``, off the caller's thread) returns the verified
-  state, or None when the file vanished or is corrupt (then removed with a warning).
+  scope (:mod:`llamapy.engine.disk_index`), not a comparison with every file. ``read`` (or
+  ``read_async``, off the caller's thread) returns the verified state, or None when the file
+  vanished or is corrupt (then removed with a warning).
 - Named blobs (:meth:`save_blob` / :meth:`load_blob`: session snapshots, which carry and
   verify their own manifest) live in the same files, budget, LRU and lock; no prompt ever
   matches one.
