@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import statistics
 from collections import defaultdict
@@ -116,21 +117,33 @@ def median(xs: list[float]) -> float:
     return statistics.median(xs) if xs else 0.0
 
 
+def geo_mean(ratios: list[float]) -> str:
+    """The geometric mean of paired ratios and its standard error (drift between rounds
+    cancels within a pair; pool several runs' rounds the same way)."""
+    if len(ratios) < 2:
+        return "-"
+    logs = [math.log(r) for r in ratios]
+    mean, se = statistics.mean(logs), statistics.stdev(logs) / math.sqrt(len(logs))
+    return f"{math.exp(mean):.3f} ± {math.exp(mean) * se:.3f}"
+
+
 def report(levels: list[int], runs: dict[str, list[tuple[float, float, dict[int, Wave]]]]
            ) -> None:
     a, b = runs["llama-server"], runs["llamapy.serve"]
     print("\n| streams | llama-server tok/s (rounds) | llamapy.serve tok/s (rounds) | "
-          "ratio (medians) | ratio (median of rounds) | TTFT p99 llama-server / llamapy |")
-    print("|---|---|---|---|---|---|")
+          "ratio (medians) | ratio (median of rounds) | geometric mean of rounds | "
+          "rounds won | TTFT p99 llama-server / llamapy |")
+    print("|---|---|---|---|---|---|---|---|")
     for c in levels:
         xa = [r[2][c].tok_per_s for r in a]
         xb = [r[2][c].tok_per_s for r in b]
-        paired = median([y / x for x, y in zip(xa, xb, strict=True) if x])
+        ratios = [y / x for x, y in zip(xa, xb, strict=True) if x and y]
         pa = median([r[2][c].ttft(0.99) for r in a])
         pb = median([r[2][c].ttft(0.99) for r in b])
         print(f"| {c} | {' / '.join(f'{x:.1f}' for x in xa)} | "
               f"{' / '.join(f'{x:.1f}' for x in xb)} | {median(xb) / median(xa):.2f} | "
-              f"{paired:.3f} | {pa:.3f} / {pb:.3f} |")
+              f"{median(ratios):.3f} | {geo_mean(ratios)} | "
+              f"{sum(r > 1 for r in ratios)}/{len(ratios)} | {pa:.3f} / {pb:.3f} |")
     for i, label in ((0, "healthy /health s"), (1, "first token s")):
         xa, xb = [r[i] for r in a], [r[i] for r in b]
         if not any(xa):  # --resident measures no start
