@@ -144,8 +144,8 @@ def report(levels: list[int], runs: dict[str, list[tuple[float, float, dict[int,
               f"{' / '.join(f'{x:.1f}' for x in xb)} | {median(xb) / median(xa):.2f} | "
               f"{median(ratios):.3f} | {geo_mean(ratios)} | "
               f"{sum(r > 1 for r in ratios)}/{len(ratios)} | {pa:.3f} / {pb:.3f} |")
-    for i, label in ((0, "healthy /health s"), (1, "first token s")):
-        xa, xb = [r[i] for r in a], [r[i] for r in b]
+    for label, pick in (("healthy /health s", lambda r: r[0]), ("first token s", lambda r: r[1])):
+        xa, xb = [pick(r) for r in a], [pick(r) for r in b]
         if not any(xa):  # --resident measures no start
             continue
         print(f"| {label} | {' / '.join(f'{x:.2f}' for x in xa)} | "

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import subprocess
 import time
@@ -42,6 +41,7 @@ from http_load import (
     prompts_for,
     start,
     stop,
+    token_times,
 )
 
 HERE = Path(__file__).resolve().parents[1]
@@ -79,19 +79,7 @@ def parse_target(spec: str, port: int) -> Target:
 async def stream_times(client: httpx.AsyncClient, port: int, prompt: str, n_out: int
                        ) -> list[float]:
     """Send time, then the arrival time of every streamed token of one completion."""
-    body = {"prompt": prompt, "max_tokens": n_out, "temperature": 0.0, "stream": True,
-            "ignore_eos": True}
-    times = [time.perf_counter()]
-    async with client.stream("POST", f"http://127.0.0.1:{port}/v1/completions", json=body,
-                             timeout=600) as resp:
-        resp.raise_for_status()
-        async for line in resp.aiter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            choices = json.loads(line[6:]).get("choices") or []
-            if choices and choices[0].get("text") is not None:
-                times.append(time.perf_counter())
-    return times
+    return await token_times(client, f"http://127.0.0.1:{port}/v1/completions", prompt, n_out)
 
 
 async def run_wave(target: Target, prompts: list[str], n_out: int) -> None:

@@ -123,26 +123,31 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         proc.kill()
 
 
-async def stream_one(client: httpx.AsyncClient, prompt: str, n_out: int,
-                     ignore_eos: bool = True) -> tuple[float, int]:
-    """One streamed completion: (time to first token, tokens received)."""
+async def token_times(client: httpx.AsyncClient, url: str, prompt: str, n_out: int,
+                      ignore_eos: bool = True) -> list[float]:
+    """One streamed completion at ``url``: the send time, then each streamed token's arrival
+    (SSE chunks with text)."""
     body: dict[str, object] = {"prompt": prompt, "max_tokens": n_out, "temperature": 0.0,
                                "stream": True}
     if ignore_eos:
         body["ignore_eos"] = True
-    t0 = time.perf_counter()
-    ttft, n = 0.0, 0
-    async with client.stream("POST", "/v1/completions", json=body, timeout=600) as resp:
+    times = [time.perf_counter()]
+    async with client.stream("POST", url, json=body, timeout=600) as resp:
         resp.raise_for_status()
         async for line in resp.aiter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
             choices = json.loads(line[6:]).get("choices") or []
             if choices and choices[0].get("text") is not None:
-                if n == 0:
-                    ttft = time.perf_counter() - t0
-                n += 1
-    return ttft, n
+                times.append(time.perf_counter())
+    return times
+
+
+async def stream_one(client: httpx.AsyncClient, prompt: str, n_out: int,
+                     ignore_eos: bool = True) -> tuple[float, int]:
+    """One streamed completion: (time to first token, tokens received)."""
+    times = await token_times(client, "/v1/completions", prompt, n_out, ignore_eos)
+    return (times[1] - times[0] if len(times) > 1 else 0.0), len(times) - 1
 
 
 async def wave(port: int, prompts: list[str], n_out: int, ignore_eos: bool = True) -> Wave:
