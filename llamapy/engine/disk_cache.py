@@ -48,6 +48,7 @@ from llamapy.engine.disk_format import encode_entry, file_size, token_bytes
 from llamapy.engine.disk_index import DiskIndex, Found
 from llamapy.engine.disk_store import SUFFIX, DiskStore, StoredFile
 from llamapy.engine.options import EngineConfig, EngineTuning
+from llamapy.engine.prefix_trie import restorable
 from llamapy.engine.prompt_cache import CacheEntry, common_prefix
 from llamapy.engine.request import CacheKey
 from llamapy.errors import DiskCacheFormatError, InvalidOptionError
@@ -210,12 +211,7 @@ class DiskPromptCache:
         if not self.enabled or key is None:
             return None, 0
         self.refresh()
-        floor = self.min_fraction
-
-        def usable(n: int, size: int) -> bool:
-            return n >= max(1, floor * size) and (n >= size or not exact)
-
-        ident = self.identity(key)
+        ident, usable = self.identity(key), restorable(self.min_fraction, exact)
         with self._mutex:
             return self._index.best(ident, key.cache_scope, tuple(prompt[:cap]), usable)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 
-__all__ = ["PrefixTrie"]
+__all__ = ["PrefixTrie", "restorable"]
 
 Block = tuple[int, ...]
 #: ``min_len`` of a node with no items below it (only the root is ever empty).
@@ -32,6 +32,17 @@ def _common(a: Sequence[int], b: Sequence[int]) -> int:
     while a[i] == b[i]:
         i += 1
     return i
+
+
+def restorable(min_fraction: float, exact: bool) -> Callable[[int, int], bool]:
+    """The caches' rule for :meth:`PrefixTrie.best`: an entry of ``size`` tokens sharing
+    ``n`` with the prompt is worth restoring when ``n`` is at least ``min_fraction`` of it
+    (and at least 1), and, with ``exact``, when all of it is shared."""
+
+    def usable(n: int, size: int) -> bool:
+        return n >= max(1, min_fraction * size) and (n >= size or not exact)
+
+    return usable
 
 
 class _Node:

@@ -32,7 +32,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
-from llamapy.engine.prefix_trie import PrefixTrie
+from llamapy.engine.prefix_trie import PrefixTrie, restorable
 
 __all__ = ["CacheEntry", "PromptCache", "charged_bytes", "common_prefix"]
 
@@ -139,12 +139,7 @@ class PromptCache:
         trie = self._tries.get(key)
         if trie is None or cap < self.head:  # a usable entry reuses at least head tokens
             return None, 0
-        floor = self.min_fraction
-
-        def usable(n: int, size: int) -> bool:
-            return n >= max(1, floor * size) and (n >= size or not exact)
-
-        entry_id, n = trie.best(tuple(prompt[:cap]), usable)
+        entry_id, n = trie.best(tuple(prompt[:cap]), restorable(self.min_fraction, exact))
         return (None, 0) if entry_id is None else (self._entries[entry_id], n)
 
     def touch(self, entry: CacheEntry) -> None:
