@@ -4,8 +4,8 @@
 A lookup runs on the tick thread for every admission while the disk cache is on, and an offer
 checks whether an entry already covers its prefix. Comparing the prompt with every file of an
 identity costs microseconds a file: a folder of thousands of entries behind one system prompt
-stalled every decoding stream for milliseconds a lookup. Through the tries, both follow the
-prompt's path and look only at the branches that leave it, as the RAM cache does.
+stalled every decoding stream for milliseconds a lookup. Through the tries, both walk the
+prompt's path once, as the RAM cache does.
 
 The owner (:class:`~llamapy.engine.disk_cache.DiskPromptCache`) holds its mutex around every
 call. A rescan hands over the whole new file map; files it kept (the same
@@ -31,8 +31,7 @@ _Where = tuple[bytes, str | None]
 class DiskIndex:
     """Files and pending writes, findable by prefix within one identity and scope."""
 
-    def __init__(self, block: int = 32) -> None:
-        self.block = block
+    def __init__(self) -> None:
         #: Indexed files by name.
         self.files: dict[str, StoredFile] = {}
         #: Entries being written, by file name: (identity, entry).
@@ -106,7 +105,7 @@ class DiskIndex:
         self._next_id += 1
         self._items[item_id] = (where, found)
         self._item_of[id(found)] = item_id
-        self._tries.setdefault(where, PrefixTrie(self.block)).add(item_id, tokens)
+        self._tries.setdefault(where, PrefixTrie()).add(item_id, tokens)
 
     def _unindex(self, found: Found) -> None:
         item_id = self._item_of.pop(id(found))

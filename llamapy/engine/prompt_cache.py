@@ -16,10 +16,10 @@ Contract:
   recently used; entries dropped because a new one covers them are not passed on.
 - ``total_bytes <= budget_bytes`` always; ``check_integrity`` verifies the bookkeeping.
 
-Entries are indexed per key by a :class:`~llamapy.engine.prefix_trie.PrefixTrie` of their
-token blocks: a lookup, an offer and a cover check follow the prompt's path and look only at
-the branches that leave it, not at every entry (a full cache holds thousands, often all behind
-one system prompt, and the engine looks up every queued request when it orders admissions).
+Entries are indexed per key by a :class:`~llamapy.engine.prefix_trie.PrefixTrie` (a radix
+tree of their token ids): a lookup, an offer and a cover check walk the prompt's path once and
+never look at entries one by one (a full cache holds thousands, often all behind one system
+prompt, and the engine looks up every queued request when it orders admissions).
 Every entry holds at least ``min_tokens`` tokens and is only restored for at least
 ``min_fraction`` of them, so a usable entry shares at least ``head = ceil(min_fraction *
 min_tokens)`` (at least 1, at most ``min_tokens``) leading tokens with the prompt.
@@ -80,14 +80,12 @@ class PromptCache:
 
     def __init__(self, budget_bytes: int, *, min_tokens: int = 32,
                  min_fraction: float = 0.5,
-                 on_evict: Callable[[CacheEntry], object] | None = None,
-                 block: int = 32) -> None:
+                 on_evict: Callable[[CacheEntry], object] | None = None) -> None:
         self.budget_bytes = budget_bytes
         self.on_evict = on_evict
         self.min_tokens = min_tokens
         self.min_fraction = min_fraction
         self._entries: OrderedDict[int, CacheEntry] = OrderedDict()
-        self.block = block
         self._tries: dict[Hashable, PrefixTrie] = {}  # key -> its entries' ids by prefix
         self._ids: dict[int, int] = {}  # id(entry) -> entry id
         #: Leading tokens every usable (or covering) entry shares with the prompt.
@@ -196,7 +194,7 @@ class PromptCache:
         entry_id = self._next_id
         self._next_id += 1
         self._entries[entry_id] = entry
-        self._tries.setdefault(entry.key, PrefixTrie(self.block)).add(entry_id, entry.token_ids)
+        self._tries.setdefault(entry.key, PrefixTrie()).add(entry_id, entry.token_ids)
         self._ids[id(entry)] = entry_id
         self.total_bytes += entry.nbytes
 

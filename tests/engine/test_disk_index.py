@@ -52,12 +52,12 @@ def stored(name: str, identity: bytes, scope: str | None, tokens: tuple[int, ...
 
 
 @settings(max_examples=300, deadline=None)
-@given(block=st.integers(1, 4), frac=st.sampled_from([0.0, 0.5, 1.0]),
+@given(frac=st.sampled_from([0.0, 0.5, 1.0]),
        ops=st.lists(st.tuples(st.sampled_from(["file", "drop", "pend", "land", "look"]),
                               st.integers(0, 1), st.integers(0, 1), tokens_st,
                               st.integers(0, 14), st.booleans()), max_size=40))
-def test_the_index_answers_as_a_scan(block: int, frac: float, ops: list[tuple]) -> None:
-    index = DiskIndex(block)
+def test_the_index_answers_as_a_scan(frac: float, ops: list[tuple]) -> None:
+    index = DiskIndex()
     pending_ids: dict[int, bytes] = {}
     for step, (op, i, s, tokens, cap, exact) in enumerate(ops):
         ident, scope = IDS[i], SCOPES[s]
