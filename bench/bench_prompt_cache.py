@@ -7,13 +7,16 @@ measured is the index, which runs on the engine's tick thread), then times a loo
 conversation (it shares only the system prompt), a lookup for an entry's next turn, an offer
 and a cover check. ``--disk`` does the same with a
 :class:`~llamapy.engine.disk_cache.DiskPromptCache` in a temporary folder (tiny states; the
-offer timed is one the cover check refuses, the part that runs on the tick thread). Usage:
+offer timed is one the cover check refuses, the part that runs on the tick thread), and a
+lookup right after another instance wrote to the folder, with and without background threads
+(without, the lookup rescans the folder itself). Usage:
 ``python bench/bench_prompt_cache.py [--entries 1000] [--system 300] [--disk]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import random
 import tempfile
 import time
@@ -86,6 +89,8 @@ def disk_main(folder: str, entries: int, system_len: int) -> None:
     new_chat, next_turn = system + tokens(400), list(some) + tokens(150)
     print(f"{len(disk)} files behind a {system_len}-token system prompt "
           f"(written in {fill_s:.2f} s)")
+    time.sleep(disk.store.unsettled_s() if disk.store else 0)  # lookups this close to a
+    disk.refresh()  # write rescan the folder: timed apart, below
     new_ms = per_call_ms(lambda: disk.lookup(key, new_chat, 1 << 30))
     next_ms = per_call_ms(lambda: disk.lookup(key, next_turn, 1 << 30))
     covered = list(some[:len(some) // 2])
@@ -94,6 +99,32 @@ def disk_main(folder: str, entries: int, system_len: int) -> None:
     print(f"lookup, next turn: {next_ms:.3f} ms")
     print(f"offer refused by the cover check: {offer_ms:.3f} ms")
     disk.close()
+    for background in (False, True):
+        print(f"lookup after another server's write, background={background}: "
+              f"{foreign_write_ms(folder, key, new_chat, background):.3f} ms")
+
+
+_FRESH = itertools.count(60_000)
+
+
+def foreign_write_ms(folder: str, key: CacheKey, prompt: list[int], background: bool) -> float:
+    """A lookup's time on the calling thread just after another instance wrote to ``folder``
+    (median of 10)."""
+    mine = DiskPromptCache(folder, 1 << 40, namespace=CacheNamespace("bench"),
+                           background=background)
+    other = DiskPromptCache(folder, 1 << 40, namespace=CacheNamespace("bench"),
+                            background=False)
+    times = []
+    for _ in range(10):
+        time.sleep(0.1)  # (the previous write's rescans are over)
+        tail = [next(_FRESH)] * 2  # (a new entry: an offer of a known one writes nothing)
+        assert other.offer(key, [*prompt[:-2], *tail], lambda: 64, lambda: bytes(64))
+        started = time.perf_counter()
+        mine.lookup(key, prompt, 1 << 30)
+        times.append((time.perf_counter() - started) * 1e3)
+    mine.close()
+    other.close()
+    return sorted(times)[len(times) // 2]
 
 
 if __name__ == "__main__":

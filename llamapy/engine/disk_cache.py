@@ -18,9 +18,10 @@ Contract (the shape of :class:`~llamapy.engine.prompt_cache.PromptCache`):
   entries the new one covers are dropped, and least-recently-used files (by mtime) are evicted
   until the folder fits the budget.
 - ``lookup`` finds the entry sharing the longest prefix with a prompt (at least
-  ``min_fraction`` of it usable); it rescans the folder when its mtime changed (another server
-  wrote or evicted). Lookups and cover checks go through a prefix index per identity and
-  scope (:mod:`llamapy.engine.disk_index`), not a comparison with every file. ``read`` (or
+  ``min_fraction`` of it usable). When the folder's mtime changed (another server wrote or
+  evicted), it is rescanned: on the writer thread in the background (the lookup answers from
+  the index as it stands), on the calling thread otherwise. Lookups and cover checks go
+  through a prefix index per identity and scope (:mod:`llamapy.engine.disk_index`). ``read`` (or
   ``read_async``, off the caller's thread) returns the verified state, or None when the file
   vanished or is corrupt (then removed with a warning).
 - Named blobs (:meth:`save_blob` / :meth:`load_blob`: session snapshots, which carry and
@@ -34,6 +35,7 @@ Contract (the shape of :class:`~llamapy.engine.prompt_cache.PromptCache`):
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -44,12 +46,12 @@ from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
-from llamapy.engine.disk_format import encode_entry, file_size, token_bytes
-from llamapy.engine.disk_index import DiskIndex, Found
-from llamapy.engine.disk_store import SUFFIX, DiskStore, StoredFile
+from llamapy.engine.disk_format import encode_entry, file_size
+from llamapy.engine.disk_index import DiskIndex, Found, covered_by
+from llamapy.engine.disk_store import DiskStore, StoredFile, entry_name
 from llamapy.engine.options import EngineConfig, EngineTuning
 from llamapy.engine.prefix_trie import restorable
-from llamapy.engine.prompt_cache import CacheEntry, common_prefix
+from llamapy.engine.prompt_cache import CacheEntry
 from llamapy.engine.request import CacheKey
 from llamapy.errors import DiskCacheFormatError, InvalidOptionError
 
@@ -89,6 +91,7 @@ class DiskPromptCache:
         self._identities: dict[CacheKey, bytes] = {}
         self._mutex = threading.Condition()
         self._deadline: float | None = None
+        self._rescan_queued = False
         self.store = DiskStore(folder) if self.enabled and folder is not None else None
         self._writer = _executor("llamapy-disk-write") if background and self.store else None
         self._reader = _executor("llamapy-disk-read") if background and self.store else None
@@ -210,7 +213,7 @@ class DiskPromptCache:
         written."""
         if not self.enabled or key is None:
             return None, 0
-        self.refresh()
+        self._refresh_soon()
         ident, usable = self.identity(key), restorable(self.min_fraction, exact)
         with self._mutex:
             return self._index.best(ident, key.cache_scope, tuple(prompt[:cap]), usable)
@@ -292,14 +295,43 @@ class DiskPromptCache:
         except OSError as exc:
             log.warning("disk prompt cache: cannot scan %s: %s", self.store.folder, exc)
 
+    def _refresh_soon(self) -> None:
+        """Before a lookup (on the tick thread): :meth:`refresh` without background threads;
+        else a changed folder is rescanned on the writer thread (at most one queued), as a
+        rescan stats every file and waits for the folder lock that writers hold."""
+        writer = self._writer
+        if writer is None or self.store is None:
+            self.refresh()
+            return
+        with contextlib.suppress(OSError):  # (a failing rescan warns)
+            if not self.store.changed():
+                return
+        with self._mutex:
+            if self._rescan_queued:
+                return
+            self._rescan_queued = True
+        try:
+            writer.submit(self._queued_refresh)
+        except RuntimeError:  # closed meanwhile
+            self._rescan_queued = False
+
+    def _queued_refresh(self) -> None:
+        assert self.store is not None
+        with contextlib.suppress(OSError):  # (a scan this close to a change is not trusted)
+            time.sleep(self.store.unsettled_s())
+        with self._mutex:
+            self._rescan_queued = False
+        self.refresh()
+
     def _rescan_locked(self, keep: str | None = None) -> None:
         """Rescan, drop entries ``keep`` covers, evict LRU files to the budget (under lock)."""
         assert self.store is not None
         with self._mutex:
             known = dict(self._index.files)
         files = self.store.scan(known)
-        if keep is not None and keep in files:
-            self._drop_covered_by(files, files[keep])
+        for stored in covered_by(files.values(), files[keep]) if keep in files else ():
+            self.store.remove(stored, "covered")
+            del files[stored.name]
         by_age = sorted(files.values(), key=lambda f: f.mtime_ns)
         total = sum(f.size for f in files.values())
         for stored in by_age:
@@ -311,18 +343,6 @@ class DiskPromptCache:
             self.num_evictions += 1
         with self._mutex:
             self._index.set_files(files)
-
-    def _drop_covered_by(self, files: dict[str, StoredFile], new: StoredFile) -> None:
-        assert self.store is not None
-        tokens = new.header.token_ids
-        for stored in list(files.values()):
-            head = stored.header
-            if stored is new or (head.identity, head.scope) != (new.header.identity,
-                                                                new.header.scope):
-                continue
-            if common_prefix(head.token_ids, tokens) == len(head.token_ids):
-                self.store.remove(stored, "covered")
-                del files[stored.name]
 
     def _forget(self, entry: StoredFile) -> None:
         with self._mutex:
@@ -353,12 +373,6 @@ class DiskPromptCache:
             raise AssertionError(f"disk cache: {total} bytes over budget {self.budget_bytes}")
         if pending < 0:
             raise AssertionError(f"disk cache: pending bytes {pending} < 0")
-
-
-def entry_name(identity: bytes, token_ids: Sequence[int]) -> str:
-    """``<identity>-<token hash>.lpkv``: one file per identity and token sequence."""
-    tokens = hashlib.sha256(token_bytes(token_ids)).hexdigest()[:32]
-    return f"{identity.hex()[:32]}-{tokens}{SUFFIX}"
 
 
 def _blob_identity(name: str) -> bytes:

@@ -15,13 +15,13 @@ are walked.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from llamapy.engine.disk_store import StoredFile
 from llamapy.engine.prefix_trie import PrefixTrie
-from llamapy.engine.prompt_cache import CacheEntry
+from llamapy.engine.prompt_cache import CacheEntry, common_prefix
 
-__all__ = ["DiskIndex", "Found"]
+__all__ = ["DiskIndex", "Found", "covered_by"]
 
 #: A disk cache entry: a file, or an entry still being written.
 Found = StoredFile | CacheEntry
@@ -115,3 +115,11 @@ class DiskIndex:
         trie.remove(item_id, tokens)
         if not trie.size:
             del self._tries[where]
+
+
+def covered_by(files: Iterable[StoredFile], new: StoredFile) -> list[StoredFile]:
+    """The files other than ``new``, of its identity and scope, whose tokens are a prefix of
+    its own (the writer drops them: ``new`` restores all they would)."""
+    where, tokens = (new.header.identity, new.header.scope), new.header.token_ids
+    return [f for f in files if f is not new and (f.header.identity, f.header.scope) == where
+            and common_prefix(f.header.token_ids, tokens) == len(f.header.token_ids)]

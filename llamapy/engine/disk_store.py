@@ -19,16 +19,17 @@ What this module guarantees, for any number of processes sharing one folder:
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from llamapy.engine.disk_format import EntryHeader, read_header, read_state
+from llamapy.engine.disk_format import EntryHeader, read_header, read_state, token_bytes
 from llamapy.errors import DiskCacheFormatError
 
 try:
@@ -36,7 +37,7 @@ try:
 except ImportError:  # Windows: one process per folder (the thread lock still holds)
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["SUFFIX", "DiskStore", "StoredFile"]
+__all__ = ["SUFFIX", "DiskStore", "StoredFile", "entry_name"]
 
 log = logging.getLogger("llamapy.engine.disk_cache")
 
@@ -46,6 +47,12 @@ _STALE_TEMP_S = 3600.0
 #: File timestamps are coarse (a kernel tick); changes closer than this to a scan may share
 #: its folder mtime, so a folder changed this recently is rescanned regardless.
 _MTIME_SLACK_NS = 50_000_000
+
+
+def entry_name(identity: bytes, token_ids: Sequence[int]) -> str:
+    """``<identity>-<token hash>.lpkv``: one file per identity and token sequence."""
+    tokens = hashlib.sha256(token_bytes(token_ids)).hexdigest()[:32]
+    return f"{identity.hex()[:32]}-{tokens}{SUFFIX}"
 
 
 @dataclass(slots=True, eq=False)
@@ -101,6 +108,12 @@ class DiskStore:
         whenever an entry is committed or removed; a recent mtime is not trusted)."""
         mtime = os.stat(self.folder).st_mtime_ns
         return mtime != self._scan_mtime or self._scan_at - mtime < _MTIME_SLACK_NS
+
+    def unsettled_s(self) -> float:
+        """Seconds until a scan would be trusted: how much sooner than the slack ago the
+        folder last changed (0 when it is older)."""
+        mtime = os.stat(self.folder).st_mtime_ns
+        return max(0, mtime + _MTIME_SLACK_NS - time.time_ns()) / 1e9
 
     def _stamp(self) -> int:
         """A wall-clock ns timestamp, strictly increasing in this process (LRU order)."""

@@ -275,6 +275,30 @@ def test_an_instance_sees_what_another_wrote_and_evicted(tmp_path):
     assert len(entry_files(tmp_path)) == 2
 
 
+def test_a_lookup_leaves_the_rescan_of_a_changed_folder_to_the_writer_thread(tmp_path,
+                                                                              monkeypatch):
+    disk, other = cache(tmp_path, background=True), cache(tmp_path)
+    scans: list[str] = []
+    scan = disk.store.scan
+    monkeypatch.setattr(disk.store, "scan", lambda known: (
+        scans.append(threading.current_thread().name), scan(known))[1])
+    queued: list[int] = []
+    refresh = disk._queued_refresh
+    monkeypatch.setattr(disk, "_queued_refresh", lambda: (queued.append(1), refresh())[1])
+    gate = threading.Event()
+    disk._writer.submit(gate.wait, 5)  # the writer is busy
+    other.offer(K, TOKENS, *sized(state(1000)))  # another server writes
+    for _ in range(3):  # answered from the index as it stands; one rescan queued
+        assert disk.lookup(K, TOKENS, 100) == (None, 0)
+    gate.set()
+    disk._writer.submit(lambda: None).result(5)  # the writer's turn
+    found, n = disk.lookup(K, TOKENS, 100)
+    assert n == 100 and disk.read(found) == state(1000)
+    assert len(queued) == 1
+    assert len(scans) == 1 and scans[0].startswith("llamapy-disk-write")
+    disk.close()
+
+
 def test_threads_on_one_folder_keep_the_budget(tmp_path):
     one = file_size("tenant-a", 100, 1000)
     instances = [cache(tmp_path, budget=3 * one) for _ in range(3)]
