@@ -297,14 +297,14 @@ class DiskPromptCache:
 
     def _refresh_soon(self) -> None:
         """Before a lookup (on the tick thread): :meth:`refresh` without background threads;
-        else a changed folder is rescanned on the writer thread (at most one queued), as a
-        rescan stats every file and waits for the folder lock that writers hold."""
+        else a folder changed (and settled) is rescanned on the writer thread, one rescan
+        queued at most, as a rescan stats every file and waits for the writers' lock."""
         writer = self._writer
         if writer is None or self.store is None:
             self.refresh()
             return
         with contextlib.suppress(OSError):  # (a failing rescan warns)
-            if not self.store.changed():
+            if not self.store.changed_and_settled():
                 return
         with self._mutex:
             if self._rescan_queued:
@@ -316,9 +316,6 @@ class DiskPromptCache:
             self._rescan_queued = False
 
     def _queued_refresh(self) -> None:
-        assert self.store is not None
-        with contextlib.suppress(OSError):  # (a scan this close to a change is not trusted)
-            time.sleep(self.store.unsettled_s())
         with self._mutex:
             self._rescan_queued = False
         self.refresh()

@@ -109,11 +109,12 @@ class DiskStore:
         mtime = os.stat(self.folder).st_mtime_ns
         return mtime != self._scan_mtime or self._scan_at - mtime < _MTIME_SLACK_NS
 
-    def unsettled_s(self) -> float:
-        """Seconds until a scan would be trusted: how much sooner than the slack ago the
-        folder last changed (0 when it is older)."""
+    def changed_and_settled(self) -> bool:
+        """Whether the folder may have changed since the last scan, and changed long enough
+        ago that a scan now would be trusted."""
         mtime = os.stat(self.folder).st_mtime_ns
-        return max(0, mtime + _MTIME_SLACK_NS - time.time_ns()) / 1e9
+        unsure = mtime != self._scan_mtime or self._scan_at - mtime < _MTIME_SLACK_NS
+        return unsure and time.time_ns() - mtime >= _MTIME_SLACK_NS
 
     def _stamp(self) -> int:
         """A wall-clock ns timestamp, strictly increasing in this process (LRU order)."""

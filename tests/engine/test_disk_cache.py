@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -288,6 +289,7 @@ def test_a_lookup_leaves_the_rescan_of_a_changed_folder_to_the_writer_thread(tmp
     gate = threading.Event()
     disk._writer.submit(gate.wait, 5)  # the writer is busy
     other.offer(K, TOKENS, *sized(state(1000)))  # another server writes
+    time.sleep(0.06)  # (a change is rescanned once it is older than the mtime slack)
     for _ in range(3):  # answered from the index as it stands; one rescan queued
         assert disk.lookup(K, TOKENS, 100) == (None, 0)
     gate.set()
