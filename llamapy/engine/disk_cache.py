@@ -304,7 +304,7 @@ class DiskPromptCache:
             self.refresh()
             return
         with contextlib.suppress(OSError):  # (a failing rescan warns)
-            if not self.store.changed_and_settled():
+            if not self.store.changed(settled=True):
                 return
         with self._mutex:
             if self._rescan_queued:

@@ -103,18 +103,14 @@ class DiskStore:
         """The path of an entry file."""
         return self.folder / name
 
-    def changed(self) -> bool:
+    def changed(self, *, settled: bool = False) -> bool:
         """Whether the folder may have changed since the last :meth:`scan` (its mtime moves
-        whenever an entry is committed or removed; a recent mtime is not trusted)."""
+        whenever an entry is committed or removed; a scan this close to the mtime is not
+        trusted). ``settled``: and changed long enough ago that a scan now would be."""
         mtime = os.stat(self.folder).st_mtime_ns
-        return mtime != self._scan_mtime or self._scan_at - mtime < _MTIME_SLACK_NS
-
-    def changed_and_settled(self) -> bool:
-        """Whether the folder may have changed since the last scan, and changed long enough
-        ago that a scan now would be trusted."""
-        mtime = os.stat(self.folder).st_mtime_ns
-        unsure = mtime != self._scan_mtime or self._scan_at - mtime < _MTIME_SLACK_NS
-        return unsure and time.time_ns() - mtime >= _MTIME_SLACK_NS
+        if mtime == self._scan_mtime and self._scan_at - mtime >= _MTIME_SLACK_NS:
+            return False
+        return not settled or time.time_ns() - mtime >= _MTIME_SLACK_NS
 
     def _stamp(self) -> int:
         """A wall-clock ns timestamp, strictly increasing in this process (LRU order)."""

@@ -264,6 +264,20 @@ def test_pending_writes_are_bounded(tmp_path, monkeypatch):
     disk.close()
 
 
+def test_a_change_is_settled_once_older_than_the_mtime_slack(tmp_path):
+    disk, now = cache(tmp_path), time.time_ns()
+    os.utime(tmp_path, ns=(now, now + 10**9))  # a scan this close to a change is not trusted
+    disk.refresh(force=True)
+    assert disk.store.changed() and not disk.store.changed(settled=True)
+    os.utime(tmp_path, ns=(now, now - 10**9))  # a scan a second after it is
+    disk.refresh(force=True)
+    assert not disk.store.changed() and not disk.store.changed(settled=True)
+    os.utime(tmp_path, ns=(now, now + 2 * 10**9))  # changed, and (to the clock) only just
+    assert disk.store.changed() and not disk.store.changed(settled=True)
+    os.utime(tmp_path, ns=(now, now - 2 * 10**9))  # changed two seconds ago
+    assert disk.store.changed() and disk.store.changed(settled=True)
+
+
 def test_an_instance_sees_what_another_wrote_and_evicted(tmp_path):
     one = file_size("tenant-a", 100, 1000)
     a, b = cache(tmp_path, budget=2 * one), cache(tmp_path, budget=2 * one)
