@@ -14,16 +14,17 @@ Contract (the shape of :class:`~llamapy.engine.prompt_cache.PromptCache`):
   entries over the budget, sizing before serialising like the RAM cache. The state is
   serialised by the caller (on the tick thread: only it may touch the backend); the file is
   written by a background writer while the entry is already visible to :meth:`lookup` and
-  :meth:`read` from memory. After each write, under the folder lock, the index is rescanned,
-  entries the new one covers are dropped, and least-recently-used files (by mtime) are evicted
-  until the folder fits the budget.
+  :meth:`read` from memory. After each write, under the folder lock, the index takes the new
+  file (the folder is rescanned first only if another instance changed it since this one last
+  saw it), entries the new one covers are dropped, and least-recently-used files (by mtime)
+  are evicted until the folder fits the budget.
 - ``lookup`` finds the entry sharing the longest prefix with a prompt (at least
-  ``min_fraction`` of it usable). When the folder's mtime changed (another server wrote or
-  evicted), it is rescanned: on the writer thread in the background (the lookup answers from
-  the index as it stands), on the calling thread otherwise. Lookups and cover checks go
-  through a prefix index per identity and scope (:mod:`llamapy.engine.disk_index`). ``read`` (or
-  ``read_async``, off the caller's thread) returns the verified state, or None when the file
-  vanished or is corrupt (then removed with a warning).
+  ``min_fraction`` of it usable). When another server changed the folder (see
+  :mod:`llamapy.engine.disk_store`), it is rescanned: on the writer thread in the background
+  (the lookup answers from the index as it stands), on the calling thread otherwise. Lookups
+  and cover checks go through a prefix index per identity and scope
+  (:mod:`llamapy.engine.disk_index`). ``read`` (or ``read_async``, off the caller's thread)
+  returns the verified state, or None when the file vanished or is corrupt (then removed).
 - Named blobs (:meth:`save_blob` / :meth:`load_blob`: session snapshots, which carry and
   verify their own manifest) live in the same files, budget, LRU and lock; no prompt ever
   matches one.
@@ -47,7 +48,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from llamapy.engine.disk_format import encode_entry, file_size
-from llamapy.engine.disk_index import DiskIndex, Found, covered_by
+from llamapy.engine.disk_index import DiskIndex, Found
 from llamapy.engine.disk_store import DiskStore, StoredFile, entry_name
 from llamapy.engine.options import EngineConfig, EngineTuning
 from llamapy.engine.prefix_trie import restorable
@@ -106,7 +107,7 @@ class DiskPromptCache:
     def total_bytes(self) -> int:
         """Bytes of the indexed files."""
         with self._mutex:
-            return sum(f.size for f in self._index.files.values())
+            return self._index.total_bytes
 
     def __len__(self) -> int:
         with self._mutex:
@@ -190,9 +191,9 @@ class DiskPromptCache:
             ident = self.identity(entry.key)
             tmp = self.store.write_temp(encode_entry(ident, entry.key.cache_scope,
                                                      entry.token_ids, entry.data))
-            with self.store.lock():
+            with self.store.lock() as fresh:
                 self.store.commit(tmp, name, last_used_ns)
-                self._rescan_locked(keep=name)
+                self._rescan_locked(keep=name, fresh=fresh)
             self.num_writes += 1
         except OSError as exc:
             log.warning("disk prompt cache: cannot write %s: %s", name, exc)
@@ -263,9 +264,9 @@ class DiskPromptCache:
             return False
         fname = entry_name(ident, ())
         tmp = self.store.write_temp(encode_entry(ident, None, (), data))
-        with self.store.lock():
+        with self.store.lock() as fresh:
             self.store.commit(tmp, fname)
-            self._rescan_locked(keep=fname)
+            self._rescan_locked(keep=fname, fresh=fresh)
         return True
 
     def load_blob(self, name: str) -> bytes | None:
@@ -290,21 +291,22 @@ class DiskPromptCache:
         try:
             if not force and not self.store.changed():
                 return
-            with self.store.lock():
-                self._rescan_locked()
+            with self.store.lock() as fresh:
+                if force or not fresh:  # (not the case when the change was its own write)
+                    self._rescan_locked()
         except OSError as exc:
             log.warning("disk prompt cache: cannot scan %s: %s", self.store.folder, exc)
 
     def _refresh_soon(self) -> None:
         """Before a lookup (on the tick thread): :meth:`refresh` without background threads;
-        else a folder changed (and settled) is rescanned on the writer thread, one rescan
-        queued at most, as a rescan stats every file and waits for the writers' lock."""
+        else a changed folder is rescanned on the writer thread, one rescan queued at most, as
+        a rescan stats every file and waits for the writers' lock."""
         writer = self._writer
         if writer is None or self.store is None:
             self.refresh()
             return
         with contextlib.suppress(OSError):  # (a failing rescan warns)
-            if not self.store.changed(settled=True):
+            if not self.store.changed():
                 return
         with self._mutex:
             if self._rescan_queued:
@@ -320,26 +322,30 @@ class DiskPromptCache:
             self._rescan_queued = False
         self.refresh()
 
-    def _rescan_locked(self, keep: str | None = None) -> None:
-        """Rescan, drop entries ``keep`` covers, evict LRU files to the budget (under lock)."""
+    def _rescan_locked(self, keep: str | None = None, fresh: bool = False) -> None:
+        """Bring the index up to date (under the lock): rescan the folder, or with ``fresh``
+        (the folder as last seen) only take the just committed ``keep``; then drop the entries
+        ``keep`` covers and evict LRU files to the budget."""
         assert self.store is not None
+        if not fresh:
+            with self._mutex:
+                known = dict(self._index.files)
+            files = self.store.scan(known)
+            with self._mutex:
+                self._index.set_files(files)
+        elif keep is not None and (new := self.store.stored(keep)) is not None:
+            with self._mutex:
+                self._index.add_file(new)
         with self._mutex:
-            known = dict(self._index.files)
-        files = self.store.scan(known)
-        for stored in covered_by(files.values(), files[keep]) if keep in files else ():
+            covered = self._index.covered_by(keep) if keep is not None else []
+        for stored in covered:
             self.store.remove(stored, "covered")
-            del files[stored.name]
-        by_age = sorted(files.values(), key=lambda f: f.mtime_ns)
-        total = sum(f.size for f in files.values())
-        for stored in by_age:
-            if total <= self.budget_bytes:
-                break
-            self.store.remove(stored, "evicted")
-            del files[stored.name]
-            total -= stored.size
-            self.num_evictions += 1
+            self._forget(stored)
         with self._mutex:
-            self._index.set_files(files)
+            candidates = self._index.over(self.budget_bytes)
+        for stored in self.store.evict(candidates, self.budget_bytes):
+            self.num_evictions += 1
+            self._forget(stored)
 
     def _forget(self, entry: StoredFile) -> None:
         with self._mutex:

@@ -15,13 +15,13 @@ are walked.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 
 from llamapy.engine.disk_store import StoredFile
 from llamapy.engine.prefix_trie import PrefixTrie
-from llamapy.engine.prompt_cache import CacheEntry, common_prefix
+from llamapy.engine.prompt_cache import CacheEntry
 
-__all__ = ["DiskIndex", "Found", "covered_by"]
+__all__ = ["DiskIndex", "Found"]
 
 #: A disk cache entry: a file, or an entry still being written.
 Found = StoredFile | CacheEntry
@@ -34,6 +34,8 @@ class DiskIndex:
     def __init__(self) -> None:
         #: Indexed files by name.
         self.files: dict[str, StoredFile] = {}
+        #: Their sizes, summed.
+        self.total_bytes = 0
         #: Entries being written, by file name: (identity, entry).
         self.pending: dict[str, tuple[bytes, CacheEntry]] = {}
         self._tries: dict[_Where, PrefixTrie] = {}
@@ -42,21 +44,31 @@ class DiskIndex:
         self._next_id = 0
 
     def set_files(self, files: dict[str, StoredFile]) -> None:
-        """Make ``files`` the indexed files (a rescan's result)."""
+        """Make (a copy of) ``files`` the indexed files (a rescan's result)."""
         old = self.files
         for name, stored in old.items():
             if files.get(name) is not stored:
                 self._unindex(stored)
         for name, stored in files.items():
             if old.get(name) is not stored:
-                head = stored.header
-                self._index((head.identity, head.scope), head.token_ids, stored)
-        self.files = files
+                self._index_file(stored)
+        self.files = dict(files)
+        self.total_bytes = sum(f.size for f in files.values())
+
+    def add_file(self, stored: StoredFile) -> None:
+        """Index ``stored``, in place of an indexed file of its name."""
+        old = self.files.get(stored.name)
+        if old is not None:
+            self.forget(old)
+        self.files[stored.name] = stored
+        self.total_bytes += stored.size
+        self._index_file(stored)
 
     def forget(self, stored: StoredFile) -> None:
         """Drop ``stored`` if it is still the indexed file of its name."""
         if self.files.get(stored.name) is stored:
             del self.files[stored.name]
+            self.total_bytes -= stored.size
             self._unindex(stored)
 
     def add_pending(self, name: str, identity: bytes, entry: CacheEntry) -> None:
@@ -87,6 +99,20 @@ class DiskIndex:
         trie = self._tries.get((identity, scope))
         return trie is not None and trie.extends(tokens)
 
+    def covered_by(self, name: str) -> list[StoredFile]:
+        """The indexed files other than file ``name``, of its identity and scope, whose tokens
+        are a prefix of its own (the writer drops them: ``name`` restores all they would)."""
+        new = self.files.get(name)
+        trie = None if new is None else self._tries.get((new.header.identity, new.header.scope))
+        if new is None or trie is None:
+            return []
+        found = [self._items[i][1] for i in trie.prefixes_of(new.header.token_ids)]
+        return [f for f in found if isinstance(f, StoredFile) and f is not new]
+
+    def over(self, budget: int) -> list[StoredFile]:
+        """Every indexed file when they exceed ``budget`` bytes together, else none."""
+        return list(self.files.values()) if self.total_bytes > budget else []
+
     def check(self) -> None:
         """Raise ``AssertionError`` unless the tries index exactly the files and pending."""
         want = {id(f): ((f.header.identity, f.header.scope), f.header.token_ids)
@@ -99,6 +125,10 @@ class DiskIndex:
             raise AssertionError("disk cache: the prefix index disagrees with the files")
         for trie in self._tries.values():
             trie.check()
+
+    def _index_file(self, stored: StoredFile) -> None:
+        head = stored.header
+        self._index((head.identity, head.scope), head.token_ids, stored)
 
     def _index(self, where: _Where, tokens: tuple[int, ...], found: Found) -> None:
         item_id = self._next_id
@@ -115,11 +145,3 @@ class DiskIndex:
         trie.remove(item_id, tokens)
         if not trie.size:
             del self._tries[where]
-
-
-def covered_by(files: Iterable[StoredFile], new: StoredFile) -> list[StoredFile]:
-    """The files other than ``new``, of its identity and scope, whose tokens are a prefix of
-    its own (the writer drops them: ``new`` restores all they would)."""
-    where, tokens = (new.header.identity, new.header.scope), new.header.token_ids
-    return [f for f in files if f is not new and (f.header.identity, f.header.scope) == where
-            and common_prefix(f.header.token_ids, tokens) == len(f.header.token_ids)]

@@ -10,6 +10,12 @@ What this module guarantees, for any number of processes sharing one folder:
   since ``flock`` does not exclude threads sharing a descriptor; without ``fcntl``, on
   Windows, only the thread lock: one process per folder there). Readers take no lock: a file
   that vanishes is a miss, and one opened before its removal stays readable.
+- **Exact change detection**: every lock holder that changes the folder adds one to a
+  generation count kept in ``.lock``, so an instance knows whether the folder is as it last
+  saw it by reading 8 bytes and the folder's mtime (:meth:`DiskStore.changed`), and the holder
+  of the lock, when it was, keeps its view by what it does itself: no rescan of every file
+  after its own writes. (The mtime catches other tools, e.g. a user's ``rm``, except within
+  the same clock tick as our own change; such a file vanishes as a miss when read.)
 - **Nothing foreign is trusted**: :meth:`DiskStore.scan` reads headers only
   (:func:`~llamapy.engine.disk_format.read_header`); a file with our suffix whose header is
   corrupt, truncated, of another version or not ours at all is removed with a warning (only if
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import heapq
 import logging
 import os
 import tempfile
@@ -44,9 +51,6 @@ log = logging.getLogger("llamapy.engine.disk_cache")
 SUFFIX = ".lpkv"
 #: Temp files older than this are left over from a crash (a write takes seconds at most).
 _STALE_TEMP_S = 3600.0
-#: File timestamps are coarse (a kernel tick); changes closer than this to a scan may share
-#: its folder mtime, so a folder changed this recently is rescanned regardless.
-_MTIME_SLACK_NS = 50_000_000
 
 
 def entry_name(identity: bytes, token_ids: Sequence[int]) -> str:
@@ -77,8 +81,9 @@ class DiskStore:
         self._lock_fd = os.open(self.folder / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
         self.num_bad_files = 0
         self._last_stamp = 0
-        self._scan_mtime = -1
-        self._scan_at = 0
+        #: (generation, folder mtime) when this instance's view was last complete; None: never.
+        self._seen: tuple[int, int] | None = None
+        self._mutated = self._scanned = False
 
     def close(self) -> None:
         """Close the lock file; idempotent."""
@@ -87,30 +92,44 @@ class DiskStore:
             self._lock_fd = -1
 
     @contextlib.contextmanager
-    def lock(self) -> Iterator[None]:
-        """Exclusive use of the folder, across threads and processes."""
+    def lock(self) -> Iterator[bool]:
+        """Exclusive use of the folder, across threads and processes. Yields whether the folder
+        is as this instance last saw it: then the caller keeps its view current with what it
+        does under the lock, and the folder counts as seen at release (as after a
+        :meth:`scan` under the lock). A change under the lock moves the generation."""
         with self._thread_lock:
-            if fcntl is None:
-                yield
-                return
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+            if fcntl is not None:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
             try:
-                yield
+                at_start = self.version()
+                fresh = at_start == self._seen
+                self._mutated = self._scanned = False
+                completed = False
+                try:
+                    yield fresh
+                    completed = True
+                finally:
+                    if self._mutated:
+                        os.pwrite(self._lock_fd, (at_start[0] + 1).to_bytes(8, "little"), 0)
+                    seen = completed and (fresh or self._scanned)
+                    self._seen = self.version() if seen else None
             finally:
-                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+                if fcntl is not None:
+                    fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
     def path(self, name: str) -> Path:
         """The path of an entry file."""
         return self.folder / name
 
-    def changed(self, *, settled: bool = False) -> bool:
-        """Whether the folder may have changed since the last :meth:`scan` (its mtime moves
-        whenever an entry is committed or removed; a scan this close to the mtime is not
-        trusted). ``settled``: and changed long enough ago that a scan now would be."""
-        mtime = os.stat(self.folder).st_mtime_ns
-        if mtime == self._scan_mtime and self._scan_at - mtime >= _MTIME_SLACK_NS:
-            return False
-        return not settled or time.time_ns() - mtime >= _MTIME_SLACK_NS
+    def version(self) -> tuple[int, int]:
+        """The folder's generation count and mtime."""
+        generation = int.from_bytes(os.pread(self._lock_fd, 8, 0), "little")
+        return generation, os.stat(self.folder).st_mtime_ns
+
+    def changed(self) -> bool:
+        """Whether the folder may differ from this instance's view: changed by another
+        instance (or tool) since this one last scanned it or changed it itself."""
+        return self.version() != self._seen
 
     def _stamp(self) -> int:
         """A wall-clock ns timestamp, strictly increasing in this process (LRU order)."""
@@ -137,6 +156,7 @@ class DiskStore:
         ``last_used_ns`` (under :meth:`lock`)."""
         stamp = self._stamp() if last_used_ns is None else last_used_ns
         os.utime(tmp, ns=(stamp, stamp))
+        self._mutated = True
         os.replace(tmp, self.path(name))
 
     def remove(self, stored: StoredFile, why: str = "") -> None:
@@ -144,6 +164,7 @@ class DiskStore:
         path = self.path(stored.name)
         try:
             if os.stat(path).st_ino == stored.inode:
+                self._mutated = True
                 os.unlink(path)
         except FileNotFoundError:
             return
@@ -174,13 +195,8 @@ class DiskStore:
         reused when their inode and size are unchanged (their mtime refreshed), new ones have
         their header read; bad ones are removed with a warning."""
         found: dict[str, StoredFile] = {}
-        self._scan_at = time.time_ns()
-        self._scan_mtime = os.stat(self.folder).st_mtime_ns
-        for name in self._entry_names():
-            try:
-                st = os.stat(self.path(name))
-            except FileNotFoundError:
-                continue
+        self._scanned = True
+        for name, st in self._entry_stats():
             old = known.get(name)
             if old is not None and (old.inode, old.size) == (st.st_ino, st.st_size):
                 old.mtime_ns = st.st_mtime_ns
@@ -192,12 +208,58 @@ class DiskStore:
         self._remove_stale_temps()
         return found
 
-    def _entry_names(self) -> list[str]:
+    def stored(self, name: str) -> StoredFile | None:
+        """The entry file ``name`` as it is now (its header read), or None if absent or bad
+        (removed with a warning; call under :meth:`lock`)."""
         try:
-            return [n for n in os.listdir(self.folder) if n.endswith(SUFFIX)]
+            st = os.stat(self.path(name))
+        except FileNotFoundError:
+            return None
+        return self._read_stored(name, st)
+
+    def evict(self, files: list[StoredFile], budget: int) -> list[StoredFile]:
+        """Remove the least recently used of ``files`` until the rest fit ``budget``; returns
+        those gone (call under :meth:`lock`). Only the candidates' last uses are read again:
+        another instance's :meth:`touch` moves a file's mtime, not the folder's, so an
+        indexed mtime may be older than the file's."""
+        total = sum(f.size for f in files)
+        heap = [(f.mtime_ns, i) for i, f in enumerate(files)] if total > budget else []
+        heapq.heapify(heap)
+        gone = []
+        while total > budget and heap:
+            mtime, i = heapq.heappop(heap)
+            stored = files[i]
+            now = self._mtime(stored)
+            if now is not None and now != mtime:  # used since it was indexed
+                stored.mtime_ns = now
+                heapq.heappush(heap, (now, i))
+                continue
+            if now is not None:
+                self.remove(stored, "evicted")
+            gone.append(stored)
+            total -= stored.size
+        return gone
+
+    def _mtime(self, stored: StoredFile) -> int | None:
+        """The file's mtime now; None if it vanished or is another file."""
+        try:
+            st = os.stat(self.path(stored.name))
+        except FileNotFoundError:
+            return None
+        return st.st_mtime_ns if st.st_ino == stored.inode else None
+
+    def _entry_stats(self) -> list[tuple[str, os.stat_result]]:
+        """The entry files in the folder with their stats (one pass of ``scandir``)."""
+        out = []
+        try:
+            with os.scandir(self.folder) as entries:
+                for entry in entries:
+                    if entry.name.endswith(SUFFIX):
+                        with contextlib.suppress(FileNotFoundError):
+                            out.append((entry.name, entry.stat()))
         except FileNotFoundError:
             self.temp_folder.mkdir(parents=True, exist_ok=True)
-            return []
+        return out
 
     def _read_stored(self, name: str, st: os.stat_result) -> StoredFile | None:
         try:
@@ -217,6 +279,7 @@ class DiskStore:
         path = self.path(name)
         with contextlib.suppress(FileNotFoundError):
             if os.stat(path).st_ino == inode:
+                self._mutated = True
                 os.unlink(path)
 
     def _remove_stale_temps(self) -> None:

@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -264,18 +263,57 @@ def test_pending_writes_are_bounded(tmp_path, monkeypatch):
     disk.close()
 
 
-def test_a_change_is_settled_once_older_than_the_mtime_slack(tmp_path):
-    disk, now = cache(tmp_path), time.time_ns()
-    os.utime(tmp_path, ns=(now, now + 10**9))  # a scan this close to a change is not trusted
-    disk.refresh(force=True)
-    assert disk.store.changed() and not disk.store.changed(settled=True)
-    os.utime(tmp_path, ns=(now, now - 10**9))  # a scan a second after it is
-    disk.refresh(force=True)
-    assert not disk.store.changed() and not disk.store.changed(settled=True)
-    os.utime(tmp_path, ns=(now, now + 2 * 10**9))  # changed, and (to the clock) only just
-    assert disk.store.changed() and not disk.store.changed(settled=True)
-    os.utime(tmp_path, ns=(now, now - 2 * 10**9))  # changed two seconds ago
-    assert disk.store.changed() and disk.store.changed(settled=True)
+def counted_scans(disk: DiskPromptCache, monkeypatch) -> list[int]:
+    """A list that grows by one at each rescan of ``disk``'s folder."""
+    scans: list[int] = []
+    scan = disk.store.scan
+    monkeypatch.setattr(disk.store, "scan", lambda known: (scans.append(1), scan(known))[1])
+    return scans
+
+
+def test_own_writes_need_no_rescan_and_another_instances_do(tmp_path, monkeypatch):
+    disk, other = cache(tmp_path), cache(tmp_path)
+    scans = counted_scans(disk, monkeypatch)
+    for i in range(3):
+        assert disk.offer(K, tuple(range(i * 1000, i * 1000 + 100)), *sized(state(1000)))
+        assert not disk.store.changed()
+    assert scans == [] and disk.lookup(K, range(0, 100), 100)[1] == 100
+    _, mtime = disk.store.version()
+    assert other.offer(K, TOKENS, *sized(state(1000)))  # the generation moves...
+    os.utime(tmp_path, ns=(mtime, mtime))  # (even if the clock tick hid the folder's change)
+    assert disk.store.changed()
+    assert disk.lookup(K, TOKENS, 100)[1] == 100 and scans == [1]  # ...so it rescans once
+    assert disk.offer(K, tuple(range(9000, 9100)), *sized(state(1000)))
+    assert scans == [1] and len(disk) == 5 and not disk.store.changed()
+    disk.check_integrity()
+
+
+def test_a_change_by_another_tool_is_seen_by_the_folders_mtime(tmp_path, monkeypatch):
+    disk = cache(tmp_path)
+    assert disk.offer(K, TOKENS, *sized(state(1000)))
+    (path,) = entry_files(tmp_path)
+    path.unlink()  # a user's rm: no generation moves...
+    mtime = os.stat(tmp_path).st_mtime_ns + 10**9  # (and not within our change's clock tick)
+    os.utime(tmp_path, ns=(mtime, mtime))
+    assert disk.store.changed() and disk.lookup(K, TOKENS, 100) == (None, 0)
+    assert len(disk) == 0
+
+
+def test_eviction_reads_last_uses_another_instance_made(tmp_path, monkeypatch):
+    one = file_size("tenant-a", 100, 1000)
+    a, b = cache(tmp_path, budget=3 * one), cache(tmp_path, budget=3 * one)
+    prompts = [tuple(range(i * 1000, i * 1000 + 100)) for i in range(3)]
+    for p in prompts:
+        assert a.offer(K, p, *sized(state(1000)))
+    found, _ = b.lookup(K, prompts[0], 100)
+    b.touch(found)  # the oldest is now the most recently used, in b only
+    assert not a.store.changed()  # (a touch moves no generation)
+    scans = counted_scans(a, monkeypatch)
+    assert a.offer(K, tuple(range(5000, 5100)), *sized(state(1000)))
+    assert scans == [] and a.num_evictions == 1
+    assert {f.header.token_ids[0] for f in a.files()} == {0, 2000, 5000}
+    assert {f.header.token_ids[0] for f in cache(tmp_path, budget=3 * one).files()} \
+        == {0, 2000, 5000}
 
 
 def test_an_instance_sees_what_another_wrote_and_evicted(tmp_path):
@@ -303,7 +341,6 @@ def test_a_lookup_leaves_the_rescan_of_a_changed_folder_to_the_writer_thread(tmp
     gate = threading.Event()
     disk._writer.submit(gate.wait, 5)  # the writer is busy
     other.offer(K, TOKENS, *sized(state(1000)))  # another server writes
-    time.sleep(0.06)  # (a change is rescanned once it is older than the mtime slack)
     for _ in range(3):  # answered from the index as it stands; one rescan queued
         assert disk.lookup(K, TOKENS, 100) == (None, 0)
     gate.set()
