@@ -84,7 +84,7 @@ def plain(found: dict, name: str) -> float:
 
 def test_llama_servers_time_metrics(http: httpx.Client) -> None:
     done = http.post("/completion", json={"prompt": "I believe", "n_predict": 8,
-                                          "cache_prompt": False}).json()
+                                          "cache_prompt": False, "ignore_eos": True}).json()
     assert done["tokens_predicted"] == 8
     found = samples(http)  # this scrape closes the window holding that request
     assert plain(found, "llamacpp:predicted_tokens_seconds") > 0

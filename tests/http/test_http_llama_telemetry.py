@@ -49,7 +49,8 @@ def check_progress(progress: list[dict[str, Any]]) -> None:
 
 def test_completion_progress_and_timings_per_token(http: httpx.Client) -> None:
     chunks = stream(http, "/completion", {"prompt": "1 " + LONG, "n_predict": 4,
-                                          "cache_prompt": False, "timings_per_token": True,
+                                          "cache_prompt": False, "ignore_eos": True,
+                                          "timings_per_token": True,
                                           "return_progress": True})
     progress = [c for c in chunks if "prompt_progress" in c]
     check_progress([c["prompt_progress"] for c in progress])
@@ -124,14 +125,15 @@ def test_bad_verbose_is_400(http: httpx.Client) -> None:
 def test_id_slot_is_accepted_on_chat(http: httpx.Client) -> None:
     for _ in range(2):
         done = http.post("/v1/chat/completions", json=chat("Name a book", n=2, id_slot=0,
-                                                           max_tokens=4))
+                                                           max_tokens=4, ignore_eos=True))
         assert done.status_code == 200, done.text
         assert [c["finish_reason"] for c in done.json()["choices"]] == ["length", "length"]
 
 
 def test_post_sampling_probs_are_probabilities(http: httpx.Client) -> None:
     body = {"prompt": "Today was the day. Today I would finally become a", "n_probs": 10,
-            "n_predict": 3, "temperature": 1.0, "seed": 7}
+            "n_predict": 3, "temperature": 1.0, "seed": 7,
+            "cache_prompt": False}  # (both runs compute the prompt in one batch, alike)
     logs = http.post("/completion", json=body).json()["completion_probabilities"]
     probs = http.post("/completion", json={**body, "post_sampling_probs": True}
                       ).json()["completion_probabilities"]

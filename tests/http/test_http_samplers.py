@@ -12,13 +12,14 @@ def texts(http: httpx.Client, path: str, seeds: range, **fields) -> set[str]:
     out = set()
     for seed in seeds:
         if path == "/completion":
-            body = {"prompt": PROMPT, "n_predict": 12, "seed": seed, **fields}
+            body = {"prompt": PROMPT, "n_predict": 12, "seed": seed, "cache_prompt": False,
+                    **fields}
             done = http.post(path, json=body)
             assert done.status_code == 200, done.text
             out.add(done.json()["content"])
         else:
             body = {"messages": [{"role": "user", "content": PROMPT}], "max_tokens": 12,
-                    "seed": seed, **fields}
+                    "seed": seed, "cache_prompt": False, **fields}  # (alike prompt batches)
             done = http.post(path, json=body)
             assert done.status_code == 200, done.text
             out.add(done.json()["choices"][0]["message"]["content"])

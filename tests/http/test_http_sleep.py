@@ -129,18 +129,24 @@ def test_the_live_view_says_sleeping_and_watching_does_not_wake_it(
 
 
 def test_a_read_only_route_holds_off_a_sleep_without_being_activity() -> None:
-    slept = threading.Event()
+    slept, unpinning = threading.Event(), threading.Event()
+    pins_seen: list[int] = []  # the clock's pins at each call (its lock is held then)
 
     def on_idle() -> bool:
+        pins_seen.append(clock._pins)
+        if not unpinning.is_set():  # (a stall before the pin: idle then; the spell restarts)
+            return False
         slept.set()
         return True
 
     clock = IdleClock(0.05, on_idle)
     try:
         clock.pin()
-        assert not slept.wait(0.3)  # idle long past 0.05 s, but a read is under way
+        time.sleep(0.3)  # idle long past 0.05 s, but a read is under way
+        unpinning.set()
         clock.unpin()
-        assert slept.wait(WAIT_S)  # at once: the read did not start a new quiet spell
+        assert slept.wait(WAIT_S)  # the read did not start a new quiet spell
+        assert pins_seen and not any(pins_seen)  # never while pinned
     finally:
         clock.close()
 

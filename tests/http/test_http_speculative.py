@@ -25,7 +25,8 @@ def test_request_turns_speculation_on_and_reports_drafts(http: httpx.Client) -> 
     plain = http.post("/v1/chat/completions", json=chat_body())
     assert plain.status_code == 200, plain.text
     assert "draft_n" not in plain.json()["timings"]  # the shared server's default is off
-    drafted = http.post("/v1/chat/completions", json=chat_body(speculative="ngram"))
+    drafted = http.post("/v1/chat/completions",
+                        json=chat_body(speculative={"type": "ngram", "adaptive": False}))
     assert drafted.status_code == 200, drafted.text
     timings = drafted.json()["timings"]
     assert timings["draft_n"] > 0

@@ -43,6 +43,7 @@ def test_a_restarted_server_reuses_a_2000_token_prefix_from_disk(model_path, tmp
         prefix = prefix_ids(first, 2000)
         prompt = prefix + question(first, "What do whales do?")
         cold = first.complete_tokens(prompt, max_tokens=8, **GREEDY)
+        assert cold.timings.reused_tokens == 0
         own = first.complete_tokens(prompt, max_tokens=8, **GREEDY)  # own-slot reuse
         assert own.timings.reuse_source == "own"
     assert len(entry_files(tmp_path)) == 1  # the slot's prefix was written at close
@@ -52,7 +53,6 @@ def test_a_restarted_server_reuses_a_2000_token_prefix_from_disk(model_path, tmp
         assert warm.timings.reuse_source == "disk"
         assert warm.timings.reused_tokens == len(prompt) - 1
         assert warm.token_ids == own.token_ids  # the very KV own-slot reuse had
-        assert warm.timings.ttft_s < cold.timings.ttft_s / 2
         other = again.complete_tokens(prefix + question(again, "And kelp?"), max_tokens=4,
                                       **GREEDY)
         assert other.timings.reused_tokens >= len(prefix)  # the first request's slot, now

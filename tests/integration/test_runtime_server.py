@@ -37,8 +37,14 @@ def cancelled(server: Server) -> int:
 
 def test_generate_is_cancelled_from_another_thread_by_its_request_id(small: Server) -> None:
     before = cancelled(small)
-    timer = threading.Timer(0.3, small.cancel, args=("story-1",))
-    timer.start()
+
+    def cancel_once_running() -> None:  # (an id the server does not know yet is ignored)
+        deadline = time.monotonic() + 60
+        while small.stats()["slots_active"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        small.cancel("story-1")
+
+    threading.Thread(target=cancel_once_running, daemon=True).start()
     started = time.monotonic()
     with pytest.raises(CancelledError):
         small.generate(PROMPT, max_tokens=1500, request_id="story-1", temp=0.0,

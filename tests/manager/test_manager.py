@@ -242,7 +242,7 @@ def test_keep_alive_zero_unloads_when_the_last_request_ends(factory: FakeFactory
 
 
 def test_keep_alive_duration_unloads_after_idle_time(factory: FakeFactory) -> None:
-    with manager(factory, spec("a", keep_alive="200ms"), spec("b"), keep_alive=-1) as m:
+    with manager(factory, spec("a", keep_alive="1s"), spec("b"), keep_alive=-1) as m:
         use(m, "a")
         use(m, "b")
         assert m.status_of("a").state is ModelState.LOADED

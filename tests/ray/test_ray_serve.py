@@ -250,7 +250,10 @@ def test_a_killed_replica_fails_its_requests_fast_the_other_serves_and_serve_rep
         assert next(line for line in lines if line.startswith("data: "))  # it is generating
         for thread in threads:
             thread.start()
-        time.sleep(1.0)
+        deadline = time.monotonic() + 60  # both long requests are on their replicas
+        while (stats_of(victim)["slots_active"], stats_of(survivor)["slots_active"]) != (2, 1):
+            assert time.monotonic() < deadline, "the long requests never started"
+            time.sleep(0.05)
         killed_at = time.perf_counter()
         ray.kill(ray.get_actor(f"SERVE_REPLICA::affinity#llamapy-model#{victim}",
                                namespace="serve"), no_restart=True)
