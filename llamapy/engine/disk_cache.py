@@ -181,7 +181,7 @@ class DiskPromptCache:
 
     def _write(self, name: str, entry: CacheEntry, size: int,
                last_used_ns: int | None = None) -> None:
-        """The writer's job: temp file, commit, rescan, drop covered, evict (under the lock)."""
+        """The writer's job: temp file, commit, index, drop covered, evict (under the lock)."""
         assert self.store is not None and isinstance(entry.key, CacheKey)
         try:
             if self._deadline is not None and time.monotonic() > self._deadline:
@@ -193,7 +193,7 @@ class DiskPromptCache:
                                                      entry.token_ids, entry.data))
             with self.store.lock() as fresh:
                 self.store.commit(tmp, name, last_used_ns)
-                self._rescan_locked(keep=name, fresh=fresh)
+                self._sync_locked(keep=name, fresh=fresh)
             self.num_writes += 1
         except OSError as exc:
             log.warning("disk prompt cache: cannot write %s: %s", name, exc)
@@ -266,7 +266,7 @@ class DiskPromptCache:
         tmp = self.store.write_temp(encode_entry(ident, None, (), data))
         with self.store.lock() as fresh:
             self.store.commit(tmp, fname)
-            self._rescan_locked(keep=fname, fresh=fresh)
+            self._sync_locked(keep=fname, fresh=fresh)
         return True
 
     def load_blob(self, name: str) -> bytes | None:
@@ -293,7 +293,7 @@ class DiskPromptCache:
                 return
             with self.store.lock() as fresh:
                 if force or not fresh:  # (not the case when the change was its own write)
-                    self._rescan_locked()
+                    self._sync_locked()
         except OSError as exc:
             log.warning("disk prompt cache: cannot scan %s: %s", self.store.folder, exc)
 
@@ -322,7 +322,7 @@ class DiskPromptCache:
             self._rescan_queued = False
         self.refresh()
 
-    def _rescan_locked(self, keep: str | None = None, fresh: bool = False) -> None:
+    def _sync_locked(self, keep: str | None = None, fresh: bool = False) -> None:
         """Bring the index up to date (under the lock): rescan the folder, or with ``fresh``
         (the folder as last seen) only take the just committed ``keep``; then drop the entries
         ``keep`` covers and evict LRU files to the budget."""
