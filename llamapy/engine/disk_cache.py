@@ -37,17 +37,20 @@ Contract (the shape of :class:`~llamapy.engine.prompt_cache.PromptCache`):
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 
-from llamapy.engine.disk_format import encode_entry, file_size
+from llamapy.engine.disk_format import (
+    CacheNamespace,
+    blob_identity,
+    encode_entry,
+    entry_identity,
+    file_size,
+)
 from llamapy.engine.disk_index import DiskIndex, Found
 from llamapy.engine.disk_store import DiskStore, StoredFile, entry_name
 from llamapy.engine.options import EngineConfig, EngineTuning
@@ -59,16 +62,6 @@ from llamapy.errors import DiskCacheFormatError, InvalidOptionError
 __all__ = ["CacheNamespace", "DiskPromptCache", "open_disk_cache"]
 
 log = logging.getLogger("llamapy.engine.disk_cache")
-
-
-@dataclass(frozen=True, slots=True)
-class CacheNamespace:
-    """What the host knows and the engine does not: ``digest`` names the model and runtime
-    the KV was computed by; ``describe_adapters`` turns an adapter set into something that
-    changes when an adapter file does (default ``repr``)."""
-
-    digest: str
-    describe_adapters: Callable[[tuple[Hashable, ...]], str] = repr
 
 
 class DiskPromptCache:
@@ -124,10 +117,7 @@ class DiskPromptCache:
         if found is None:
             if len(self._identities) > 4096:
                 self._identities.clear()
-            adapters = self.namespace.describe_adapters(tuple(key.adapter_set))
-            payload = json.dumps(["llamapy-prompt-cache", self.namespace.digest,
-                                  key.cache_scope, key.cache_identity, adapters])
-            found = self._identities[key] = hashlib.sha256(payload.encode()).digest()
+            found = self._identities[key] = entry_identity(self.namespace, key)
         return found
 
     # --- storing ---------------------------------------------------------------------------
@@ -191,8 +181,7 @@ class DiskPromptCache:
             ident = self.identity(entry.key)
             tmp = self.store.write_temp(encode_entry(ident, entry.key.cache_scope,
                                                      entry.token_ids, entry.data))
-            with self.store.lock() as fresh:
-                self.store.commit(tmp, name, last_used_ns)
+            with self.store.committing(tmp, name, last_used_ns) as fresh:
                 self._sync_locked(keep=name, fresh=fresh)
             self.num_writes += 1
         except OSError as exc:
@@ -228,7 +217,8 @@ class DiskPromptCache:
         try:
             return self.store.read_state(entry)
         except FileNotFoundError:
-            self._forget(entry)
+            if self.store.last_use(entry) is None:  # (not rewritten meanwhile as that inode)
+                self._forget(entry)
         except (DiskCacheFormatError, OSError) as exc:
             with self.store.lock():
                 self.store.discard_bad(entry.name, entry.inode, exc)
@@ -259,13 +249,12 @@ class DiskPromptCache:
         that name); False when disabled or over the budget. ``OSError`` if the write fails."""
         if self.store is None:
             return False
-        ident = _blob_identity(name)
+        ident = blob_identity(name)
         if file_size(None, 0, len(data)) > self.budget_bytes:
             return False
         fname = entry_name(ident, ())
         tmp = self.store.write_temp(encode_entry(ident, None, (), data))
-        with self.store.lock() as fresh:
-            self.store.commit(tmp, fname)
+        with self.store.committing(tmp, fname) as fresh:
             self._sync_locked(keep=fname, fresh=fresh)
         return True
 
@@ -276,7 +265,7 @@ class DiskPromptCache:
             return None
         self.refresh()
         with self._mutex:
-            stored = self._index.files.get(entry_name(_blob_identity(name), ()))
+            stored = self._index.files.get(entry_name(blob_identity(name), ()))
         data = None if stored is None else self.read(stored)
         if stored is not None and data is not None:
             self.touch(stored)
@@ -336,6 +325,7 @@ class DiskPromptCache:
         elif keep is not None and (new := self.store.stored(keep)) is not None:
             with self._mutex:
                 self._index.add_file(new)
+            self.store.sweep_temps()
         with self._mutex:
             covered = self._index.covered_by(keep) if keep is not None else []
         for stored in covered:
@@ -372,14 +362,12 @@ class DiskPromptCache:
             total = sum(f.size for f in self._index.files.values())
             pending = self._pending_bytes
             self._index.check()
+            if total != self._index.total_bytes:
+                raise AssertionError("disk cache: the running byte total is wrong")
         if total > max(self.budget_bytes, 0):
             raise AssertionError(f"disk cache: {total} bytes over budget {self.budget_bytes}")
         if pending < 0:
             raise AssertionError(f"disk cache: pending bytes {pending} < 0")
-
-
-def _blob_identity(name: str) -> bytes:
-    return hashlib.sha256(json.dumps(["llamapy-blob", name]).encode()).digest()
 
 
 def _executor(name: str) -> ThreadPoolExecutor:

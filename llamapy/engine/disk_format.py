@@ -30,14 +30,18 @@ import json
 import struct
 import sys
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from llamapy.errors import DiskCacheFormatError
 
-__all__ = ["FORMAT_VERSION", "MAGIC", "EntryHeader", "encode_entry", "file_size",
-           "read_header", "read_state", "token_bytes"]
+if TYPE_CHECKING:
+    from llamapy.engine.request import CacheKey
+
+__all__ = ["FORMAT_VERSION", "MAGIC", "CacheNamespace", "EntryHeader", "blob_identity",
+           "encode_entry", "entry_identity", "file_size", "read_header", "read_state",
+           "token_bytes"]
 
 MAGIC = b"LPYPKV\x00\x01"
 FORMAT_VERSION = 1
@@ -143,3 +147,26 @@ def read_state(f: BinaryIO, header: EntryHeader) -> bytes:
     if body.digest() != header.body_sha256:
         raise DiskCacheFormatError("body checksum mismatch")
     return state
+
+
+@dataclass(frozen=True, slots=True)
+class CacheNamespace:
+    """What the host knows and the engine does not: ``digest`` names the model and runtime
+    the KV was computed by; ``describe_adapters`` turns an adapter set into something that
+    changes when an adapter file does (default ``repr``)."""
+
+    digest: str
+    describe_adapters: Callable[[tuple[Hashable, ...]], str] = repr
+
+
+def entry_identity(namespace: CacheNamespace, key: CacheKey) -> bytes:
+    """The identity of the entries filed under ``key`` (header field ``identity``)."""
+    adapters = namespace.describe_adapters(tuple(key.adapter_set))
+    payload = json.dumps(["llamapy-prompt-cache", namespace.digest, key.cache_scope,
+                          key.cache_identity, adapters])
+    return hashlib.sha256(payload.encode()).digest()
+
+
+def blob_identity(name: str) -> bytes:
+    """The identity of the named blob ``name`` (a session snapshot)."""
+    return hashlib.sha256(json.dumps(["llamapy-blob", name]).encode()).digest()

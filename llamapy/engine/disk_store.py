@@ -51,6 +51,8 @@ log = logging.getLogger("llamapy.engine.disk_cache")
 SUFFIX = ".lpkv"
 #: Temp files older than this are left over from a crash (a write takes seconds at most).
 _STALE_TEMP_S = 3600.0
+#: How often a writer that does not rescan still sweeps stale temp files.
+_SWEEP_S = 600.0
 
 
 def entry_name(identity: bytes, token_ids: Sequence[int]) -> str:
@@ -83,13 +85,17 @@ class DiskStore:
         self._last_stamp = 0
         #: (generation, folder mtime) when this instance's view was last complete; None: never.
         self._seen: tuple[int, int] | None = None
+        self._held: tuple[int, int] = (0, 0)  # the version when the lock was taken
         self._mutated = self._scanned = False
+        self._fd_io = threading.Lock()  # (seek and read, where there is no pread)
+        self._swept_at = -_SWEEP_S
 
     def close(self) -> None:
         """Close the lock file; idempotent."""
-        if self._lock_fd >= 0:
-            os.close(self._lock_fd)
-            self._lock_fd = -1
+        with self._thread_lock:
+            if self._lock_fd >= 0:
+                os.close(self._lock_fd)
+                self._lock_fd = -1
 
     @contextlib.contextmanager
     def lock(self) -> Iterator[bool]:
@@ -98,24 +104,51 @@ class DiskStore:
         does under the lock, and the folder counts as seen at release (as after a
         :meth:`scan` under the lock). A change under the lock moves the generation."""
         with self._thread_lock:
+            if self._lock_fd < 0:
+                raise OSError("disk prompt cache: the store is closed")
             if fcntl is not None:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
             try:
-                at_start = self.version()
-                fresh = at_start == self._seen
+                self._held = self.version()
+                fresh = self._held == self._seen
                 self._mutated = self._scanned = False
                 completed = False
                 try:
                     yield fresh
                     completed = True
                 finally:
-                    if self._mutated:
-                        os.pwrite(self._lock_fd, (at_start[0] + 1).to_bytes(8, "little"), 0)
-                    seen = completed and (fresh or self._scanned)
-                    self._seen = self.version() if seen else None
+                    self._seen = None
+                    if completed and (fresh or self._scanned):
+                        self._seen = self.version()
             finally:
                 if fcntl is not None:
                     fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+
+    @contextlib.contextmanager
+    def committing(self, tmp: Path, name: str, last_used_ns: int | None = None
+                   ) -> Iterator[bool]:
+        """:meth:`lock`, with the written temp file ``tmp`` moved into place as ``name`` (see
+        :meth:`commit`) first; the temp file is removed if it never got there."""
+        try:
+            with self.lock() as fresh:
+                self.commit(tmp, name, last_used_ns)
+                yield fresh
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+    def _mutating(self) -> None:
+        """Move the generation, once a lock, before the folder changes (should the process
+        die half-way, the others still see a change)."""
+        if not self._mutated:
+            self._mutated = True
+            count = (self._held[0] + 1).to_bytes(8, "little")
+            if hasattr(os, "pwrite"):
+                os.pwrite(self._lock_fd, count, 0)
+            else:  # pragma: no cover - Windows
+                with self._fd_io:
+                    os.lseek(self._lock_fd, 0, os.SEEK_SET)
+                    os.write(self._lock_fd, count)
 
     def path(self, name: str) -> Path:
         """The path of an entry file."""
@@ -123,8 +156,13 @@ class DiskStore:
 
     def version(self) -> tuple[int, int]:
         """The folder's generation count and mtime."""
-        generation = int.from_bytes(os.pread(self._lock_fd, 8, 0), "little")
-        return generation, os.stat(self.folder).st_mtime_ns
+        if hasattr(os, "pread"):
+            count = os.pread(self._lock_fd, 8, 0)
+        else:  # pragma: no cover - Windows
+            with self._fd_io:
+                os.lseek(self._lock_fd, 0, os.SEEK_SET)
+                count = os.read(self._lock_fd, 8)
+        return int.from_bytes(count, "little"), os.stat(self.folder).st_mtime_ns
 
     def changed(self) -> bool:
         """Whether the folder may differ from this instance's view: changed by another
@@ -156,7 +194,7 @@ class DiskStore:
         ``last_used_ns`` (under :meth:`lock`)."""
         stamp = self._stamp() if last_used_ns is None else last_used_ns
         os.utime(tmp, ns=(stamp, stamp))
-        self._mutated = True
+        self._mutating()
         os.replace(tmp, self.path(name))
 
     def remove(self, stored: StoredFile, why: str = "") -> None:
@@ -164,7 +202,7 @@ class DiskStore:
         path = self.path(stored.name)
         try:
             if os.stat(path).st_ino == stored.inode:
-                self._mutated = True
+                self._mutating()
                 os.unlink(path)
         except FileNotFoundError:
             return
@@ -205,7 +243,7 @@ class DiskStore:
             stored = self._read_stored(name, st)
             if stored is not None:
                 found[name] = stored
-        self._remove_stale_temps()
+        self.sweep_temps(force=True)
         return found
 
     def stored(self, name: str) -> StoredFile | None:
@@ -229,7 +267,7 @@ class DiskStore:
         while total > budget and heap:
             mtime, i = heapq.heappop(heap)
             stored = files[i]
-            now = self._mtime(stored)
+            now = self.last_use(stored)
             if now is not None and now != mtime:  # used since it was indexed
                 stored.mtime_ns = now
                 heapq.heappush(heap, (now, i))
@@ -240,7 +278,7 @@ class DiskStore:
             total -= stored.size
         return gone
 
-    def _mtime(self, stored: StoredFile) -> int | None:
+    def last_use(self, stored: StoredFile) -> int | None:
         """The file's mtime now; None if it vanished or is another file."""
         try:
             st = os.stat(self.path(stored.name))
@@ -279,10 +317,15 @@ class DiskStore:
         path = self.path(name)
         with contextlib.suppress(FileNotFoundError):
             if os.stat(path).st_ino == inode:
-                self._mutated = True
+                self._mutating()
                 os.unlink(path)
 
-    def _remove_stale_temps(self) -> None:
+    def sweep_temps(self, force: bool = False) -> None:
+        """Remove temp files left by crashed writers (with ``force`` or every
+        :data:`_SWEEP_S` at most; a scan sweeps, and a writer that need not scan asks)."""
+        if not force and time.monotonic() - self._swept_at < _SWEEP_S:
+            return
+        self._swept_at = time.monotonic()
         cutoff = time.time() - _STALE_TEMP_S
         with contextlib.suppress(OSError):
             for tmp in self.temp_folder.iterdir():

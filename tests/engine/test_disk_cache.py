@@ -371,9 +371,42 @@ def test_threads_on_one_folder_keep_the_budget(tmp_path):
         t.join()
     check = cache(tmp_path, budget=3 * one)
     assert check.store.num_bad_files == 0 and check.total_bytes <= 3 * one
+    for disk in instances:  # the views kept without a rescan are the folder, and rescans too
+        if not disk.store.changed():
+            assert_view_is_the_folder(disk, tmp_path)
+        disk.refresh()
+        assert_view_is_the_folder(disk, tmp_path)
+
+
+def assert_view_is_the_folder(disk: DiskPromptCache, folder: Path) -> None:
+    disk.check_integrity()
+    assert {f.name for f in disk.files()} == {p.name for p in entry_files(folder)}
+    assert disk.total_bytes == sum(p.stat().st_size for p in entry_files(folder))
+
+
+def test_a_write_failing_under_the_lock_moves_the_generation_and_leaves_no_temp(
+        tmp_path, monkeypatch):
+    disk, other = cache(tmp_path), cache(tmp_path)
+    assert disk.offer(K, TOKENS, *sized(state(1000)))
+    other.refresh()
+    scans, replace, fail = counted_scans(disk, monkeypatch), os.replace, [OSError(28, "full")]
+
+    def full_once(src: object, dst: object) -> None:
+        if fail:
+            raise fail.pop()
+        replace(src, dst)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "replace", full_once)
+    assert disk.offer(K, tuple(range(500, 600)), *sized(state(1000)))
+    assert disk.num_write_failures == 1 and list((tmp_path / ".tmp").iterdir()) == []
+    assert other.store.changed() and disk.store.changed()  # a change may have begun
+    assert disk.offer(K, tuple(range(700, 800)), *sized(state(1000)))
+    assert scans == [1]  # so the next write rescans first
+    assert_view_is_the_folder(disk, tmp_path)
 
 
 _WRITER = """
+import os
 import sys
 from llamapy.engine.disk_cache import CacheNamespace, DiskPromptCache
 from llamapy.engine.request import CacheKey
@@ -388,6 +421,12 @@ for i in range(30):
     found, n = disk.lookup(CacheKey("tenant-a", "", ()), range(start, start + 100), 100)
     assert found is None or disk.read(found) in (None, data)
 assert disk.store.num_bad_files == 0
+with disk.store.lock() as fresh:  # a view kept without rescans is the folder
+    if fresh:
+        names = {n for n in os.listdir(folder) if n.endswith(".lpkv")}
+        assert {f.name for f in disk.files()} == names
+        assert disk.total_bytes == sum(os.path.getsize(os.path.join(folder, n)) for n in names)
+disk.check_integrity()
 """
 
 
