@@ -87,7 +87,7 @@ class DiskStore:
         self._seen: tuple[int, int] | None = None
         self._held: tuple[int, int] = (0, 0)  # the version when the lock was taken
         self._mutated = self._scanned = False
-        self._fd_io = threading.Lock()  # (seek and read, where there is no pread)
+        self._fd_io = threading.Lock()
         self._swept_at = -_SWEEP_S
 
     def close(self) -> None:
@@ -142,13 +142,7 @@ class DiskStore:
         die half-way, the others still see a change)."""
         if not self._mutated:
             self._mutated = True
-            count = (self._held[0] + 1).to_bytes(8, "little")
-            if hasattr(os, "pwrite"):
-                os.pwrite(self._lock_fd, count, 0)
-            else:  # pragma: no cover - Windows
-                with self._fd_io:
-                    os.lseek(self._lock_fd, 0, os.SEEK_SET)
-                    os.write(self._lock_fd, count)
+            self._count(self._held[0] + 1)
 
     def path(self, name: str) -> Path:
         """The path of an entry file."""
@@ -156,13 +150,16 @@ class DiskStore:
 
     def version(self) -> tuple[int, int]:
         """The folder's generation count and mtime."""
-        if hasattr(os, "pread"):
-            count = os.pread(self._lock_fd, 8, 0)
-        else:  # pragma: no cover - Windows
-            with self._fd_io:
-                os.lseek(self._lock_fd, 0, os.SEEK_SET)
-                count = os.read(self._lock_fd, 8)
-        return int.from_bytes(count, "little"), os.stat(self.folder).st_mtime_ns
+        return self._count(), os.stat(self.folder).st_mtime_ns
+
+    def _count(self, new: int | None = None) -> int:
+        """The generation count at the start of ``.lock``; ``new`` is written first."""
+        with self._fd_io:  # (the descriptor's offset is shared by this instance's threads)
+            os.lseek(self._lock_fd, 0, os.SEEK_SET)
+            if new is not None:
+                os.write(self._lock_fd, new.to_bytes(8, "little"))
+                return new
+            return int.from_bytes(os.read(self._lock_fd, 8), "little")
 
     def changed(self) -> bool:
         """Whether the folder may differ from this instance's view: changed by another
