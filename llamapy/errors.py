@@ -186,6 +186,15 @@ class NotRunningError(LlamapyError):
     http_status = 503
 
 
+class RuntimeDiedError(NotRunningError):
+    """The thread that runs the model ended on an unexpected error (a bug): the server cannot
+    serve again, and its process should be restarted. ``cause`` is that error."""
+
+    def __init__(self, cause: BaseException) -> None:
+        self.cause = cause
+        super().__init__(f"the model's thread died: {type(cause).__name__}: {cause}")
+
+
 class NotReadyError(LlamapyError):
     """The server is still loading its model."""
 

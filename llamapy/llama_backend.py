@@ -22,6 +22,7 @@ from .engine.backend import BatchPlan
 from .engine.options import SamplingParams
 from .errors import DecodeError, InvalidBatchError, InvalidOptionError, LlamapyError
 from .greedy import GreedyPick, greedy_pick_for
+from .options.limits import fit_windows
 
 if TYPE_CHECKING:
     import numpy as np
@@ -301,7 +302,7 @@ class LlamaBackend:
 
     def new_sampler(self, params: SamplingParams) -> LlamaSampler:
         """A native chain for one request (``GrammarError`` for a bad grammar)."""
-        chain = build_chain(self.model, params)
+        chain = build_chain(self.model, fit_windows(params, self.n_ctx_seq))
         pick = greedy_pick_for(chain.names, params.logit_bias, self.model.n_vocab)
         return LlamaSampler(chain, self.ctx, pick)
 

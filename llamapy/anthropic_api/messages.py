@@ -13,6 +13,7 @@ sum is the prompt, what ``count_tokens`` reports); ``cache_creation_input_tokens
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import Any
 
@@ -78,7 +79,7 @@ def create_message(target: Target, request: Mapping[str, Any], *,
 async def acreate_message(target: Target, request: Mapping[str, Any], *,
                           observe: Observer | None = None) -> dict[str, Any]:
     """Async :func:`create_message`; cancelling the task cancels the request."""
-    plan = prepare_messages(await aready(target), request)
+    plan = await asyncio.to_thread(prepare_messages, await aready(target), request)
     return message_response(plan, await arun_plan(plan.chat, observe))
 
 

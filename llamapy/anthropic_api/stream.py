@@ -15,6 +15,7 @@ non-streamed one.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator, Iterator, Mapping
 from contextlib import aclosing
 from typing import Any
@@ -79,7 +80,7 @@ async def astream_message(target: Target, request: Mapping[str, Any], *,
                           observe: Observer | None = None
                           ) -> AsyncGenerator[dict[str, Any], None]:
     """Async :func:`stream_message`."""
-    plan = prepare_messages(await aready(target), request)
+    plan = await asyncio.to_thread(prepare_messages, await aready(target), request)
     events = aplan_events(plan.chat, MessageStream(plan).on_event, observe)
     async with aclosing(events):
         async for item in events:

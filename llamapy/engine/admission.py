@@ -11,6 +11,7 @@ from llamapy.engine.prompt_cache import common_prefix
 from llamapy.engine.request import Request
 from llamapy.engine.slots import SlotPool
 from llamapy.errors import ContextOverflowError, InvalidOptionError
+from llamapy.options.limits import check_limits, check_model_bounds
 
 __all__ = ["check_backend", "check_request"]
 
@@ -26,16 +27,23 @@ def check_backend(backend: Backend, config: EngineConfig) -> None:
 
 
 def check_request(request: Request, backend: Backend, pool: SlotPool,
-                  active: Container[Hashable]) -> list[int]:
+                  active: Container[Hashable], config: EngineConfig) -> list[int]:
     """Validate ``request``; return its prompt as a list of Python ints.
 
     Raises ``InvalidOptionError`` (bad options type, duplicate active id, token ids that are not
-    integers in ``[0, n_vocab)``, an empty prompt for a request that samples),
+    integers in ``[0, n_vocab)``, an empty prompt for a request that samples, options over the
+    serving limits of ``config``, a biased token outside the vocabulary),
     ``UnknownLeaseError`` and ``ContextOverflowError`` (stage ``"admit"``: prompt plus
     ``max_tokens`` exceeds the per-sequence context).
     """
     if not isinstance(request.options, RequestOptions):
         raise InvalidOptionError("request.options must be RequestOptions", option="options")
+    check_limits(request.options, config)
+    check_model_bounds(request.options.sampling, backend.n_vocab)
+    try:
+        hash(request.request_id)
+    except TypeError:
+        raise InvalidOptionError("request id must be hashable", option="request_id") from None
     if request.request_id in active:
         raise InvalidOptionError(f"request id {request.request_id!r} is already active",
                                  option="request_id")

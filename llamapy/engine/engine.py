@@ -120,16 +120,32 @@ class Engine:
         ``max_tokens`` cannot fit the per-sequence context), ``QueueFullError``,
         ``GrammarError`` (from the backend's sampler), ``ModelLoadError`` (an adapter set the
         backend cannot load).
+        Any other exception (a bug, or a foreign error from the backend) becomes
+        ``EngineError("submit", ...)``, with nothing of the request left behind.
         """
         self._check_open()
-        prompt = check_request(request, self.backend, self.pool, self._runs)
+        try:
+            self._submit(request)
+        except LlamapyError:
+            raise
+        except Exception as exc:
+            log.exception("submit of request %r failed", getattr(request, "request_id", None))
+            raise EngineError("submit", exc) from exc
+
+    def _submit(self, request: Request) -> None:
+        prompt = check_request(request, self.backend, self.pool, self._runs, self.config)
         slot = self._placement(request, prompt)
         if request.adapter_set:
             self.backend.load_adapters(request.adapter_set)
         sampler = None if request.options.max_tokens == 0 else \
             self.backend.new_sampler(request.options.sampling)
-        run = self._new_run(request, prompt, sampler)
-        self.speculator.start(run)
+        try:
+            run = self._new_run(request, prompt, sampler)
+            self.speculator.start(run)
+        except BaseException:
+            if sampler is not None:
+                sampler.close()
+            raise
         self._runs[request.request_id] = run
         self._queue.append(run)
         if slot is not None:

@@ -230,17 +230,16 @@ def usage_chunk(plan: ChatPlan, usages: Sequence[Usage]) -> dict[str, Any]:
 
 async def achat_completion(target: Target, request: Mapping[str, Any]) -> dict[str, Any]:
     """Async :func:`chat_completion`; cancelling the task cancels the request."""
-    plan = prepare_chat(await aready(target), request)
-    server = plan.served.server
-    done = await asyncio.gather(*(server.acomplete_tokens(plan.token_ids, **options)
-                                  for options in choice_options(plan.options, plan.body.n)))
+    plan = await asyncio.to_thread(prepare_chat, await aready(target), request)
+    done = await plan.served.server.acomplete_all(
+        [(plan.token_ids, options) for options in choice_options(plan.options, plan.body.n)])
     return chat_choices_response(plan, done)
 
 
 async def astream_chat_completion(target: Target, request: Mapping[str, Any]
                                   ) -> AsyncGenerator[dict[str, Any], None]:
     """Async :func:`stream_chat_completion`; closing the iterator cancels the request."""
-    plan = prepare_chat(await aready(target), request)
+    plan = await asyncio.to_thread(prepare_chat, await aready(target), request)
     if plan.body.n > 1:
         async with aclosing(_astream_choices(plan)) as chunks:
             async for chunk in chunks:
@@ -258,6 +257,7 @@ async def _astream_choices(plan: ChatPlan) -> AsyncGenerator[dict[str, Any], Non
     carries its ``index``), then the summed usage if asked for. The first failure ends the
     stream with its error and cancels the other choices."""
     n = plan.body.n
+    plan.served.server.check_fits_at_once(n)
     queue: asyncio.Queue[dict[str, Any] | BaseException | None] = asyncio.Queue()
     streams = [ChatStream(plan, i, usage=False) for i in range(n)]
 

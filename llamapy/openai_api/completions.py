@@ -55,8 +55,10 @@ def check_token_ids(served: ServedModel, token_ids: Sequence[int], where: str = 
     return list(token_ids)
 
 
-def prompt_list(served: ServedModel, prompt: object) -> list[tuple[list[int], str]]:
-    """Each prompt as ``(token_ids, text)``."""
+def prompt_list(served: ServedModel, prompt: object, n: int = 1
+                ) -> list[tuple[list[int], str]]:
+    """Each prompt as ``(token_ids, text)``; ``n`` choices of each must fit the server's
+    ``max_choices`` (checked before any prompt is tokenized)."""
     if isinstance(prompt, str):
         items: list[Any] = [prompt]
     elif isinstance(prompt, list) and prompt and all(isinstance(p, int) for p in prompt):
@@ -65,6 +67,7 @@ def prompt_list(served: ServedModel, prompt: object) -> list[tuple[list[int], st
         items = list(prompt) if isinstance(prompt, list) else []
     if not items:
         raise InvalidOptionError("prompt must not be empty", option="prompt")
+    served.server.check_fits_at_once(len(items) * n)
     out = []
     for item in items:
         if isinstance(item, str):
@@ -86,7 +89,7 @@ def prepare_completion(served: ServedModel, request: Mapping[str, Any]) -> Compl
     if body.echo and body.logprobs is not None:
         raise UnsupportedFeatureError("echo+logprobs", "echo with logprobs (prompt logprobs) "
                                       "is unsupported")
-    pairs = [pair for pair in prompt_list(served, body.prompt) for _ in range(body.n)]
+    pairs = [pair for pair in prompt_list(served, body.prompt, body.n) for _ in range(body.n)]
     options = []
     for index in range(0, len(pairs), body.n):  # choice i * n + j: prompt i, choice j
         opts = call_options(served, body, body.max_tokens, len(pairs[index][0]))
@@ -194,17 +197,16 @@ def _stream(plan: CompletionPlan) -> Iterator[dict[str, Any]]:
 
 async def acompletion(target: Target, request: Mapping[str, Any]) -> dict[str, Any]:
     """Async :func:`completion`; the prompts run concurrently."""
-    plan = prepare_completion(await aready(target), request)
-    server = plan.served.server
-    done = await asyncio.gather(*(server.acomplete_tokens(ids, **opts)
-                                  for ids, opts in zip(plan.prompts, plan.options, strict=True)))
+    plan = await asyncio.to_thread(prepare_completion, await aready(target), request)
+    done = await plan.served.server.acomplete_all(
+        list(zip(plan.prompts, plan.options, strict=True)))
     return completion_response(plan, done)
 
 
 async def astream_completion(target: Target, request: Mapping[str, Any]
                              ) -> AsyncGenerator[dict[str, Any], None]:
     """Async :func:`stream_completion`; closing the iterator cancels the running request."""
-    plan = prepare_completion(await aready(target), request)
+    plan = await asyncio.to_thread(prepare_completion, await aready(target), request)
     stream = CompletionStream(plan)
     for index, (ids, opts) in enumerate(zip(plan.prompts, plan.options, strict=True)):
         for chunk in stream.begin(index):

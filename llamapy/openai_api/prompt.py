@@ -211,6 +211,7 @@ def prepare_chat(served: ServedModel, request: Mapping[str, Any]) -> ChatPlan:
     body = parse_body(ChatBody, request)
     check_unsupported(body)
     served.check_model(body.model)
+    served.server.check_fits_at_once(body.n)
     tools_active = bool(body.tools) and body.tool_choice != "none"
     grammar = response_grammar(served, body)
     prompt = render_prompt(served, body, tools_active)

@@ -32,6 +32,7 @@ def native_prompts(served: ServedModel, prompt: object) -> list[tuple[list[int],
         items = [prompt]
     if not items:
         raise InvalidOptionError("prompt must not be empty", option="prompt")
+    served.server.check_fits_at_once(len(items))  # before any is tokenized
     return [_one(served, item) for item in items]
 
 

@@ -20,6 +20,7 @@ as llama-server answers both).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator, Iterator, Mapping
 from contextlib import aclosing
 from typing import Any
@@ -124,7 +125,7 @@ def create_response(target: Target, request: Mapping[str, Any], *,
 async def acreate_response(target: Target, request: Mapping[str, Any], *,
                            observe: Observer | None = None) -> dict[str, Any]:
     """Async :func:`create_response`; cancelling the task cancels the request."""
-    plan = prepare_responses(await aready(target), request)
+    plan = await asyncio.to_thread(prepare_responses, await aready(target), request)
     return response_from(plan, await arun_plan(plan.chat, observe))
 
 
@@ -139,7 +140,7 @@ async def astream_response(target: Target, request: Mapping[str, Any], *,
                            observe: Observer | None = None
                            ) -> AsyncGenerator[dict[str, Any], None]:
     """Async :func:`stream_response`."""
-    plan = prepare_responses(await aready(target), request)
+    plan = await asyncio.to_thread(prepare_responses, await aready(target), request)
     events = aplan_events(plan.chat, ResponseStream(plan).on_event, observe)
     async with aclosing(events):
         async for event in events:

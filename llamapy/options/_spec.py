@@ -72,10 +72,12 @@ def is_num(value: object) -> bool:
 
 
 def check_typed_fields(obj: Any) -> None:
-    """Check every ``int``/``float``-annotated field of an option dataclass instance."""
+    """Check every ``int``/``float``-annotated field of an option dataclass instance (a float
+    must be finite: no option means anything at infinity)."""
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
         if f.type == "float":
-            check(is_num(value), f.name, f"expected a number, got {value!r}")
+            check(is_num(value) and math.isfinite(value), f.name,
+                  f"expected a finite number, got {value!r}")
         elif f.type == "int":
             check(is_int(value), f.name, f"expected an integer, got {value!r}")

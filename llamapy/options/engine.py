@@ -15,6 +15,7 @@ from typing import Any
 
 from llamapy.options._spec import check, is_int, is_num, option, option_factory, option_names
 from llamapy.options.context import KV_UNIFIED, N_CTX, N_PARALLEL, default_n_batch
+from llamapy.options.limits import RequestLimits
 from llamapy.options.sampling import SamplingParams, sampling_option_keys, split_sampling
 from llamapy.options.speculative import SpeculativeParams, parse_spec_type
 
@@ -22,7 +23,7 @@ __all__ = ["EngineConfig", "EngineTuning", "engine_option_keys", "make_engine_co
 
 
 @dataclass(slots=True, frozen=True, kw_only=True)
-class EngineConfig:
+class EngineConfig(RequestLimits):
     """Server-level scheduling options (``n_ctx``/``n_batch`` limits come from the backend).
 
     ``n_batch`` is capped by the backend's ``n_batch``; ``chunk_size`` bounds prefill tokens per
@@ -36,7 +37,8 @@ class EngineConfig:
     are llama-server's options of those names: the share of a prompt a free slot's cached
     prefix must match to be chosen, and parking idle slots in the RAM cache (see
     :meth:`~llamapy.engine.prefix.PrefixResolver.park_idle`). ``sampling`` holds the
-    server's sampling defaults.
+    server's sampling defaults. The ``max_*`` fields are the serving limits on one request
+    (:class:`~llamapy.options.limits.RequestLimits`).
     The ``spec_*`` fields are the server's speculative decoding defaults (llama-server's flag
     names; see :mod:`llamapy.options.speculative`), :attr:`speculative` their resolved form.
     """
@@ -76,6 +78,7 @@ class EngineConfig:
     sampling: SamplingParams = option_factory(SamplingParams, "the server's sampling defaults")
 
     def __post_init__(self) -> None:
+        RequestLimits.__post_init__(self)
         for name in ("n_parallel", "n_batch", "chunk_size"):
             value = getattr(self, name)
             check(is_int(value) and value >= 1, name, f"must be an integer >= 1, got {value!r}")

@@ -38,6 +38,8 @@ __all__ = [
 
 #: llama.cpp's "random seed" value; ``seed=-1`` means this.
 LLAMA_DEFAULT_SEED = 0xFFFFFFFF
+#: The largest value of a C ``int32_t`` (every int option that reaches C as one fits it).
+INT32_MAX = 2**31 - 1
 
 _DRY_BREAKERS = ("\n", ":", '"', "*")
 
@@ -112,11 +114,14 @@ class SamplingParams:
         check(0.0 <= self.typical_p <= 1.0, "typical_p", "must be within [0, 1]")
         check(0.0 <= self.xtc_probability <= 1.0, "xtc_probability", "must be within [0, 1]")
         check(-1 <= self.seed <= LLAMA_DEFAULT_SEED, "seed", "must be -1 or a uint32")
-        check(self.penalty_last_n >= -1, "penalty_last_n", "must be >= -1")
-        check(self.dry_penalty_last_n >= -1, "dry_penalty_last_n", "must be >= -1")
-        check(self.dry_allowed_length >= 0, "dry_allowed_length", "must be >= 0")
+        check(0 <= self.top_k <= INT32_MAX, "top_k", "must be within [0, 2**31 - 1]")
+        for name in ("penalty_last_n", "dry_penalty_last_n"):
+            check(-1 <= getattr(self, name) <= INT32_MAX, name,
+                  "must be within [-1, 2**31 - 1]")
+        check(0 <= self.dry_allowed_length <= INT32_MAX, "dry_allowed_length",
+              "must be within [0, 2**31 - 1]")
         check(self.mirostat in (0, 1, 2), "mirostat", "must be 0, 1 or 2")
-        check(self.n_probs >= 0, "n_probs", "must be >= 0")
+        check(0 <= self.n_probs <= INT32_MAX, "n_probs", "must be within [0, 2**31 - 1]")
         check(isinstance(self.grammar, str), "grammar", "must be a GBNF string")
         check(isinstance(self.grammar_root, str) and bool(self.grammar_root), "grammar_root",
               "must be a non-empty rule name")
@@ -180,7 +185,8 @@ class RequestOptions:
               "cache_prompt", "must be a bool or None")
         check(self.cache_scope is None or isinstance(self.cache_scope, str), "cache_scope",
               "must be a string or None")
-        check(isinstance(self.session, Hashable), "session", "must be hashable")
+        check(_hashable(self.session), "session", "must be hashable (a string, a number or "
+              "a tuple of them)")
         stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
         check(all(isinstance(s, str) and s for s in stop), "stop", "must be non-empty strings")
         object.__setattr__(self, "stop", stop)
@@ -196,15 +202,22 @@ class RequestOptions:
             object.__setattr__(self, "slot_id", None)
 
 
+def _hashable(value: object) -> bool:
+    """Whether ``hash(value)`` works (a tuple holding a list passes ``isinstance(Hashable)``
+    and fails here)."""
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
+
+
 def _adapter_set(value: object) -> tuple[Hashable, ...]:
     """``value`` as a hashable tuple (``InvalidOptionError`` otherwise)."""
     check(isinstance(value, Iterable) and not isinstance(value, str | bytes | Mapping),
           "adapters", "must be a sequence")
     items = tuple(cast("Iterable[Hashable]", value))
-    try:
-        hash(items)
-    except TypeError:
-        check(False, "adapters", "items must be hashable")
+    check(_hashable(items), "adapters", "items must be hashable")
     return items
 
 

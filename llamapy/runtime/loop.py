@@ -5,6 +5,12 @@ runs the engine's tick loop. Other threads talk to it only through its inbox, a 
 of commands (submit, cancel, call, lease, close). With no work the thread blocks on the inbox
 (idle is ~0% CPU; a waiting lease wakes it at its deadline); with work it drains the inbox
 between ticks. A failed build answers every later command with the typed load error.
+
+Nothing a request sends ends the thread: a command that raises fails only the request it
+carries (``EngineError``), and the engine's tick fails only the runs a failure concerns. If
+the thread dies anyway (a bug), the loop is ``CRASHED``: every command is answered with
+:class:`~llamapy.errors.RuntimeDiedError`, in-flight requests end with it, and the
+``on_crash`` callbacks run (the HTTP server exits so that a supervisor restarts it).
 """
 
 from __future__ import annotations
@@ -23,7 +29,14 @@ from typing import Any, TypeVar
 
 from llamapy.engine.engine import Engine
 from llamapy.engine.request import CacheKey, ErrorEvent, Request, RequestTimings
-from llamapy.errors import ClosedError, LeaseTimeoutError, LlamapyError, LoadFailedError
+from llamapy.errors import (
+    ClosedError,
+    EngineError,
+    LeaseTimeoutError,
+    LlamapyError,
+    LoadFailedError,
+    RuntimeDiedError,
+)
 from llamapy.runtime.handles import AsyncHandle, EventHandle, SyncHandle
 
 __all__ = ["Hosted", "LoopState", "TickLoop"]
@@ -39,6 +52,7 @@ class LoopState(enum.Enum):
     READY = "ready"
     FAILED = "failed"
     CLOSED = "closed"
+    CRASHED = "crashed"
 
 
 @dataclass(slots=True)
@@ -85,6 +99,10 @@ class TickLoop:
     def __init__(self, build: Callable[[], Hosted], thread_name: str = "llamapy-tick") -> None:
         self.state = LoopState.LOADING
         self.load_error: LoadFailedError | None = None
+        #: Why the thread died (state ``CRASHED``), else None.
+        self.crash_error: RuntimeDiedError | None = None
+        #: Called on the dying thread with the error once the loop has crashed and shut down.
+        self.on_crash: list[Callable[[RuntimeDiedError], None]] = []
         self.hosted: Hosted | None = None
         self.ready = threading.Event()
         self._build = build
@@ -103,6 +121,9 @@ class TickLoop:
 
     def submit(self, request: Request) -> None:
         """Queue a request; errors reach its sink as an ``ErrorEvent``."""
+        if self.state in (LoopState.CLOSED, LoopState.CRASHED):  # nobody would read it
+            _deliver_error(request, self.crash_error or ClosedError("runtime is closed"))
+            return
         self._inbox.put(_Submit(request))
 
     def cancel(self, request_id: Hashable) -> None:
@@ -142,8 +163,8 @@ class TickLoop:
 
     def _command(self, make: Callable[[Future[Any]], object], timeout: float | None) -> Any:
         future: Future[Any] = Future()
-        if self.state in (LoopState.CLOSED, LoopState.FAILED):
-            raise self.load_error or ClosedError("runtime is not running")
+        if self.state in (LoopState.CLOSED, LoopState.FAILED, LoopState.CRASHED):
+            raise self.load_error or self.crash_error or ClosedError("runtime is not running")
         self._inbox.put(make(future))
         try:
             return future.result(timeout)
@@ -164,8 +185,19 @@ class TickLoop:
         self.ready.set()
         try:
             self._serve(self.hosted.engine)
-        finally:
-            self._shutdown()
+        except BaseException as exc:  # a bug: never a live loop that answers nothing
+            log.critical("the tick thread died", exc_info=exc)
+            self.crash_error = RuntimeDiedError(exc)
+        self._shutdown()
+        if self.crash_error is not None:
+            self._notify_crash(self.crash_error)
+
+    def _notify_crash(self, error: RuntimeDiedError) -> None:
+        for callback in list(self.on_crash):
+            try:
+                callback(error)
+            except Exception:
+                log.exception("on_crash callback failed")
 
     def _fail_load(self, exc: BaseException) -> None:
         self.load_error = LoadFailedError(exc)
@@ -181,11 +213,7 @@ class TickLoop:
             if not self._drain(engine, 0.0 if busy else self._idle_wait()):
                 return
             if busy or engine.has_work:  # (what the inbox brought may be work)
-                try:
-                    engine.tick()
-                except Exception:  # a bug: never spin with runs stuck on their slots
-                    log.exception("tick failed; closing the engine")
-                    return
+                engine.tick()  # never raises but for a bug, which ends the loop (CRASHED)
 
     def _idle_wait(self) -> float | None:
         """How long an idle loop may block: until the next lease deadline, else forever."""
@@ -210,6 +238,16 @@ class TickLoop:
                 return True
 
     def _handle(self, engine: Engine, item: object) -> bool:
+        """Carry out one command; False on close. A command that raises fails only itself."""
+        try:
+            return self._dispatch(engine, item)
+        except Exception as exc:  # a bug: the command fails, the thread serves on
+            log.exception("%s failed", type(item).__name__)
+            if isinstance(item, _Submit):
+                _deliver_error(item.request, EngineError("submit", exc))
+            return True
+
+    def _dispatch(self, engine: Engine, item: object) -> bool:
         if isinstance(item, _Submit):
             try:
                 engine.submit(item.request)
@@ -233,7 +271,7 @@ class TickLoop:
                 continue
             try:
                 lease_id = engine.lease(*want.key)
-            except LlamapyError as exc:
+            except Exception as exc:  # typed, or a bug: that lease fails, the loop serves on
                 want.future.set_exception(exc)
                 continue
             if lease_id is not None:
@@ -245,7 +283,7 @@ class TickLoop:
         self._leases = pending
 
     def _shutdown(self) -> None:
-        self.state = LoopState.CLOSED
+        self.state = LoopState.CLOSED if self.crash_error is None else LoopState.CRASHED
         hosted, self.hosted = self.hosted, None
         if hosted is not None:
             try:
@@ -278,7 +316,8 @@ class TickLoop:
             self._reject(item)
 
     def _reject(self, item: object) -> None:
-        error: LlamapyError = self.load_error or ClosedError("runtime is closed")
+        error: LlamapyError = self.load_error or self.crash_error or \
+            ClosedError("runtime is closed")
         if isinstance(item, _Submit):
             _deliver_error(item.request, error)
         elif isinstance(item, _Call | _Lease) and not item.future.cancelled():

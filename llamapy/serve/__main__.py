@@ -12,8 +12,10 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import socket
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -96,7 +98,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:  # an address that cannot be bound
         print(f"error: {exc}", file=sys.stderr)
         return 3
-    return 0
+    return EXIT_CRASHED if _crashed.is_set() else 0
+
+
+#: The exit status after the model's thread died (EX_SOFTWARE): a supervisor restarts us.
+EXIT_CRASHED = 70
+#: How long the HTTP server may take to stop after a crash before the process exits anyway.
+CRASH_EXIT_GRACE_S = 10.0
+_crashed = threading.Event()
+
+
+def _exit_on_crash(error: LlamapyError) -> None:
+    """The model's thread died (a bug): stop serving and exit with :data:`EXIT_CRASHED`,
+    never a live process that answers 503 forever. Called on the dead thread."""
+    log.critical("%s; stopping, so that a supervisor can restart the server", error)
+    _crashed.set()
+    os.kill(os.getpid(), signal.SIGTERM)  # uvicorn's graceful shutdown, then main returns
+    timer = threading.Timer(CRASH_EXIT_GRACE_S, os._exit, args=(EXIT_CRASHED,))
+    timer.daemon = True
+    timer.start()
+
+
+def _watch(server: Any) -> Any:
+    """``server``, whose crash ends the process (see :func:`_exit_on_crash`)."""
+    server.runtime.on_crash.append(_exit_on_crash)
+    return server
 
 
 def _url(host: str, port: int, tls: bool = False) -> str:
@@ -164,7 +190,7 @@ def _build_app(args: argparse.Namespace) -> tuple[Any, str]:
     _prefetch(path, start)
     from ..server import Server
 
-    server = Server(path, **start)  # takes the prefetched weights on its thread
+    server = _watch(Server(path, **start))  # takes the prefetched weights on its thread
     from .app import create_app  # the HTTP stack imports while the model loads
 
     try:
@@ -198,7 +224,7 @@ def _reloader(first: Server, start: dict[str, Any]) -> Any:
     servers = [first]
 
     def load() -> Server:
-        return servers.pop() if servers else Server(first.model_path, **start)
+        return servers.pop() if servers else _watch(Server(first.model_path, **start))
 
     return load
 

@@ -36,6 +36,10 @@ def embedding_inputs(served: ServedModel, value: object) -> list[list[int]]:
     else:
         raise InvalidOptionError("input must be a string, a list of strings or token ids",
                                  option="input")
+    limit = served.server.start_options.engine.max_embedding_inputs
+    if len(items) > limit:
+        raise InvalidOptionError(f"input: at most {limit} inputs per request, got {len(items)}",
+                                 option="input")
     out = []
     for item in items:
         if isinstance(item, Mapping):

@@ -40,7 +40,7 @@ INFILL_FIELDS = ("input_prefix", "input_suffix", "input_extra", "prompt")
 async def stream_native(served: ServedModel, body: Any) -> AsyncGenerator[dict[str, Any], None]:
     """Streamed ``/completion`` chunks, then the final ``stop: true`` chunk with timings; with
     several prompts, each prompt's in turn (``index`` tells them apart)."""
-    prompts, request = compat.prepare_native(served, body)
+    prompts, request = await asyncio.to_thread(compat.prepare_native, served, body)
     for index, (ids, text, options) in enumerate(prompts):
         n_done = 0
         async with aclosing(served.aevents(ids, options)) as events:
@@ -57,9 +57,8 @@ async def stream_native(served: ServedModel, body: Any) -> AsyncGenerator[dict[s
 
 async def complete_native(served: ServedModel, body: Any) -> list[dict[str, Any]]:
     """The whole ``/completion`` response of each prompt (run concurrently)."""
-    prompts, request = compat.prepare_native(served, body)
-    done = await asyncio.gather(*(served.server.acomplete_tokens(ids, **options)
-                                  for ids, _, options in prompts))
+    prompts, request = await asyncio.to_thread(compat.prepare_native, served, body)
+    done = await served.server.acomplete_all([(ids, options) for ids, _, options in prompts])
     return [{**compat.native_response(served, ids, text, options, request, completion),
              "index": index}
             for index, ((ids, text, options), completion) in enumerate(zip(prompts, done,
@@ -148,17 +147,20 @@ def _tool_routes(router: Router, ctx: AppContext) -> None:
     @router.post("/tokenize")
     async def tokenize(request: Request) -> dict[str, Any]:
         """Text to tokens (``with_pieces`` adds each token's text)."""
-        return compat.tokenize(ctx.served(), await read_json(request))
+        body = await read_json(request)
+        return await asyncio.to_thread(compat.tokenize, ctx.served(), body)
 
     @router.post("/detokenize")
     async def detokenize(request: Request) -> dict[str, Any]:
         """Tokens to text."""
-        return compat.detokenize(ctx.served(), await read_json(request))
+        body = await read_json(request)
+        return await asyncio.to_thread(compat.detokenize, ctx.served(), body)
 
     @router.post("/apply-template")
     async def apply_template(request: Request) -> dict[str, Any]:
         """The prompt a chat request renders to."""
-        return compat.apply_template(ctx.served(), await read_json(request))
+        body = await read_json(request)
+        return await asyncio.to_thread(compat.apply_template, ctx.served(), body)
 
 
 def _props_now(ctx: AppContext) -> dict[str, Any]:

@@ -6,6 +6,7 @@ result (JSON with cache headers, or SSE); errors propagate to the app's handlers
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -126,7 +127,7 @@ def _model_routes(router: Router, ctx: AppContext) -> None:
         served = ctx.served()
         if not ctx.embeddings:
             raise UnsupportedFeatureError("embeddings", "embeddings are disabled on this server")
-        inputs, fmt = parse_embedding_request(served, body)
+        inputs, fmt = await asyncio.to_thread(parse_embedding_request, served, body)
         with ctx.embedder(served) as embedder:
             vectors = await aembed(embedder, inputs)
         return embedding_response(served, inputs, vectors, fmt)

@@ -17,11 +17,13 @@ from .._native import Model
 from ..adapters import resolve_adapters
 from ..engine import Engine, Request, StreamEvent, resolve_request_options
 from ..errors import (
+    InvalidOptionError,
     LlamapyError,
     NotReadyError,
     NotRunningError,
     UnknownOptionError,
 )
+from ..options.limits import check_limits
 from ..runtime import (
     AsyncRequestStream,
     AsyncTextChunks,
@@ -87,6 +89,8 @@ class Server:
         load, :class:`NotRunningError` once closed.
         """
         state = self._loop.state
+        if state is LoopState.CRASHED and self._loop.crash_error is not None:
+            return self._loop.crash_error
         if self._closed or state is LoopState.CLOSED:
             return NotRunningError("server is not running")
         if state is LoopState.FAILED:
@@ -158,12 +162,15 @@ class Server:
         if "adapters" in opts:
             opts["adapters"] = resolve_adapters(opts["adapters"])
         resolved = resolve_request_options(opts, defaults=self._start.engine.sampling)
+        check_limits(resolved, self._start.engine)  # at the edge: the engine checks again
         request_id = options.get("request_id")
         return Request(request_id=new_request_id() if request_id is None else request_id,
                        token_ids=list(token_ids), options=resolved)
 
     def _check_running(self) -> None:
         state = self._loop.state
+        if state is LoopState.CRASHED and self._loop.crash_error is not None:
+            raise self._loop.crash_error
         if self._closed or state is LoopState.CLOSED:
             raise NotRunningError("server is not running")
         if state is LoopState.FAILED:
@@ -253,6 +260,37 @@ class Server:
                 if done is not None:
                     return done
         raise AssertionError("request ended without a final event")
+
+    async def acomplete_all(self, calls: Sequence[tuple[Sequence[int], dict[str, Any]]]
+                            ) -> list[Completion]:
+        """Several requests that live and die together (``n`` choices, several prompts): they
+        run concurrently; the first to fail (``QueueFullError``, ...) cancels the others at
+        once and is raised, and cancelling the caller cancels them all.
+
+        Refused before any is submitted (``InvalidOptionError`` naming ``n``): more than
+        ``max_choices`` requests, or more than the slots plus the queue could ever hold."""
+        self.check_fits_at_once(len(calls))
+        tasks = [asyncio.ensure_future(self.acomplete_tokens(ids, **opts)) for ids, opts in calls]
+        try:
+            return list(await asyncio.gather(*tasks))
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+
+    def check_fits_at_once(self, count: int) -> None:
+        """Raise unless ``count`` sibling requests are within ``max_choices`` and could all be
+        running or queued at once (see :meth:`acomplete_all`)."""
+        engine = self._start.engine
+        if count > engine.max_choices:
+            raise InvalidOptionError(f"n: at most {engine.max_choices} choices times prompts "
+                                     f"per request, got {count}", option="n")
+        room = engine.n_parallel + engine.max_queue
+        if engine.max_queue and count > room:
+            raise InvalidOptionError(f"n: {count} requests can never run or wait at once "
+                                     f"({engine.n_parallel} slots, max_queue "
+                                     f"{engine.max_queue})", option="n")
 
     async def acomplete(self, prompt: str, **options: Any) -> Completion:
         """Async :meth:`complete`."""
