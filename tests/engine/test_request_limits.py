@@ -1,0 +1,109 @@
+"""Request options are bounded at the edge: C types, hashability, finite numbers, and the
+serving limits (``max_*``) on the work one request may cause."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from llamapy.engine import Engine, EngineConfig, FakeBackend, FakeModel, Request
+from llamapy.errors import InvalidOptionError
+from llamapy.options import resolve_request_options
+from llamapy.options.limits import RequestLimits, check_limits, fit_windows
+from llamapy.options.sampling import SamplingParams
+
+HUGE = (2**31, 2**32, 2**63, 2**64 + 1)
+
+
+def resolve(**options: Any) -> Any:
+    return resolve_request_options(options)
+
+
+@pytest.mark.parametrize("session", [([1],), ((1, [2]),), ({"a": 1},)])
+def test_an_unhashable_session_is_refused_naming_the_field(session: object) -> None:
+    with pytest.raises(InvalidOptionError) as info:
+        resolve(session=session)
+    assert info.value.option == "session"
+
+
+@pytest.mark.parametrize("name", ["top_k", "penalty_last_n", "dry_penalty_last_n",
+                                  "dry_allowed_length", "n_probs"])
+@pytest.mark.parametrize("value", HUGE)
+def test_ints_that_reach_c_fit_int32(name: str, value: int) -> None:
+    with pytest.raises(InvalidOptionError) as info:
+        resolve(**{name: value})
+    assert info.value.option == name
+    resolve(**{name: 2**31 - 1})  # the largest int32 is accepted (bounded later by limits)
+
+
+@pytest.mark.parametrize("name", ["temp", "top_p", "penalty_repeat", "dry_base",
+                                  "mirostat_tau", "xtc_threshold"])
+@pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan])
+def test_floats_must_be_finite(name: str, value: float) -> None:
+    with pytest.raises(InvalidOptionError) as info:
+        resolve(**{name: value})
+    assert info.value.option == name
+
+
+LIMITED: list[tuple[str, str, Any]] = [
+    # (limit, field the error names, options of a request of size n)
+    ("max_stop_strings", "stop", lambda n: {"stop": [f"s{i}" for i in range(n)]}),
+    ("max_stop_length", "stop", lambda n: {"stop": ["x" * n]}),
+    ("max_n_probs", "n_probs", lambda n: {"n_probs": n}),
+    ("max_logit_bias", "logit_bias", lambda n: {"logit_bias": {i: 1.0 for i in range(n)}}),
+    ("max_samplers", "samplers", lambda n: {"samplers": ["top_k"] * n}),
+    ("max_dry_breakers", "dry_sequence_breakers",
+     lambda n: {"dry_sequence_breakers": [f"b{i}" for i in range(n)]}),
+    ("max_dry_breaker_length", "dry_sequence_breakers",
+     lambda n: {"dry_sequence_breakers": ["y" * n]}),
+    ("max_grammar_bytes", "grammar", lambda n: {"grammar": 'root ::= "' + "z" * (n - 11) + '"'}),
+]
+
+
+@pytest.mark.parametrize(("limit", "field", "make"), LIMITED, ids=[x[0] for x in LIMITED])
+def test_each_limit_allows_its_value_and_refuses_one_more(limit: str, field: str,
+                                                          make: Any) -> None:
+    limits = RequestLimits(**{limit: 20})
+    check_limits(resolve(**make(20)), limits)
+    with pytest.raises(InvalidOptionError) as info:
+        check_limits(resolve(**make(21)), limits)
+    assert info.value.option == field
+
+
+def test_the_limits_are_start_options_and_cli_flags() -> None:
+    from llamapy.serve.__main__ import build_parser
+
+    config = EngineConfig(max_stop_strings=3)
+    assert config.max_stop_strings == 3 and config.max_choices == 128
+    help_text = build_parser().format_help()
+    for name in RequestLimits.limit_names():
+        assert "--" + name.replace("_", "-") in help_text
+    with pytest.raises(InvalidOptionError):
+        EngineConfig(max_n_probs=0)
+
+
+def _engine(**config: Any) -> Engine:
+    backend = FakeBackend(n_ctx=4096, n_seq_max=2, model=FakeModel(n_vocab=64))
+    return Engine(backend, EngineConfig(n_parallel=2, **config))
+
+
+def test_the_engine_checks_limits_and_the_vocabulary_itself() -> None:
+    """A caller that builds a Request by hand meets the same bounds at ``Engine.submit``,
+    which changes nothing when it refuses."""
+    engine = _engine(max_stop_strings=2)
+    with pytest.raises(InvalidOptionError, match="stop"):
+        engine.submit(Request("a", [1, 2], resolve(stop=["a", "b", "c"])))
+    with pytest.raises(InvalidOptionError, match="vocabulary"):
+        engine.submit(Request("b", [1, 2], resolve(logit_bias={64: 1.0})))
+    engine.check_integrity()
+    assert not engine.runs and not engine.queue
+
+
+def test_windows_reach_the_backend_fitted_to_the_context() -> None:
+    """-1 ("the context") and windows past it become the context; others pass unchanged."""
+    fitted = fit_windows(SamplingParams(penalty_last_n=-1, dry_penalty_last_n=2**31 - 1), 512)
+    assert (fitted.penalty_last_n, fitted.dry_penalty_last_n) == (512, 512)
+    same = SamplingParams(penalty_last_n=64, dry_penalty_last_n=0)
+    assert fit_windows(same, 512) is same
