@@ -202,7 +202,11 @@ class Backend(Protocol):
         ...
 
     def new_sampler(self, params: SamplingParams) -> Sampler:
-        """A fresh sampler for one request; raises ``GrammarError`` for a bad grammar."""
+        """A fresh sampler for one request; raises ``GrammarError`` for a bad grammar.
+
+        Unlike every other method it may be called from any thread, concurrently with the
+        owner's (it reads only the model): the runtime builds costly samplers (a grammar's
+        parse) off the tick thread. The sampler is then used on the tick thread only."""
         ...
 
     def seq_rm(self, seq_id: int, p0: int, p1: int) -> bool:

@@ -127,9 +127,13 @@ class Engine:
         try:
             self._submit(request)
         except LlamapyError:
+            if request.sampler is not None:
+                request.sampler.close()
             raise
         except Exception as exc:
             log.exception("submit of request %r failed", getattr(request, "request_id", None))
+            if request.sampler is not None:
+                request.sampler.close()
             raise EngineError("submit", exc) from exc
 
     def _submit(self, request: Request) -> None:
@@ -137,15 +141,17 @@ class Engine:
         slot = self._placement(request, prompt)
         if request.adapter_set:
             self.backend.load_adapters(request.adapter_set)
-        sampler = None if request.options.max_tokens == 0 else \
-            self.backend.new_sampler(request.options.sampling)
+        sampler = request.sampler
+        if sampler is None and request.options.max_tokens > 0:
+            sampler = self.backend.new_sampler(request.options.sampling)
         try:
             run = self._new_run(request, prompt, sampler)
             self.speculator.start(run)
         except BaseException:
-            if sampler is not None:
-                sampler.close()
+            if sampler is not None and sampler is not request.sampler:
+                sampler.close()  # (the caller closes a sampler built ahead)
             raise
+        request.sampler = None  # the run owns it now
         self._runs[request.request_id] = run
         self._queue.append(run)
         if slot is not None:

@@ -186,7 +186,9 @@ class Request:
     ``options`` are resolved (see :func:`~llamapy.engine.options.resolve_request_options`).
     ``cache_identity`` is an opaque key (model / manifest identity): KV is reused only between
     equal :attr:`cache_key` ``(options.cache_scope, cache_identity, adapter_set)``. ``lease_id``
-    runs the request on a leased slot (see :meth:`Engine.lease`).
+    runs the request on a leased slot (see :meth:`Engine.lease`). ``sampler``, when set, is
+    the request's sampler built ahead (off the tick thread, by the backend's
+    ``new_sampler``); the engine takes it over (and closes it) instead of building one.
     """
 
     request_id: Hashable
@@ -195,6 +197,7 @@ class Request:
     sink: Sink = _null_sink
     cache_identity: str = ""
     lease_id: int | None = None
+    sampler: Sampler | None = None
 
     @property
     def adapter_set(self) -> tuple[Hashable, ...]:

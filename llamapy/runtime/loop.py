@@ -38,6 +38,7 @@ from llamapy.errors import (
     RuntimeDiedError,
 )
 from llamapy.runtime.handles import AsyncHandle, EventHandle, SyncHandle
+from llamapy.runtime.prebuild import SamplerPrebuilder, costly_sampler
 
 __all__ = ["Hosted", "LoopState", "TickLoop"]
 
@@ -108,6 +109,7 @@ class TickLoop:
         self._build = build
         self._inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._leases: list[_Lease] = []
+        self._prebuild = SamplerPrebuilder(self._backend, self._forward)
         self._thread = threading.Thread(target=self._run, name=thread_name, daemon=True)
         self._thread.start()
 
@@ -124,10 +126,24 @@ class TickLoop:
         if self.state in (LoopState.CLOSED, LoopState.CRASHED):  # nobody would read it
             _deliver_error(request, self.crash_error or ClosedError("runtime is closed"))
             return
+        if self.state is LoopState.READY and costly_sampler(request):
+            self._prebuild.submit(request)  # (a grammar's parse never stalls the tick)
+            return
         self._inbox.put(_Submit(request))
+
+    def _backend(self) -> Any:
+        hosted = self.hosted
+        return None if hosted is None else hosted.engine.backend
+
+    def _forward(self, request: Request, cancelled: bool) -> None:
+        """A request whose sampler was built ahead, to the engine (then its cancel)."""
+        self._inbox.put(_Submit(request))
+        if cancelled:
+            self._inbox.put(_Cancel(request.request_id))
 
     def cancel(self, request_id: Hashable) -> None:
         """Ask the engine to cancel a request (queued or running)."""
+        self._prebuild.cancel(request_id)
         if self._thread.is_alive():
             self._inbox.put(_Cancel(request_id))
 
@@ -283,6 +299,7 @@ class TickLoop:
         self._leases = pending
 
     def _shutdown(self) -> None:
+        self._prebuild.close()  # what it still forwards is rejected below
         self.state = LoopState.CLOSED if self.crash_error is None else LoopState.CRASHED
         hosted, self.hosted = self.hosted, None
         if hosted is not None:
@@ -319,6 +336,8 @@ class TickLoop:
         error: LlamapyError = self.load_error or self.crash_error or \
             ClosedError("runtime is closed")
         if isinstance(item, _Submit):
+            if item.request.sampler is not None:
+                item.request.sampler.close()
             _deliver_error(item.request, error)
         elif isinstance(item, _Call | _Lease) and not item.future.cancelled():
             item.future.set_exception(error)

@@ -114,7 +114,12 @@ def _exit_on_crash(error: LlamapyError) -> None:
     log.critical("%s; stopping, so that a supervisor can restart the server", error)
     _crashed.set()
     os.kill(os.getpid(), signal.SIGTERM)  # uvicorn's graceful shutdown, then main returns
-    timer = threading.Timer(CRASH_EXIT_GRACE_S, os._exit, args=(EXIT_CRASHED,))
+    _exit_later(CRASH_EXIT_GRACE_S)
+
+
+def _exit_later(delay: float) -> None:
+    """Exit with :data:`EXIT_CRASHED` after ``delay`` seconds, whatever still runs."""
+    timer = threading.Timer(delay, os._exit, args=(EXIT_CRASHED,))
     timer.daemon = True
     timer.start()
 

@@ -134,3 +134,35 @@ def test_a_dead_loop_is_crashed_says_why_and_calls_on_crash() -> None:
     with pytest.raises(RuntimeDiedError):  # a submit: at once, not after its timeout
         list(RequestStream(runtime, Request(new_request_id(), [1], request([1]).options),
                            timeout=30))
+
+
+def test_the_serve_process_stops_with_status_70_when_its_loop_crashes(monkeypatch: Any) -> None:
+    """``python -m llamapy.serve`` never stays up answering 503: a crash sends it SIGTERM
+    (uvicorn's graceful stop), arms a forced exit, and ``main`` then returns 70."""
+    from llamapy.serve import __main__ as serve_main
+
+    signals: list[int] = []
+    exits: list[float] = []
+    monkeypatch.setattr(serve_main.os, "kill", lambda pid, sig: signals.append(sig))
+    monkeypatch.setattr(serve_main, "_exit_later", exits.append)
+    engine = _TickBug(FakeBackend(n_ctx=4096, n_seq_max=2, model=FakeModel(n_vocab=128)),
+                      EngineConfig(n_parallel=2))
+    runtime = TickLoop(lambda: Hosted(engine=engine))
+
+    class _Served:
+        pass
+
+    served = _Served()
+    served.runtime = runtime  # type: ignore[attr-defined]
+    serve_main._watch(served)
+    runtime.ready.wait(5)
+    engine.armed = True
+    runtime.submit(request([1, 2]))
+    runtime._thread.join(5)
+    try:
+        import signal
+
+        assert signals == [signal.SIGTERM] and exits == [serve_main.CRASH_EXIT_GRACE_S]
+        assert serve_main._crashed.is_set() and serve_main.EXIT_CRASHED == 70
+    finally:
+        serve_main._crashed.clear()

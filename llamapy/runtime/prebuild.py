@@ -1,0 +1,97 @@
+"""Samplers whose construction is costly, built off the tick thread.
+
+Parsing a request's grammar can take seconds (a grammar of many thousand alternatives), and so
+can a DRY sampler's scan of the vocabulary for its sequence breakers; on the tick thread that
+time would stall every slot. :class:`SamplerPrebuilder` builds such a request's sampler on its
+own thread (the backend's ``new_sampler`` may be called from any thread) and then hands the
+request, sampler attached, to the tick thread's inbox. A failure (a bad grammar) is the
+request's error event, sent from this thread.
+
+A cancel that arrives while the sampler is built is forwarded after the request itself, so the
+engine admits it and cancels it at once (one final event, from the engine, as always).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Hashable
+from concurrent.futures import ThreadPoolExecutor
+
+from llamapy.engine.backend import Backend
+from llamapy.engine.request import ErrorEvent, Request, RequestTimings
+from llamapy.errors import ClosedError, EngineError, LlamapyError
+
+__all__ = ["SamplerPrebuilder", "costly_sampler"]
+
+log = logging.getLogger("llamapy.runtime")
+
+
+def costly_sampler(request: Request) -> bool:
+    """Whether building ``request``'s sampler may take long: it has a grammar or DRY on."""
+    params = request.options.sampling
+    return request.options.max_tokens > 0 and (bool(params.grammar) or params.dry_multiplier > 0)
+
+
+class SamplerPrebuilder:
+    """Builds samplers on one worker thread (see the module). ``forward(request, cancelled)``
+    puts the request (and, if ``cancelled``, its cancel) on the tick thread's inbox."""
+
+    def __init__(self, backend: Callable[[], Backend | None],
+                 forward: Callable[[Request, bool], None]) -> None:
+        self._backend = backend
+        self._forward = forward
+        self._lock = threading.Lock()
+        self._building: set[Hashable] = set()
+        self._cancelled: set[Hashable] = set()
+        self._closed = False
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llamapy-sampler")
+
+    def submit(self, request: Request) -> None:
+        """Build ``request``'s sampler, then forward it; errors go to its sink."""
+        with self._lock:
+            if self._closed:
+                _fail(request, ClosedError("runtime is closed"))
+                return
+            self._building.add(request.request_id)
+        self._pool.submit(self._build, request)
+
+    def cancel(self, request_id: Hashable) -> None:
+        """Remember a cancel for a request still being built (else nothing to do)."""
+        with self._lock:
+            if request_id in self._building:
+                self._cancelled.add(request_id)
+
+    def close(self) -> None:
+        """Stop: requests not yet built end with ``ClosedError``; waits for the one being
+        built (a native call cannot be interrupted)."""
+        with self._lock:
+            self._closed = True
+        self._pool.shutdown(wait=True)
+
+    def _build(self, request: Request) -> None:
+        backend = None if self._closed else self._backend()
+        try:
+            if backend is None:
+                raise ClosedError("runtime is closed")
+            request.sampler = backend.new_sampler(request.options.sampling)
+        except Exception as exc:  # typed (a bad grammar) or foreign: that request's error
+            self._done(request.request_id)
+            _fail(request, exc if isinstance(exc, LlamapyError) else EngineError("sampler", exc))
+            return
+        self._forward(request, self._done(request.request_id))
+
+    def _done(self, request_id: Hashable) -> bool:
+        """Forget ``request_id``; whether it was cancelled meanwhile."""
+        with self._lock:
+            self._building.discard(request_id)
+            cancelled = request_id in self._cancelled
+            self._cancelled.discard(request_id)
+            return cancelled
+
+
+def _fail(request: Request, exc: LlamapyError) -> None:
+    try:
+        request.sink(ErrorEvent(request.request_id, exc, RequestTimings()))
+    except Exception:
+        log.exception("request sink failed")
