@@ -30,6 +30,7 @@ from .serving_flags import (
     LOG_LEVELS,
     add_serving_flags,
     app_options,
+    bind_hosts,
     read_template,
     template_kwargs,
     url_prefix,
@@ -89,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (LlamapyError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    hosts = [h.strip() for h in args.host.split(",") if h.strip()] or ["127.0.0.1"]
+    hosts = bind_hosts(args)
     tls = ssl_files(args)
     log.info("serving %s at %s", what,
              ", ".join(_url(h, args.port, bool(tls)) + prefix.lstrip("/") for h in hosts))

@@ -29,6 +29,7 @@ ERROR_TYPES = {
     404: "not_found_error",
     409: "invalid_request_error",
     413: "request_too_large",
+    415: "invalid_request_error",
     429: "rate_limit_error",
     503: "overloaded_error",
     504: "timeout_error",

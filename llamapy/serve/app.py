@@ -24,8 +24,9 @@ from ..openai_api.target import DEFAULT_REQUEST_TIMEOUT
 from ..server import ModelManager, Server
 from .context import CACHE_HEADERS, AppContext
 from .cors import DEFAULT_ORIGINS, CorsMiddleware, CorsPolicy
-from .errors import BodyLimit, CatchAll, install_error_handlers
+from .errors import BodyLimit, CatchAll, error_response, install_error_handlers
 from .flags import DEFAULT_MAX_BODY_BYTES
+from .guard import BrowserGuard, HostPolicy
 from .host import Loader, ModelHost
 from .live_view import events_router
 from .metrics import RequestCounter
@@ -35,7 +36,7 @@ from .routes_llama import health_router, llama_router
 from .routes_models import models_router
 from .routes_openai import model_card, openai_router
 from .routes_responses import responses_router
-from .routing import Endpoint, Router, openapi_document
+from .routing import Endpoint, ErrorShape, Router, openapi_document, route_error_shape
 from .serving_flags import url_prefix
 from .sleep import WakeOnRequest, sleep_snapshot
 
@@ -50,6 +51,8 @@ def create_app(
     alias: str | None = None,
     api_key: str | None = None,
     cors_origins: Sequence[str] = (),
+    allowed_hosts: Sequence[str] = (),
+    bind_hosts: Sequence[str] = (),
     chat_template: str | None = None,
     request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
@@ -72,6 +75,10 @@ def create_app(
     see :mod:`llamapy.serve.multi`, with ``/models/load|unload``; ``chat_templates`` per model).
     ``alias``: the public model id (default: the file's stem). ``api_key`` protects all but
     ``/health`` and the pages (``/``, ``/dashboard``; their data comes from protected routes).
+    ``cors_origins``: the pages of other origins that may read answers and send requests that
+    change state (default: ``localhost``, :mod:`llamapy.serve.cors`); ``allowed_hosts``: the
+    ``Host`` names answered besides localhost, IP literals and the names in ``bind_hosts`` (the
+    addresses the server listens on; none given: loopback), see :mod:`llamapy.serve.guard`.
     ``chat_template``: Jinja overriding the GGUF's. ``webui=False``: no pages; ``slots`` /
     ``metrics=False``: those answer 501; ``props``: accept ``POST /props``.
     ``slot_save_path``: the slot actions' folder (None:
@@ -87,12 +94,15 @@ def create_app(
     ctx = _context(owned, api_key=api_key, embeddings=embeddings, slots=slots,
                    metrics_endpoint=metrics, props_endpoint=props, slot_save_path=slot_save_path,
                    sse_ping_interval=sse_ping_interval)
-    routes, prefix = _routes(ctx, webui), url_prefix(api_prefix)
+    routers, prefix = _routers(ctx, webui), url_prefix(api_prefix)
+    routes = _routes(routers, webui)
     app = Starlette(routes=[Mount(prefix, routes=routes)] if prefix else routes,
                     lifespan=_lifespan(ctx, owned if own_server else None))
     app.state.llamapy = ctx
     install_error_handlers(app)
-    _add_middleware(app, ctx, cors_origins, max_body_bytes)
+    _add_middleware(app, ctx, CorsPolicy(cors_origins or DEFAULT_ORIGINS), max_body_bytes,
+                    HostPolicy(allowed_hosts, bind_hosts),
+                    route_error_shape(routers, _openai_shape, prefix))
     return app
 
 
@@ -111,9 +121,9 @@ def _fall_asleep(ctx: AppContext, served: ServedModel) -> None:
     ctx.close()
 
 
-def _routes(ctx: AppContext, webui: bool) -> list[Any]:
-    """Every API's routes (the models router for several models), ``/openapi.json``, the
-    pages."""
+def _routers(ctx: AppContext, webui: bool) -> list[Router]:
+    """Every API's router (the models router for several models), ``/openapi.json``'s, the
+    pages'."""
     routers = [make(ctx) for make in (health_router, openai_router, responses_router,
                                       anthropic_router, llama_router, events_router)]
     if ctx.models is not None:
@@ -121,10 +131,20 @@ def _routes(ctx: AppContext, webui: bool) -> list[Any]:
     if webui:
         routers.append(_page_router())
     routers.append(_openapi_router([e for r in routers for e in r.endpoints]))
-    routes = [route for router in routers for route in router.routes]
+    return routers
+
+
+def _routes(routers: list[Router], webui: bool) -> list[Any]:
+    """The routers' routes, and the pages' static files."""
+    routes: list[Any] = [route for router in routers for route in router.routes]
     if webui:
         routes.append(Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"))
     return routes
+
+
+def _openai_shape(request: Request, exc: Exception) -> JSONResponse:
+    """The error shape of the routes without one of their own (OpenAI's, llama-server's)."""
+    return error_response(exc)
 
 
 def _openapi_router(endpoints: list[Endpoint]) -> Router:
@@ -209,19 +229,20 @@ def _lifespan(ctx: AppContext, owned: ModelHost | ModelRouter | None) -> Any:
     return lifespan
 
 
-def _add_middleware(app: Starlette, ctx: AppContext, cors_origins: Sequence[str],
-                    max_body_bytes: int) -> None:
-    """Catch-all errors, request counting, the body limit and (outermost) CORS: preflights
-    always answered, ``cors_origins`` (default: localhost) named (:mod:`llamapy.serve.cors`)."""
+def _add_middleware(app: Starlette, ctx: AppContext, cors: CorsPolicy, max_body_bytes: int,
+                    hosts: HostPolicy, shape: ErrorShape) -> None:
+    """Catch-all errors, the browser guards (:mod:`llamapy.serve.guard`, refusals in ``shape``),
+    request counting (refusals too), the body limit and (outermost) CORS: preflights always
+    answered, ``cors``'s origins named (:mod:`llamapy.serve.cors`)."""
     if ctx.models is not None:  # innermost: leases the request's model for its response
         app.add_middleware(ModelSelect, router=ctx.models, check_key=ctx.check_key)
     if ctx.host is not None and ctx.host.clock is not None:
         app.add_middleware(WakeOnRequest, enter=ctx.host.enter, leave=ctx.host.leave)
     app.add_middleware(CatchAll)
+    app.add_middleware(BrowserGuard, hosts=hosts, origins=cors, shape=shape)
     app.add_middleware(RequestCounter, metrics=ctx.metrics)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
-    app.add_middleware(CorsMiddleware, policy=CorsPolicy(cors_origins or DEFAULT_ORIGINS),
-                       expose=list(CACHE_HEADERS))
+    app.add_middleware(CorsMiddleware, policy=cors, expose=list(CACHE_HEADERS))
 
 
 def _page_router() -> Router:

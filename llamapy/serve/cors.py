@@ -8,6 +8,9 @@ Allowed origins (``--cors-origins``, each value may be a comma-separated list): 
 ``localhost`` (any ``http(s)://localhost``, ``127.0.0.1`` or ``[::1]`` origin on any port,
 llama-server's special value). With none given, :data:`DEFAULT_ORIGINS` applies: ``localhost``
 (llama-server's default is ``*``; see the README's deliberate differences).
+
+CORS only decides which pages may read answers; the same policy also decides which foreign
+pages may send requests that change state (:mod:`llamapy.serve.guard` refuses the others).
 """
 
 from __future__ import annotations

@@ -25,8 +25,10 @@ from ..errors import (
     ContextOverflowError,
     EndpointDisabledError,
     GrammarError,
+    HostNotAllowedError,
     LlamapyError,
     ModelNotFoundError,
+    OriginNotAllowedError,
     PayloadTooLargeError,
     QueueFullError,
     ReplicaUnavailableError,
@@ -34,6 +36,7 @@ from ..errors import (
     TemplateError,
     UnknownOptionError,
     UnsupportedFeatureError,
+    UnsupportedMediaTypeError,
 )
 
 log = logging.getLogger("llamapy.serve")
@@ -52,6 +55,9 @@ ERROR_CODES: dict[type[LlamapyError], str] = {
     RouteNotFoundError: "not_found",
     EndpointDisabledError: "endpoint_disabled",
     ReplicaUnavailableError: "replica_unavailable",
+    UnsupportedMediaTypeError: "unsupported_media_type",
+    HostNotAllowedError: "host_not_allowed",
+    OriginNotAllowedError: "origin_not_allowed",
 }
 
 #: Seconds a client should wait after a 429 before retrying.

@@ -17,7 +17,7 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute, Match, Route, get_route_path
 
 from ..errors import InvalidOptionError
 
@@ -88,6 +88,26 @@ class Router:
             return result if isinstance(result, Response) else JSONResponse(result)
 
         return endpoint
+
+
+def route_error_shape(routers: Iterable[Router], default: ErrorShape, prefix: str = ""
+                      ) -> ErrorShape:
+    """The error shape of the route a request is for (its router's, else ``default``), for a
+    middleware that answers before routing; ``prefix``: the path the routes are mounted under."""
+    shaped = [(route, router.error_shape) for router in routers
+              if router.error_shape is not None for route in router.routes]
+
+    def shape(request: Request, exc: Exception) -> Response:
+        path = get_route_path(request.scope)
+        if prefix and path.startswith(prefix + "/"):
+            path = path[len(prefix):]
+        scope = {"type": "http", "path": path, "method": request.method}
+        for route, error_shape in shaped:
+            if route.matches(scope)[0] is not Match.NONE:
+                return error_shape(request, exc)
+        return default(request, exc)
+
+    return shape
 
 
 def path_int(request: Request, name: str) -> int:

@@ -23,7 +23,7 @@ from ..options import REASONING_FORMATS, TIMEOUTS
 from .compat_flags import api_keys
 from .flags import DEFAULT_MAX_BODY_BYTES
 
-__all__ = ["LOG_LEVELS", "add_serving_flags", "app_options", "read_template",
+__all__ = ["LOG_LEVELS", "add_serving_flags", "app_options", "bind_hosts", "read_template",
            "sleep_idle_seconds", "template_kwargs", "url_prefix"]
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -70,7 +70,14 @@ def _add_identity(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--cors-origin", "--cors-origins", dest="cors_origin", action=_ListAppend,
                        default=[], metavar="ORIGIN", help="allow browser pages from ORIGIN "
                        "to read responses (repeatable or comma-separated; '*' for any, "
-                       "'localhost' for any local origin: the default)")
+                       "'localhost' for any local origin: the default); other pages may "
+                       "not send POST requests")
+    group.add_argument("--allowed-hosts", action=_ListAppend, default=[], metavar="NAME",
+                       help="Host names this server answers to besides localhost, IP addresses "
+                       "and --host names (repeatable or comma-separated; '.example.com' for a "
+                       "domain and its subdomains, '*' for any): other names are refused, "
+                       "which stops DNS-rebinding pages (default: none; on --host 0.0.0.0 or "
+                       ":: without this flag, any name is answered)")
 
 
 def _add_requests(group: argparse._ArgumentGroup) -> None:
@@ -215,6 +222,7 @@ def app_options(args: argparse.Namespace) -> dict[str, Any]:
         "alias": names[0], "aliases": tuple(names[1:]), "tags": tuple(args.tags),
         "api_prefix": args.api_prefix, "sse_ping_interval": args.sse_ping_interval,
         "api_key": api_keys(args), "cors_origins": args.cors_origin, "chat_template": template,
+        "allowed_hosts": tuple(args.allowed_hosts), "bind_hosts": bind_hosts(args),
         "request_timeout": args.request_timeout, "max_body_bytes": int(args.max_body_mb * 2**20),
         "embeddings": not args.no_embeddings_endpoint, "webui": args.webui is not False,
         "slots": args.slots is not False, "metrics": args.metrics is not False,
@@ -227,6 +235,11 @@ def app_options(args: argparse.Namespace) -> dict[str, Any]:
         "default_ignore_eos": args.ignore_eos,
         "sleep_idle_seconds": sleep_idle_seconds(args),
     }
+
+
+def bind_hosts(args: argparse.Namespace) -> tuple[str, ...]:
+    """The addresses ``--host`` names (comma-separated; none: ``127.0.0.1``)."""
+    return tuple(h.strip() for h in args.host.split(",") if h.strip()) or ("127.0.0.1",)
 
 
 def url_prefix(value: str) -> str:

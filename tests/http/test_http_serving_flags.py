@@ -128,11 +128,12 @@ def _app(gate: threading.Event, **kw: object) -> Starlette:
 
 
 def test_no_webui_no_slots_no_metrics(unloaded: threading.Event) -> None:
-    with TestClient(_app(unloaded)) as client:
+    with TestClient(_app(unloaded), base_url="http://localhost") as client:
         assert client.get("/").status_code == 200
         assert client.get("/dashboard").status_code == 200
         assert client.get("/metrics").status_code == 200
-    with TestClient(_app(unloaded, webui=False, slots=False, metrics=False)) as client:
+    with TestClient(_app(unloaded, webui=False, slots=False, metrics=False),
+                    base_url="http://localhost") as client:
         assert client.get("/").status_code == 404
         assert client.get("/dashboard").status_code == 404
         for path, flag in (("/slots", "--slots"), ("/metrics", "--metrics")):
