@@ -38,7 +38,8 @@ def build_app(model: str | os.PathLike[str], *, app_options: Mapping[str, Any] |
     raise :class:`~llamapy.errors.UnknownOptionError` here, not in the replicas; the defaults
     are the ``Server``'s, so no RAM prompt cache unless ``prompt_cache_ram_mb`` is given:
     :func:`app` applies ``python -m llamapy.serve``'s);
-    ``app_options`` are :func:`~llamapy.serve.create_app` keywords. Run it with
+    ``app_options`` are :func:`~llamapy.serve.create_app` keywords (``allowed_hosts``
+    defaults to any Host: Ray's proxy, configured by the operator, is what is exposed). Run it with
     ``serve.run(build_app(...))``.
     """
     options = deployment or DeploymentOptions()
@@ -46,6 +47,8 @@ def build_app(model: str | os.PathLike[str], *, app_options: Mapping[str, Any] |
     if unknown:
         raise UnknownOptionError(unknown, start_option_keys(), where="start")
     app_kw = dict(app_options or {})
+    if not app_kw.get("allowed_hosts"):  # Ray's proxy, not the replica, decides the exposure
+        app_kw["allowed_hosts"] = ("*",)
     replica = serve.deployment(
         name=MODEL_DEPLOYMENT, num_replicas=options.replicas,
         max_ongoing_requests=options.max_ongoing_requests,
