@@ -328,6 +328,19 @@ class EngineError(LlamapyError):
         self.__cause__ = cause
 
 
+class SamplingTooCostlyError(LlamapyError):
+    """Sampling one token of a request took longer than the server's ``max_sample_ms`` (a
+    grammar too complex to apply at every token): the request ends, the others go on."""
+
+    http_status = 400
+    error_type = "invalid_request_error"
+
+    def __init__(self, limit_s: float) -> None:
+        self.limit_s = limit_s
+        super().__init__(f"sampling one token took longer than {limit_s * 1000:.0f} ms "
+                         "(max_sample_ms); simplify the grammar")
+
+
 class UnknownLeaseError(LlamapyError, KeyError):
     """A lease id that the engine never issued or that was already released."""
 

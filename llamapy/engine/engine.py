@@ -99,7 +99,7 @@ class Engine:
                                      with_ngram(config.spec_ngram_size, drafters),
                                      config.speculative, tuning.spec_prior_beta)
         self.executor = Executor(backend, self.prefix, self.counters, clock, self._deliver,
-                                 self.speculator)
+                                 self.speculator, config.max_sample_ms / 1000)
         #: KV operations on leased slots (snapshot, restore, clear, next-token logits).
         self.leases = LeaseOps(backend, self.pool, self.prefix)
         #: KV operations on idle slots (save, restore, erase: llama-server's slot actions).

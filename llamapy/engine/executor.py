@@ -12,12 +12,18 @@ A decode entry carrying a draft is verified row by row (see
 :mod:`llamapy.engine.speculation`): sampling goes on while the sampled token equals the drafted
 one, then the rejected positions' KV is removed.
 
+Sampling fails only the run it samples for: a typed error (a grammar that allows no token), a
+foreign one (``EngineError``), or a sampler that took longer than ``max_sample_ms`` for one
+token (``SamplingTooCostlyError``: a grammar that costly would stall every slot on each token).
+
 Runs are only *marked* finished here (``run.finish``); the engine's reap phase sends the final
 event and frees the slot.
 """
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -28,7 +34,14 @@ from llamapy.engine.request import Event, FinishReason, ProgressEvent, Run, Toke
 from llamapy.engine.speculation import Speculator, trim_to_run
 from llamapy.engine.states import SlotState
 from llamapy.engine.stats import Counters
-from llamapy.errors import ContextOverflowError, DecodeError, KVCacheFullError, LlamapyError
+from llamapy.errors import (
+    ContextOverflowError,
+    DecodeError,
+    EngineError,
+    KVCacheFullError,
+    LlamapyError,
+    SamplingTooCostlyError,
+)
 
 __all__ = ["Executor"]
 
@@ -38,8 +51,10 @@ class Executor:
 
     def __init__(self, backend: Backend, prefix: PrefixResolver, counters: Counters,
                  clock: Callable[[], float], deliver: Callable[[Run, Event], None],
-                 speculator: Speculator) -> None:
+                 speculator: Speculator, max_sample_s: float = math.inf) -> None:
         self.backend = backend
+        #: A run whose sampler takes longer for one token fails (see ``max_sample_ms``).
+        self.max_sample_s = max_sample_s
         self.speculator = speculator
         self.prefix = prefix
         self.counters = counters
@@ -133,12 +148,17 @@ class Executor:
         """Sample, account and emit one token of ``entry`` from ``row`` (None: it failed)."""
         run, slot = entry.run, entry.slot
         assert run.sampler is not None, "sampling a prefill-only run"
+        started = time.perf_counter()
         try:
             token = run.sampler.sample(row)
             n_probs = run.request.options.sampling.n_probs
             logprobs = _logprobs(run.sampler, row, token, n_probs) if n_probs else None
-        except LlamapyError as exc:  # e.g. a grammar with no allowed token: this run only
-            run.error, run.finish = exc, FinishReason.ERROR
+        except Exception as exc:  # e.g. a grammar with no allowed token: this run only
+            run.error = exc if isinstance(exc, LlamapyError) else EngineError("sample", exc)
+            run.finish = FinishReason.ERROR
+            return None
+        if time.perf_counter() - started > self.max_sample_s:  # it would stall every token
+            run.error, run.finish = SamplingTooCostlyError(self.max_sample_s), FinishReason.ERROR
             return None
         run.tokens.append(token)
         self.counters.num_generated_tokens += 1

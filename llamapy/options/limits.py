@@ -41,6 +41,8 @@ class RequestLimits:
     max_choices: int = option(128, "most engine requests one HTTP request may make (n choices "
                               "times prompts)")
     max_embedding_inputs: int = option(2048, "most inputs per embeddings request")
+    max_sample_ms: int = option(1000, "a request whose sampler takes longer than this for "
+                                "one token fails (a grammar too costly to apply)")
 
     def __post_init__(self) -> None:
         for name in self.limit_names():

@@ -4,12 +4,15 @@ serving limits (``max_*``) on the work one request may cause."""
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 import pytest
 
 from llamapy.engine import Engine, EngineConfig, FakeBackend, FakeModel, Request
-from llamapy.errors import InvalidOptionError
+from llamapy.engine.request import ErrorEvent
+from llamapy.engine.testing import Recorder, drain
+from llamapy.errors import EngineError, InvalidOptionError, SamplingTooCostlyError
 from llamapy.options import resolve_request_options
 from llamapy.options.limits import RequestLimits, check_limits, fit_windows
 from llamapy.options.sampling import SamplingParams
@@ -107,3 +110,39 @@ def test_windows_reach_the_backend_fitted_to_the_context() -> None:
     assert (fitted.penalty_last_n, fitted.dry_penalty_last_n) == (512, 512)
     same = SamplingParams(penalty_last_n=64, dry_penalty_last_n=0)
     assert fit_windows(same, 512) is same
+
+
+class _SlowSampling(FakeBackend):
+    """Sampling sleeps ``slow_s`` (a costly grammar) or raises a foreign error, for requests
+    with those seeds."""
+
+    def new_sampler(self, params: Any) -> Any:
+        sampler = super().new_sampler(params)
+        sample = sampler.sample
+
+        def patched(row: int) -> int:
+            if params.seed == 7:
+                time.sleep(0.05)
+            if params.seed == 8:
+                raise ZeroDivisionError("bug in a sampler")
+            return sample(row)
+
+        sampler.sample = patched
+        return sampler
+
+
+def test_a_run_whose_sampling_is_too_costly_or_raises_fails_alone() -> None:
+    backend = _SlowSampling(n_ctx=4096, n_seq_max=3, model=FakeModel(n_vocab=64))
+    engine = Engine(backend, EngineConfig(n_parallel=3, max_sample_ms=20))
+    sinks = {name: Recorder() for name in ("slow", "bug", "fine")}
+    seeds = {"slow": 7, "bug": 8, "fine": 9}
+    for name, sink in sinks.items():
+        options = resolve(seed=seeds[name], max_tokens=5, logit_bias={0: -math.inf})
+        engine.submit(Request(name, [1, 2], options, sink=sink))
+    drain(engine, each=engine.check_integrity)
+    assert isinstance(sinks["slow"].final, ErrorEvent)
+    assert isinstance(sinks["slow"].final.exc, SamplingTooCostlyError)
+    assert isinstance(sinks["bug"].final, ErrorEvent)
+    assert isinstance(sinks["bug"].final.exc, EngineError)
+    assert sinks["fine"].finish_reason == "max_tokens" and len(sinks["fine"].tokens) == 5
+    assert not backend.open_samplers
