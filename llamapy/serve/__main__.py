@@ -180,7 +180,7 @@ def _build_app(args: argparse.Namespace) -> tuple[Any, str]:
     if serves_several(args):
         from .models_specs import build_manager
 
-        manager, templates = build_manager(args, serve_start_options(args))
+        manager, templates = build_manager(args, serve_start_options(args), watch=_watch)
         options = app_options(args)
         from .app import create_app
 

@@ -9,12 +9,13 @@ a :class:`~llamapy.server.ModelManager`: one spec per ``--model`` (named pairwis
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidOptionError, UnsupportedFeatureError
 from ..server import ModelManager, ModelSpec
+from ..server.model_spec import default_server_factory
 from .serving_flags import read_template, sleep_idle_seconds
 
 __all__ = ["SPEC_KEYS", "build_manager"]
@@ -23,11 +24,14 @@ __all__ = ["SPEC_KEYS", "build_manager"]
 SPEC_KEYS = frozenset({"path", "aliases", "keep_alive", "pinned", "memory_mb", "chat_template"})
 
 
-def build_manager(args: argparse.Namespace, options: Mapping[str, Any]
+def build_manager(args: argparse.Namespace, options: Mapping[str, Any],
+                  watch: Callable[[Any], Any] | None = None
                   ) -> tuple[ModelManager, dict[str, str]]:
     """The manager for the command line and the per-model chat template overrides.
 
-    ``options``: the command line's start options (each model's defaults). Raises
+    ``options``: the command line's start options (each model's defaults); ``watch`` is
+    applied to each server the manager starts (``python -m llamapy.serve`` exits when one's
+    thread dies). Raises
     :class:`InvalidOptionError` (or ``UnknownOptionError``) for bad input, ``OSError`` for an
     unreadable directory or preset.
     """
@@ -48,8 +52,13 @@ def build_manager(args: argparse.Namespace, options: Mapping[str, Any]
     sleep = sleep_idle_seconds(args)
     keep_alive = args.keep_alive if args.keep_alive is not None else (
         -1 if sleep is None else sleep)
+    def factory(spec: ModelSpec) -> Any:
+        server = default_server_factory(spec)
+        return server if watch is None else watch(server)
+
     manager = ModelManager(specs, models_max=args.models_max,
-                           memory_mb=args.models_memory_mb, keep_alive=keep_alive)
+                           memory_mb=args.models_memory_mb, keep_alive=keep_alive,
+                           server_factory=factory)
     return manager, templates
 
 
