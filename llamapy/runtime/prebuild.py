@@ -19,6 +19,7 @@ from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
 
 from llamapy.engine.backend import Backend
+from llamapy.engine.options import RequestOptions
 from llamapy.engine.request import ErrorEvent, Request, RequestTimings
 from llamapy.errors import ClosedError, EngineError, LlamapyError
 
@@ -28,9 +29,12 @@ log = logging.getLogger("llamapy.runtime")
 
 
 def costly_sampler(request: Request) -> bool:
-    """Whether building ``request``'s sampler may take long: it has a grammar or DRY on."""
-    params = request.options.sampling
-    return request.options.max_tokens > 0 and (bool(params.grammar) or params.dry_multiplier > 0)
+    """Whether building ``request``'s sampler may take long: it has a grammar or DRY on.
+    (Options that are not :class:`RequestOptions` are left for the engine to refuse.)"""
+    options = request.options
+    if not isinstance(options, RequestOptions) or options.max_tokens == 0:
+        return False
+    return bool(options.sampling.grammar) or options.sampling.dry_multiplier > 0
 
 
 class SamplerPrebuilder:
