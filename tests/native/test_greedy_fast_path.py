@@ -4,7 +4,7 @@ Every pick is checked against the native chain llama.cpp runs for the same setti
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 import pytest
@@ -59,15 +59,31 @@ def test_greedy_streams_pick_what_llama_cpps_greedy_picks(model: Model,
         chain.close()
 
 
-def exact_tie(row: np.ndarray, token: int, target: int) -> float:
-    """A float32 bias that lifts ``token`` to exactly ``row[target]`` (as C adds it)."""
-    b = np.float32(row[target]) - np.float32(row[token])
-    for _ in range(64):
-        total = np.float32(row[token]) + b
-        if total == row[target]:
-            return float(b)
-        b = np.nextafter(b, np.float32(np.inf if total < row[target] else -np.inf))
-    raise AssertionError("no exact tie found")
+#: A bias that lifts any logit ``x`` with ``|x| < 2**15`` to exactly ``2**40`` in float32
+#: (the float32 neighbours of 2**40 are 2**16 below and 2**17 above it): a tie that holds
+#: whatever the logits are.
+LIFT = 2.0**40
+
+
+def exact_tie(row: np.ndarray, target: int, ids: Iterable[int]) -> tuple[int, float]:
+    """The first token of ``ids`` that a float32 bias lifts to exactly ``row[target]`` (as C
+    adds it: ``logit + bias`` in float32, rounded to nearest), and that bias.
+
+    The row comes from this CPU's kernels, so no one token can be counted on: from a logit far
+    under the target, or below zero, the sums' rounding step can be coarser than the target's
+    and no bias lands on it. Each candidate is checked in numpy's float32 arithmetic (the same
+    IEEE addition C does) with ``b = fl(y - x)`` and its nearest neighbours; every logit in
+    ``[y/2, y]`` ties exactly (Sterbenz's lemma: ``y - x`` is a float32), as do most others
+    (two in three on the default model's row), so the search ends within a few tokens on any CPU.
+    """
+    y = np.float32(row[target])
+    for token in ids:
+        x = np.float32(row[token])
+        b = y - x
+        for bias in (b, np.nextafter(b, np.float32(np.inf)), np.nextafter(b, np.float32(-np.inf))):
+            if x + bias == y:
+                return token, float(bias)
+    raise AssertionError(f"no token of the range ties exactly with token {target}")
 
 
 def test_biased_picks_match_the_native_chain(model: Model, backend: LlamaBackend) -> None:
@@ -77,13 +93,24 @@ def test_biased_picks_match_the_native_chain(model: Model, backend: LlamaBackend
     logits = ctx.logits(row)
     top = int(logits.argmax())
     second = int(np.argsort(logits)[-2])
-    low, high = min(top, second) - 1, max(top, second) + 1
+    # Ties with an unbiased logit (the top, or the new top once the top is banned), built from
+    # this row: tokens below and above the tied one, nearest first.
+    low, to_top_low = exact_tie(logits, top, range(top - 1, -1, -1))
+    high, to_top_high = exact_tie(logits, top, range(top + 1, model.n_vocab))
+    under, to_second = exact_tie(logits, second, (t for t in range(second - 1, -1, -1)
+                                                  if t != top))
+    # Ties between biased logits, by values that do not depend on the row.
+    lifted = logits[[top, low, high]] + np.float32(LIFT)
+    assert (lifted == np.float32(LIFT)).all(), "a logit of 2**15 or more"
     cases = {
         "ban the top": {top: float("-inf")},
         "lift another": {second: 3.0},
-        "tie, lower id wins": {low: exact_tie(logits, low, top)},
-        "tie, higher id loses": {high: exact_tie(logits, high, top)},
-        "ban the top, tie the new top": {top: float("-inf"), low: exact_tie(logits, low, second)},
+        "tie, lower id wins": {low: to_top_low},
+        "tie, higher id loses": {high: to_top_high},
+        "ban the top, tie the new top": {top: float("-inf"), under: to_second},
+        "two lifted to one value": {high: LIFT, low: LIFT},
+        "the top and a lower id lifted to one value": {top: LIFT, low: LIFT},
+        "the top and a higher id lifted to one value": {top: LIFT, high: LIFT},
         "outside the vocabulary": {model.n_vocab + 5: 100.0, -3: 100.0},
         "every token banned": {t: float("-inf") for t in range(model.n_vocab)},
         "huge bias": {second: 1e300},
@@ -95,6 +122,10 @@ def test_biased_picks_match_the_native_chain(model: Model, backend: LlamaBackend
         picks[name] = fast
     assert picks["ban the top"] == second and picks["lift another"] == second
     assert picks["tie, lower id wins"] == low and picks["tie, higher id loses"] == top
+    assert picks["ban the top, tie the new top"] == under
+    assert picks["two lifted to one value"] == low
+    assert picks["the top and a lower id lifted to one value"] == low
+    assert picks["the top and a higher id lifted to one value"] == top
     assert picks["outside the vocabulary"] == top
 
 
