@@ -1,19 +1,22 @@
-"""Submission checks: everything that must fail before a request changes any engine state."""
+"""Admission: the submission checks (everything that must fail before a request changes any
+engine state), and the order in which queued runs are offered a slot (:class:`Admission`)."""
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Container, Hashable
+from collections.abc import Callable, Container, Hashable
 
 from llamapy.engine.backend import Backend
 from llamapy.engine.options import EngineConfig, RequestOptions
+from llamapy.engine.planner import queued_view
+from llamapy.engine.prefix import PrefixResolver
 from llamapy.engine.prompt_cache import common_prefix
-from llamapy.engine.request import Request
+from llamapy.engine.request import Request, Run
 from llamapy.engine.slots import SlotPool
 from llamapy.errors import ContextOverflowError, InvalidOptionError
 from llamapy.options.limits import check_limits, check_model_bounds
 
-__all__ = ["check_backend", "check_request"]
+__all__ = ["Admission", "check_backend", "check_request"]
 
 
 def check_backend(backend: Backend, config: EngineConfig) -> None:
@@ -74,3 +77,53 @@ def _check_fits(request: Request, prompt: list[int], backend: Backend, pool: Slo
     if total > backend.n_ctx_seq:
         raise ContextOverflowError(stage="admit", resident_tokens=resident,
                                    additional_tokens=total - resident, n_ctx=backend.n_ctx_seq)
+
+
+class Admission:
+    """The order queued runs are offered slots: lease-bound, pinned (``slot_id``) and affine
+    (``session``) runs first, the rest in the strategy's ``admission_order`` (if it has one).
+    A run whose routing raises is handed to ``fail`` alone; a strategy's ``admission_order``
+    that raises fails the runs it was ordering (via the tick)."""
+
+    def __init__(self, pool: SlotPool, prefix: PrefixResolver, strategy: object,
+                 clock: Callable[[], float]) -> None:
+        self.pool = pool
+        self.prefix = prefix
+        self.strategy = strategy
+        self.clock = clock
+
+    def could_start(self, run: Run) -> bool:
+        """Whether ``run`` can take a slot now (True when routing it raises: the tick's
+        admission then fails it)."""
+        try:
+            return self.pool.route(run) is not None
+        except Exception:
+            return True
+
+    def order(self, queue: list[Run], fail: Callable[[list[Run], str, Exception], None]
+              ) -> list[Run]:
+        """The runs of ``queue`` in the order they are offered a slot."""
+        first: list[Run] = []
+        rest: list[Run] = []
+        for run in list(queue):
+            try:
+                (first if self._goes_first(run) else rest).append(run)
+            except Exception as exc:  # this run cannot be routed: it alone ends
+                fail([run], "admission", exc)
+        return first + self._strategy_order(rest)
+
+    def _goes_first(self, run: Run) -> bool:
+        return (run.request.lease_id is not None or run.request.options.slot_id is not None
+                or self.pool.affine_slot_free(run))
+
+    def _strategy_order(self, runs: list[Run]) -> list[Run]:
+        order_fn = getattr(self.strategy, "admission_order", None)
+        idle = self.pool.idle()
+        if order_fn is None or len(runs) < 2 or not idle:
+            return runs
+        views = tuple(queued_view(r, self.prefix.warm_tokens(r, idle)) for r in runs)
+        order = list(order_fn(views, self.clock()))
+        if sorted(order) != list(range(len(runs))):
+            raise InvalidOptionError("batch_strategy.admission_order must return a permutation "
+                                     "of queue indices", option="batch_strategy")
+        return [runs[i] for i in order]

@@ -19,9 +19,8 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Mapping
-from itertools import chain
 
-from llamapy.engine.admission import check_backend, check_request
+from llamapy.engine.admission import Admission, check_backend, check_request
 from llamapy.engine.backend import Backend, Sampler
 from llamapy.engine.disk_cache import CacheNamespace, open_disk_cache
 from llamapy.engine.drafting import Drafter
@@ -29,13 +28,11 @@ from llamapy.engine.executor import Executor
 from llamapy.engine.integrity import build_stats, check_engine
 from llamapy.engine.leases import LeaseOps
 from llamapy.engine.options import EngineConfig, EngineTuning
-from llamapy.engine.planner import Planner, ScheduledBatch, queued_view
+from llamapy.engine.planner import Planner, ScheduledBatch
 from llamapy.engine.prefix import PrefixResolver
 from llamapy.engine.prompt_cache import PromptCache
 from llamapy.engine.request import (
     CacheKey,
-    DoneEvent,
-    ErrorEvent,
     Event,
     FinishReason,
     Request,
@@ -52,7 +49,6 @@ from llamapy.engine.text import TextStream
 from llamapy.errors import (
     ClosedError,
     EngineError,
-    InvalidOptionError,
     LlamapyError,
     QueueFullError,
 )
@@ -95,6 +91,7 @@ class Engine:
                                      self.instability_events.append, self.disk,
                                      cache_idle_slots=config.cache_idle_slots)
         self.planner = Planner(self.strategy, self.n_batch, config.chunk_size)
+        self.admission = Admission(self.pool, self.prefix, self.strategy, clock)
         self.speculator = Speculator(backend, self.counters,
                                      with_ngram(config.spec_ngram_size, drafters),
                                      config.speculative, tuning.spec_prior_beta)
@@ -207,7 +204,7 @@ class Engine:
         count: a server should block until the next submission, cancel or release.)"""
         if self.pool.any_running():
             return True
-        return any(self.pool.route(r) is not None for r in self._queue)
+        return any(self.admission.could_start(r) for r in self._queue)
 
     def tick(self) -> bool:
         """Run one scheduling step; False (doing nothing) when there is no work."""
@@ -245,29 +242,14 @@ class Engine:
 
     def _admit(self) -> None:
         """Place queued runs: lease-bound, pinned (``slot_id``) and affine (``session``) first,
-        then strategy order."""
-        if not self._queue:
-            return
-        first = [r for r in self._queue if r.request.lease_id is not None
-                 or r.request.options.slot_id is not None or self.pool.affine_slot_free(r)]
-        rest = [r for r in self._queue if r not in first]
-        order = self._admission_order(rest)
-        for run in chain(first, order):
-            slot = self.pool.route(run)
-            if slot is not None:
-                self._start(run, slot)
-
-    def _admission_order(self, runs: list[Run]) -> list[Run]:
-        order_fn = getattr(self.strategy, "admission_order", None)
-        idle = self.pool.idle()
-        if order_fn is None or len(runs) < 2 or not idle:
-            return runs
-        views = tuple(queued_view(r, self.prefix.warm_tokens(r, idle)) for r in runs)
-        order = list(order_fn(views, self.clock()))
-        if sorted(order) != list(range(len(runs))):
-            raise InvalidOptionError("batch_strategy.admission_order must return a permutation "
-                                     "of queue indices", option="batch_strategy")
-        return [runs[i] for i in order]
+        then strategy order. A run whose routing raises ends alone."""
+        for run in self.admission.order(self._queue, self._fail_runs):
+            try:
+                slot = self.pool.route(run)
+                if slot is not None:
+                    self._start(run, slot)
+            except Exception as exc:
+                self._fail_runs([run], "admission", exc)
 
     def _start(self, run: Run, slot: Slot) -> None:
         self._queue.remove(run)
@@ -337,7 +319,7 @@ class Engine:
         if run.sampler is not None:
             run.sampler.close()
         self._count_finish(run, reason)
-        self._deliver(run, self._final_event(run, reason, error))
+        self._deliver(run, run.final_event(reason, error))
 
     def _count_finish(self, run: Run, reason: FinishReason) -> None:
         run.timings.completion_tokens = run.num_generated
@@ -347,14 +329,6 @@ class Engine:
             self.counters.num_cancelled += 1
         elif reason is FinishReason.ERROR:
             self.counters.num_errors += 1
-
-    @staticmethod
-    def _final_event(run: Run, reason: FinishReason, error: LlamapyError | None) -> Event:
-        if reason is FinishReason.ERROR:
-            exc = error or LlamapyError("request failed")
-            return ErrorEvent(run.request_id, exc, run.timings, run.num_generated)
-        return DoneEvent(run.request_id, reason, run.num_generated, len(run.prompt),
-                         run.timings, run.text.stop_word)
 
     def _deliver(self, run: Run, event: Event) -> None:
         try:

@@ -269,3 +269,12 @@ class Run:
     def state(self) -> RequestState:
         """Queued, running or finished."""
         return self.machine.state
+
+    def final_event(self, reason: FinishReason, error: LlamapyError | None = None) -> Event:
+        """The run's one final event: ``ErrorEvent`` for ``FinishReason.ERROR``, else
+        ``DoneEvent``."""
+        if reason is FinishReason.ERROR:
+            exc = error or LlamapyError("request failed")
+            return ErrorEvent(self.request_id, exc, self.timings, self.num_generated)
+        return DoneEvent(self.request_id, reason, self.num_generated, len(self.prompt),
+                         self.timings, self.text.stop_word)

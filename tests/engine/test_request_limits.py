@@ -146,3 +146,19 @@ def test_a_run_whose_sampling_is_too_costly_or_raises_fails_alone() -> None:
     assert isinstance(sinks["bug"].final.exc, EngineError)
     assert sinks["fine"].finish_reason == "max_tokens" and len(sinks["fine"].tokens) == 5
     assert not backend.open_samplers
+
+
+def test_a_queued_run_that_cannot_be_routed_fails_alone() -> None:
+    """Admission routes each queued run on its own: one that raises (here an unhashable
+    session forced past every check) ends with ``EngineError``, the others are admitted."""
+    engine = _engine()
+    sinks = {i: Recorder() for i in range(4)}
+    for i, sink in sinks.items():
+        options = resolve(seed=i, max_tokens=3, logit_bias={0: -math.inf})
+        engine.submit(Request(i, [1, 2 + i], options, sink=sink))
+    queued = engine.runs[3].request.options
+    object.__setattr__(queued, "session", ([1],))
+    drain(engine, each=engine.check_integrity)
+    assert isinstance(sinks[3].final, ErrorEvent)
+    assert isinstance(sinks[3].final.exc, EngineError)
+    assert all(sinks[i].finish_reason == "max_tokens" for i in range(3))
