@@ -8,12 +8,15 @@ Steps (each prints a phase line; a failure names the step and its log file):
 3. configure + build the shared ``llama`` target (with ggml's RPC backend) and ``ggml-rpc-server``
    with CMake (+ Ninja when present) into
    ``<cache>/build/<key>``, where ``key`` hashes (source sha256, build flags, compiler)
-4. generate the cffi declarations from the preprocessed pinned headers and write the
-   out-of-line ABI module ``llamapy/_native/_llama_ffi.py``
-5. compile and run a layout probe that records ``sizeof``/``offsetof`` of every ``llama_*``
+4. generate the cffi declarations from the preprocessed pinned headers (``llama.h`` and the
+   shim's header) and write the out-of-line ABI module ``llamapy/_native/_llama_ffi.py``
+5. compile the shim (``llamapy/_native/shim/``: the libllama calls that can throw, wrapped in
+   try/catch) against the built library into ``libllamapy_shim`` next to it
+6. compile and run a layout probe that records ``sizeof``/``offsetof`` of every ``llama_*``
    struct in ``<build>/layout.json`` (the test suite compares it with cffi's view)
 
-A second run with the same key is a no-op that prints where the library is. ``<cache>`` is
+A second run with the same key is a no-op that prints where the library is, unless the shim's
+sources changed: then steps 4 to 6 run again (seconds), not the library's build. ``<cache>`` is
 ``$LLAMAPY_CACHE`` or ``~/.cache/llamapy``.
 
 Usage: ``python build_lib.py [--cuda] [--blas] [--no-native] [--rpc] [--jobs N]
@@ -42,6 +45,11 @@ from llamapy._paths import cache_dir, current_build_file, sha256_file  # noqa: E
 from llamapy._pins import LLAMA_CPP_SOURCE  # noqa: E402
 
 FFI_MODULE = ROOT / "llamapy" / "_native" / "_llama_ffi.py"
+SHIM_DIR = ROOT / "llamapy" / "_native" / "shim"
+SHIM_HEADER = SHIM_DIR / "llamapy_shim.h"
+SHIM_SOURCE = SHIM_DIR / "llamapy_shim.cpp"
+SHIM_LIBRARY = {"darwin": "libllamapy_shim.dylib", "win32": "llamapy_shim.dll"}.get(
+    sys.platform, "libllamapy_shim.so")
 SERVER_TARGETS = ("llama-server", "llama-bench")
 #: ggml's RPC server, which lends this host's devices to a libllama elsewhere (``rpc_servers``);
 #: one small program, built with the library so every build can split a model over hosts.
@@ -184,17 +192,17 @@ def build_library(src: Path, build: Path, flags: list[str], jobs: int, targets: 
 
 
 def preprocess_headers(src: Path, work: Path) -> str:
-    """Preprocess ``llama.h`` (and the ggml headers it includes) into cffi-parseable C."""
+    """Preprocess the shim's header (``llama.h``, its ggml headers, then the shim's) into C."""
     fake = work / "fakeinc"
     fake.mkdir(parents=True, exist_ok=True)
     for name in ("stddef.h", "stdint.h", "stdbool.h", "stdio.h", "stdarg.h"):
         (fake / name).write_text("")
     cmd = [os.environ.get("CC", "cc"), "-E", "-P", "-nostdinc", f"-I{fake}",
            f"-I{src / 'include'}", f"-I{src / 'ggml' / 'include'}",
-           "-D__attribute__(x)=", "-D__declspec(x)=", str(src / "include" / "llama.h")]
+           "-D__attribute__(x)=", "-D__declspec(x)=", str(SHIM_HEADER)]
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
-        raise StepError(f"step 'binding': preprocessing llama.h failed:\n{out.stderr}")
+        raise StepError(f"step 'binding': preprocessing the headers failed:\n{out.stderr}")
     return normalise_cdef(out.stdout)
 
 
@@ -272,6 +280,41 @@ def run_layout_probe(src: Path, build: Path, cdef: str) -> None:
     (build / "layout.json").write_text(json.dumps(layout, indent=1, sort_keys=True))
 
 
+# --- the shim -----------------------------------------------------------------------------------
+
+
+def shim_compiler(build: Path) -> str:
+    """The C++ compiler CMake used for the library (``$CXX`` or ``c++`` before a build)."""
+    cache = build / "CMakeCache.txt"
+    text = cache.read_text(errors="replace") if cache.exists() else ""
+    found = re.search(r"^CMAKE_CXX_COMPILER:\w+=(.+)$", text, flags=re.M)
+    return found.group(1).strip() if found else os.environ.get("CXX", "c++")
+
+
+def shim_key(build: Path, key: str) -> str:
+    """What the shim is built from: its sources, the C++ compiler and the library's key."""
+    cxx = shim_compiler(build)
+    version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
+    material = [key, cxx, version.splitlines()[:1], SHIM_HEADER.read_text(),
+                SHIM_SOURCE.read_text()]
+    return hashlib.sha256(json.dumps(material).encode()).hexdigest()[:16]
+
+
+def build_shim(src: Path, build: Path) -> None:
+    """Compile the shim and link it against the built libllama, in the library's folder."""
+    target = lib_dir_of(build) / SHIM_LIBRARY
+    partial = target.with_name(target.name + ".partial")  # a loaded shim is replaced, not changed
+    origin = "@loader_path" if sys.platform == "darwin" else "$ORIGIN"
+    cmd = [shim_compiler(build), "-std=c++17", "-O2", "-fPIC", "-shared",
+           "-fvisibility=hidden", "-o", str(partial), str(SHIM_SOURCE),
+           f"-I{src / 'include'}", f"-I{src / 'ggml' / 'include'}", f"-L{target.parent}",
+           "-lllama", f"-Wl,-rpath,{origin}"]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise StepError(f"step 'shim': compile failed:\n{out.stderr}")
+    os.replace(partial, target)
+
+
 # --- main ---------------------------------------------------------------------------------------
 
 
@@ -313,20 +356,17 @@ def main(argv: list[str] | None = None) -> int:
         record_path = build / "build.json"
         done = json.loads(record_path.read_text()) if record_path.exists() else {}
         missing = [t for t in targets if t not in done.get("targets", [])]
-        if not missing and FFI_MODULE.exists() and (build / "layout.json").exists():
+        if not missing and is_complete(build, done, shim_key(build, key)):
             phase(f"up to date (key {key}); library in {lib_dir_of(build)}")
             write_current(build, key, flags, done["targets"])
             return 0
         src = extract_source(cache, fetch_sdist(cache))
         if missing:
             build_library(src, build, flags, args.jobs, targets)
-        phase("binding: generating cffi declarations from the pinned headers")
-        cdef = preprocess_headers(src, build)
-        write_ffi_module(cdef, build)
-        phase("layout probe: recording sizeof/offsetof of every llama_* struct")
-        run_layout_probe(src, build, cdef)
+        generate_binding(src, build)
         all_targets = sorted(set(done.get("targets", [])) | set(targets))
-        record_path.write_text(json.dumps({"key": key, "flags": flags, "targets": all_targets}))
+        record_path.write_text(json.dumps({"key": key, "flags": flags, "targets": all_targets,
+                                           "shim": shim_key(build, key)}))
         write_current(build, key, flags, all_targets)
     except StepError as exc:
         phase(f"FAILED: {exc}")
@@ -335,13 +375,32 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def is_complete(build: Path, done: dict[str, object], shim: str) -> bool:
+    """Whether the binding, the layout probe and the shim of ``build`` are current."""
+    return (done.get("shim") == shim and (build / "_llama_ffi.py").exists()
+            and (build / "layout.json").exists()
+            and (lib_dir_of(build) / SHIM_LIBRARY).exists())
+
+
+def generate_binding(src: Path, build: Path) -> None:
+    """Steps 4 to 6: the cffi module, the shim and the layout probe (seconds, no CMake)."""
+    phase("binding: generating cffi declarations from the pinned headers and the shim's")
+    cdef = preprocess_headers(src, build)
+    write_ffi_module(cdef, build)
+    phase(f"shim: compiling {SHIM_SOURCE.name} against the library")
+    build_shim(src, build)
+    phase("layout probe: recording sizeof/offsetof of every llama_* struct")
+    run_layout_probe(src, build, cdef)
+
+
 def write_current(build: Path, key: str, flags: list[str], targets: list[str]) -> None:
     record = {"key": key, "build_dir": str(build), "lib_dir": str(lib_dir_of(build)),
               "flags": flags, "targets": targets}
     current_build_file().parent.mkdir(parents=True, exist_ok=True)
     current_build_file().write_text(json.dumps(record, indent=1))
-    if not FFI_MODULE.exists() and (build / "_llama_ffi.py").exists():
-        FFI_MODULE.write_text((build / "_llama_ffi.py").read_text())
+    built = build / "_llama_ffi.py"
+    if built.exists() and (not FFI_MODULE.exists() or FFI_MODULE.read_text() != built.read_text()):
+        FFI_MODULE.write_text(built.read_text())  # this checkout's copy follows the build
 
 
 if __name__ == "__main__":

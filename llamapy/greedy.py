@@ -7,13 +7,16 @@ end-of-generation tokens that way), needs none of it: the pick is the first high
 after the bias, found with one ``argmax`` over the row (~50 us). For finite logits it is the
 token llama.cpp picks: the bias is added in float32 as ``llama_sampler_logit_bias`` adds it
 (tokens outside the vocabulary ignored), and ties go to the lowest token id, as greedy's
-strict ``>`` scan does.
+strict ``>`` scan does. A bias that leaves no token (every one at ``-inf``) raises
+:class:`~llamapy.errors.NoCandidateError`, as the native chain does.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
+
+from .errors import NoCandidateError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -51,7 +54,11 @@ class GreedyPick:
                 return top
         row = row.copy()
         row[self._ids] = biased
-        return int(row.argmax())
+        pick = int(row.argmax())
+        if not row[pick] > float("-inf"):
+            raise NoCandidateError("no token is left to sample: the logit bias excludes every "
+                                   "candidate")
+        return pick
 
 
 def greedy_pick_for(names: list[str], bias: Mapping[int, float] | None,

@@ -1,9 +1,11 @@
-"""Lazy loading of libllama and the generated cffi module (the one place that dlopens).
+"""Lazy loading of libllama, llamapy's shim and the generated cffi module (the one place that
+dlopens).
 
 Nothing happens at import time. The first call to :func:`native` imports the out-of-line ABI
 module that ``build_lib.py`` generated, finds the library (``$LLAMAPY_LIB``, then the build
-cache), checks struct layouts against the build's probe, initialises the backend and routes
-llama.cpp's log to :mod:`logging`.
+cache), checks struct layouts against the build's probe, opens the shim built next to the
+library (the libllama calls that can throw, wrapped: :mod:`._shim`) and checks its ABI,
+initialises the backend and routes llama.cpp's log to :mod:`logging`.
 """
 
 from __future__ import annotations
@@ -24,14 +26,18 @@ log = logging.getLogger("llamapy.llama_cpp")
 
 _BUILD_HINT = "run `python build_lib.py` from the llamapy checkout to build it"
 _LIB_NAMES = ("libllama.so", "libllama.dylib", "llama.dll")
+_SHIM_NAMES = ("libllamapy_shim.so", "libllamapy_shim.dylib", "llamapy_shim.dll")
+#: The ``LLAMAPY_SHIM_ABI`` of ``shim/llamapy_shim.h`` this code calls.
+SHIM_ABI = 1
 
 
 class Native(NamedTuple):
-    """The loaded binding: cffi's ``ffi`` and the ``lib`` of libllama."""
+    """The loaded binding: cffi's ``ffi``, the ``lib`` of libllama and the ``shim`` library."""
 
     ffi: Any
     lib: Any
     lib_path: Path
+    shim: Any
 
 
 _lock = threading.Lock()
@@ -109,6 +115,25 @@ def check_layout(ffi: Any, layout: dict[str, dict[str, int]]) -> list[str]:
     return problems
 
 
+def load_shim(ffi: Any, lib_path: Path) -> Any:
+    """Open the shim built next to ``lib_path``; a missing one, or one of another ABI than
+    this code's (or than the generated module declares), is a typed error."""
+    path = next((lib_path.parent / n for n in _SHIM_NAMES if (lib_path.parent / n).is_file()),
+                None)
+    if path is None:
+        raise LibraryNotFoundError(f"llamapy's shim is missing next to {lib_path}; {_BUILD_HINT}")
+    try:
+        shim = ffi.dlopen(str(path))
+        compiled, declared = int(shim.llamapy_shim_abi()), int(shim.LLAMAPY_SHIM_ABI)
+    except (OSError, AttributeError) as exc:
+        raise LibraryNotFoundError(f"cannot load the shim {path}: {exc}; {_BUILD_HINT}") from exc
+    if not compiled == declared == SHIM_ABI:
+        raise LibraryNotFoundError(
+            f"the shim {path} has ABI {compiled} (declared {declared}), this llamapy expects "
+            f"{SHIM_ABI}; {_BUILD_HINT}")
+    return shim
+
+
 def _load() -> Native:
     module = _ffi_module()
     ffi = module.ffi
@@ -117,6 +142,7 @@ def _load() -> Native:
         lib = ffi.dlopen(str(lib_path))
     except OSError as exc:
         raise LibraryNotFoundError(f"cannot load {lib_path}: {exc}; {_BUILD_HINT}") from exc
+    shim = load_shim(ffi, lib_path)
     probe = layout_file(lib_path)
     if probe.exists():
         problems = check_layout(ffi, json.loads(probe.read_text()))
@@ -126,4 +152,4 @@ def _load() -> Native:
 
     _logging.install(ffi, lib)
     lib.llama_backend_init()
-    return Native(ffi, lib, lib_path)
+    return Native(ffi, lib, lib_path, shim)

@@ -20,6 +20,7 @@ from ..options.context import (
 )
 from . import _logging
 from ._loader import native
+from ._shim import WHAT_SIZE, check_error
 from .model import LoraAdapter, Model
 
 if TYPE_CHECKING:
@@ -81,6 +82,8 @@ class Context:
         self.n_vocab = model.n_vocab
         self._abort_cb: Any = None
         self._abort = False
+        self._code = native().ffi.new("int32_t *")  # llama_decode's return code, via the shim
+        self._what = native().ffi.new("char[]", WHAT_SIZE)
 
     @staticmethod
     def _create(model: Model, o: ContextOptions) -> Any:
@@ -142,12 +145,15 @@ class Context:
     # --- decode and outputs -------------------------------------------------------------------
 
     def decode(self, batch: Batch) -> None:
-        """Decode a batch; a non-zero return code raises its typed :class:`DecodeError`."""
+        """Decode a batch; a non-zero return code raises its typed :class:`DecodeError` (a C++
+        exception, caught by the shim, :class:`~llamapy.errors.DecodeExceptionError`)."""
         if batch.n_tokens == 0:
             return
-        code = native().lib.llama_decode(self.ptr, batch.struct[0])
-        if code != 0:
-            raise decode_error(int(code))
+        status = native().shim.llamapy_decode(self.ptr, batch.struct, self._code, self._what,
+                                              WHAT_SIZE)
+        check_error(status, self._what, "llama_decode")
+        if self._code[0] != 0:
+            raise decode_error(int(self._code[0]))
 
     def logits(self, index: int) -> np.ndarray:
         """Logits of batch row ``index`` (-1 = last output) as a zero-copy float32 view.

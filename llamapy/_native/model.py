@@ -21,6 +21,7 @@ from ..options.model import (
 )
 from . import _logging
 from ._loader import native
+from ._shim import WHAT_SIZE, check_error
 from .devices import model_devices
 
 __all__ = ["LOAD_MODE_DIRECT_IO", "LOAD_MODE_MLOCK", "LOAD_MODE_MMAP", "LOAD_MODE_MMAP_MLOCK",
@@ -216,13 +217,16 @@ class Model:
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False
                  ) -> list[int]:
         """Text to token ids (``add_special`` adds BOS/EOS as the model wants)."""
-        ffi, lib = native().ffi, native().lib
+        ffi, shim = native().ffi, native().shim
         data = text.encode("utf-8")
         cap = len(data) + 8
+        out, what = ffi.new("int32_t *"), ffi.new("char[]", WHAT_SIZE)
         for _ in range(2):
             buf = ffi.new("llama_token[]", cap)
-            n = lib.llama_tokenize(self.vocab, data, len(data), buf, cap, add_special,
-                                   parse_special)
+            status = shim.llamapy_tokenize(self.vocab, data, len(data), buf, cap, add_special,
+                                           parse_special, out, what, WHAT_SIZE)
+            check_error(status, what, "llama_tokenize")
+            n = out[0]
             if n >= 0:
                 return list(ffi.unpack(buf, n))
             if n == -(2**31):

@@ -1,14 +1,22 @@
-"""``SamplerChain``: llama.cpp's native samplers composed in a chain the chain owns."""
+"""``SamplerChain``: llama.cpp's native samplers composed in a chain the chain owns.
+
+The calls that can throw from a request's input (sampling, accepting, adding to the chain, the
+grammar, penalty, DRY and logit-bias constructors) go through llamapy's shim (:mod:`._shim`)
+and raise their typed error. A constructor that fails leaves the chain as it was; a sample or
+an accept that fails leaves it failed (a grammar may be half-advanced), so that nothing but
+:meth:`SamplerChain.close` touches it again.
+"""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..errors import ClosedError, GrammarError
+from ..errors import ClosedError, GrammarError, LlamapyError, NativeError
 from . import _logging
 from ._loader import native
+from ._shim import WHAT_SIZE, check_error, shim_error
 from .context import Context
 from .model import Model
 
@@ -20,34 +28,59 @@ class SamplerChain:
 
     Each ``add_*`` call creates a native sampler that the chain owns from then on. ``sample``
     applies the chain to a batch row's logits, picks a token and accepts it into every sampler
-    (so penalties, grammar and mirostat state advance). ``close()`` frees the chain.
+    (so penalties, grammar and mirostat state advance). ``close()`` frees the chain. After a
+    native failure (see the module docstring) every use but ``close()`` raises.
     """
 
     def __init__(self, model: Model, *, no_perf: bool = True) -> None:
         lib = native().lib
         params = lib.llama_sampler_chain_default_params()
         params.no_perf = no_perf
-        self.model = model
-        self._ptr: Any = lib.llama_sampler_chain_init(params)
-        self.names: list[str] = []
+        self._start(model, lib.llama_sampler_chain_init(params), [])
 
     @classmethod
     def _wrap(cls, model: Model, ptr: Any, names: list[str]) -> SamplerChain:
         self = cls.__new__(cls)
-        self.model, self._ptr, self.names = model, ptr, list(names)
+        self._start(model, ptr, names)
         return self
+
+    def _start(self, model: Model, ptr: Any, names: list[str]) -> None:
+        ffi = native().ffi
+        self.model, self._ptr, self.names = model, ptr, list(names)
+        self._failure: LlamapyError | None = None
+        self._what = ffi.new("char[]", WHAT_SIZE)  # the shim's message buffer, reused
+        self._token = ffi.new("llama_token *")
 
     @property
     def ptr(self) -> Any:
-        """The raw ``llama_sampler *`` of the chain."""
+        """The raw ``llama_sampler *`` of the chain (closed or failed chains raise)."""
         if self._ptr is None:
             raise ClosedError("sampler chain is closed")
+        if self._failure is not None:
+            raise NativeError(f"sampler chain failed earlier ({self._failure}); close it")
         return self._ptr
 
+    def _check(self, status: int, function: str) -> None:
+        """Fail the chain with the shim's error for ``status`` (nothing for success)."""
+        if status:
+            what = native().ffi.string(self._what).decode("utf-8", "replace")
+            self._failure = shim_error(status, what, function)
+            raise self._failure
+
+    def _make(self, function: str, make: Callable[[Any], int]) -> Any:
+        """A sampler from the shim's wrapper of the constructor ``function``."""
+        out = native().ffi.new("struct llama_sampler **")
+        check_error(make(out), self._what, function)
+        return out[0]
+
     def _add(self, name: str, smpl: Any) -> SamplerChain:
-        if smpl == native().ffi.NULL:
+        nat = native()
+        if smpl == nat.ffi.NULL:
             raise GrammarError(f"failed to create sampler {name}")
-        native().lib.llama_sampler_chain_add(self.ptr, smpl)
+        status = nat.shim.llamapy_sampler_chain_add(self.ptr, smpl, self._what, WHAT_SIZE)
+        if status:
+            nat.lib.llama_sampler_free(smpl)  # not the chain's
+        check_error(status, self._what, "llama_sampler_chain_add")
         self.names.append(name)
         return self
 
@@ -111,28 +144,31 @@ class SamplerChain:
     def add_penalties(self, last_n: int, repeat: float, freq: float, present: float
                       ) -> SamplerChain:
         """Repetition, frequency and presence penalties over the last ``last_n`` tokens."""
-        lib = native().lib
-        return self._add("penalties", lib.llama_sampler_init_penalties(
-            self.model.n_vocab, last_n, repeat, freq, present))
+        shim, n_vocab, what = native().shim, self.model.n_vocab, self._what
+        return self._add("penalties", self._make(
+            "llama_sampler_init_penalties", lambda out: shim.llamapy_sampler_init_penalties(
+                n_vocab, last_n, repeat, freq, present, out, what, WHAT_SIZE)))
 
     def add_dry(self, multiplier: float, base: float, allowed_length: int, penalty_last_n: int,
                 sequence_breakers: Sequence[str] = ()) -> SamplerChain:
         """DRY ("don't repeat yourself") sampling."""
-        ffi, lib = native().ffi, native().lib
+        ffi, shim, vocab, what = native().ffi, native().shim, self.model.vocab, self._what
         keep = [ffi.new("char[]", s.encode()) for s in sequence_breakers]
         arr = ffi.new("const char *[]", keep or 1)
-        smpl = lib.llama_sampler_init_dry(self.model.vocab, multiplier, base, allowed_length,
-                                          penalty_last_n, arr, len(keep))
-        return self._add("dry", smpl)
+        return self._add("dry", self._make(
+            "llama_sampler_init_dry", lambda out: shim.llamapy_sampler_init_dry(
+                vocab, multiplier, base, allowed_length, penalty_last_n, arr, len(keep), out,
+                what, WHAT_SIZE)))
 
     def add_logit_bias(self, bias: Mapping[int, float]) -> SamplerChain:
         """Add ``bias[token]`` to token logits."""
-        ffi, lib = native().ffi, native().lib
+        ffi, shim, n_vocab, what = native().ffi, native().shim, self.model.n_vocab, self._what
         arr = ffi.new("llama_logit_bias[]", max(1, len(bias)))
         for i, (tok, b) in enumerate(bias.items()):
             arr[i].token, arr[i].bias = int(tok), float(b)
-        smpl = lib.llama_sampler_init_logit_bias(self.model.n_vocab, len(bias), arr)
-        return self._add("logit_bias", smpl)
+        return self._add("logit_bias", self._make(
+            "llama_sampler_init_logit_bias", lambda out: shim.llamapy_sampler_init_logit_bias(
+                n_vocab, len(bias), arr, out, what, WHAT_SIZE)))
 
     def add_grammar(self, grammar: str, root: str = "root", *,
                     lazy_patterns: Sequence[str] = (), lazy_tokens: Sequence[int] = ()
@@ -142,18 +178,21 @@ class SamplerChain:
         With ``lazy_patterns`` / ``lazy_tokens`` the grammar only applies once a trigger
         pattern matched or a trigger token was generated.
         """
-        ffi, lib = native().ffi, native().lib
+        ffi, shim, vocab, what = native().ffi, native().shim, self.model.vocab, self._what
+        text, start = grammar.encode(), root.encode()
         with _logging.capture() as lines, _logging.capture_stderr() as err:
             if lazy_patterns or lazy_tokens:
                 keep = [ffi.new("char[]", p.encode()) for p in lazy_patterns]
                 pats = ffi.new("const char *[]", keep or 1)
                 toks = ffi.new("llama_token[]", list(lazy_tokens) or 1)
-                smpl = lib.llama_sampler_init_grammar_lazy_patterns(
-                    self.model.vocab, grammar.encode(), root.encode(), pats, len(keep), toks,
-                    len(lazy_tokens))
+                smpl = self._make("llama_sampler_init_grammar_lazy_patterns", lambda out: (
+                    shim.llamapy_sampler_init_grammar_lazy_patterns(
+                        vocab, text, start, pats, len(keep), toks, len(lazy_tokens), out, what,
+                        WHAT_SIZE)))
             else:
-                smpl = lib.llama_sampler_init_grammar(self.model.vocab, grammar.encode(),
-                                                      root.encode())
+                smpl = self._make("llama_sampler_init_grammar", lambda out: (
+                    shim.llamapy_sampler_init_grammar(vocab, text, start, out, what,
+                                                      WHAT_SIZE)))
         if smpl == ffi.NULL:
             parse = [line for line in err if "error parsing grammar" in line]
             raise GrammarError(_logging.captured_message(parse or lines, "failed to parse grammar"))
@@ -162,12 +201,20 @@ class SamplerChain:
     # --- use ---------------------------------------------------------------------------------
 
     def sample(self, ctx: Context, index: int = -1) -> int:
-        """Sample a token from batch row ``index`` of the last decode and accept it."""
-        return int(native().lib.llama_sampler_sample(self.ptr, ctx.ptr, index))
+        """Sample a token from batch row ``index`` of the last decode and accept it.
+
+        :class:`~llamapy.errors.NoCandidateError` when the samplers exclude every token (then
+        nothing is accepted); other native failures raise their typed error (:mod:`._shim`).
+        """
+        status = native().shim.llamapy_sampler_sample(self.ptr, ctx.ptr, index, self._token,
+                                                      self._what, WHAT_SIZE)
+        self._check(status, "llama_sampler_sample")
+        return int(self._token[0])
 
     def accept(self, token: int) -> None:
         """Feed a token (e.g. a prompt token) to the samplers' state without sampling."""
-        native().lib.llama_sampler_accept(self.ptr, token)
+        status = native().shim.llamapy_sampler_accept(self.ptr, token, self._what, WHAT_SIZE)
+        self._check(status, "llama_sampler_accept")
 
     def reset(self) -> None:
         """Reset every sampler's state (penalty history, grammar, RNG stays seeded)."""
