@@ -11,6 +11,7 @@ import pytest
 
 from llamapy._native import Batch, Context, Model, SamplerChain
 from llamapy.engine.options import SamplingParams
+from llamapy.errors import NoCandidateError
 from llamapy.greedy import GreedyPick
 from llamapy.llama_backend import LlamaBackend, build_chain
 
@@ -112,7 +113,6 @@ def test_biased_picks_match_the_native_chain(model: Model, backend: LlamaBackend
         "the top and a lower id lifted to one value": {top: LIFT, low: LIFT},
         "the top and a higher id lifted to one value": {top: LIFT, high: LIFT},
         "outside the vocabulary": {model.n_vocab + 5: 100.0, -3: 100.0},
-        "every token banned": {t: float("-inf") for t in range(model.n_vocab)},
         "huge bias": {second: 1e300},
     }
     picks = {}
@@ -127,6 +127,11 @@ def test_biased_picks_match_the_native_chain(model: Model, backend: LlamaBackend
     assert picks["the top and a lower id lifted to one value"] == low
     assert picks["the top and a higher id lifted to one value"] == top
     assert picks["outside the vocabulary"] == top
+    banned = {t: float("-inf") for t in range(model.n_vocab)}  # both refuse, typed
+    with pytest.raises(NoCandidateError):
+        GreedyPick(banned, model.n_vocab)(ctx.logits(row))
+    with pytest.raises(NoCandidateError):
+        native_pick(model, ctx, row, banned)
 
 
 def test_greedy_with_anything_more_runs_the_chain(backend: LlamaBackend) -> None:
