@@ -54,7 +54,8 @@ class FakeApp:
                          slot_save_path=None if self.slot_folder is None
                          else str(self.slot_folder),
                          request_timeout=REQUEST_TIMEOUT, own_server=True)
-        self.client = TestClient(app, raise_server_exceptions=False)
+        self.client = TestClient(app, base_url="http://localhost",
+                                 raise_server_exceptions=False)
         self.client.__enter__()
         self.server.wait_ready(10)
 

@@ -173,7 +173,7 @@ def test_a_build_that_fails_is_a_503_on_health():
         raise RuntimeError("no such backend")
 
     server = Server.hosting(broken, "broken.gguf")
-    with TestClient(create_app(server, own_server=True)) as client:
+    with TestClient(create_app(server, own_server=True), base_url="http://localhost") as client:
         r = client.get("/health")
         assert isinstance(server.fetch_model(), LoadFailedError)
     assert r.status_code == 503 and "no such backend" in r.json()["error"]["message"]
