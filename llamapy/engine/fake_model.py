@@ -16,11 +16,13 @@ from dataclasses import dataclass, field
 
 from llamapy.engine.options import SamplingParams
 
-__all__ = ["ROOT_HASH", "CostModel", "FakeModel", "SimClock", "adapter_salt", "chain_hash",
-           "reference"]
+__all__ = ["N_BYTE_TOKENS", "ROOT_HASH", "CostModel", "FakeModel", "SimClock", "adapter_salt",
+           "chain_hash", "reference"]
 
 _MASK = (1 << 64) - 1
 ROOT_HASH = 0x6A09E667F3BCC908
+#: Byte tokens a ``FakeModel(byte_tokens=True)`` ends its vocabulary with (one per byte value).
+N_BYTE_TOKENS = 256
 
 
 def _mix(x: int) -> int:
@@ -63,18 +65,32 @@ class FakeModel:
     Token ``eog_token`` is the only end-of-generation token; it is drawn with probability
     ``eog_permille / 1000`` per step. Tokens with a ``logit_bias`` of ``-inf`` (or <= -100)
     are never drawn. ``temp <= 0`` (greedy) draws with seed 0.
+
+    With ``byte_tokens`` the vocabulary ends with :data:`N_BYTE_TOKENS` tokens whose pieces are
+    the single bytes 0..255 (what a byte tokenizer maps text to, see
+    :class:`~llamapy.engine.fake_text.FakeTextModel`); generation draws only from the
+    :attr:`n_words` tokens before them.
     """
 
     n_vocab: int = 64
     eog_token: int = 0
     eog_permille: int = 60
+    byte_tokens: bool = False
     pieces: tuple[bytes, ...] = field(init=False, default=())
 
     def __post_init__(self) -> None:
-        if self.n_vocab < 3:
-            raise ValueError("FakeModel needs n_vocab >= 3")
-        pieces = tuple(b"" if t == self.eog_token else _piece(t) for t in range(self.n_vocab))
-        object.__setattr__(self, "pieces", pieces)
+        if self.n_words < 3 or not 0 <= self.eog_token < self.n_words:
+            raise ValueError("FakeModel needs n_vocab >= 3 (past its byte tokens) and the EOG "
+                             "token among them")
+        pieces = [b"" if t == self.eog_token else _piece(t) for t in range(self.n_words)]
+        if self.byte_tokens:
+            pieces += [bytes([b]) for b in range(N_BYTE_TOKENS)]
+        object.__setattr__(self, "pieces", tuple(pieces))
+
+    @property
+    def n_words(self) -> int:
+        """The tokens generation draws from: the vocabulary less its byte tokens."""
+        return self.n_vocab - N_BYTE_TOKENS if self.byte_tokens else self.n_vocab
 
     def history_hash(self, token_ids: Sequence[int], adapter_set: Hashable = ()) -> int:
         """Hash of a whole history computed under ``adapter_set``."""
@@ -90,7 +106,7 @@ class FakeModel:
         banned = _banned(params)
         if u % 1000 < self.eog_permille and self.eog_token not in banned:
             return self.eog_token
-        n_other = self.n_vocab - 1
+        n_other = self.n_words - 1
         for step in range(n_other):
             token = 1 + ((u >> 10) + step) % n_other
             token = token if token != self.eog_token else 0
@@ -99,9 +115,10 @@ class FakeModel:
         return self.eog_token
 
     def top_logprobs(self, history: int, n: int) -> list[tuple[int, float]]:
-        """A deterministic top-``n`` list for a history."""
+        """A deterministic top-``n`` list for a history (at most the vocabulary, as a real
+        model's)."""
         u = _mix(history ^ 0x5851F42D4C957F2D)
-        picks = [(u >> (4 * i)) % self.n_vocab for i in range(n)]
+        picks = [(u >> (4 * i)) % self.n_vocab for i in range(min(n, self.n_vocab))]
         return [(t, -0.25 * (i + 1)) for i, t in enumerate(picks)]
 
     def logits(self, history: int) -> list[float]:

@@ -29,6 +29,7 @@ from ..runtime import (
     AsyncTextChunks,
     Collector,
     Completion,
+    Hosted,
     LoopState,
     RequestStream,
     TextChunks,
@@ -74,9 +75,24 @@ class Server:
     """
 
     def __init__(self, model_path: str | os.PathLike[str], **options: Any) -> None:
+        self._open(load_server, model_path, options)
+
+    @classmethod
+    def hosting(cls, build: Callable[[ResolvedStart], Hosted],
+                model_path: str | os.PathLike[str], **options: Any) -> Server:
+        """A server whose tick thread hosts what ``build(start options)`` returns instead of
+        loading ``model_path`` with libllama (the fake backend:
+        :func:`llamapy.server.fake.fake_server`). ``options`` are validated as for
+        ``Server(model_path, **options)``; a ``build`` that raises fails the load."""
+        server = cls.__new__(cls)
+        server._open(build, model_path, options)
+        return server
+
+    def _open(self, build: Callable[[ResolvedStart], Hosted],
+              model_path: str | os.PathLike[str], options: dict[str, Any]) -> None:
         self._start = start = resolve_start_options(model_path, options)
         self.model_path = start.server.model_path
-        self._loop = TickLoop(lambda: load_server(start),
+        self._loop = TickLoop(lambda: build(start),
                               thread_name=start.server.name or "llamapy-server")
         self._closed = False
 

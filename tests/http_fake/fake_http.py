@@ -1,0 +1,156 @@
+"""The whole HTTP app in-process on the fake backend, and the checks a test runs on it.
+
+:class:`FakeApp` serves ``create_app(fake_server(...))`` through Starlette's ``TestClient``
+(no socket, no libllama; a request takes milliseconds). :meth:`FakeApp.send` bounds a request's
+wall time and notices at once when the tick thread dies; :meth:`FakeApp.check_idle` waits for
+the engine to go idle and runs its integrity checks on the tick thread.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from starlette.testclient import TestClient
+
+from llamapy.engine import Engine
+from llamapy.serve import create_app
+from llamapy.server import Server
+from llamapy.server.fake import fake_server
+
+ALIAS = "fake"
+#: Start options of the test server: small, so a request that fills its context stays cheap.
+SERVER_OPTIONS: dict[str, Any] = {"n_ctx": 1024, "n_parallel": 2, "n_batch": 256,
+                                  "chunk_size": 64, "max_queue": 8, "seed": 7}
+#: Seconds a request may take before the app answers it with a timeout (504).
+REQUEST_TIMEOUT = 10.0
+#: Wall-clock bound on one request, answer included (a bound, not a speed figure).
+SEND_BOUND_S = 3 * REQUEST_TIMEOUT
+CHAT = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+
+
+class TickThreadDied(AssertionError):
+    """The server's tick thread ended while serving a request."""
+
+
+@dataclass
+class FakeApp:
+    """A fake server, its app and a ``TestClient`` on it (use as a context manager)."""
+
+    slot_folder: Path | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+    server: Server = field(init=False)
+    client: TestClient = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.server = fake_server(**{**SERVER_OPTIONS, **self.options})
+        app = create_app(self.server, alias=ALIAS, embeddings=False, props=True,
+                         slot_save_path=None if self.slot_folder is None
+                         else str(self.slot_folder),
+                         request_timeout=REQUEST_TIMEOUT, own_server=True)
+        self.client = TestClient(app, base_url="http://localhost",
+                                 raise_server_exceptions=False)
+        self.client.__enter__()
+        self.server.wait_ready(10)
+
+    def __enter__(self) -> FakeApp:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def alive(self) -> bool:
+        """Whether the tick thread still runs."""
+        return self.server.runtime.alive
+
+    def close(self) -> None:
+        """Close the app (and its server). A dead server's app closes on a thread of its own:
+        requests stuck on it hold the client until their timeout."""
+        if self.alive:
+            self.client.__exit__(None, None, None)
+            return
+        threading.Thread(target=self.client.__exit__, args=(None, None, None),
+                         name="fake-http-close", daemon=True).start()
+
+    def send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """One request, answered within :data:`SEND_BOUND_S`; raises :class:`TickThreadDied`
+        as soon as the tick thread is gone."""
+        box: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                box["response"] = self.client.request(method, path, **kwargs)
+            except BaseException as exc:  # re-raised on the test's thread
+                box["error"] = exc
+
+        thread = threading.Thread(target=run, name="fake-http-request", daemon=True)
+        thread.start()
+        deadline = time.monotonic() + SEND_BOUND_S
+        while thread.is_alive():
+            thread.join(0.005)
+            if not self.alive:
+                raise TickThreadDied(f"the tick thread died serving {method} {path}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{method} {path} got no answer in {SEND_BOUND_S} s")
+        if "error" in box:
+            raise box["error"]
+        return box["response"]
+
+    def check_idle(self, bound_s: float = 10.0) -> None:
+        """Wait (up to ``bound_s``) until no request runs or waits, then check every engine
+        and fake-backend invariant on the tick thread: no slot, queue entry, lease, sampler
+        or KV cell left behind."""
+        deadline = time.monotonic() + bound_s
+        while True:
+            if not self.alive:
+                raise TickThreadDied("the tick thread died")
+            stats = self.server.stats()
+            if stats["slots_active"] == 0 and stats["queue_depth"] == 0:
+                break
+            if time.monotonic() > deadline:
+                raise AssertionError(f"still busy after {bound_s} s: {stats['slots']}")
+            time.sleep(0.002)
+        self.server.call(check_engine_idle, timeout=bound_s)
+
+
+def check_engine_idle(engine: Engine) -> None:
+    """The engine's and its backend's invariants, with nothing in flight (tick thread)."""
+    engine.check_integrity()
+    backend: Any = engine.backend
+    backend.check_integrity()
+    assert not engine.runs, f"runs left: {list(engine.runs)}"
+    assert not engine.queue, "queued runs left"
+    assert not engine.pool.leases, f"leases left: {engine.pool.leases}"
+    assert not backend.open_samplers, f"{len(backend.open_samplers)} samplers left open"
+
+
+@contextmanager
+def fake_app(**kwargs: Any) -> Iterator[FakeApp]:
+    """A :class:`FakeApp`, closed after use."""
+    app = FakeApp(**kwargs)
+    try:
+        yield app
+    finally:
+        app.close()
+
+
+def sse_events(text: str) -> list[tuple[str | None, str]]:
+    """``(event name or None, data)`` of each event of an SSE body (comments skipped)."""
+    out = []
+    for block in text.split("\n\n"):
+        name, data = None, []
+        for line in block.split("\n"):
+            if line.startswith("event:"):
+                name = line[6:].strip()
+            elif line.startswith("data:"):
+                data.append(line[5:].strip())
+        if data:
+            out.append((name, "\n".join(data)))
+    return out
