@@ -20,6 +20,7 @@ from .._pins import LLAMA_CPP_COMMIT
 from ..engine import DoneEvent, ProgressEvent, TokenEvent
 from ..errors import InvalidOptionError
 from ..options import aliases_of
+from ..options._spec import is_int
 from ..options.samplers import sampler_names
 from ..server import Completion
 from .completions import check_token_ids
@@ -86,7 +87,7 @@ def prepare_native(served: ServedModel, request: Mapping[str, Any]
     n_predict = next((request[k] for k in BUDGET_FIELDS if k in request), -1)
     if not isinstance(n_predict, int) or isinstance(n_predict, bool):
         raise InvalidOptionError("n_predict must be an integer", option="n_predict")
-    if options.get("n_probs"):
+    if is_int(options.get("n_probs")) and options["n_probs"] > 0:  # (else a 400 later)
         options["n_probs"] = max(options["n_probs"], MIN_CANDIDATES)
     options["timeout"] = served.request_timeout
     return [(ids, text, {**options, "max_tokens": served.default_max_tokens(len(ids))
@@ -177,6 +178,7 @@ def native_final(served: ServedModel, ids: list[int], text: str, options: Mappin
 def tokenize(served: ServedModel, request: Mapping[str, Any]) -> dict[str, Any]:
     """``/tokenize``: ``content``, ``add_special`` (false), ``parse_special`` (true),
     ``with_pieces``."""
+    _check_object(request)
     content = request.get("content")
     if not isinstance(content, str):
         raise InvalidOptionError("content must be a string", option="content")
@@ -198,6 +200,7 @@ def tokenize(served: ServedModel, request: Mapping[str, Any]) -> dict[str, Any]:
 
 def detokenize(served: ServedModel, request: Mapping[str, Any]) -> dict[str, Any]:
     """``/detokenize``: ``tokens`` to ``content``."""
+    _check_object(request)
     tokens = request.get("tokens")
     if not isinstance(tokens, list):
         raise InvalidOptionError("tokens must be a list of token ids", option="tokens")
@@ -270,3 +273,8 @@ def slot_entries(served: ServedModel, engine_slots: Iterable[Mapping[str, Any]]
              "speculative": speculative, "is_processing": slot["request_id"] is not None,
              **slot}
             for slot in engine_slots]
+
+
+def _check_object(request: object) -> None:
+    if not isinstance(request, Mapping):
+        raise InvalidOptionError("request body must be a JSON object")

@@ -106,6 +106,8 @@ class ServedModel:
     def check_model(self, requested: str | None) -> None:
         """Raise :class:`ModelNotFoundError` unless ``requested`` is empty or one of ours (any
         name passes with ``accept_any_model``, as llama-server answers any)."""
+        if requested is not None and not isinstance(requested, str):
+            raise InvalidOptionError("model must be a string", option="model")
         if requested and requested not in self.names and not self.accept_any_model:
             raise ModelNotFoundError(
                 f"model {requested!r} is not served here (serving {self.name!r}; start the "

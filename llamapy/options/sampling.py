@@ -128,7 +128,7 @@ class SamplingParams:
 
     def _freeze_collections(self) -> None:
         breakers = self.dry_sequence_breakers
-        check(not isinstance(breakers, str) and all(isinstance(b, str) for b in breakers),
+        check(isinstance(breakers, list | tuple) and all(isinstance(b, str) for b in breakers),
               "dry_sequence_breakers", "must be a sequence of strings")
         object.__setattr__(self, "dry_sequence_breakers", tuple(breakers))
         bias = self.logit_bias
@@ -187,6 +187,8 @@ class RequestOptions:
               "must be a string or None")
         check(_hashable(self.session), "session", "must be hashable (a string, a number or "
               "a tuple of them)")
+        check(isinstance(self.stop, str | list | tuple), "stop",
+              "must be a string or a list of strings")
         stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
         check(all(isinstance(s, str) and s for s in stop), "stop", "must be non-empty strings")
         object.__setattr__(self, "stop", stop)
