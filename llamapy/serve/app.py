@@ -99,10 +99,10 @@ def create_app(
     app = Starlette(routes=[Mount(prefix, routes=routes)] if prefix else routes,
                     lifespan=_lifespan(ctx, owned if own_server else None))
     app.state.llamapy = ctx
+    app.state.error_shape = shape = route_error_shape(routers, _openai_shape, prefix)
     install_error_handlers(app)
     _add_middleware(app, ctx, CorsPolicy(cors_origins or DEFAULT_ORIGINS), max_body_bytes,
-                    HostPolicy(allowed_hosts, bind_hosts),
-                    route_error_shape(routers, _openai_shape, prefix))
+                    HostPolicy(allowed_hosts, bind_hosts), shape)
     return app
 
 
@@ -241,7 +241,7 @@ def _add_middleware(app: Starlette, ctx: AppContext, cors: CorsPolicy, max_body_
     app.add_middleware(CatchAll)
     app.add_middleware(BrowserGuard, hosts=hosts, origins=cors, shape=shape)
     app.add_middleware(RequestCounter, metrics=ctx.metrics)
-    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes, shape=shape)
     app.add_middleware(CorsMiddleware, policy=cors, expose=list(CACHE_HEADERS))
 
 

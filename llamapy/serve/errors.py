@@ -17,7 +17,7 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..errors import (
@@ -114,7 +114,8 @@ async def _http_handler(request: Request, exc: Exception) -> JSONResponse:
         error: LlamapyError = RouteNotFoundError(
             f"no endpoint {request.method} {request.url.path}")
         error.http_status = exc.status_code
-        return error_response(error)
+        shape = getattr(request.app.state, "error_shape", None)  # the route's own, if any
+        return shape(request, error) if shape is not None else error_response(error)
     _, body = error_body(LlamapyError(str(exc.detail)))
     return JSONResponse(body, status_code=exc.status_code)
 
@@ -127,11 +128,14 @@ def install_error_handlers(app: Starlette) -> None:
 
 
 class BodyLimit:
-    """ASGI middleware: bodies over ``max_bytes`` get a 413 (by header or while reading)."""
+    """ASGI middleware: bodies over ``max_bytes`` get a 413 (by header or while reading);
+    ``shape`` answers it in the route's error shape (default: OpenAI's)."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int,
+                 shape: Callable[[Request, Exception], Response] | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.shape = shape
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -139,7 +143,10 @@ class BodyLimit:
             return
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            await error_response(PayloadTooLargeError(self.max_bytes))(scope, receive, send)
+            error = PayloadTooLargeError(self.max_bytes)
+            response = error_response(error) if self.shape is None else \
+                self.shape(Request(scope), error)
+            await response(scope, receive, send)
             return
         await self.app(scope, self._counting(receive), send)
 

@@ -103,6 +103,19 @@ def test_anthropic_errors_use_anthropics_shape(app: FakeApp):
     assert r.json()["error"]["type"] == "invalid_request_error"
 
 
+def test_routing_and_body_limit_errors_use_the_routes_shape_too(app: FakeApp):
+    """A 405 (answered by the router) and a 413 (by the body limit, before routing) on
+    ``/v1/messages`` are Anthropic-shaped; on ``/v1/chat/completions`` OpenAI-shaped."""
+    r = app.send("GET", "/v1/messages")
+    assert r.status_code == 405 and r.json()["type"] == "error"
+    big = b"[" + b"1," * 9_000_000 + b"1]"  # past the default body limit (16 MiB)
+    headers = {"content-type": "application/json"}
+    r = app.client.post("/v1/messages", content=big, headers=headers)
+    assert r.status_code == 413 and r.json()["error"]["type"] == "request_too_large"
+    r = app.client.post("/v1/chat/completions", content=big, headers=headers)
+    assert r.status_code == 413 and r.json()["error"]["code"] == "payload_too_large"
+
+
 def test_llama_server_completion_whole_streamed_and_several_prompts(app: FakeApp):
     r = app.send("POST", "/completion",
                  json={"prompt": "abc", "n_predict": 8, "temperature": 0})
