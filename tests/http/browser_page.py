@@ -4,6 +4,11 @@
 fails the run; elsewhere (a developer machine without chromium) the page tests are skipped.
 A page test module sets ``pytestmark = browser_page.pytestmark``. Waits are on DOM state with
 generous timeouts (a busy 2-core machine), never sleeps.
+
+The pages send a Content-Security-Policy without ``'unsafe-eval'``, which also blocks
+Playwright's ``wait_for_function`` predicates (evaluated from strings in the page); the test
+contexts therefore bypass the CSP, and :func:`csp_page` (enforced, every violation recorded)
+serves the test that the pages themselves run under it.
 """
 
 from __future__ import annotations
@@ -48,11 +53,12 @@ def browser_page(url: str) -> Iterator[Any]:
 
 
 @contextmanager
-def another_page(browser: Any, url: str) -> Iterator[Any]:
+def another_page(browser: Any, url: str, *, enforce_csp: bool = False) -> Iterator[Any]:
     """A page on ``url`` in a context of its own (its own storage) of ``browser`` (one
     Playwright per thread: a test that already has a page opens more with this)."""
     context = browser.new_context(viewport={"width": 1280, "height": 900},
-                                  permissions=["clipboard-read", "clipboard-write"])
+                                  permissions=["clipboard-read", "clipboard-write"],
+                                  bypass_csp=not enforce_csp)
     try:
         context.set_default_timeout(ANSWER_TIMEOUT_MS)
         page = context.new_page()
@@ -60,6 +66,18 @@ def another_page(browser: Any, url: str) -> Iterator[Any]:
         yield page
     finally:
         context.close()
+
+
+@contextmanager
+def csp_page(browser: Any, url: str) -> Iterator[tuple[Any, list[str]]]:
+    """A page of ``browser`` on ``url`` with its CSP enforced, and the list its violations are
+    recorded in (the browser reports each on the console)."""
+    violations: list[str] = []
+    with another_page(browser, "about:blank", enforce_csp=True) as page:
+        page.on("console", lambda m: violations.append(m.text)
+                if "Content Security Policy" in m.text else None)
+        page.goto(url)
+        yield page, violations
 
 
 def setting(page: Any, selector: str, value: str) -> None:

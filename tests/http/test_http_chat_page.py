@@ -123,3 +123,18 @@ def test_a_conversation_survives_a_reload(page: Any) -> None:
     assert "tokens" in page.inner_text(".msg.assistant .msg-stats")
     assert page.input_value("#system") == "You are terse."  # the conversation's own settings
     setting(page, "#system", "")
+
+
+def test_the_pages_run_under_their_csp(page: Any, live: LiveApp) -> None:
+    """The chat page answers (Markdown, sanitiser, highlighter) and the live view shows the
+    slots with the pages' Content-Security-Policy enforced, and the browser reports no
+    violation (waits on locators only: a predicate string would itself be refused)."""
+    with browser_page.csp_page(page.context.browser, live.url + "/") as (strict, violations):
+        strict.locator("#model", has_text="smol").wait_for()
+        setting(strict, "#max-tokens", "8")
+        strict.fill("#input", "Say hello.")
+        strict.click("#send")
+        strict.locator(".msg.assistant[data-done='true']").first.wait_for()
+        strict.goto(live.url + "/dashboard")
+        strict.locator(".slot").nth(3).wait_for()
+    assert violations == []
