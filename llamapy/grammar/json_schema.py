@@ -25,7 +25,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from llamapy.errors import GrammarError, UnsupportedFeatureError
+from llamapy.errors import GrammarError, InvalidOptionError, UnsupportedFeatureError
 from llamapy.grammar.containers import array_body, object_body
 from llamapy.grammar.gbnf import GrammarBuilder, alternatives, literal, repeat, sequence
 from llamapy.grammar.int_range import integer_bounds, integer_range
@@ -342,9 +342,13 @@ class SchemaConverter:
 
 
 def schema_to_gbnf(schema: Mapping[str, Any] | bool) -> str:
-    """GBNF grammar text whose outputs are JSON instances of ``schema``."""
+    """GBNF grammar text whose outputs are JSON instances of ``schema``
+    (``InvalidOptionError`` for a schema nested too deeply to convert)."""
     converter = SchemaConverter(GrammarBuilder())
-    converter.define_root(schema)
+    try:
+        converter.define_root(schema)
+    except RecursionError:
+        raise InvalidOptionError("json_schema: nested too deeply", option="json_schema") from None
     return converter.builder.render()
 
 

@@ -16,7 +16,9 @@ vocabulary's; :func:`fit_windows` fits look-back windows to the context before t
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
+from itertools import accumulate
 
 from llamapy.options._spec import check, is_int, option
 from llamapy.options.sampling import RequestOptions, SamplingParams
@@ -38,6 +40,8 @@ class RequestLimits:
     max_dry_breaker_length: int = option(64, "longest DRY sequence breaker, in characters")
     max_grammar_bytes: int = option(256 * 1024, "largest grammar per request, in bytes (a "
                                     "JSON schema counts as the grammar made from it)")
+    max_grammar_depth: int = option(256, "deepest nesting of groups in a grammar (libllama's "
+                                    "parser recurses once per level)")
     max_choices: int = option(128, "most engine requests one HTTP request may make (n choices "
                               "times prompts)")
     max_embedding_inputs: int = option(2048, "most inputs per embeddings request")
@@ -82,6 +86,25 @@ def _check_sampling(params: SamplingParams, limits: RequestLimits) -> None:
     size = len(params.grammar.encode("utf-8", "surrogatepass"))
     check(size <= limits.max_grammar_bytes, "grammar",
           f"at most {limits.max_grammar_bytes} bytes, got {size}")
+    depth = grammar_depth(params.grammar)
+    check(depth <= limits.max_grammar_depth, "grammar",
+          f"groups nest at most {limits.max_grammar_depth} deep, got {depth}")
+
+
+def grammar_depth(text: str) -> int:
+    """The deepest nesting of ``(`` groups in GBNF ``text``, outside string literals, character
+    classes and comments: the largest count of opens minus closes over the text's prefixes
+    (O(len(text)), in C iterators). A stray ``)`` lowers the count after it, but the parser
+    refuses the text at that ``)``, before reaching anything deeper."""
+    parens = _NOT_PARENS.sub("", _LITERALS.sub("", text)).encode()
+    return max(accumulate(map(_STEP.__getitem__, parens)), default=0)
+
+
+#: +1 for ``(``, -1 for ``)``.
+_STEP = {ord("("): 1, ord(")"): -1}
+#: What cannot hold a group: string literals, character classes, comments.
+_LITERALS = re.compile(r'"(?:\\.|[^"\\])*"|\[(?:\\.|[^\]\\])*\]|#[^\n]*')
+_NOT_PARENS = re.compile(r"[^()]+")
 
 
 def check_model_bounds(params: SamplingParams, n_vocab: int) -> None:

@@ -62,6 +62,8 @@ LIMITED: list[tuple[str, str, Any]] = [
     ("max_dry_breaker_length", "dry_sequence_breakers",
      lambda n: {"dry_sequence_breakers": ["y" * n]}),
     ("max_grammar_bytes", "grammar", lambda n: {"grammar": 'root ::= "' + "z" * (n - 11) + '"'}),
+    ("max_grammar_depth", "grammar",
+     lambda n: {"grammar": 'root ::= "(" [(] ' + "(" * n + '"x"' + ")" * n + " # ((("}),
 ]
 
 

@@ -21,6 +21,8 @@ OPENAI_400: list[tuple[str, dict]] = [
     ("dry_sequence_breakers", {"dry_sequence_breakers": ["b"] * 33}),
     ("grammar", {"grammar": 'root ::= "' + "g" * 300_000 + '"'}),
     ("n", {"n": 100}),  # more than 4 slots plus a queue of 32 could ever hold
+    # groups nested 20,000 deep overflowed the stack of libllama's recursive parser (SIGSEGV)
+    ("grammar", {"grammar": "root ::= " + "(" * 20_000 + '"x"' + ")" * 20_000}),
 ]
 
 

@@ -116,6 +116,17 @@ def test_routing_and_body_limit_errors_use_the_routes_shape_too(app: FakeApp):
     assert r.status_code == 413 and r.json()["error"]["code"] == "payload_too_large"
 
 
+def test_a_schema_nested_too_deeply_to_convert_is_a_400(app: FakeApp):
+    """A JSON schema nested 300 levels deep used to exhaust Python's recursion (a 500)."""
+    schema: dict = {"type": "string"}
+    for _ in range(300):
+        schema = {"type": "object", "properties": {"a": schema}, "required": ["a"]}
+    body = {"model": ALIAS, "messages": MESSAGES, "max_tokens": 2,
+            "response_format": {"type": "json_schema", "json_schema": {"schema": schema}}}
+    r = app.send("POST", "/v1/chat/completions", json=body)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "json_schema"
+
+
 def test_llama_server_completion_whole_streamed_and_several_prompts(app: FakeApp):
     r = app.send("POST", "/completion",
                  json={"prompt": "abc", "n_predict": 8, "temperature": 0})
