@@ -3,10 +3,13 @@ the server keeps serving; sub-requests of one HTTP request live and die together
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import httpx
 import pytest
 from http_helpers import chat, wait_slots_free
 
+from llamapy.errors import SamplingTooCostlyError
 from llamapy.server import Server
 
 OPENAI_400: list[tuple[str, dict]] = [
@@ -72,3 +75,21 @@ def test_a_429_sibling_cancels_the_others_at_once(http: httpx.Client, server: Se
     assert after.get("max_tokens", 0) == before.get("max_tokens", 0)
     assert after.get("cancelled", 0) - before.get("cancelled", 0) >= 36  # 35 and the blocker
     assert server.stats()["queue_depth"] == 0
+
+
+def test_embedding_inputs_are_counted_before_any_is_embedded(http: httpx.Client) -> None:
+    response = http.post("/v1/embeddings", json={"input": ["a"] * 2049})
+    assert response.status_code == 400 and response.json()["error"]["param"] == "input"
+
+
+def test_a_grammar_too_costly_per_token_fails_alone(model_path: Path) -> None:
+    """A grammar of 20,000 alternatives costs far more than ``max_sample_ms`` = 100 per token
+    on this model's vocabulary: that request ends with a 400-class error after one token's
+    work, and a plain request on the other slot finishes."""
+    with Server(model_path, n_ctx=1024, n_parallel=2, max_sample_ms=100, n_threads=1) as server:
+        ids = server.wait_ready(60).tokenize("Say a word:")
+        grammar = "root ::= " + " | ".join(f'"w{i}"' for i in range(20_000))
+        with pytest.raises(SamplingTooCostlyError) as info:
+            server.complete_tokens(ids, max_tokens=4, grammar=grammar, temp=0)
+        assert info.value.http_status == 400
+        assert server.complete_tokens(ids, max_tokens=4, temp=0).completion_tokens == 4
