@@ -68,9 +68,12 @@ GENERATING: list[tuple[str, dict[str, Any]]] = [
     ("/completion", {"prompt": MARK, "n_predict": 2}),
     ("/completion", {"prompt": [MARK, MARK], "n_predict": 2}),
 ]
-#: Each request whole, each generating one streamed too.
+#: Each request whole, each generating one streamed too, and the prompt counts.
 PREPARED = [*GENERATING, *((path, {**body, "stream": True}) for path, body in GENERATING),
-            ("/tokenize", {"content": MARK})]
+            ("/tokenize", {"content": MARK}),
+            ("/v1/chat/completions/input_tokens", {"messages": MESSAGES}),
+            ("/v1/responses/input_tokens", {"input": MARK}),
+            ("/v1/messages/count_tokens", {"model": ALIAS, "messages": MESSAGES})]
 
 
 @pytest.mark.parametrize(("path", "body"), PREPARED,
