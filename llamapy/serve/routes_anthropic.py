@@ -9,6 +9,7 @@ headers, or SSE with named events). Errors, including a wrong key (``x-api-key``
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from starlette.requests import Request
@@ -47,6 +48,7 @@ def anthropic_router(ctx: AppContext) -> Router:
     @router.post("/v1/messages/count_tokens")
     async def count_tokens(request: Request) -> dict[str, Any]:
         """``{"input_tokens": N}`` for a Messages request, nothing generated."""
-        return count_message_tokens(ctx.served(), await read_json(request))
+        body = await read_json(request)  # (rendered and tokenized off the event loop)
+        return await asyncio.to_thread(count_message_tokens, ctx.served(), body)
 
     return router

@@ -108,7 +108,7 @@ def _completion_routes(router: Router, ctx: AppContext) -> None:
     async def infill(request: Request) -> Response:
         """llama-server's fill-in-the-middle (501 for a model without FIM tokens)."""
         served = ctx.served()
-        body = infill_body(served, await read_json(request))
+        body = await asyncio.to_thread(infill_body, served, await read_json(request))
         return await native_answer(ctx, request, served, body)
 
 

@@ -8,6 +8,7 @@ its first event as the Responses ``error`` event.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from starlette.requests import Request
@@ -56,12 +57,14 @@ def responses_router(ctx: AppContext) -> Router:
     @router.post("/responses/input_tokens", hidden=True)
     async def response_input_tokens(request: Request) -> dict[str, Any]:
         """The prompt tokens of a Responses request, nothing generated."""
-        return count_input_tokens(ctx.served(), await read_json(request))
+        body = await read_json(request)  # (rendered and tokenized off the event loop)
+        return await asyncio.to_thread(count_input_tokens, ctx.served(), body)
 
     @router.post("/v1/chat/completions/input_tokens")
     @router.post("/chat/completions/input_tokens", hidden=True)
     async def chat_input_tokens(request: Request) -> dict[str, Any]:
         """The prompt tokens of a chat completions request, nothing generated."""
-        return count_chat_input_tokens(ctx.served(), await read_json(request))
+        body = await read_json(request)
+        return await asyncio.to_thread(count_chat_input_tokens, ctx.served(), body)
 
     return router
