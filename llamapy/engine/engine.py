@@ -120,8 +120,8 @@ class Engine:
         Any other exception (a bug, or a foreign error from the backend) becomes
         ``EngineError("submit", ...)``, with nothing of the request left behind.
         """
-        self._check_open()
         try:
+            self._check_open()
             self._submit(request)
         except LlamapyError:
             if request.sampler is not None:

@@ -13,8 +13,10 @@ A decode entry carrying a draft is verified row by row (see
 one, then the rejected positions' KV is removed.
 
 Sampling fails only the run it samples for: a typed error (a grammar that allows no token), a
-foreign one (``EngineError``), or a sampler that took longer than ``max_sample_ms`` for one
-token (``SamplingTooCostlyError``: a grammar that costly would stall every slot on each token).
+foreign one (``EngineError``), or a sampler that took more than ``max_sample_ms`` of the tick
+thread's CPU time for one token (``SamplingTooCostlyError``: a grammar that costly would stall
+every slot at each of its tokens; the first such token is paid, not the next ones). CPU time,
+not wall time, so a busy machine does not fail a request that would fit.
 
 Runs are only *marked* finished here (``run.finish``); the engine's reap phase sends the final
 event and frees the slot.
@@ -148,7 +150,7 @@ class Executor:
         """Sample, account and emit one token of ``entry`` from ``row`` (None: it failed)."""
         run, slot = entry.run, entry.slot
         assert run.sampler is not None, "sampling a prefill-only run"
-        started = time.perf_counter()
+        started = time.thread_time()
         try:
             token = run.sampler.sample(row)
             n_probs = run.request.options.sampling.n_probs
@@ -157,7 +159,7 @@ class Executor:
             run.error = exc if isinstance(exc, LlamapyError) else EngineError("sample", exc)
             run.finish = FinishReason.ERROR
             return None
-        if time.perf_counter() - started > self.max_sample_s:  # it would stall every token
+        if time.thread_time() - started > self.max_sample_s:  # it stalls every slot each token
             run.error, run.finish = SamplingTooCostlyError(self.max_sample_s), FinishReason.ERROR
             return None
         run.tokens.append(token)

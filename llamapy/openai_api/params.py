@@ -19,7 +19,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
 from ..errors import InvalidOptionError, UnknownOptionError, UnsupportedFeatureError
-from ..options import ALIASES
+from ..options import ALIASES, LLAMA_DEFAULT_SEED
 from ..server import request_option_keys
 
 #: llama-server / OpenAI names of engine request options that the engine spells differently:
@@ -203,7 +203,7 @@ def choice_options(options: Mapping[str, Any], n: int) -> list[dict[str, Any]]:
     for index in range(n):
         opts = dict(options)
         if index and isinstance(opts.get("seed"), int) and opts["seed"] >= 0:
-            opts["seed"] += index
+            opts["seed"] = (opts["seed"] + index) % LLAMA_DEFAULT_SEED  # (that one: random)
         out.append(opts)
     return out
 

@@ -71,13 +71,22 @@ def is_num(value: object) -> bool:
     )
 
 
+def is_finite(value: object) -> bool:
+    """A number (not a bool) that is finite as a double (an int past its range is not)."""
+    if not is_num(value):
+        return False
+    try:
+        return math.isfinite(value)  # type: ignore[arg-type]
+    except OverflowError:
+        return False
+
+
 def check_typed_fields(obj: Any) -> None:
     """Check every ``int``/``float``-annotated field of an option dataclass instance (a float
     must be finite: no option means anything at infinity)."""
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
         if f.type == "float":
-            check(is_num(value) and math.isfinite(value), f.name,
-                  f"expected a finite number, got {value!r}")
+            check(is_finite(value), f.name, f"expected a finite number, got {value!r}")
         elif f.type == "int":
             check(is_int(value), f.name, f"expected an integer, got {value!r}")

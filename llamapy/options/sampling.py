@@ -9,6 +9,7 @@ instead of dropping them (llama-server / OpenAI spellings are mapped by the HTTP
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
@@ -18,8 +19,8 @@ from llamapy.errors import UnknownOptionError
 from llamapy.options._spec import (
     check,
     check_typed_fields,
+    is_finite,
     is_int,
-    is_num,
     option,
     option_factory,
     option_names,
@@ -133,8 +134,8 @@ class SamplingParams:
         object.__setattr__(self, "dry_sequence_breakers", tuple(breakers))
         bias = self.logit_bias
         check(isinstance(bias, Mapping), "logit_bias", "must map token id to bias")
-        check(all(is_int(k) and is_num(v) for k, v in bias.items()), "logit_bias",
-              "must map int token ids to numeric biases")
+        check(all(is_int(k) and (is_finite(v) or v == -math.inf) for k, v in bias.items()),
+              "logit_bias", "must map int token ids to finite biases (-inf bans a token)")
         object.__setattr__(self, "logit_bias", MappingProxyType(dict(bias)))
 
     @property
@@ -149,7 +150,8 @@ class RequestOptions:
 
     ``max_tokens=0`` makes a prefill-only request (finish reason ``"prefill"``).
     ``cache_prompt=None`` means the server's default. ``session`` routes requests of one
-    conversation to the slot that served it; ``cache_scope`` is the trust boundary for prefix
+    conversation to the slot that served it (a string, a number, or a small tuple of them: see
+    :data:`SESSION_KEY_CHARS`); ``cache_scope`` is the trust boundary for prefix
     reuse (None: one shared pool). ``stop`` strings end generation and are never emitted.
     ``adapters`` is the request's adapter set (``()`` = the base model), opaque to the engine:
     any hashable items, kept in order; the backend interprets it (``LlamaBackend``:
@@ -185,8 +187,9 @@ class RequestOptions:
               "cache_prompt", "must be a bool or None")
         check(self.cache_scope is None or isinstance(self.cache_scope, str), "cache_scope",
               "must be a string or None")
-        check(_hashable(self.session), "session", "must be hashable (a string, a number or "
-              "a tuple of them)")
+        check(_small_key(self.session, [SESSION_KEY_ITEMS]), "session",
+              f"must be a string (at most {SESSION_KEY_CHARS} characters), a number, or a "
+              f"tuple of at most {SESSION_KEY_ITEMS} of them")
         check(isinstance(self.stop, str | list | tuple), "stop",
               "must be a string or a list of strings")
         stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
@@ -202,6 +205,28 @@ class RequestOptions:
               f"must be an integer >= -1 or None, got {self.slot_id!r}")
         if self.slot_id == -1:
             object.__setattr__(self, "slot_id", None)
+
+
+#: The largest ``session``: the engine hashes it for every queued run at every admission (a
+#: tuple's hash is not cached), so its size must not be the client's choice.
+SESSION_KEY_CHARS = 256
+SESSION_KEY_ITEMS = 16
+
+
+def _small_key(value: object, budget: list[int]) -> bool:
+    """Whether ``value`` is None, a bool, an int or float of at most 64 bits, a string of at
+    most :data:`SESSION_KEY_CHARS`, or a tuple of those holding at most ``budget[0]`` items in
+    all (checked without walking a larger one)."""
+    if value is None or isinstance(value, bool | float):
+        return True
+    if isinstance(value, int):
+        return value.bit_length() <= 64
+    if isinstance(value, str):
+        return len(value) <= SESSION_KEY_CHARS
+    if not isinstance(value, tuple) or len(value) > budget[0]:
+        return False
+    budget[0] -= len(value)
+    return all(_small_key(item, budget) for item in value)
 
 
 def _hashable(value: object) -> bool:

@@ -114,6 +114,7 @@ def speculative_overrides(value: object) -> Mapping[str, Any] | None:
     check(isinstance(value, Mapping), "speculative",
           "must be a drafter name, a bool or a mapping of speculative settings")
     assert isinstance(value, Mapping)
+    check(all(isinstance(k, str) for k in value), "speculative", "setting names are strings")
     unknown = set(value) - _FIELDS
     if unknown:
         raise UnknownOptionError(unknown, sorted(_FIELDS), where="speculative")

@@ -109,7 +109,7 @@ class TickLoop:
         self._build = build
         self._inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._leases: list[_Lease] = []
-        self._prebuild = SamplerPrebuilder(self._backend, self._forward)
+        self._prebuild = SamplerPrebuilder(self._backend, self._forward, self._max_queue)
         self._thread = threading.Thread(target=self._run, name=thread_name, daemon=True)
         self._thread.start()
 
@@ -130,6 +130,10 @@ class TickLoop:
             self._prebuild.submit(request)  # (a grammar's parse never stalls the tick)
             return
         self._inbox.put(_Submit(request))
+
+    def _max_queue(self) -> int:
+        hosted = self.hosted
+        return 0 if hosted is None else hosted.engine.config.max_queue
 
     def _backend(self) -> Any:
         hosted = self.hosted
@@ -260,6 +264,8 @@ class TickLoop:
         except Exception as exc:  # a bug: the command fails, the thread serves on
             log.exception("%s failed", type(item).__name__)
             if isinstance(item, _Submit):
+                if item.request.sampler is not None:
+                    item.request.sampler.close()
                 _deliver_error(item.request, EngineError("submit", exc))
             return True
 
@@ -291,7 +297,10 @@ class TickLoop:
                 want.future.set_exception(exc)
                 continue
             if lease_id is not None:
-                want.future.set_result(lease_id)
+                if want.future.set_running_or_notify_cancel():
+                    want.future.set_result(lease_id)
+                else:  # its caller gave up meanwhile: nobody would release it
+                    engine.release(lease_id)
             elif now >= want.deadline:
                 want.future.set_exception(LeaseTimeoutError("no slot could be leased in time"))
             else:

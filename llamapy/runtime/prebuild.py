@@ -8,7 +8,9 @@ request, sampler attached, to the tick thread's inbox. A failure (a bad grammar)
 request's error event, sent from this thread.
 
 A cancel that arrives while the sampler is built is forwarded after the request itself, so the
-engine admits it and cancels it at once (one final event, from the engine, as always).
+engine admits it and cancels it at once (one final event, from the engine, as always); a request
+cancelled before its build starts is not built and ends ``cancelled`` from here. The requests
+waiting for a build count against the engine's ``max_queue``: past it, a 429 at once.
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from llamapy.engine.backend import Backend
 from llamapy.engine.options import RequestOptions
-from llamapy.engine.request import ErrorEvent, Request, RequestTimings
-from llamapy.errors import ClosedError, EngineError, LlamapyError
+from llamapy.engine.request import DoneEvent, ErrorEvent, FinishReason, Request, RequestTimings
+from llamapy.errors import ClosedError, EngineError, LlamapyError, QueueFullError
 
 __all__ = ["SamplerPrebuilder", "costly_sampler"]
 
@@ -39,12 +41,16 @@ def costly_sampler(request: Request) -> bool:
 
 class SamplerPrebuilder:
     """Builds samplers on one worker thread (see the module). ``forward(request, cancelled)``
-    puts the request (and, if ``cancelled``, its cancel) on the tick thread's inbox."""
+    puts the request (and, if ``cancelled``, its cancel) on the tick thread's inbox.
+    ``max_pending()`` bounds the requests waiting for a build (0: unbounded): one more is
+    refused at once with ``QueueFullError``, as the engine's queue refuses."""
 
     def __init__(self, backend: Callable[[], Backend | None],
-                 forward: Callable[[Request, bool], None]) -> None:
+                 forward: Callable[[Request, bool], None],
+                 max_pending: Callable[[], int] = lambda: 0) -> None:
         self._backend = backend
         self._forward = forward
+        self._max_pending = max_pending
         self._lock = threading.Lock()
         self._building: set[Hashable] = set()
         self._cancelled: set[Hashable] = set()
@@ -53,11 +59,18 @@ class SamplerPrebuilder:
 
     def submit(self, request: Request) -> None:
         """Build ``request``'s sampler, then forward it; errors go to its sink."""
+        limit = self._max_pending()
         with self._lock:
             if self._closed:
-                _fail(request, ClosedError("runtime is closed"))
-                return
-            self._building.add(request.request_id)
+                error: LlamapyError | None = ClosedError("runtime is closed")
+            elif 0 < limit <= len(self._building):
+                error = QueueFullError(limit)
+            else:
+                error = None
+                self._building.add(request.request_id)
+        if error is not None:
+            _fail(request, error)
+            return
         self._pool.submit(self._build, request)
 
     def cancel(self, request_id: Hashable) -> None:
@@ -74,28 +87,41 @@ class SamplerPrebuilder:
         self._pool.shutdown(wait=True)
 
     def _build(self, request: Request) -> None:
-        backend = None if self._closed else self._backend()
+        request_id = request.request_id
+        with self._lock:
+            skip = request_id in self._cancelled
+        backend = None if self._closed or skip else self._backend()
         try:
+            if skip:  # cancelled while waiting: not built, ended as the engine ends one
+                self._finish(request_id)
+                _deliver(request, DoneEvent(request_id, FinishReason.CANCELLED, 0,
+                                            len(request.token_ids), RequestTimings()))
+                return
             if backend is None:
                 raise ClosedError("runtime is closed")
             request.sampler = backend.new_sampler(request.options.sampling)
         except Exception as exc:  # typed (a bad grammar) or foreign: that request's error
-            self._done(request.request_id)
+            self._finish(request_id)
             _fail(request, exc if isinstance(exc, LlamapyError) else EngineError("sampler", exc))
             return
-        self._forward(request, self._done(request.request_id))
+        with self._lock:  # a cancel now either comes before this or finds the id gone
+            cancelled = request_id in self._cancelled
+            self._forward(request, cancelled)
+            self._building.discard(request_id)
+            self._cancelled.discard(request_id)
 
-    def _done(self, request_id: Hashable) -> bool:
-        """Forget ``request_id``; whether it was cancelled meanwhile."""
+    def _finish(self, request_id: Hashable) -> None:
         with self._lock:
             self._building.discard(request_id)
-            cancelled = request_id in self._cancelled
             self._cancelled.discard(request_id)
-            return cancelled
 
 
 def _fail(request: Request, exc: LlamapyError) -> None:
+    _deliver(request, ErrorEvent(request.request_id, exc, RequestTimings()))
+
+
+def _deliver(request: Request, event: DoneEvent | ErrorEvent) -> None:
     try:
-        request.sink(ErrorEvent(request.request_id, exc, RequestTimings()))
+        request.sink(event)
     except Exception:
         log.exception("request sink failed")

@@ -123,8 +123,10 @@ class _SlowSampling(FakeBackend):
         sample = sampler.sample
 
         def patched(row: int) -> int:
-            if params.seed == 7:
-                time.sleep(0.05)
+            if params.seed == 7:  # 50 ms of this thread's CPU, as a costly grammar spends
+                deadline = time.thread_time() + 0.05
+                while time.thread_time() < deadline:
+                    pass
             if params.seed == 8:
                 raise ZeroDivisionError("bug in a sampler")
             return sample(row)
@@ -164,3 +166,23 @@ def test_a_queued_run_that_cannot_be_routed_fails_alone() -> None:
     assert isinstance(sinks[3].final, ErrorEvent)
     assert isinstance(sinks[3].final.exc, EngineError)
     assert all(sinks[i].finish_reason == "max_tokens" for i in range(3))
+
+
+@pytest.mark.parametrize("options", [{"temp": 10**400}, {"logit_bias": {1: math.inf}},
+                                     {"logit_bias": {1: 10**400}}, {"speculative": {1: 2}},
+                                     {"session": tuple(range(17))}, {"session": "s" * 257}])
+def test_python_callers_meet_the_same_bounds(options: dict[str, Any]) -> None:
+    """What JSON cannot carry but a Python caller can: ints past a double, +inf, non-string
+    setting names, sessions too large to hash at every admission."""
+    with pytest.raises(InvalidOptionError):
+        resolve(**options)
+    resolve(logit_bias={1: -math.inf}, session=("conversation", 7))  # -inf still bans
+
+
+def test_seeded_choices_stay_seeds_past_the_last_uint32() -> None:
+    from llamapy.openai_api.params import choice_options
+
+    seeds = [o["seed"] for o in choice_options({"seed": 2**32 - 2}, 3)]
+    assert seeds == [2**32 - 2, 0, 1]  # 2**32 - 1 would mean "random"
+    for seed in seeds:
+        resolve(seed=seed)

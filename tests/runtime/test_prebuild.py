@@ -13,7 +13,7 @@ import pytest
 from test_runtime import SAMPLING, request
 
 from llamapy.engine import Engine, EngineConfig, FakeBackend, FakeModel, Request, TokenEvent
-from llamapy.errors import GrammarError
+from llamapy.errors import GrammarError, QueueFullError
 from llamapy.runtime import Hosted, RequestStream, TickLoop
 
 GRAMMAR = 'root ::= "x"'
@@ -101,3 +101,58 @@ def test_closing_while_building_ends_every_request(setup: tuple[TickLoop, Any]) 
     for stream in streams:
         with pytest.raises(Exception):  # noqa: B017 - ClosedError or CancelledError, typed
             list(stream)
+
+
+class _HeldGrammar(FakeBackend):
+    """Building a grammar's sampler waits for ``release`` (a build of known length)."""
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.release = threading.Event()
+        self.started = threading.Event()
+        self.built = 0
+
+    def new_sampler(self, params: Any) -> Any:
+        if params.grammar:
+            self.started.set()
+            assert self.release.wait(10)
+            self.built += 1
+        return super().new_sampler(params)
+
+
+def _held(max_queue: int) -> tuple[TickLoop, _HeldGrammar]:
+    backend = _HeldGrammar(n_ctx=4096, n_seq_max=1, model=FakeModel(n_vocab=128))
+    engine = Engine(backend, EngineConfig(n_parallel=1, max_queue=max_queue))
+    runtime = TickLoop(lambda: Hosted(engine=engine))
+    runtime.ready.wait(5)
+    return runtime, backend
+
+
+def test_a_request_cancelled_while_waiting_for_its_build_is_never_built() -> None:
+    runtime, backend = _held(max_queue=8)
+    try:
+        first = RequestStream(runtime, grammar_request([1]), timeout=5)
+        assert backend.started.wait(5)  # the builder is busy with `first`
+        waiting = grammar_request([2])
+        events: list[Any] = []
+        waiting.sink = events.append
+        runtime.submit(waiting)
+        runtime.cancel(waiting.request_id)
+        backend.release.set()
+        assert len(list(first)) == 5
+        assert backend.built == 1 and [e.finish_reason for e in events] == ["cancelled"]
+    finally:
+        runtime.close(5)
+
+
+def test_requests_waiting_for_a_build_count_against_max_queue() -> None:
+    runtime, backend = _held(max_queue=2)
+    try:
+        streams = [RequestStream(runtime, grammar_request([i + 1]), timeout=5) for i in range(2)]
+        assert backend.started.wait(5)
+        with pytest.raises(QueueFullError):  # at once, not after the two builds
+            list(RequestStream(runtime, grammar_request([9]), timeout=5))
+        backend.release.set()
+        assert all(len(list(s)) == 5 for s in streams)
+    finally:
+        runtime.close(5)
