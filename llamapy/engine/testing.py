@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from llamapy.engine.engine import Engine
 from llamapy.engine.request import DoneEvent, ErrorEvent, Event, TokenEvent
 
-__all__ = ["Recorder", "drain"]
+__all__ = ["CrashingEngine", "Recorder", "drain"]
 
 
 @dataclass(slots=True, eq=False)
@@ -60,3 +61,16 @@ def drain(engine: object, max_ticks: int = 1_000_000,
         if each is not None:
             each()
     raise RuntimeError(f"engine still busy after {max_ticks} ticks")
+
+
+class CrashingEngine(Engine):
+    """An engine whose :meth:`tick` raises once ``armed`` is set: a bug no request should
+    reach, for testing what a runtime does when its thread dies anyway."""
+
+    armed = False
+
+    def tick(self) -> bool:
+        """Raise ``RuntimeError("bug in tick")`` once armed, else tick."""
+        if self.armed:
+            raise RuntimeError("bug in tick")
+        return super().tick()

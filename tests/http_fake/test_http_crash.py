@@ -7,8 +7,9 @@ from typing import Any
 
 from starlette.testclient import TestClient
 
-from llamapy.engine import Engine, FakeBackend
+from llamapy.engine import FakeBackend
 from llamapy.engine.fake_text import FakeTextModel
+from llamapy.engine.testing import CrashingEngine
 from llamapy.runtime import Hosted, LoopState
 from llamapy.serve import create_app
 from llamapy.server import Server
@@ -17,25 +18,15 @@ from llamapy.server.options import ResolvedStart
 CHAT = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
 
 
-class _TickBug(Engine):
-    """An engine whose tick raises once armed (what no request should reach, but a bug may)."""
-
-    armed = False
-
-    def tick(self) -> bool:
-        if self.armed:
-            raise RuntimeError("bug in tick")
-        return super().tick()
-
 
 def test_a_crashed_server_says_so_on_health_and_refuses_every_request() -> None:
-    engines: list[_TickBug] = []
+    engines: list[CrashingEngine] = []
 
     def build(start: ResolvedStart) -> Hosted:
         model = FakeTextModel()
         backend = FakeBackend(n_ctx=start.server.n_ctx, n_seq_max=start.server.n_parallel,
                               model=model.fake)
-        engines.append(_TickBug(backend, start.engine))
+        engines.append(CrashingEngine(backend, start.engine))
         return Hosted(engine=engines[0], model=model)
 
     server = Server.hosting(build, "fake.gguf", n_ctx=1024, n_parallel=2)

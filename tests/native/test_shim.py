@@ -9,14 +9,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
+from capped_child import LINUX_ONLY, run_capped
 
 from llamapy._native import Batch, Context, Model, SamplerChain, native
 from llamapy._native._loader import SHIM_ABI, load_shim
@@ -207,7 +204,6 @@ def test_the_build_is_keyed_on_the_shim_sources(tmp_path: Path,
 #: Runs in a child whose address space is capped just above what it uses, so that what a
 #: request could ask for (a 2**30-token window, 8M biases, a long text) fails to allocate.
 _OUT_OF_MEMORY = r"""
-import json, resource
 from llamapy._native import Model, SamplerChain, native
 from llamapy._native._shim import WHAT_SIZE, check_error
 from llamapy.models import default_model_path
@@ -220,8 +216,6 @@ text = ("hello world " * (1 << 19)).encode()
 tokens, n = ffi.new("llama_token[]", 16), ffi.new("int32_t *")
 out = ffi.new("struct llama_sampler **")
 what = ffi.new("char[]", WHAT_SIZE)
-used = int(open("/proc/self/statm").read().split()[0]) * resource.getpagesize()
-resource.setrlimit(resource.RLIMIT_AS, (used + (32 << 20), resource.RLIM_INFINITY))
 cases = {
     "penalties": lambda: chains[0].add_penalties(1 << 30, 1.1, 0.0, 0.0),
     "dry": lambda: chains[1].add_dry(0.8, 1.75, 2, 1 << 30),
@@ -233,24 +227,13 @@ cases = {
         "llama_tokenize"),
     "small window": lambda: chains[2].add_penalties(64, 1.1, 0.0, 0.0),
 }
-results = {}
-for name, case in cases.items():
-    try:
-        case()
-        results[name] = "ok"
-    except Exception as exc:
-        results[name] = type(exc).__name__
-print(json.dumps(results))
+cap = 32 << 20
 """
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS and /proc: Linux")
+@LINUX_ONLY
 def test_constructors_and_tokenize_out_of_memory_are_typed_errors() -> None:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    out = subprocess.run([sys.executable, "-c", _OUT_OF_MEMORY], env=env, capture_output=True,
-                         text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    results: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    results = run_capped(_OUT_OF_MEMORY)
     assert results == {"penalties": "NativeMemoryError", "dry": "NativeMemoryError",
                        "logit_bias": "NativeMemoryError", "tokenize": "NativeMemoryError",
                        "small window": "ok"}

@@ -15,6 +15,7 @@ from test_runtime import SAMPLING, fake_engine, request
 
 from llamapy.engine import Engine, EngineConfig, FakeBackend, FakeModel, Request
 from llamapy.engine.request import CacheKey
+from llamapy.engine.testing import CrashingEngine
 from llamapy.errors import ClosedError, EngineError, InvalidOptionError, RuntimeDiedError
 from llamapy.runtime import Hosted, LoopState, RequestStream, TickLoop, new_request_id
 
@@ -103,19 +104,9 @@ def test_a_lease_that_raises_a_foreign_error_fails_only_that_lease() -> None:
         runtime.close(5)
 
 
-class _TickBug(Engine):
-    """An engine whose tick has a bug (what no request should reach, but might)."""
-
-    armed = False
-
-    def tick(self) -> bool:
-        if self.armed:
-            raise RuntimeError("bug in tick")
-        return super().tick()
-
 
 def test_a_dead_loop_is_crashed_says_why_and_calls_on_crash() -> None:
-    engine = _TickBug(FakeBackend(n_ctx=4096, n_seq_max=2, model=FakeModel(n_vocab=128)),
+    engine = CrashingEngine(FakeBackend(n_ctx=4096, n_seq_max=2, model=FakeModel(n_vocab=128)),
                       EngineConfig(n_parallel=2))
     runtime = TickLoop(lambda: Hosted(engine=engine))
     crashed = threading.Event()
@@ -145,7 +136,7 @@ def test_the_serve_process_stops_with_status_70_when_its_loop_crashes(monkeypatc
     exits: list[float] = []
     monkeypatch.setattr(serve_main.os, "kill", lambda pid, sig: signals.append(sig))
     monkeypatch.setattr(serve_main, "_exit_later", exits.append)
-    engine = _TickBug(FakeBackend(n_ctx=4096, n_seq_max=2, model=FakeModel(n_vocab=128)),
+    engine = CrashingEngine(FakeBackend(n_ctx=4096, n_seq_max=2, model=FakeModel(n_vocab=128)),
                       EngineConfig(n_parallel=2))
     runtime = TickLoop(lambda: Hosted(engine=engine))
 
