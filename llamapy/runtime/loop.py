@@ -9,8 +9,9 @@ between ticks. A failed build answers every later command with the typed load er
 Nothing a request sends ends the thread: a command that raises fails only the request it
 carries (``EngineError``), and the engine's tick fails only the runs a failure concerns. If
 the thread dies anyway (a bug), the loop is ``CRASHED``: every command is answered with
-:class:`~llamapy.errors.RuntimeDiedError`, in-flight requests end with it, and the
-``on_crash`` callbacks run (the HTTP server exits so that a supervisor restarts it).
+:class:`~llamapy.errors.RuntimeDiedError`, in-flight requests end with ``ClosedError`` as
+the engine closes, and the ``on_crash`` callbacks run (the HTTP server exits so that a
+supervisor restarts it).
 """
 
 from __future__ import annotations
