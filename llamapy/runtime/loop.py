@@ -127,7 +127,7 @@ class TickLoop:
         if self.state in (LoopState.CLOSED, LoopState.CRASHED):  # nobody would read it
             _deliver_error(request, self.crash_error or ClosedError("runtime is closed"))
             return
-        if self.state is LoopState.READY and costly_sampler(request):
+        if self.state in (LoopState.LOADING, LoopState.READY) and costly_sampler(request):
             self._prebuild.submit(request)  # (a grammar's parse never stalls the tick)
             return
         self._inbox.put(_Submit(request))
@@ -137,6 +137,11 @@ class TickLoop:
         return 0 if hosted is None else hosted.engine.config.max_queue
 
     def _backend(self) -> Any:
+        """The backend once the load has ended (the sampler builder waits for it); the load's
+        error if it failed; None once closed."""
+        self.ready.wait()
+        if self.load_error is not None:
+            raise self.load_error
         hosted = self.hosted
         return None if hosted is None else hosted.engine.backend
 
@@ -338,6 +343,7 @@ class TickLoop:
         while True:
             item = self._inbox.get()
             if isinstance(item, _Close):
+                self._prebuild.close()
                 self._reject_pending()
                 return
             self._reject(item)

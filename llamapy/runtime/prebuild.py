@@ -40,8 +40,10 @@ def costly_sampler(request: Request) -> bool:
 
 
 class SamplerPrebuilder:
-    """Builds samplers on one worker thread (see the module). ``forward(request, cancelled)``
-    puts the request (and, if ``cancelled``, its cancel) on the tick thread's inbox.
+    """Builds samplers on one worker thread (see the module). ``backend()`` gives the backend
+    (it may wait for the model's load, and raise why it failed; None once closed);
+    ``forward(request, cancelled)`` puts the request (and, if ``cancelled``, its cancel) on
+    the tick thread's inbox.
     ``max_pending()`` bounds the requests waiting for a build (0: unbounded): one more is
     refused at once with ``QueueFullError``, as the engine's queue refuses."""
 
@@ -90,13 +92,13 @@ class SamplerPrebuilder:
         request_id = request.request_id
         with self._lock:
             skip = request_id in self._cancelled
-        backend = None if self._closed or skip else self._backend()
         try:
             if skip:  # cancelled while waiting: not built, ended as the engine ends one
                 self._finish(request_id)
                 _deliver(request, DoneEvent(request_id, FinishReason.CANCELLED, 0,
                                             len(request.token_ids), RequestTimings()))
                 return
+            backend = None if self._closed else self._backend()
             if backend is None:
                 raise ClosedError("runtime is closed")
             request.sampler = backend.new_sampler(request.options.sampling)

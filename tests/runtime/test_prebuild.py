@@ -13,7 +13,7 @@ import pytest
 from test_runtime import SAMPLING, request
 
 from llamapy.engine import Engine, EngineConfig, FakeBackend, FakeModel, Request, TokenEvent
-from llamapy.errors import GrammarError, QueueFullError
+from llamapy.errors import GrammarError, LoadFailedError, QueueFullError
 from llamapy.runtime import Hosted, RequestStream, TickLoop
 
 GRAMMAR = 'root ::= "x"'
@@ -156,3 +156,34 @@ def test_requests_waiting_for_a_build_count_against_max_queue() -> None:
         assert all(len(list(s)) == 5 for s in streams)
     finally:
         runtime.close(5)
+
+
+def test_a_grammar_sent_while_the_model_loads_is_built_off_the_tick_thread() -> None:
+    """Requests that come during the load (a server's first ones) wait for it on the builder
+    thread, not on the tick thread; a failed load is their error."""
+    loaded = threading.Event()
+    backend = _SlowGrammar(n_ctx=4096, n_seq_max=1, model=FakeModel(n_vocab=128))
+    backend.build_s = 0.0
+
+    def build() -> Hosted:
+        assert loaded.wait(5)
+        return Hosted(engine=Engine(backend, EngineConfig(n_parallel=1)))
+
+    runtime = TickLoop(build, thread_name="test-tick")
+    try:
+        stream = RequestStream(runtime, grammar_request([1, 2]), timeout=5)
+        loaded.set()
+        assert len(list(stream)) == 5 and backend.built_on == ["llamapy-sampler_0"]
+    finally:
+        runtime.close(5)
+
+    def fail() -> Hosted:
+        raise OSError("no such model")
+
+    failed = TickLoop(fail)
+    try:
+        stream = RequestStream(failed, grammar_request([1, 2]), timeout=5)
+        with pytest.raises(LoadFailedError):
+            list(stream)
+    finally:
+        failed.close(5)
