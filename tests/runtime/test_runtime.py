@@ -6,7 +6,6 @@ import asyncio
 import gc
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -50,14 +49,6 @@ def fake_engine(n_parallel: int = 2, *, sleep_s: float = 0.0, **config: object) 
                           sleep_s=sleep_s)
     cfg = EngineConfig(n_parallel=n_parallel, sampling=SAMPLING, **config)  # type: ignore[arg-type]
     return Engine(backend, cfg)
-
-
-@pytest.fixture
-def loop() -> Iterator[TickLoop]:
-    runtime = TickLoop(lambda: Hosted(engine=fake_engine()), thread_name="test-tick")
-    runtime.ready.wait(5)
-    yield runtime
-    runtime.close(5)
 
 
 def request(prompt: list[int], max_tokens: int = 8, **options: object) -> Request:

@@ -7,25 +7,16 @@ used to end the loop (a foreign exception out of ``Engine.submit``, a lease or a
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from test_runtime import SAMPLING, fake_engine, request
+from test_runtime import SAMPLING, request
 
 from llamapy.engine import Engine, EngineConfig, FakeBackend, FakeModel, Request
 from llamapy.engine.request import CacheKey
 from llamapy.engine.testing import CrashingEngine
 from llamapy.errors import ClosedError, EngineError, InvalidOptionError, RuntimeDiedError
 from llamapy.runtime import Hosted, LoopState, RequestStream, TickLoop, new_request_id
-
-
-@pytest.fixture
-def loop() -> Iterator[TickLoop]:
-    runtime = TickLoop(lambda: Hosted(engine=fake_engine()), thread_name="test-survival")
-    runtime.ready.wait(5)
-    yield runtime
-    runtime.close(5)
 
 
 def _free(runtime: TickLoop) -> dict[str, Any]:

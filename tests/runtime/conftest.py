@@ -1,0 +1,19 @@
+"""The runtime tests' shared fixture: a tick loop on the fake backend."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from test_runtime import fake_engine
+
+from llamapy.runtime import Hosted, TickLoop
+
+
+@pytest.fixture
+def loop() -> Iterator[TickLoop]:
+    """A ready :class:`TickLoop` hosting :func:`test_runtime.fake_engine` (closed after)."""
+    runtime = TickLoop(lambda: Hosted(engine=fake_engine()), thread_name="test-tick")
+    runtime.ready.wait(5)
+    yield runtime
+    runtime.close(5)
