@@ -8,7 +8,8 @@ One file per entry, version 1, integers little-endian::
     12            4     u32    metadata length M
     16            8     u64    token count T
     24            8     u64    state length S
-    32            32    identity: sha256 of (namespace, cache_scope, cache_identity, adapters)
+    32            32    identity: sha256 of (namespace, cache_scope, cache_identity, adapters,
+                        tenant, salt digest)
     64            32    body sha256: of the token ids and the state bytes
     96            M     UTF-8 JSON metadata: ``{"scope": cache_scope}``
     96+M          4T    token ids (u32)
@@ -162,8 +163,11 @@ class CacheNamespace:
 def entry_identity(namespace: CacheNamespace, key: CacheKey) -> bytes:
     """The identity of the entries filed under ``key`` (header field ``identity``)."""
     adapters = namespace.describe_adapters(tuple(key.adapter_set))
-    payload = json.dumps(["llamapy-prompt-cache", namespace.digest, key.cache_scope,
-                          key.cache_identity, adapters])
+    fields = ["llamapy-prompt-cache", namespace.digest, key.cache_scope, key.cache_identity,
+              adapters]
+    if key.tenant is not None or key.salt is not None:  # unset: identities as before
+        fields += [key.tenant, key.salt]
+    payload = json.dumps(fields)
     return hashlib.sha256(payload.encode()).digest()
 
 

@@ -344,15 +344,17 @@ class Engine:
     # --- leases (for workspace sessions) -------------------------------------------------------
 
     def lease(self, cache_scope: str | None = None, cache_identity: str = "",
-              adapter_set: tuple[Hashable, ...] = ()) -> int | None:
+              adapter_set: tuple[Hashable, ...] = (), tenant: str | None = None,
+              salt: str | None = None) -> int | None:
         """Lease an idle slot for a session: it is never routed to other requests, purged or
         evicted until :meth:`release`. Returns the lease id, or None when no slot is idle.
         A cache under another key is dropped (offered to the RAM cache first). Requests on the
-        lease should carry the same key (``cache_scope``, ``cache_identity`` and
-        ``options.adapters == adapter_set``); one that does not finds no KV to reuse. Between
+        lease should carry the same key (``cache_scope``, ``cache_identity``, ``tenant``,
+        ``salt_digest(cache_salt) == salt`` and ``options.adapters == adapter_set``: the fields
+        of :class:`CacheKey`, in its order); one that does not finds no KV to reuse. Between
         requests, the lease's KV is only touched through :attr:`leases`."""
         self._check_open()
-        key = CacheKey(cache_scope, cache_identity, tuple(adapter_set))
+        key = CacheKey(cache_scope, cache_identity, tuple(adapter_set), tenant, salt)
         slot = self.pool.lease(key)
         if slot is None:
             return None

@@ -106,12 +106,18 @@ def _slot_info(slot: Slot) -> SlotInfo:
     run, key = slot.run, slot.key
     return SlotInfo(
         slot_id=slot.slot_id, state=slot.state.value, cached_tokens=len(slot.cached),
-        cache_scope=key.cache_scope if key else None, session=slot.affinity_key,
+        cache_scope=key.cache_scope if key else None, tenant=key.tenant if key else None,
+        session=_session(slot.affinity_key),
         lease_id=slot.lease_id, request_id=None if run is None else run.request_id,
         prompt_tokens=0 if run is None else len(run.prompt),
         generated_tokens=0 if run is None else run.num_generated,
         num_computed_tokens=len(slot.cached) if run is not None and run.resolved else 0,
     )
+
+
+def _session(affinity_key: object) -> object:
+    """The session of a slot's ``(scope, session)`` affinity key."""
+    return affinity_key[1] if isinstance(affinity_key, tuple) else None
 
 
 def _disk_stats(engine: Engine) -> dict[str, int]:

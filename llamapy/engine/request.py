@@ -10,9 +10,11 @@ is still delivered (and its return value ignored).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import Enum
+from functools import lru_cache
 from typing import TYPE_CHECKING, NamedTuple
 
 from llamapy.engine.options import RequestOptions
@@ -36,19 +38,48 @@ __all__ = [
     "Run",
     "Sink",
     "TokenEvent",
+    "salt_digest",
 ]
 
 
 class CacheKey(NamedTuple):
-    """What KV is filed under: reuse (own slot, donor, RAM cache, in-flight) needs equal keys.
+    """What KV is filed under: reuse (own slot, donor, RAM cache, disk, in-flight, n-gram
+    drafts) needs equal keys.
 
-    ``cache_scope`` is the tenant's trust boundary (None: one shared pool), ``cache_identity``
-    the model/manifest identity (opaque), ``adapter_set`` the LoRA set the KV was computed under.
+    ``cache_scope`` is a trust boundary inside the tenant (None: the tenant's shared pool),
+    ``cache_identity`` the model/manifest identity (opaque), ``adapter_set`` the LoRA set the
+    KV was computed under, ``tenant`` the request's tenant (None: the default tenant: KV never
+    crosses tenants) and ``salt`` the digest of the request's ``cache_salt``
+    (:func:`salt_digest`; None: unsalted).
     """
 
     cache_scope: str | None = None
     cache_identity: str = ""
     adapter_set: tuple[Hashable, ...] = ()
+    tenant: str | None = None
+    salt: str | None = None
+
+    @property
+    def scope(self) -> tuple[str | None, str | None, str | None]:
+        """``(tenant, cache_scope, salt)``: what a session's affinity is kept within."""
+        return self.tenant, self.cache_scope, self.salt
+
+    @property
+    def display_scope(self) -> str | None:
+        """The scope as shown to an admin: ``tenant/cache_scope`` (``tenant`` alone without a
+        sub-scope; the plain ``cache_scope`` for the default tenant)."""
+        if self.tenant is None:
+            return self.cache_scope
+        return self.tenant if self.cache_scope is None else f"{self.tenant}/{self.cache_scope}"
+
+
+@lru_cache(maxsize=4096)
+def salt_digest(salt: str | None) -> str | None:
+    """The digest a :class:`CacheKey` keeps of a ``cache_salt`` (None for None): keys, stats
+    and disk entries never hold the salt itself."""
+    if salt is None:
+        return None
+    return hashlib.sha256(b"llamapy-cache-salt\x00" + salt.encode()).hexdigest()[:32]
 
 
 class FinishReason(str, Enum):
@@ -185,7 +216,7 @@ class Request:
     ``token_ids`` is the prompt (for a leased slot: the whole intended resident sequence).
     ``options`` are resolved (see :func:`~llamapy.engine.options.resolve_request_options`).
     ``cache_identity`` is an opaque key (model / manifest identity): KV is reused only between
-    equal :attr:`cache_key` ``(options.cache_scope, cache_identity, adapter_set)``. ``lease_id``
+    equal :attr:`cache_key` (scope, identity, adapter set, tenant and salt). ``lease_id``
     runs the request on a leased slot (see :meth:`Engine.lease`). ``sampler``, when set, is
     the request's sampler built ahead (off the tick thread, by the backend's
     ``new_sampler``); the engine takes it over (and closes it) instead of building one.
@@ -206,8 +237,18 @@ class Request:
 
     @property
     def cache_key(self) -> CacheKey:
-        """``(cache_scope, cache_identity, adapter_set)``: reuse requires equal keys."""
-        return CacheKey(self.options.cache_scope, self.cache_identity, self.options.adapters)
+        """``(cache_scope, cache_identity, adapter_set, tenant, salt)``: reuse requires equal
+        keys."""
+        options = self.options
+        return CacheKey(options.cache_scope, self.cache_identity, options.adapters,
+                        options.tenant, salt_digest(options.cache_salt))
+
+    @property
+    def affinity_key(self) -> Hashable | None:
+        """What session affinity is keyed by: ``(scope, session)``, so one session string in
+        two scopes or tenants names two conversations (None without a session)."""
+        session = self.options.session
+        return None if session is None else (self.cache_key.scope, session)
 
 
 @dataclass(slots=True, eq=False)

@@ -33,6 +33,7 @@ class Slot:
     cached: list[int] = field(default_factory=list)
     key: CacheKey | None = None
     last_used: int = 0
+    #: ``(scope, session)`` of the last session that ran here (:attr:`Request.affinity_key`).
     affinity_key: Hashable | None = None
     lease_id: int | None = None
     run: Run | None = None
@@ -113,12 +114,12 @@ class SlotPool:
 
     def affine_slot_free(self, run: Run) -> bool:
         """Whether ``run``'s session last ran on a slot that is routable now."""
-        session = run.request.options.session
+        session = run.request.affinity_key
         slot_id = self._affinity.get(session) if session is not None else None
         return slot_id is not None and self.slots[slot_id].is_idle
 
     def _affine_slot(self, run: Run, idle: list[Slot]) -> Slot | None:
-        session = run.request.options.session
+        session = run.request.affinity_key
         if session is None or session not in self._affinity:
             return None
         slot = self.slots[self._affinity[session]]
@@ -140,8 +141,10 @@ class SlotPool:
         slot.machine.fire("assign")
         slot.run, run.slot = run, slot
         run.timings.slot_id = slot.slot_id
-        session = run.request.options.session
+        session = run.request.affinity_key
         if session is not None:
+            if self._affinity.get(slot.affinity_key) == slot.slot_id:  # one session per slot:
+                del self._affinity[slot.affinity_key]  # the map stays as small as the pool
             self._affinity[session] = slot.slot_id
             slot.affinity_key = session
         self.touch(slot)

@@ -30,6 +30,7 @@ class InstabilityEvent:
 class SlotInfo:
     """One slot in a stats snapshot: its state, cached prefix and current request.
 
+    ``cache_scope`` is the sub-scope inside the slot's ``tenant``.
     ``num_computed_tokens``: the current request's tokens whose KV is in the slot (reused or
     computed; 0 until its prefix is resolved): a prefilling slot's progress is this over
     ``prompt_tokens``."""
@@ -44,6 +45,8 @@ class SlotInfo:
     prompt_tokens: int
     generated_tokens: int
     num_computed_tokens: int = 0
+    #: The tenant of the slot's cached KV (None: the default tenant).
+    tenant: str | None = None
 
     def as_dict(self) -> dict[str, object]:
         """A JSON-friendly dict (session and request id as ``repr``)."""

@@ -32,8 +32,16 @@ ENGINE_ALIASES: dict[str, str] = {
 #: Extras that are ours, not engine options: handled by the API layer itself.
 API_EXTRAS = ("reasoning_format", "chat_template_kwargs", "json_schema", "lora", "ignore_eos",
               "continue_final_message", "add_generation_prompt", "verbose")
-#: Engine options a client may not set over HTTP (file paths on the server's disk).
-SERVER_ONLY = ("adapters",)
+#: Engine options a client may not set over HTTP: file paths on the server's disk, and the
+#: tenant (the server takes it from the API key).
+SERVER_ONLY = ("adapters", "tenant")
+
+_SERVER_ONLY_HINTS = {
+    "adapters": "adapters cannot be set over HTTP; start the server with --lora PATH and select "
+                "adapters with lora: [{\"id\": N, \"scale\": S}]",
+    "tenant": "tenant cannot be set over HTTP: it is the API key's (--api-key-file lines "
+              "'KEY TENANT'); use cache_scope for a sub-scope inside it",
+}
 
 Body = TypeVar("Body", bound=BaseModel)
 
@@ -277,9 +285,7 @@ def engine_extras(extra: Mapping[str, Any]) -> dict[str, Any]:
             _speculative_field(out, key.removeprefix(SPEC_PREFIX), value)
             continue
         if name in SERVER_ONLY:
-            raise InvalidOptionError(
-                f"{key} cannot be set over HTTP; start the server with --lora PATH and select "
-                "adapters with lora: [{\"id\": N, \"scale\": S}]", option=key)
+            raise InvalidOptionError(_SERVER_ONLY_HINTS[name], option=key)
         if name in engine_keys:
             out[name] = value
         else:

@@ -152,7 +152,13 @@ class RequestOptions:
     ``cache_prompt=None`` means the server's default. ``session`` routes requests of one
     conversation to the slot that served it (a string, a number, or a small tuple of them: see
     :data:`SESSION_KEY_CHARS`); ``cache_scope`` is the trust boundary for prefix
-    reuse (None: one shared pool). ``stop`` strings end generation and are never emitted.
+    reuse (None: one shared pool). ``tenant`` is who the request is accounted to: KV is never
+    reused across tenants (``cache_scope`` is a sub-scope inside the tenant), and fair share,
+    per-tenant bounds and cache budgets count by it (None: the default tenant). Over HTTP it
+    comes from the API key, never from the body. ``cache_salt`` isolates the request's reuse
+    inside its tenant and scope: only requests with the same salt share KV with it (vLLM's
+    field; the engine keeps a digest of it, never the salt). ``stop`` strings end generation
+    and are never emitted.
     ``adapters`` is the request's adapter set (``()`` = the base model), opaque to the engine:
     any hashable items, kept in order; the backend interprets it (``LlamaBackend``:
     ``((path, scale), ...)``). Runs of different sets never share a decode call or any KV.
@@ -170,6 +176,10 @@ class RequestOptions:
     cache_prompt: bool | None = option(None, "reuse a cached prompt prefix (None = server's)")
     session: Hashable | None = option(None, "routes a conversation to the slot that served it")
     cache_scope: str | None = option(None, "trust boundary of prefix reuse (None = shared)")
+    tenant: str | None = option(None, "who the request is accounted to; KV is never reused "
+                                "across tenants (None = the default tenant)")
+    cache_salt: str | None = option(None, "only requests with the same salt reuse each "
+                                    "other's KV (None = no salt)")
     adapters: tuple[Hashable, ...] = option((), "the request's LoRA adapter set (() = none)")
     stop: tuple[str, ...] = option((), "strings that end generation (never emitted)")
     speculative: Any = option(None, "speculative decoding: a drafter name, False or settings")
@@ -185,8 +195,13 @@ class RequestOptions:
               f"must be an integer >= 0, got {self.max_tokens!r}")
         check(self.cache_prompt is None or isinstance(self.cache_prompt, bool),
               "cache_prompt", "must be a bool or None")
-        check(self.cache_scope is None or isinstance(self.cache_scope, str), "cache_scope",
-              "must be a string or None")
+        for name, least, most in (("cache_scope", 0, SCOPE_CHARS),
+                                  ("cache_salt", 1, SCOPE_CHARS), ("tenant", 1, TENANT_CHARS)):
+            value = getattr(self, name)
+            check(value is None or (isinstance(value, str) and least <= len(value) <= most
+                                    and value.isprintable()), name,
+                  f"must be None or a printable string of {least} to {most} characters")
+        check(self.tenant is None or "/" not in self.tenant, "tenant", "must not contain '/'")
         check(_small_key(self.session, [SESSION_KEY_ITEMS]), "session",
               f"must be a string (at most {SESSION_KEY_CHARS} characters), a number, or a "
               f"tuple of at most {SESSION_KEY_ITEMS} of them")
@@ -206,6 +221,10 @@ class RequestOptions:
         if self.slot_id == -1:
             object.__setattr__(self, "slot_id", None)
 
+
+#: The longest ``cache_scope`` / ``cache_salt`` and ``tenant``.
+SCOPE_CHARS = 256
+TENANT_CHARS = 64
 
 #: The largest ``session``: the engine hashes it for every queued run at every admission (a
 #: tuple's hash is not cached), so its size must not be the client's choice.

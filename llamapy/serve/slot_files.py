@@ -92,6 +92,7 @@ def encode(saved: SlotState, model: dict[str, Any]) -> bytes:
     key = saved.key
     header = {"version": VERSION, **model, "n_tokens": len(saved.token_ids),
               "cache_scope": key.cache_scope, "cache_identity": key.cache_identity,
+              "tenant": key.tenant, "salt": key.salt,
               "adapter_set": [list(a) if isinstance(a, tuple) else a for a in key.adapter_set],
               "sha256": hashlib.sha256(body).hexdigest()}
     head = json.dumps(header).encode()
@@ -118,7 +119,8 @@ def decode(data: bytes, model: dict[str, Any]) -> SlotState:
         raise InvalidRequestError(f"Unable to restore slot: saved by model {header.get('model')} "
                                   "(vocabulary differs or another file)")
     key = CacheKey(header.get("cache_scope"), header.get("cache_identity", ""),
-                   tuple(tuple(a) for a in header.get("adapter_set", ())))
+                   tuple(tuple(a) for a in header.get("adapter_set", ())),
+                   header.get("tenant"), header.get("salt"))
     tokens = struct.unpack_from(f"<{n}i", body)
     return SlotState(body[4 * n:], tuple(tokens), key)
 

@@ -132,7 +132,7 @@ def test_lease_carries_its_adapter_set():
     assert again.tokens == ref(backend, [*SYSTEM, 5], 2, adapters=A)
     state = engine.leases.snapshot(lease)
     assert engine.leases.restore(lease, state, cache_identity="new")
-    assert engine.pool.leased_slot(lease).key == ("s", "new", A)
+    assert engine.pool.leased_slot(lease).key == ("s", "new", A, None, None)
     assert engine.leases.tokens(lease) == list(state.token_ids)
     other = submit(engine, 3, SYSTEM, max_tokens=1, cache_scope="s", identity="new",
                    lease_id=lease)  # base model on a lease filed under A: nothing reused

@@ -48,10 +48,9 @@ def test_request_and_engine_defaults():
 def test_keys_derive_from_the_dataclasses():
     sampling = {f.name for f in dataclasses.fields(SamplingParams)}
     assert set(sampling_option_keys()) == sampling
-    assert set(request_option_keys()) == sampling | {"max_tokens", "cache_prompt", "session",
-                                                     "cache_scope", "adapters", "stop",
-                                                     "speculative", "timings_per_token",
-                                                     "return_progress", "slot_id"}
+    assert set(request_option_keys()) == sampling | {
+        "max_tokens", "cache_prompt", "session", "cache_scope", "tenant", "cache_salt",
+        "adapters", "stop", "speculative", "timings_per_token", "return_progress", "slot_id"}
     assert set(engine_option_keys()) >= sampling | {"n_parallel", "max_queue", "batch_strategy"}
     assert "sampling" not in request_option_keys() + engine_option_keys()
 
