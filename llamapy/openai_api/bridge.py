@@ -137,14 +137,14 @@ def _observe(plan: ChatPlan, observe: Observer | None, event: DoneEvent | Comple
 
 def run_plan(plan: ChatPlan, observe: Observer | None = None) -> Completion:
     """Generate the whole answer of ``plan``."""
-    completion = plan.served.server.complete_tokens(plan.token_ids, **plan.options)
+    completion = plan.served.complete(plan.token_ids, plan.options)
     _observe(plan, observe, completion)
     return completion
 
 
 async def arun_plan(plan: ChatPlan, observe: Observer | None = None) -> Completion:
     """Async :func:`run_plan`; cancelling the task cancels the request."""
-    completion = await plan.served.server.acomplete_tokens(plan.token_ids, **plan.options)
+    completion = await plan.served.acomplete(plan.token_ids, plan.options)
     _observe(plan, observe, completion)
     return completion
 

@@ -194,8 +194,7 @@ async def aready(target: Target) -> ServedModel:
 def chat_completion(target: Target, request: Mapping[str, Any]) -> dict[str, Any]:
     """A ``chat.completion`` for an OpenAI chat request (``stream`` is ignored)."""
     plan = prepare_chat(ready(target), request)
-    server = plan.served.server
-    return chat_choices_response(plan, [server.complete_tokens(plan.token_ids, **options)
+    return chat_choices_response(plan, [plan.served.complete(plan.token_ids, options)
                                         for options in choice_options(plan.options,
                                                                       plan.body.n)])
 
@@ -231,7 +230,7 @@ def usage_chunk(plan: ChatPlan, usages: Sequence[Usage]) -> dict[str, Any]:
 async def achat_completion(target: Target, request: Mapping[str, Any]) -> dict[str, Any]:
     """Async :func:`chat_completion`; cancelling the task cancels the request."""
     plan = await asyncio.to_thread(prepare_chat, await aready(target), request)
-    done = await plan.served.server.acomplete_all(
+    done = await plan.served.acomplete_all(
         [(plan.token_ids, options) for options in choice_options(plan.options, plan.body.n)])
     return chat_choices_response(plan, done)
 

@@ -173,9 +173,8 @@ class CompletionStream:
 def completion(target: Target, request: Mapping[str, Any]) -> dict[str, Any]:
     """A ``text_completion`` for an OpenAI completion request (prompts run one by one)."""
     plan = prepare_completion(ready(target), request)
-    server = plan.served.server
-    done = [server.complete_tokens(ids, **opts) for ids, opts in zip(plan.prompts, plan.options,
-                                                                       strict=True)]
+    done = [plan.served.complete(ids, opts) for ids, opts in zip(plan.prompts, plan.options,
+                                                                   strict=True)]
     return completion_response(plan, done)
 
 
@@ -198,7 +197,7 @@ def _stream(plan: CompletionPlan) -> Iterator[dict[str, Any]]:
 async def acompletion(target: Target, request: Mapping[str, Any]) -> dict[str, Any]:
     """Async :func:`completion`; the prompts run concurrently."""
     plan = await asyncio.to_thread(prepare_completion, await aready(target), request)
-    done = await plan.served.server.acomplete_all(
+    done = await plan.served.acomplete_all(
         list(zip(plan.prompts, plan.options, strict=True)))
     return completion_response(plan, done)
 

@@ -20,12 +20,17 @@ from .._native import Model
 from ..chat import ChatTemplate, OutputParser
 from ..errors import InvalidOptionError, ModelNotFoundError
 from ..options import REASONING_FORMATS, TIMEOUTS
-from ..runtime import AsyncRequestStream, RequestStream
-from ..server import Server
+from ..server import Completion, Server
+from .cache_report import (
+    AsyncReportedEvents,
+    ReportedEvents,
+    check_cache_report,
+    reported_completion,
+)
 from .params import BiasSpec, lora_adapters
 
-SyncEvents = RequestStream
-AsyncEvents = AsyncRequestStream
+SyncEvents = ReportedEvents
+AsyncEvents = AsyncReportedEvents
 
 #: Start options of the private server that runs API calls on a bare ``Model`` (adjustable).
 PRIVATE_SERVER_OPTIONS: dict[str, object] = {"n_parallel": 1}
@@ -69,7 +74,11 @@ class ServedModel:
     llama-server's ``__verbose`` debug object (the rendered prompt, ...) unless a request sets
     ``verbose: false`` (``--verbose``; a request's ``verbose: true`` asks for it anyway);
     ``default_ignore_eos``: a request that sets no ``ignore_eos`` ignores end-of-generation
-    tokens (``--ignore-eos``; a request's ``ignore_eos: false`` stops at them).
+    tokens (``--ignore-eos``; a request's ``ignore_eos: false`` stops at them);
+    ``cache_report``: how much responses say about prefix reuse, ``exact``, ``coarse`` or
+    ``off`` (``--cache-report``, :mod:`.cache_report`): every event and completion the API
+    functions read comes through :meth:`events` / :meth:`complete` and their async forms,
+    which apply it.
     """
 
     server: Server
@@ -86,6 +95,7 @@ class ServedModel:
     spm_infill: bool = False
     verbose: bool = False
     default_ignore_eos: bool = False
+    cache_report: str = "exact"
     created: int = field(default_factory=lambda: int(time.time()))
 
     def __post_init__(self) -> None:
@@ -94,6 +104,7 @@ class ServedModel:
         if self.reasoning_format not in REASONING_FORMATS:
             raise InvalidOptionError(f"reasoning_format must be one of {REASONING_FORMATS}",
                                      option="reasoning_format")
+        check_cache_report(self.cache_report)
         if self.chat_template:  # a broken override fails here, at startup
             compiled_template(self.chat_template, "", "")
 
@@ -154,12 +165,34 @@ class ServedModel:
         return model.tokenize(text, add_special, True)
 
     def events(self, token_ids: Sequence[int], options: Mapping[str, Any]) -> SyncEvents:
-        """The request's event stream (:meth:`Server.open_stream`; closing it cancels)."""
-        return self.server.open_stream(token_ids, **options)
+        """The request's event stream (:meth:`Server.open_stream`; closing it cancels), as
+        :attr:`cache_report` reports it."""
+        return ReportedEvents(self.server.open_stream(token_ids, **options), self.cache_report)
 
     def aevents(self, token_ids: Sequence[int], options: Mapping[str, Any]) -> AsyncEvents:
-        """The request's async event stream (:meth:`Server.open_astream`)."""
-        return self.server.open_astream(token_ids, **options)
+        """The request's async event stream (:meth:`Server.open_astream`), as
+        :attr:`cache_report` reports it."""
+        return AsyncReportedEvents(self.server.open_astream(token_ids, **options),
+                                   self.cache_report)
+
+    def complete(self, token_ids: Sequence[int], options: Mapping[str, Any]) -> Completion:
+        """The whole request (:meth:`Server.complete_tokens`), as :attr:`cache_report`
+        reports it."""
+        done = self.server.complete_tokens(token_ids, **options)
+        return reported_completion(done, self.cache_report)
+
+    async def acomplete(self, token_ids: Sequence[int], options: Mapping[str, Any]
+                        ) -> Completion:
+        """Async :meth:`complete`; cancelling the task cancels the request."""
+        done = await self.server.acomplete_tokens(token_ids, **options)
+        return reported_completion(done, self.cache_report)
+
+    async def acomplete_all(self, calls: Sequence[tuple[Sequence[int], dict[str, Any]]]
+                            ) -> list[Completion]:
+        """Requests that live and die together (:meth:`Server.acomplete_all`), as
+        :attr:`cache_report` reports them."""
+        done = await self.server.acomplete_all(calls)
+        return [reported_completion(completion, self.cache_report) for completion in done]
 
     def select_adapters(self, options: dict[str, Any]) -> dict[str, Any]:
         """Map llama-server's ``lora`` selection (in place) to the preloaded adapter files."""

@@ -58,7 +58,7 @@ async def stream_native(served: ServedModel, body: Any) -> AsyncGenerator[dict[s
 async def complete_native(served: ServedModel, body: Any) -> list[dict[str, Any]]:
     """The whole ``/completion`` response of each prompt (run concurrently)."""
     prompts, request = await asyncio.to_thread(compat.prepare_native, served, body)
-    done = await served.server.acomplete_all([(ids, options) for ids, _, options in prompts])
+    done = await served.acomplete_all([(ids, options) for ids, _, options in prompts])
     return [{**compat.native_response(served, ids, text, options, request, completion),
              "index": index}
             for index, ((ids, text, options), completion) in enumerate(zip(prompts, done,

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..chat.builtin_templates import BUILTIN_TEMPLATES, LLAMA_CPP_NAMES
 from ..errors import InvalidOptionError, UnsupportedFeatureError
+from ..openai_api.cache_report import CACHE_REPORTS, REPORT_BLOCK
 from ..options import REASONING_FORMATS, TIMEOUTS
 from .compat_flags import api_keys
 from .flags import DEFAULT_MAX_BODY_BYTES
@@ -97,6 +98,12 @@ def _add_requests(group: argparse._ArgumentGroup) -> None:
                        help="reasoning_format of requests that set none: auto/deepseek "
                             "separate reasoning_content, none leaves it in the text "
                             "(default: auto)")
+    group.add_argument("--cache-report", choices=CACHE_REPORTS, default="exact",
+                       help="what responses say about prefix reuse (cached tokens, cache_n, "
+                            "X-Llamapy-Cache-* headers): exact; coarse = rounded down to "
+                            f"{REPORT_BLOCK} tokens, as OpenAI reports them, for tenants not "
+                            "trusted with each other's prompts inside one scope; off = nothing "
+                            "reused (default: exact)")
     group.add_argument("--chat-template-kwargs", metavar="JSON",
                        help="chat template variables of every request, a JSON object "
                             "(a request's chat_template_kwargs extend them)")
@@ -233,6 +240,7 @@ def app_options(args: argparse.Namespace) -> dict[str, Any]:
         "prefill_assistant": args.prefill_assistant is not False,
         "spm_infill": args.spm_infill, "verbose": args.log_level == "debug",
         "default_ignore_eos": args.ignore_eos,
+        "cache_report": args.cache_report,
         "sleep_idle_seconds": sleep_idle_seconds(args),
     }
 
