@@ -12,7 +12,8 @@ every ``Server`` start option. Endpoints:
   (Prometheus, with the prompt-cache metrics), and a chat page at ``/``.
 
 Every response of a generation carries the cache explanation: ``timings.cache_n``,
-``cache_source`` and ``cache_diverged_at`` (and ``X-Llamapy-Cache-*`` headers). The handlers
+``cache_source`` and ``cache_diverged_at`` (and ``X-Llamapy-Cache-*`` headers), rounded or
+hidden with ``--cache-report coarse|off`` (:mod:`llamapy.openai_api.cache_report`). The handlers
 call the library functions of :mod:`llamapy.openai_api`, which also work without HTTP.
 """
 
