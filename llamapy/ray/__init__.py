@@ -6,7 +6,8 @@ Python ``serve.run(llamapy.ray.build_app(PATH, n_ctx=4096))``. The application i
 
 - an ingress deployment (:class:`~llamapy.ray.ingress.LlamapyIngress`) that reads each HTTP
   request, computes its routing key (:mod:`llamapy.ray.keys`: session, ``cache_scope``, prompt
-  prefix hashes) and relays it to
+  prefix hashes, all within the tenant of the caller's API key: :mod:`llamapy.ray.tenancy`)
+  and relays it to
 - the model deployment (:class:`~llamapy.ray.replica.LlamapyReplica`): each replica runs one
   :class:`~llamapy.Server` behind the same app as ``python -m llamapy.serve`` (every OpenAI,
   Anthropic, Responses and llama-server route), and reports its load and cache summary through

@@ -3,16 +3,16 @@
 A request goes to the replica that holds its KV, unless that replica is overloaded. The holder
 is, in order: the replica that last served the request's ``session``; the replica that last
 served the longest prefix of its text (the longest run of its prefix hashes in the table);
-the least-loaded replica whose stats list the request's ``cache_scope``. A holder is used only
-while its load exceeds the least-loaded replica's by at most ``max_imbalance`` (so one hot
-session or shared prompt cannot pile its traffic on one replica); otherwise, and when nothing
-holds the request, the least-loaded replicas come first. A new session (a session key the table
-does not know) follows a prefix or scope holder only while that holder is among the least
-loaded: the session will stay where it starts, so its start balances the load, and a prompt
-shared by every session (a tenant's system prompt) is cheap to compute once per replica. The
-choice is a list of ranks, most preferred first (Ray Serve's ``choose_replicas`` contract):
-the chosen replica alone (the holder, or one of the least loaded at random), then the rest by
-load, the fallback if it refuses the request.
+the least-loaded replica whose stats list the request's scope (its tenant and
+``cache_scope``). A holder is used only while its load exceeds the least-loaded replica's by at
+most ``max_imbalance`` (so one hot session or shared prompt cannot pile its traffic on one
+replica); otherwise, and when nothing holds the request, the least-loaded replicas come
+first. A new session (a session key the table does not know) follows a prefix or scope holder
+only while that holder is among the least loaded: the session will stay where it starts, so
+its start balances the load, and a prompt shared by every session (a tenant's system prompt)
+is cheap to compute once per replica. The choice is a list of ranks, most preferred first
+(Ray Serve's ``choose_replicas`` contract): the chosen replica alone (the holder, or one of the
+least loaded at random), then the rest by load, the fallback if it refuses the request.
 
 Loads count what the router itself placed (:class:`LoadBook`): a request counts on a replica
 from the moment it is chosen, not only once the replica accepted it, so a burst of requests
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..options.deployment import DEPLOYMENT_DEFAULTS
-from .keys import RoutingKey
+from .keys import RoutingKey, scope_id
 
 #: Default bound on the entries of each map (sessions, prefix hashes).
 MAX_ENTRIES = DEPLOYMENT_DEFAULTS.max_entries
@@ -193,7 +193,8 @@ def _scope_holder(scope: str, loads: Sequence[ReplicaLoad]) -> tuple[str | None,
 def routing_stats(stats: Mapping[str, Any]) -> dict[str, Any]:
     """What a replica reports to the routers from its server's :meth:`~llamapy.Server.stats`:
     queue depth, active slots, KV use and a summary of its cached prefixes (slots holding a
-    prefix, their tokens, their cache scopes)."""
+    prefix, their tokens, the scopes of their KV by :func:`~llamapy.ray.keys.scope_id`: no
+    tenant, scope or session is named)."""
     slots = [slot for slot in stats.get("slots", []) if isinstance(slot, Mapping)]
     cached = [slot for slot in slots if int(slot.get("cached_tokens") or 0) > 0]
     cached_tokens = sum(int(slot["cached_tokens"]) for slot in cached)
@@ -205,9 +206,19 @@ def routing_stats(stats: Mapping[str, Any]) -> dict[str, Any]:
         "kv_used": cached_tokens / n_ctx if n_ctx else 0.0,
         "cached_slots": len(cached),
         "cached_tokens": cached_tokens,
-        "cache_scopes": sorted({str(s["cache_scope"]) for s in cached if s.get("cache_scope")}),
+        "cache_scopes": sorted(_scope_ids(cached)),
         "ram_cache_entries": int(stats.get("ram_cache_entries") or 0),
     }
+
+
+def _scope_ids(slots: list[Mapping[str, Any]]) -> set[str]:
+    """The :func:`~llamapy.ray.keys.scope_id` of each slot's KV (the shared pool left out)."""
+    ids = (scope_id(_name(slot.get("tenant")), _name(slot.get("cache_scope"))) for slot in slots)
+    return {item for item in ids if item is not None}
+
+
+def _name(value: Any) -> str | None:
+    return str(value) if value else None
 
 
 def engine_load(stats: Mapping[str, Any]) -> int:

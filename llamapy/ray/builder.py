@@ -4,6 +4,9 @@
 ``key=value`` arguments: the :class:`~llamapy.options.DeploymentOptions` names, and any flag of
 ``python -m llamapy.serve`` written without its dashes (``n_parallel=4``, ``api_key=KEY``,
 ``metrics=false``); from Python, :func:`build_app` takes the same options as keywords.
+``api_key_file=FILE`` (lines ``KEY [TENANT [admin]]``) is read once, here: the replicas check
+the keys and run each request in its key's tenant, and the ingress scopes its routing key by
+that tenant (:mod:`llamapy.ray.tenancy`).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from ..server import start_option_keys
 from .ingress import LlamapyIngress
 from .replica import LlamapyReplica
 from .router import AffinityRouter
+from .tenancy import tenant_lookup
 
 #: The deployments' names in the Serve application.
 MODEL_DEPLOYMENT = "llamapy-model"
@@ -39,8 +43,9 @@ def build_app(model: str | os.PathLike[str], *, app_options: Mapping[str, Any] |
     are the ``Server``'s, so no RAM prompt cache unless ``prompt_cache_ram_mb`` is given:
     :func:`app` applies ``python -m llamapy.serve``'s);
     ``app_options`` are :func:`~llamapy.serve.create_app` keywords (``allowed_hosts``
-    defaults to any Host: Ray's proxy, configured by the operator, is what is exposed). Run it with
-    ``serve.run(build_app(...))``.
+    defaults to any Host: Ray's proxy, configured by the operator, is what is exposed; their
+    ``api_keys`` table also tells the ingress each request's tenant,
+    :mod:`llamapy.ray.tenancy`). Run it with ``serve.run(build_app(...))``.
     """
     options = deployment or DeploymentOptions()
     unknown = set(start_options) - set(start_option_keys())
@@ -59,7 +64,8 @@ def build_app(model: str | os.PathLike[str], *, app_options: Mapping[str, Any] |
     return ingress.bind(
         replica.bind(os.fspath(model), start_options, app_kw),
         max_body_bytes=app_kw.get("max_body_bytes", DEFAULT_MAX_BODY_BYTES),
-        block_chars=options.block_chars, max_blocks=options.max_blocks)
+        block_chars=options.block_chars, max_blocks=options.max_blocks,
+        tenant_of=tenant_lookup(app_kw))
 
 
 def _router_config(options: DeploymentOptions) -> RequestRouterConfig:

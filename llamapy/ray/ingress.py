@@ -3,7 +3,8 @@
 Why a deployment of its own: Ray's HTTP proxy hands an ingress deployment only the request's
 ASGI scope, and the replica pulls the body afterwards, so a router for an HTTP deployment sees
 headers but no body (no messages, no ``cache_scope``). The ingress reads the body (bounded by
-the app's body limit), computes the :class:`~llamapy.ray.keys.RoutingKey` and calls the model
+the app's body limit), computes the :class:`~llamapy.ray.keys.RoutingKey` (scoped by the
+tenant of the caller's API key, :mod:`llamapy.ray.tenancy`) and calls the model
 deployment through a ``DeploymentHandle`` with the key as the ``routing`` keyword, which the
 :class:`~llamapy.ray.router.AffinityRouter` reads. The replica's response streams back
 unchanged (status, headers, each chunk).
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, cast
 
 import orjson
@@ -28,13 +29,19 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Message, Receive, Scope, Send
 
-from ..errors import LlamapyError, PayloadTooLargeError, ReplicaUnavailableError
+from ..errors import (
+    AuthenticationError,
+    LlamapyError,
+    PayloadTooLargeError,
+    ReplicaUnavailableError,
+)
 from ..serve.anthropic_errors import anthropic_error_body, anthropic_error_response
 from ..serve.errors import error_body, error_response
 from ..serve.flags import DEFAULT_MAX_BODY_BYTES
 from .forward import ForwardedRequest
-from .keys import BLOCK_CHARS, MAX_BLOCKS, routing_key
+from .keys import BLOCK_CHARS, MAX_BLOCKS, RoutingKey, routing_key
 from .router import ROUTING_KWARG
+from .tenancy import TenantOf
 
 log = logging.getLogger("llamapy.ray")
 
@@ -43,13 +50,26 @@ REPLICA_ERRORS: tuple[type[BaseException], ...] = (RayActorError, ActorUnavailab
 
 
 class LlamapyIngress:
-    """Reads each request, keys it and relays it to a model replica (see the module)."""
+    """Reads each request, keys it and relays it to a model replica (see the module);
+    ``tenant_of`` tells the tenant of a request's API key (None: every request is the default
+    tenant's)."""
 
     def __init__(self, model: DeploymentHandle, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-                 block_chars: int = BLOCK_CHARS, max_blocks: int = MAX_BLOCKS) -> None:
+                 block_chars: int = BLOCK_CHARS, max_blocks: int = MAX_BLOCKS,
+                 tenant_of: TenantOf | None = None) -> None:
         self._model = model.options(method_name="forward", stream=True)
         self._max_body_bytes = max_body_bytes
         self._blocks = {"block_chars": block_chars, "max_blocks": max_blocks}
+        self._tenant_of = tenant_of
+
+    def routing_key(self, headers: Mapping[str, str], body: bytes) -> RoutingKey:
+        """The request's routing key, seeded with its tenant; an empty key (routed by load,
+        recorded nowhere) for a request without a key of the deployment."""
+        try:
+            tenant = None if self._tenant_of is None else self._tenant_of(headers)
+        except AuthenticationError:
+            return RoutingKey()
+        return routing_key(headers, _json(body), tenant=tenant, **self._blocks)
 
     async def __call__(self, request: Request) -> Response:
         """Relay one HTTP request (any method, any path) to a model replica."""
@@ -59,7 +79,7 @@ class LlamapyIngress:
             return _error_response(request.url.path, exc)
         forwarded = ForwardedRequest.of(request, body)
         path = forwarded.path
-        key = routing_key(request.headers, _json(body), **self._blocks)
+        key = self.routing_key(request.headers, body)
         stream = cast(DeploymentResponseGenerator[Message],
                       self._model.remote(forwarded, **{ROUTING_KWARG: key}))
         try:

@@ -6,12 +6,21 @@ A key has three parts, matched in this order (see :mod:`llamapy.ray.affinity`):
   else the body's ``session`` (llamapy's request option), ``prompt_cache_key`` (Responses),
   ``user`` (OpenAI) or ``metadata.user_id`` (Anthropic). Its KV is on the replica that served
   it last.
-- ``scope``: the body's ``cache_scope`` (a tenant); replicas only reuse KV within a scope, so it
-  seeds the prefix hashes and a replica's stats list the scopes it holds.
+- ``scope``: where the request's KV may be reused: its tenant (the API key's, passed in by the
+  ingress: :mod:`llamapy.ray.tenancy`) and the body's ``cache_scope`` inside it. Replicas only
+  reuse KV within a scope, and a replica's stats list the scopes it holds, each by
+  :func:`scope_id`, an opaque digest: stats never name a tenant or a scope.
 - ``prefix``: cumulative hashes of the prompt's text in blocks of :data:`BLOCK_CHARS`
   characters (at most :data:`MAX_BLOCKS`): ``prefix[i]`` hashes the first ``(i + 1)`` blocks.
   Two requests share their ``k`` first hashes exactly when their texts share the first ``k``
   blocks, so the longest shared prefix is the longest run of hashes a replica is known for.
+
+The session and the prefix hashes are digests seeded with the tenant, the scope and the body's
+``cache_salt`` (as the engine keys reuse and session affinity), so two tenants, two scopes or
+two salts never share an entry of the router's table, whatever their sessions and prompts;
+and the table's size does not depend on what clients send. A ``cache_scope`` or ``cache_salt``
+the engine would refuse (not a printable string of 1 to 256 characters) counts as absent: the
+replica answers the 400.
 
 The text is the request's messages (role and text of each, the system prompt first), its
 ``prompt`` or its Responses ``instructions`` + ``input``: what the chat template renders, in the
@@ -22,11 +31,13 @@ imports Ray; the ingress computes keys, the router reads them.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ..options.deployment import DEPLOYMENT_DEFAULTS
+from ..options.sampling import SCOPE_CHARS
 
 #: The request header that names a session (takes precedence over the body's fields).
 SESSION_HEADER = "x-session-id"
@@ -56,18 +67,40 @@ class RoutingKey:
         return self.session is None and not self.prefix
 
 
-def routing_key(headers: Mapping[str, str], body: Any, *, block_chars: int = BLOCK_CHARS,
-                max_blocks: int = MAX_BLOCKS) -> RoutingKey:
+def routing_key(headers: Mapping[str, str], body: Any, *, tenant: str | None = None,
+                block_chars: int = BLOCK_CHARS, max_blocks: int = MAX_BLOCKS) -> RoutingKey:
     """The key of a request with these (lower-case) ``headers`` and parsed JSON ``body``
-    (anything that is not a JSON object contributes nothing)."""
+    (anything that is not a JSON object contributes nothing) from ``tenant`` (None: the
+    default tenant)."""
     fields = body if isinstance(body, Mapping) else {}
-    scope = fields.get("cache_scope")
-    scope = scope if isinstance(scope, str) and scope else None
+    scope, salt = _scope_field(fields, "cache_scope"), _scope_field(fields, "cache_salt")
     session = _session(headers, fields)
-    text = prompt_text(fields)
-    prefix = prefix_hashes(text, scope, block_chars=block_chars, max_blocks=max_blocks)
-    return RoutingKey(session=None if session is None else f"{scope or ''}{_SEP_FIELD}{session}",
-                      scope=scope, prefix=prefix)
+    reuse = [tenant, scope, salt]
+    prefix = prefix_hashes(prompt_text(fields), None if reuse == [None, None, None]
+                           else _digest("prefix", *reuse),
+                           block_chars=block_chars, max_blocks=max_blocks)
+    return RoutingKey(session=None if session is None else _digest("session", *reuse, session),
+                      scope=scope_id(tenant, scope), prefix=prefix)
+
+
+def scope_id(tenant: str | None, cache_scope: str | None) -> str | None:
+    """How routing keys and replica stats name the scope ``cache_scope`` of ``tenant``: an
+    opaque digest (None for the default tenant's shared pool, which every replica holds)."""
+    if tenant is None and cache_scope is None:
+        return None
+    return _digest("scope", tenant, cache_scope)
+
+
+def _digest(*parts: str | None) -> str:
+    """A short digest of ``parts`` (JSON-encoded: distinct parts never collide by joining)."""
+    return hashlib.blake2b(json.dumps(parts).encode(), digest_size=8).hexdigest()
+
+
+def _scope_field(fields: Mapping[str, Any], name: str) -> str | None:
+    """The body's ``name`` if the engine would take it as a scope or salt, else None."""
+    value = fields.get(name)
+    ok = isinstance(value, str) and 0 < len(value) <= SCOPE_CHARS and value.isprintable()
+    return value if ok else None
 
 
 def _session(headers: Mapping[str, str], fields: Mapping[str, Any]) -> str | None:
@@ -122,11 +155,11 @@ def _text(value: Any) -> str:
     return ""
 
 
-def prefix_hashes(text: str, scope: str | None, *, block_chars: int = BLOCK_CHARS,
+def prefix_hashes(text: str, seed: str | None, *, block_chars: int = BLOCK_CHARS,
                   max_blocks: int = MAX_BLOCKS) -> tuple[str, ...]:
     """Cumulative hashes of ``text``'s full blocks (a last partial block is not hashed: it is
-    the prefix of no longer text), seeded with ``scope``."""
-    digest = hashlib.blake2b(f"{scope or ''}{_SEP_FIELD}".encode(), digest_size=8)
+    the prefix of no longer text), seeded with ``seed`` (what the KV is reused within)."""
+    digest = hashlib.blake2b(f"{seed or ''}{_SEP_FIELD}".encode(), digest_size=8)
     out: list[str] = []
     for start in range(0, min(len(text), block_chars * max_blocks) - block_chars + 1,
                        block_chars):

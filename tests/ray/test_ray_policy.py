@@ -28,7 +28,7 @@ from llamapy.ray.affinity import (
     routing_stats,
 )
 from llamapy.ray.forward import ForwardedRequest, run_asgi
-from llamapy.ray.keys import RoutingKey, prefix_hashes, prompt_text, routing_key
+from llamapy.ray.keys import RoutingKey, prefix_hashes, prompt_text, routing_key, scope_id
 
 SYSTEM = "You are a terse assistant for the ACME support desk. " * 6
 
@@ -43,20 +43,25 @@ def chat(*turns: str, **fields: Any) -> dict[str, Any]:
 # --- keys ---------------------------------------------------------------------------------------
 
 
+def session_of(name: str) -> str | None:
+    return routing_key({}, {"session": name}).session
+
+
 def test_the_session_header_beats_the_body_fields_which_go_in_order():
     body = {"session": "s", "prompt_cache_key": "p", "user": "u"}
-    assert routing_key({"x-session-id": "h"}, body).session.endswith("h")
-    assert routing_key({}, body).session.endswith("s")
-    assert routing_key({}, {"prompt_cache_key": "p", "user": "u"}).session.endswith("p")
-    assert routing_key({}, {"user": "u"}).session.endswith("u")
-    assert routing_key({}, {"metadata": {"user_id": "a"}}).session.endswith("a")
+    assert routing_key({"x-session-id": "h"}, body).session == session_of("h")
+    assert routing_key({}, body).session == session_of("s")
+    assert routing_key({}, {"prompt_cache_key": "p", "user": "u"}).session == session_of("p")
+    assert routing_key({}, {"user": "u"}).session == session_of("u")
+    assert routing_key({}, {"metadata": {"user_id": "a"}}).session == session_of("a")
     assert routing_key({}, {"user": ""}).session is None
+    assert len({session_of(name) for name in "hspua"}) == 5
 
 
 def test_a_session_belongs_to_its_cache_scope():
     a = routing_key({}, {"user": "u", "cache_scope": "tenant-a"})
     b = routing_key({}, {"user": "u", "cache_scope": "tenant-b"})
-    assert a.scope == "tenant-a" and a.session != b.session
+    assert a.scope == scope_id(None, "tenant-a") != b.scope and a.session != b.session
 
 
 def test_a_later_turn_extends_the_prefix_hashes_of_the_earlier_one():
@@ -233,7 +238,7 @@ def test_routing_stats_summarize_the_servers_stats():
     assert out["queue_depth"] == 3 and out["slots_active"] == 2
     assert out["kv_used"] == pytest.approx(0.4)
     assert out["cached_slots"] == 2 and out["cached_tokens"] == 400
-    assert out["cache_scopes"] == ["t"]
+    assert out["cache_scopes"] == [scope_id(None, "t")]
     assert engine_load(out) == 5 and engine_load({}) == 0
     assert routing_stats({"state": "loading"})["kv_used"] == 0.0
 

@@ -27,6 +27,7 @@ import llamapy
 from llamapy.models import default_model_path
 from llamapy.options import DeploymentOptions
 from llamapy.ray import build_app
+from llamapy.ray.keys import scope_id
 
 ROOT = Path(llamapy.__file__).resolve().parents[1]
 MODEL = "smol"
@@ -138,7 +139,7 @@ def test_replicas_report_their_load_and_cache_through_the_routing_stats_hook(
             break
     assert replica in reports and len(reports) == 2
     mine = reports[replica]
-    assert "tenant-x" in mine["cache_scopes"] and mine["cached_tokens"] > 0
+    assert scope_id(None, "tenant-x") in mine["cache_scopes"] and mine["cached_tokens"] > 0
     assert 0 < mine["kv_used"] <= 1 and mine["n_parallel"] == 4
     assert {"queue_depth", "slots_active", "cached_slots"} <= set(mine)
 
