@@ -8,6 +8,7 @@ does not know: the public model name, a chat template override and the request t
 
 from __future__ import annotations
 
+import copy
 import functools
 import time
 import weakref
@@ -70,6 +71,9 @@ class ServedModel:
     ``verbose: false`` (``--verbose``; a request's ``verbose: true`` asks for it anyway);
     ``default_ignore_eos``: a request that sets no ``ignore_eos`` ignores end-of-generation
     tokens (``--ignore-eos``; a request's ``ignore_eos: false`` stops at them).
+    ``tenant``: the tenant every request made through this object runs in (None: the default
+    tenant); the HTTP app hands each request a view bound to its API key's
+    (:meth:`for_tenant`).
     """
 
     server: Server
@@ -87,6 +91,7 @@ class ServedModel:
     verbose: bool = False
     default_ignore_eos: bool = False
     created: int = field(default_factory=lambda: int(time.time()))
+    tenant: str | None = None
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -160,6 +165,24 @@ class ServedModel:
     def aevents(self, token_ids: Sequence[int], options: Mapping[str, Any]) -> AsyncEvents:
         """The request's async event stream (:meth:`Server.open_astream`)."""
         return self.server.open_astream(token_ids, **options)
+
+    def for_tenant(self, tenant: str | None) -> ServedModel:
+        """This model as ``tenant``'s requests see it: itself for its own tenant, else a shallow
+        copy (nothing validated or compiled again) whose requests carry ``tenant``."""
+        if tenant == self.tenant:
+            return self
+        view = copy.copy(self)
+        view.tenant = tenant
+        return view
+
+    def own_options(self, options: dict[str, Any]) -> dict[str, Any]:
+        """The server's part of a request's engine options, in place: the adapters of its
+        ``lora`` selection (:meth:`select_adapters`) and the :attr:`tenant` (a body cannot set
+        ``tenant``: :data:`~.params.SERVER_ONLY`)."""
+        self.select_adapters(options)
+        if self.tenant is not None:
+            options["tenant"] = self.tenant
+        return options
 
     def select_adapters(self, options: dict[str, Any]) -> dict[str, Any]:
         """Map llama-server's ``lora`` selection (in place) to the preloaded adapter files."""

@@ -102,12 +102,12 @@ def _completion_routes(router: Router, ctx: AppContext) -> None:
     async def completion(request: Request) -> Response:
         """llama-server's native completion (``n_predict``, ``timings``, ...)."""
         body = await read_json(request)
-        return await native_answer(ctx, request, ctx.served(), body)
+        return await native_answer(ctx, request, ctx.served(request), body)
 
     @router.post("/infill")
     async def infill(request: Request) -> Response:
         """llama-server's fill-in-the-middle (501 for a model without FIM tokens)."""
-        served = ctx.served()
+        served = ctx.served(request)
         body = await asyncio.to_thread(infill_body, served, await read_json(request))
         return await native_answer(ctx, request, served, body)
 
