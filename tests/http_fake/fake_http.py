@@ -45,6 +45,8 @@ class FakeApp:
 
     slot_folder: Path | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
+    #: More ``create_app`` keywords (``api_keys``, ...).
+    app_options: Mapping[str, Any] = field(default_factory=dict)
     server: Server = field(init=False)
     client: TestClient = field(init=False)
 
@@ -53,7 +55,8 @@ class FakeApp:
         app = create_app(self.server, alias=ALIAS, embeddings=False, props=True,
                          slot_save_path=None if self.slot_folder is None
                          else str(self.slot_folder),
-                         request_timeout=REQUEST_TIMEOUT, own_server=True)
+                         request_timeout=REQUEST_TIMEOUT, own_server=True,
+                         **self.app_options)
         self.client = TestClient(app, base_url="http://localhost",
                                  raise_server_exceptions=False)
         self.client.__enter__()
