@@ -10,6 +10,7 @@ from llamapy.engine.stats import Counters, EngineStats, SlotInfo
 
 if TYPE_CHECKING:
     from llamapy.engine.engine import Engine
+    from llamapy.engine.request import CacheKey
     from llamapy.engine.slots import Slot
 
 __all__ = ["build_stats", "check_engine"]
@@ -103,11 +104,15 @@ def build_stats(engine: Engine) -> EngineStats:
 
 
 def _slot_info(slot: Slot) -> SlotInfo:
-    run, key = slot.run, slot.key
+    """One slot's info, all of one tenant's: a run's key (its KV may still be another's until
+    its prefix is resolved: then no cached tokens are counted), a session only of that key."""
+    run = slot.run
+    key = run.key if run is not None else slot.key
     return SlotInfo(
-        slot_id=slot.slot_id, state=slot.state.value, cached_tokens=len(slot.cached),
+        slot_id=slot.slot_id, state=slot.state.value,
+        cached_tokens=len(slot.cached) if run is None or slot.key == key else 0,
         cache_scope=key.cache_scope if key else None, tenant=key.tenant if key else None,
-        session=_session(slot.affinity_key),
+        session=_session(slot.affinity_key, key),
         lease_id=slot.lease_id, request_id=None if run is None else run.request_id,
         prompt_tokens=0 if run is None else len(run.prompt),
         generated_tokens=0 if run is None else run.num_generated,
@@ -115,9 +120,12 @@ def _slot_info(slot: Slot) -> SlotInfo:
     )
 
 
-def _session(affinity_key: object) -> object:
-    """The session of a slot's ``(scope, session)`` affinity key."""
-    return affinity_key[1] if isinstance(affinity_key, tuple) else None
+def _session(affinity_key: object, key: CacheKey | None) -> object:
+    """The session of a slot's ``(scope, session)`` affinity key if that scope is ``key``'s
+    (a restored slot keeps the affinity of the last session that ran on it)."""
+    if not isinstance(affinity_key, tuple) or key is None or affinity_key[0] != key.scope:
+        return None
+    return affinity_key[1]
 
 
 def _disk_stats(engine: Engine) -> dict[str, int]:

@@ -63,11 +63,20 @@ class SlotOps:
         self._prefix.trim(slot, 0)
         return n
 
-    def _idle(self, slot_id: int) -> Slot:
+    def holder(self, slot_id: int) -> tuple[str | None, int]:
+        """The tenant the slot's KV is filed under and the tokens it holds (any state), for a
+        caller that acts on the slot only if it is that tenant's or empty."""
+        slot = self._slot(slot_id)
+        return (slot.key.tenant if slot.key else None), len(slot.cached)
+
+    def _slot(self, slot_id: int) -> Slot:
         if not isinstance(slot_id, int) or not 0 <= slot_id < len(self._pool.slots):
             raise InvalidOptionError(f"invalid slot id {slot_id!r} (the server has "
                                      f"{len(self._pool.slots)} slots)", option="id_slot")
-        slot = self._pool.slots[slot_id]
+        return self._pool.slots[slot_id]
+
+    def _idle(self, slot_id: int) -> Slot:
+        slot = self._slot(slot_id)
         if not slot.is_idle:
             raise SlotBusyError(slot_id)
         return slot

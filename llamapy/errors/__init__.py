@@ -18,6 +18,7 @@ from llamapy.errors._http import (
     InvalidRequestError,
     OriginNotAllowedError,
     PayloadTooLargeError,
+    PermissionDeniedError,
     RouteNotFoundError,
     UnsupportedMediaTypeError,
 )
@@ -109,6 +110,7 @@ __all__ = [
     "NotRunningError",
     "OriginNotAllowedError",
     "PayloadTooLargeError",
+    "PermissionDeniedError",
     "QueueFullError",
     "ReplicaUnavailableError",
     "RequestTimeoutError",

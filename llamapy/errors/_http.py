@@ -52,6 +52,15 @@ class ForbiddenRequestError(LlamapyError):
     error_type = "permission_error"
 
 
+class PermissionDeniedError(LlamapyError):
+    """The request's API key may not see or act on this (403): a tenant key asked for what is
+    an admin's (``/metrics`` when keys carry tenants) or acted on another tenant's slot or slot
+    file. The message never names the other tenant, its scope or its ids."""
+
+    http_status = 403
+    error_type = "permission_error"
+
+
 class HostNotAllowedError(ForbiddenRequestError):
     """The ``Host`` header names a host the server does not answer to (a DNS-rebinding page
     sends its own name); ``host`` is the header as sent."""

@@ -77,7 +77,7 @@ def prepare_native(served: ServedModel, request: Mapping[str, Any]
         raise InvalidOptionError("missing field 'prompt'", option="prompt")
     pairs = native_prompts(served, request["prompt"])
     extras = {k: v for k, v in request.items() if k not in OWN_FIELDS + IGNORED_FIELDS}
-    options = served.select_adapters(engine_extras(extras))
+    options = served.own_options(engine_extras(extras))
     served.resolve_logit_bias(options)
     served.ignore_eos(options, request.get("ignore_eos"))
     if request.get("json_schema") is not None:

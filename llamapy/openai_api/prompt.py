@@ -197,7 +197,7 @@ def _reasoning(served: ServedModel, body: ChatBody) -> bool:
 def call_options(served: ServedModel, body: ChatBody | Any, budget: int | None,
                  prompt_tokens: int) -> dict[str, Any]:
     """Engine call options: sampling fields and extras, ``max_tokens`` and ``timeout``."""
-    options = served.select_adapters(sampling_options(body))
+    options = served.own_options(sampling_options(body))
     served.resolve_logit_bias(options)
     served.ignore_eos(options, api_extra(body, "ignore_eos"))
     options["max_tokens"] = budget if budget is not None else served.default_max_tokens(

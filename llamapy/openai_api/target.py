@@ -8,6 +8,7 @@ does not know: the public model name, a chat template override and the request t
 
 from __future__ import annotations
 
+import copy
 import functools
 import time
 import weakref
@@ -78,7 +79,10 @@ class ServedModel:
     ``cache_report``: how much responses say about prefix reuse, ``exact``, ``coarse`` or
     ``off`` (``--cache-report``, :mod:`.cache_report`): every event and completion the API
     functions read comes through :meth:`events` / :meth:`complete` and their async forms,
-    which apply it.
+    which apply it;
+    ``tenant``: the tenant every request made through this object runs in (None: the default
+    tenant); the HTTP app hands each request a view bound to its API key's
+    (:meth:`for_tenant`).
     """
 
     server: Server
@@ -97,6 +101,7 @@ class ServedModel:
     default_ignore_eos: bool = False
     cache_report: str = "exact"
     created: int = field(default_factory=lambda: int(time.time()))
+    tenant: str | None = None
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -193,6 +198,24 @@ class ServedModel:
         :attr:`cache_report` reports them."""
         done = await self.server.acomplete_all(calls)
         return [reported_completion(completion, self.cache_report) for completion in done]
+
+    def for_tenant(self, tenant: str | None) -> ServedModel:
+        """This model as ``tenant``'s requests see it: itself for its own tenant, else a shallow
+        copy (nothing validated or compiled again) whose requests carry ``tenant``."""
+        if tenant == self.tenant:
+            return self
+        view = copy.copy(self)
+        view.tenant = tenant
+        return view
+
+    def own_options(self, options: dict[str, Any]) -> dict[str, Any]:
+        """The server's part of a request's engine options, in place: the adapters of its
+        ``lora`` selection (:meth:`select_adapters`) and the :attr:`tenant` (a body cannot set
+        ``tenant``: :data:`~.params.SERVER_ONLY`)."""
+        self.select_adapters(options)
+        if self.tenant is not None:
+            options["tenant"] = self.tenant
+        return options
 
     def select_adapters(self, options: dict[str, Any]) -> dict[str, Any]:
         """Map llama-server's ``lora`` selection (in place) to the preloaded adapter files."""

@@ -14,7 +14,9 @@ every ``Server`` start option. Endpoints:
 Every response of a generation carries the cache explanation: ``timings.cache_n``,
 ``cache_source`` and ``cache_diverged_at`` (and ``X-Llamapy-Cache-*`` headers), rounded or
 hidden with ``--cache-report coarse|off`` (:mod:`llamapy.openai_api.cache_report`). The handlers
-call the library functions of :mod:`llamapy.openai_api`, which also work without HTTP.
+call the library functions of :mod:`llamapy.openai_api`, which also work without HTTP. API keys
+may carry tenants (``--api-key-file`` lines ``KEY [TENANT [admin]]``, :mod:`.tenants`); what
+each key sees is in :mod:`.tenant_view`.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
 from ..anthropic_api import MessagesBody
-from ..errors import LlamapyError
+from ..errors import InvalidOptionError, LlamapyError
 from ..openai_api import ChatBody, CompletionBody, ServedModel
 from ..openai_api.responses_params import ResponsesBody
 from ..openai_api.target import DEFAULT_REQUEST_TIMEOUT
@@ -39,6 +39,7 @@ from .routes_responses import responses_router
 from .routing import Endpoint, ErrorShape, Router, openapi_document, route_error_shape
 from .serving_flags import url_prefix
 from .sleep import WakeOnRequest, sleep_snapshot
+from .tenants import KeyTable
 
 STATIC_DIR = Path(__file__).with_name("static")
 #: Request bodies whose pydantic validators are built after start (``defer_build``).
@@ -50,6 +51,7 @@ def create_app(
     *,
     alias: str | None = None,
     api_key: str | None = None,
+    api_keys: KeyTable | None = None,
     cors_origins: Sequence[str] = (),
     allowed_hosts: Sequence[str] = (),
     bind_hosts: Sequence[str] = (),
@@ -73,8 +75,10 @@ def create_app(
     ``target``: a :class:`Server`, a callable returning one (run on a thread; ``/health`` is 503
     meanwhile) or a :class:`~llamapy.server.ModelManager` (the request's ``model`` picks one,
     see :mod:`llamapy.serve.multi`, with ``/models/load|unload``; ``chat_templates`` per model).
-    ``alias``: the public model id (default: the file's stem). ``api_key`` protects all but
-    ``/health`` and the pages (``/``, ``/dashboard``; their data comes from protected routes).
+    ``alias``: the public model id (default: the file's stem). ``api_key`` (keys,
+    comma-separated) or ``api_keys`` (keys with tenants, :mod:`llamapy.serve.tenants`; not
+    both) protect all but ``/health`` and the pages (``/``, ``/dashboard``; their data comes
+    from protected routes).
     ``cors_origins``: the pages of other origins that may read answers and send requests that
     change state (default: ``localhost``, :mod:`llamapy.serve.cors`); ``allowed_hosts``: the
     ``Host`` names answered besides localhost, IP literals and the names in ``bind_hosts`` (the
@@ -91,7 +95,7 @@ def create_app(
     """
     owned = _owner(target, alias=alias, chat_template=chat_template,
                    chat_templates=chat_templates, request_timeout=request_timeout, **served)
-    ctx = _context(owned, api_key=api_key, embeddings=embeddings, slots=slots,
+    ctx = _context(owned, keys=_key_table(api_key, api_keys), embeddings=embeddings, slots=slots,
                    metrics_endpoint=metrics, props_endpoint=props, slot_save_path=slot_save_path,
                    sse_ping_interval=sse_ping_interval)
     routers, prefix = _routers(ctx, webui), url_prefix(api_prefix)
@@ -104,6 +108,13 @@ def create_app(
     _add_middleware(app, ctx, CorsPolicy(cors_origins or DEFAULT_ORIGINS), max_body_bytes,
                     HostPolicy(allowed_hosts, bind_hosts), shape)
     return app
+
+
+def _key_table(api_key: str | None, api_keys: KeyTable | None) -> KeyTable | None:
+    """The app's keys: ``api_keys``, or ``api_key``'s plain keys (one tenant, all admins)."""
+    if api_key is not None and api_keys is not None:
+        raise InvalidOptionError("give api_key or api_keys, not both", option="api_key")
+    return api_keys if api_key is None else KeyTable.of_keys(api_key)
 
 
 def _context(owned: ModelHost | ModelRouter, **options: Any) -> AppContext:

@@ -1,8 +1,8 @@
 """llama-server flags that have no option of their own here, spelled as llama-server spells
 them, so its command lines run unchanged.
 
-- ``--api-key-file FILE``: API keys, one per line (``#`` starts a comment line); they join
-  ``--api-key``'s.
+- ``--api-key-file FILE``: API keys, one per line, ``KEY [TENANT [admin]]`` (``#`` starts a
+  comment line); they join ``--api-key``'s. Tenants: :mod:`llamapy.serve.tenants`.
 - ``--ssl-key-file`` / ``--ssl-cert-file``: serve HTTPS (PEM files, both needed).
 - ``-lm`` / ``--load-mode``: llama.cpp's model loading mode (``auto``, ``none``, ``mmap``,
   ``mlock``, ``mmap+mlock``, ``dio``), mapped onto ``use_mmap``, ``use_mlock`` and
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidOptionError, UnsupportedFeatureError
+from .tenants import KeyTable
 
 __all__ = ["LOAD_MODES", "add_compat_flags", "api_keys", "check_compat", "compat_start_options",
            "ssl_files"]
@@ -40,7 +41,8 @@ LOAD_MODES: dict[str, dict[str, bool]] = {
 def add_compat_flags(group: argparse._ArgumentGroup) -> None:
     """Add llama-server's flags listed in the module docstring to ``group``."""
     group.add_argument("--api-key-file", metavar="FILE",
-                       help="API keys, one per line ('#' lines are comments); with --api-key")
+                       help="API keys, one per line: KEY [TENANT [admin]] ('#' lines are "
+                            "comments); with --api-key")
     group.add_argument("--ssl-key-file", metavar="FILE", help="PEM private key: serve HTTPS")
     group.add_argument("--ssl-cert-file", metavar="FILE", help="PEM certificate: serve HTTPS")
     group.add_argument("-lm", "--load-mode", choices=tuple(LOAD_MODES), default="auto",
@@ -58,8 +60,8 @@ def add_compat_flags(group: argparse._ArgumentGroup) -> None:
 
 def check_compat(args: argparse.Namespace) -> None:
     """Refuse what cannot be honoured, before the model loads: raises
-    :class:`UnsupportedFeatureError`, :class:`InvalidOptionError`, or ``OSError`` for an
-    unreadable ``--api-key-file``."""
+    :class:`UnsupportedFeatureError`, :class:`InvalidOptionError` (a bad ``--api-key-file``
+    line, named), or ``OSError`` for an unreadable ``--api-key-file``."""
     api_keys(args)
     if args.cont_batching is False:
         raise UnsupportedFeatureError(
@@ -69,13 +71,15 @@ def check_compat(args: argparse.Namespace) -> None:
                                  option="ssl_key_file")
 
 
-def api_keys(args: argparse.Namespace) -> str | None:
-    """``--api-key`` and the keys of ``--api-key-file``, comma-separated (None: no key)."""
-    keys = [k for k in (args.api_key or "").split(",") if k.strip()]
+def api_keys(args: argparse.Namespace) -> KeyTable | None:
+    """The keys of ``--api-key`` (comma-separated) and ``--api-key-file`` with their tenants
+    (None: no key); :class:`InvalidOptionError` names a bad line of the file."""
+    text = ""
     if args.api_key_file:
-        lines = Path(args.api_key_file).read_text(encoding="utf-8").splitlines()
-        keys += [line.strip() for line in lines if line.strip() and not line.startswith("#")]
-    return ",".join(keys) if keys else None
+        text = Path(args.api_key_file).read_text(encoding="utf-8")
+    table = KeyTable.parse(text, source=str(args.api_key_file),
+                           plain=(args.api_key or "").split(","))
+    return table if table.entries else None
 
 
 def compat_start_options(args: argparse.Namespace, given: dict[str, Any]) -> dict[str, Any]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import secrets
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -22,11 +21,13 @@ from ..errors import (
     InvalidOptionError,
     InvalidRequestError,
     LlamapyError,
+    PermissionDeniedError,
 )
 from ..openai_api import ServedModel
 from .host import ModelHost
 from .metrics import Metrics
 from .multi import ModelRouter, ModelsCollector
+from .tenants import OPEN, KeyTable, Principal
 
 T = TypeVar("T")
 
@@ -35,6 +36,9 @@ DISCONNECT_POLL_S = 0.25
 
 #: Re-cancellations of a request whose client left before giving up on it.
 CANCEL_ATTEMPTS = 40
+
+#: Where :meth:`AppContext.check_key` leaves the request's :class:`Principal` (ASGI scope key).
+PRINCIPAL_SCOPE_KEY = "llamapy.principal"
 
 #: Response headers explaining prefix reuse: header -> ``timings`` key.
 CACHE_HEADERS = {
@@ -47,10 +51,11 @@ CACHE_HEADERS = {
 
 @dataclass(eq=False)
 class AppContext:
-    """State of one app: the host, its metrics and the lazily made embedder."""
+    """State of one app: the host, its metrics and the lazily made embedder. ``keys``: the API
+    keys and their tenants (None: no key, everyone the default tenant's admin)."""
 
     host: ModelHost | None
-    api_key: str | None = None
+    keys: KeyTable | None = None
     embeddings: bool = True
     slots: bool = True
     metrics_endpoint: bool = True
@@ -113,13 +118,17 @@ class AppContext:
             except LlamapyError:
                 return None
 
-    def served(self) -> ServedModel:
+    def served(self, request: Request | None = None) -> ServedModel:
         """The served model (503 while loading); with several models, the one this request
-        leased (:mod:`llamapy.serve.multi`)."""
+        leased (:mod:`llamapy.serve.multi`). With ``request``: as the request's tenant sees it
+        (:meth:`ServedModel.for_tenant`): every route that generates passes its request, so
+        every engine request it makes carries the API key's tenant."""
         if self.models is not None:
-            return self.models.current()
-        assert self.host is not None
-        return self.host.get()
+            served = self.models.current()
+        else:
+            assert self.host is not None
+            served = self.host.get()
+        return served if request is None else served.for_tenant(self.principal(request).tenant)
 
     @contextlib.contextmanager
     def embedder(self, served: ServedModel) -> Iterator[Embedder]:
@@ -159,20 +168,35 @@ class AppContext:
             raise EndpointDisabledError(
                 f"This server does not support {endpoint} endpoint. Start it with `--{endpoint}`")
 
-    def check_key(self, request: Request) -> None:
-        """Raise :class:`AuthenticationError` unless the request carries the API key (one of
-        them: ``api_key`` may list several, comma-separated, as llama-server's ``--api-key``
-        does), as ``Authorization: Bearer KEY`` or (Anthropic's header) ``x-api-key: KEY``."""
-        if self.api_key is None:
-            return
-        scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        offered = [token.strip()] if scheme.lower() == "bearer" else []
-        offered.append(request.headers.get("x-api-key", "").strip())
-        keys = [k.strip().encode() for k in self.api_key.split(",") if k.strip()]
-        if not any(key and secrets.compare_digest(key.encode(), expected)
-                   for key in offered for expected in keys):
+    def check_key(self, request: Request) -> Principal:
+        """The request's :class:`Principal`, also left in its ASGI scope for
+        :meth:`principal`; raise :class:`AuthenticationError` unless the request carries an
+        API key (one of ``keys``), as ``Authorization: Bearer KEY`` or (Anthropic's header)
+        ``x-api-key: KEY``. Keys are compared in constant time. No keys: :data:`OPEN`."""
+        principal: Principal | None = OPEN
+        if self.keys is not None:
+            scheme, _, token = request.headers.get("authorization", "").partition(" ")
+            offered = [token.strip()] if scheme.lower() == "bearer" else []
+            offered.append(request.headers.get("x-api-key", "").strip())
+            principal = self.keys.match([key for key in offered if key])
+        if principal is None:
             raise AuthenticationError(
                 "missing or invalid API key (Authorization: Bearer ... or x-api-key: ...)")
+        request.scope[PRINCIPAL_SCOPE_KEY] = principal
+        return principal
+
+    def principal(self, request: Request) -> Principal:
+        """The request's :class:`Principal` (the key is checked now if no route check did)."""
+        principal = request.scope.get(PRINCIPAL_SCOPE_KEY)
+        return principal if isinstance(principal, Principal) else self.check_key(request)
+
+    def check_admin(self, request: Request, what: str) -> Principal:
+        """The request's principal; :class:`PermissionDeniedError` (403) unless it is an
+        admin's (``what``: what it asked for, for the message)."""
+        principal = self.principal(request)
+        if not principal.admin:
+            raise PermissionDeniedError(f"{what} is for admin keys only")
+        return principal
 
 
 async def read_json(request: Request) -> Any:

@@ -13,7 +13,8 @@ each snapshot says how many there are). The route is behind the API key like eve
 browser sends ``Authorization`` through a streaming ``fetch``, as ``EventSource`` cannot). With
 several models ``?model=`` picks one (none: the first; unknown: 404 before the stream starts);
 it is peeked at without a lease, so a model not loaded reports its state and no slots instead
-of being loaded, and watching it never keeps it loaded.
+of being loaded, and watching it never keeps it loaded. When keys carry tenants, a tenant key
+sees other tenants' slots bare (:mod:`llamapy.serve.tenant_view`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from .context import AppContext
 from .metrics import REUSE_SOURCES, Metrics
 from .routing import Router
 from .sse import EventStreamResponse, encode
+from .tenant_view import feed_view
 
 __all__ = ["INTERVAL_S", "Watchers", "events_router", "snapshot"]
 
@@ -135,11 +137,14 @@ def _model_view(ctx: AppContext, model: str | None) -> dict[str, Any]:
 
 async def _feed(request: Request, ctx: AppContext, model: str | None,
                 watchers: Watchers) -> AsyncGenerator[dict[str, Any], None]:
-    """Snapshots every :data:`INTERVAL_S` until the client goes away."""
+    """Snapshots every :data:`INTERVAL_S` until the client goes away, as the request's key
+    sees them (:func:`~llamapy.serve.tenant_view.feed_view`)."""
+    principal = ctx.principal(request)
     watchers.count += 1
     try:
         while not await request.is_disconnected():
-            yield await run_in_threadpool(frame, ctx, model, watchers.count)
+            yield feed_view(await run_in_threadpool(frame, ctx, model, watchers.count),
+                            principal)
             await asyncio.sleep(INTERVAL_S)
     finally:
         watchers.count -= 1

@@ -35,7 +35,7 @@ def anthropic_router(ctx: AppContext) -> Router:
     async def messages(request: Request) -> Response:
         """Anthropic Messages (SSE with named events when ``stream``)."""
         body = await read_json(request)
-        served = ctx.served()
+        served = ctx.served(request)
         if stream_flag(body):
             events = astream_message(served, body, observe=ctx.metrics.observe)
             return await named_event_stream(request, events, error_event=anthropic_error_event)

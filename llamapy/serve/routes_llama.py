@@ -31,6 +31,7 @@ from .errors import error_response
 from .metrics_compat import PROCESS_START
 from .routing import Router, path_int, query_required
 from .sse import event_stream
+from .tenant_view import slot_view
 
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 #: ``/infill`` fields that become its prompt.
@@ -102,12 +103,12 @@ def _completion_routes(router: Router, ctx: AppContext) -> None:
     async def completion(request: Request) -> Response:
         """llama-server's native completion (``n_predict``, ``timings``, ...)."""
         body = await read_json(request)
-        return await native_answer(ctx, request, ctx.served(), body)
+        return await native_answer(ctx, request, ctx.served(request), body)
 
     @router.post("/infill")
     async def infill(request: Request) -> Response:
         """llama-server's fill-in-the-middle (501 for a model without FIM tokens)."""
-        served = ctx.served()
+        served = ctx.served(request)
         body = await asyncio.to_thread(infill_body, served, await read_json(request))
         return await native_answer(ctx, request, served, body)
 
@@ -192,24 +193,29 @@ def _status_routes(router: Router, ctx: AppContext) -> None:
 
     @router.get("/slots")
     async def slots(request: Request) -> list[dict[str, Any]]:
-        """Each slot's state and cached tokens (501 with ``--no-slots``)."""
+        """Each slot's state and cached tokens (501 with ``--no-slots``; a tenant key sees
+        other tenants' slots bare, :mod:`llamapy.serve.tenant_view`)."""
         ctx.check_enabled("slots")
-        return await run_in_threadpool(compat.slots, ctx.served())
+        principal = ctx.principal(request)
+        return slot_view(await run_in_threadpool(compat.slots, ctx.served()), principal)
 
     @router.post("/slots/{id_slot}")
     async def slot_action(request: Request) -> dict[str, Any]:
         """llama-server's slot actions: ``?action=save|restore|erase`` (``{"filename"}`` for
         save and restore; 501 without ``--slot-save-path``, 409 while the slot is busy; served
-        with ``--no-slots`` too, as llama-server does: that flag hides the ``/slots`` listing)."""
+        with ``--no-slots`` too, as llama-server does: that flag hides the ``/slots`` listing;
+        a tenant key acts on its own slots only, :mod:`llamapy.serve.slot_files`)."""
         id_slot, action = path_int(request, "id_slot"), query_required(request, "action")
         body = await read_json(request) if action != "erase" else None
         return await run_in_threadpool(slot_files.slot_action, ctx.served(),
-                                       ctx.slot_save_path, id_slot, action, body)
+                                       ctx.slot_save_path, id_slot, action, body,
+                                       ctx.principal(request))
 
     @router.get("/metrics")
     async def metrics(request: Request) -> Response:
-        """Prometheus metrics (501 with ``--no-metrics``)."""
+        """Prometheus metrics (501 with ``--no-metrics``; 403 for a tenant key)."""
         ctx.check_enabled("metrics")
+        ctx.check_admin(request, "/metrics")
         text = await run_in_threadpool(ctx.metrics.render)
         return Response(text, media_type=PROMETHEUS_TEXT,
                         headers={"Process-Start-Time-Unix": str(PROCESS_START)})

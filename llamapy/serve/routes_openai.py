@@ -60,7 +60,7 @@ def openai_router(ctx: AppContext) -> Router:
 
 def _generation_routes(router: Router, ctx: AppContext) -> None:
     async def generate(request: Request, body: Any, *, chat: bool) -> Response:
-        served = ctx.served()
+        served = ctx.served(request)
         if stream_flag(body):
             chunks = (astream_chat_completion if chat else astream_completion)(served, body)
             return await event_stream(request, chunks, on_chunk=final_timings(ctx.metrics.observe))

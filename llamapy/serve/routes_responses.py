@@ -43,7 +43,7 @@ def responses_router(ctx: AppContext) -> Router:
     async def responses(request: Request) -> Response:
         """OpenAI Responses (SSE with typed events when ``stream``)."""
         body = await read_json(request)
-        served = ctx.served()
+        served = ctx.served(request)
         if stream_flag(body):
             events = astream_response(served, body, observe=ctx.metrics.observe)
             return await named_event_stream(request, events, error_event=responses_error_event)

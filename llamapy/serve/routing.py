@@ -22,7 +22,8 @@ from starlette.routing import BaseRoute, Match, Route, get_route_path
 from ..errors import InvalidOptionError
 
 Handler = Callable[[Request], Awaitable[Any]]
-Check = Callable[[Request], None]
+#: A check before a route's handler: it raises to refuse the request (its result is ignored).
+Check = Callable[[Request], object]
 ErrorShape = Callable[[Request, Exception], Response]
 
 

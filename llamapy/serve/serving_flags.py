@@ -228,7 +228,7 @@ def app_options(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "alias": names[0], "aliases": tuple(names[1:]), "tags": tuple(args.tags),
         "api_prefix": args.api_prefix, "sse_ping_interval": args.sse_ping_interval,
-        "api_key": api_keys(args), "cors_origins": args.cors_origin, "chat_template": template,
+        "api_keys": api_keys(args), "cors_origins": args.cors_origin, "chat_template": template,
         "allowed_hosts": tuple(args.allowed_hosts), "bind_hosts": bind_hosts(args),
         "request_timeout": args.request_timeout, "max_body_bytes": int(args.max_body_mb * 2**20),
         "embeddings": not args.no_embeddings_endpoint, "webui": args.webui is not False,

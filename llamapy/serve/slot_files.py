@@ -11,6 +11,14 @@ File format (ours, version 1): ``LLPYSLOT``, a 4-byte little-endian header lengt
 tokens as int32 and the state bytes. A file of another model, a bad checksum or a truncated file
 is a 400 that names the problem; the slot is left empty. Filenames are one path component of
 letters, digits, ``.``, ``_`` and ``-`` (no directories, not starting with a dot).
+
+Tenants (:mod:`llamapy.serve.tenants`): a tenant's files live in ``DIR/tenant=NAME/`` (the
+default tenant's in ``DIR`` itself; ``=`` is never in a filename, so no filename reaches a
+tenant's folder or blocks its creation), an admin's in its own tenant's. A tenant key may save
+only a slot whose KV is its own, restore or erase only one that is its own or empty (checked on
+the engine's thread with the action itself), and restore only a file saved by its tenant;
+anything else is a 403 (:class:`~llamapy.errors.PermissionDeniedError`) that names no other
+tenant. An admin acts on any slot and restores any file of its folder.
 """
 
 from __future__ import annotations
@@ -22,14 +30,18 @@ import re
 import struct
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..engine.request import CacheKey
 from ..engine.slot_state import SlotState
-from ..errors import EndpointDisabledError, InvalidRequestError
+from ..errors import EndpointDisabledError, InvalidRequestError, PermissionDeniedError
 from ..openai_api import ServedModel
+from .tenants import OPEN, Principal, check_tenant_name
 
-__all__ = ["slot_action"]
+if TYPE_CHECKING:
+    from ..engine.engine import Engine
+
+__all__ = ["slot_action", "tenant_folder"]
 
 MAGIC = b"LLPYSLOT"
 VERSION = 1
@@ -37,13 +49,13 @@ _FILENAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,254}")
 
 
 def slot_action(served: ServedModel, folder: str | None, slot_id: int, action: str,
-                body: Any) -> dict[str, Any]:
-    """Run one slot action (blocking: call it off the event loop)."""
+                body: Any, principal: Principal = OPEN) -> dict[str, Any]:
+    """Run one slot action for ``principal`` (blocking: call it off the event loop)."""
     if folder is None:
         raise EndpointDisabledError("This server does not support slots action. Start it with "
                                     "`--slot-save-path`")
     if action == "erase":
-        n = served.server.call(lambda engine: engine.slot_state.erase(slot_id))
+        n = served.server.call(lambda engine: _erase(engine, slot_id, principal))
         return {"id_slot": slot_id, "n_erased": n}
     if action not in ("save", "restore"):
         raise InvalidRequestError(f"Invalid action {action!r} (save, restore or erase)")
@@ -51,16 +63,44 @@ def slot_action(served: ServedModel, folder: str | None, slot_id: int, action: s
     if not isinstance(filename, str) or not _FILENAME.fullmatch(filename):
         raise InvalidRequestError("Invalid filename: one path component of letters, digits, "
                                   "'.', '_' and '-'")
-    path = Path(folder) / filename
+    path = tenant_folder(folder, principal) / filename
     if action == "save":
-        return _save(served, path, slot_id)
-    return _restore(served, path, slot_id)
+        return _save(served, path, slot_id, principal)
+    return _restore(served, path, slot_id, principal)
 
 
-def _save(served: ServedModel, path: Path, slot_id: int) -> dict[str, Any]:
+def tenant_folder(folder: str, principal: Principal) -> Path:
+    """Where ``principal``'s slot files live under ``folder`` (see the module)."""
+    if principal.tenant is None:
+        return Path(folder)
+    check_tenant_name(principal.tenant, "slot files")
+    return Path(folder) / f"tenant={principal.tenant}"
+
+
+def _check_slot(engine: Engine, slot_id: int, principal: Principal, *, empty_ok: bool) -> None:
+    """Raise :class:`PermissionDeniedError` unless ``principal`` may act on the slot: an admin,
+    or the slot's KV is its tenant's (or it holds none and ``empty_ok``). Engine thread."""
+    tenant, n_tokens = engine.slot_state.holder(slot_id)
+    if not (principal.admin or principal.owns(tenant) or (empty_ok and n_tokens == 0)):
+        raise PermissionDeniedError(f"slot {slot_id} holds another tenant's cache")
+
+
+def _erase(engine: Engine, slot_id: int, principal: Principal) -> int:
+    _check_slot(engine, slot_id, principal, empty_ok=True)
+    return engine.slot_state.erase(slot_id)
+
+
+def _save(served: ServedModel, path: Path, slot_id: int, principal: Principal
+          ) -> dict[str, Any]:
     started = time.perf_counter()
-    saved = served.server.call(lambda engine: engine.slot_state.save(slot_id))
+
+    def save(engine: Engine) -> SlotState:
+        _check_slot(engine, slot_id, principal, empty_ok=False)
+        return engine.slot_state.save(slot_id)
+
+    saved = served.server.call(save)
     data = encode(saved, _model_id(served))
+    path.parent.mkdir(exist_ok=True)
     temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     temp.write_bytes(data)
     os.replace(temp, path)
@@ -68,7 +108,8 @@ def _save(served: ServedModel, path: Path, slot_id: int) -> dict[str, Any]:
             "n_written": len(data), "timings": {"save_ms": _ms(started)}}
 
 
-def _restore(served: ServedModel, path: Path, slot_id: int) -> dict[str, Any]:
+def _restore(served: ServedModel, path: Path, slot_id: int, principal: Principal
+             ) -> dict[str, Any]:
     started = time.perf_counter()
     try:
         data = path.read_bytes()
@@ -76,7 +117,15 @@ def _restore(served: ServedModel, path: Path, slot_id: int) -> dict[str, Any]:
         raise InvalidRequestError(f"Unable to restore slot: cannot read {path.name}: "
                                   f"{exc.strerror or exc}") from exc
     saved = decode(data, _model_id(served))
-    n = served.server.call(lambda engine: engine.slot_state.restore(slot_id, saved))
+    if not (principal.admin or principal.owns(saved.key.tenant)):
+        raise PermissionDeniedError(f"Unable to restore slot: {path.name} was saved by another "
+                                    "tenant")
+
+    def restore(engine: Engine) -> int:
+        _check_slot(engine, slot_id, principal, empty_ok=True)
+        return engine.slot_state.restore(slot_id, saved)
+
+    n = served.server.call(restore)
     return {"id_slot": slot_id, "filename": path.name, "n_restored": n, "n_read": len(data),
             "timings": {"restore_ms": _ms(started)}}
 

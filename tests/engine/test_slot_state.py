@@ -73,3 +73,45 @@ def test_a_refused_restore_leaves_the_slot_empty() -> None:
         eng.slot_state.restore(slot.slot_id, broken)
     assert not slot.cached and backend.seq_pos_max(slot.seq_id) == -1
     eng.check_integrity()
+
+
+def tenant_run(eng: Engine, rid: int, tenant: str, session: str) -> Recorder:
+    sink = Recorder()
+    options = resolve_request_options({"max_tokens": 4, "tenant": tenant, "session": session,
+                                       "slot_id": 0, "temp": 0.0})
+    eng.submit(Request(rid, PROMPT, options, sink))
+    return sink
+
+
+def test_holder_names_the_tenant_of_the_slots_kv() -> None:
+    eng, _ = engine()
+    assert eng.slot_state.holder(0) == (None, 0)
+    tenant_run(eng, 1, "a", "s")
+    drain(eng)
+    assert eng.slot_state.holder(0) == ("a", len(eng.pool.slots[0].cached))
+    eng.slot_state.erase(0)
+    assert eng.slot_state.holder(0) == ("a", 0)
+    with pytest.raises(InvalidOptionError, match="invalid slot id"):
+        eng.slot_state.holder(2)
+
+
+def test_a_slots_info_is_all_of_one_tenant() -> None:
+    eng, _ = engine()
+    tenant_run(eng, 1, "a", "session-a")
+    drain(eng)
+    saved = eng.slot_state.save(0)
+    info = eng.stats().slots[0]
+    assert (info.tenant, info.session, info.cached_tokens) == (
+        "a", "session-a", len(eng.pool.slots[0].cached))
+    # b's run placed on a's slot, its prefix not resolved yet: b's key, none of a's KV counted
+    tenant_run(eng, 2, "b", "session-b")
+    info = eng.stats().slots[0]
+    assert (info.tenant, info.session, info.cached_tokens, info.request_id) == (
+        "b", "session-b", 0, 2)
+    drain(eng)
+    # a's file restored where b's session ran: a's KV, no session of b's
+    eng.slot_state.erase(0)
+    eng.slot_state.restore(0, saved)
+    info = eng.stats().slots[0]
+    assert (info.tenant, info.session, info.cached_tokens) == ("a", None, len(saved.token_ids))
+    eng.check_integrity()

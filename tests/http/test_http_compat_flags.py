@@ -72,8 +72,9 @@ def test_load_mode_sets_the_model_options_not_given(argv: list[str],
 def test_api_key_file_keys_join_the_api_keys(tmp_path: Path) -> None:
     (tmp_path / "k").write_text("#c\nk1\nk2\n", encoding="utf-8")
     args = build_parser().parse_args(["--api-key", "k0", "--api-key-file", str(tmp_path / "k")])
-    assert app_options(args)["api_key"] == "k0,k1,k2"
-    assert app_options(build_parser().parse_args([]))["api_key"] is None
+    assert [key for key, _ in app_options(args)["api_keys"].entries] == ["k0", "k1", "k2"]
+    assert not app_options(args)["api_keys"].tenancy
+    assert app_options(build_parser().parse_args([]))["api_keys"] is None
 
 
 @pytest.mark.parametrize(("argv", "message"), [

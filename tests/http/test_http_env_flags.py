@@ -37,7 +37,8 @@ def test_variables_set_flags_and_the_command_line_wins() -> None:
     assert start_options(args) == {"n_ctx": 2048, "n_parallel": 3, "cache_prompt": False,
                                    "temp": 0.5}
     options = app_options(args)
-    assert options["api_key"] == "k1,k2" and options["metrics"] is False
+    keys = [key for key, _ in options["api_keys"].entries]
+    assert keys == ["k1", "k2"] and options["metrics"] is False
 
 
 @pytest.mark.parametrize(("name", "value"), [("LLAMA_ARG_CACHE_PROMPT", "maybe"),

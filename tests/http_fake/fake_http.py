@@ -45,7 +45,7 @@ class FakeApp:
 
     slot_folder: Path | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
-    #: More ``create_app`` keywords (``cache_report``, ...).
+    #: More ``create_app`` keywords (``api_keys``, ``cache_report``, ...).
     app_options: Mapping[str, Any] = field(default_factory=dict)
     server: Server = field(init=False)
     client: TestClient = field(init=False)

@@ -52,16 +52,18 @@ function slotCard(slot) {
   card.dataset.state = slot.state;
   card.dataset.id = String(slot.id);
   const prefill = slot.state === "prefilling" && slot.prompt_tokens > 0;
-  const share = prefill ? (slot.num_computed_tokens ?? 0) / slot.prompt_tokens
-                        : slot.cached_tokens / Math.max(1, slot.n_ctx);
+  const share = slot.other_tenant ? 0  // another tenant's slot: only its id and state
+    : prefill ? (slot.num_computed_tokens ?? 0) / slot.prompt_tokens
+    : slot.cached_tokens / Math.max(1, slot.n_ctx);
   card.innerHTML = '<div class="slot-head"><b></b><span class="slot-state"></span></div>' +
     '<div class="bar"><div class="fill"></div></div><div class="slot-meta"></div>';
   card.querySelector("b").textContent = "slot " + slot.id;
   card.querySelector(".slot-state").textContent = slot.state +
     (prefill ? " " + Math.round(100 * share) + "%" : "");
   card.querySelector(".fill").style.width = (100 * Math.min(1, share)).toFixed(1) + "%";
-  const meta = [`${slot.cached_tokens} / ${slot.n_ctx} tokens resident`];
-  if (slot.is_processing) meta.push(`prompt ${slot.prompt_tokens}, generated ${slot.generated_tokens}`);
+  const meta = [slot.other_tenant ? "another tenant's"
+                                 : `${slot.cached_tokens} / ${slot.n_ctx} tokens resident`];
+  if (slot.is_processing && !slot.other_tenant) meta.push(`prompt ${slot.prompt_tokens}, generated ${slot.generated_tokens}`);
   if (slot.cache_scope) meta.push("scope " + slot.cache_scope);
   if (slot.session) meta.push("session " + slot.session);
   if (slot.lease_id != null) meta.push("lease " + slot.lease_id);

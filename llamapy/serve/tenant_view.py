@@ -1,0 +1,62 @@
+"""What each API key sees of the server when keys carry tenants (:mod:`llamapy.serve.tenants`).
+
+An admin (every key when no key names a tenant, or no key at all) sees everything, each slot's
+``cache_scope`` shown as ``tenant/sub`` (:attr:`~llamapy.engine.request.CacheKey.display_scope`;
+the plain scope for the default tenant, so a server without tenants shows what it always did).
+
+A tenant key (the default tenant's too, once tenancy is on):
+
+- ``GET /slots`` and the events feed (``/v1/llamapy/events``, and so the dashboard) list every
+  slot, in order, but only the slots whose KV is the key's tenant's in full (``cache_scope`` is
+  then the tenant's own sub-scope). Another tenant's slot is a bare entry: :data:`BARE_FIELDS`
+  (its id, ``n_ctx``, state and whether it is busy) and ``"other_tenant": true``, never its
+  scope, session, request or lease ids, prompt or token counts. The feed's recent instability
+  events (they carry request ids) are left out; its counters are the server's totals, which name
+  nothing.
+- ``POST /slots/{id}?action=...``: see :mod:`llamapy.serve.slot_files` (its own slots only, files
+  in its own folder, 403 otherwise).
+- ``GET /metrics`` is a 403: the metrics are the whole server's (Prometheus scrapes with an
+  admin key). With several models, ``/models/load`` and ``/models/unload`` are admins' too: they
+  change what every tenant is served.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ..engine.request import CacheKey
+from .tenants import Principal
+
+__all__ = ["BARE_FIELDS", "feed_view", "slot_view"]
+
+#: What a tenant key sees of another tenant's slot.
+BARE_FIELDS = ("id", "n_ctx", "speculative", "state", "is_processing")
+
+
+def slot_view(entries: Iterable[Mapping[str, Any]], principal: Principal
+              ) -> list[dict[str, Any]]:
+    """``/slots`` entries (:func:`~llamapy.openai_api.llama_compat.slot_entries`) as
+    ``principal`` sees them (see the module)."""
+    out = []
+    for entry in entries:
+        tenant = entry.get("tenant")
+        if not principal.sees(tenant):
+            out.append({**{k: entry[k] for k in BARE_FIELDS if k in entry},
+                        "other_tenant": True})
+        elif principal.admin:
+            scope = CacheKey(entry.get("cache_scope"), tenant=tenant).display_scope
+            out.append({**entry, "cache_scope": scope})
+        else:
+            out.append(dict(entry))
+    return out
+
+
+def feed_view(frame: Mapping[str, Any], principal: Principal) -> dict[str, Any]:
+    """An events-feed frame (:func:`~llamapy.serve.live_view.frame`) as ``principal`` sees it:
+    its slots through :func:`slot_view`; without the recent instability events unless an
+    admin's."""
+    out = {**frame, "slots": slot_view(frame.get("slots") or (), principal)}
+    if not principal.admin and "recent_instability" in out:
+        out["recent_instability"] = []
+    return out
