@@ -211,3 +211,18 @@ def test_the_builder_gives_the_ingress_the_replicas_keys(tmp_path: Path):
     replica_args = app._bound_deployment.init_args[0]._bound_deployment.init_args
     assert replica_args[2]["api_keys"] is KEYS
     assert build_app(model)._bound_deployment.init_kwargs["tenant_of"] is None
+
+
+def test_the_serve_layers_key_table_names_the_tenant() -> None:
+    """The table ``python -m llamapy.serve --api-key-file`` builds is the one the ingress
+    asks: its tenants route, a key it lacks is refused, a default-tenant key is None."""
+    from llamapy.serve.tenants import KeyTable
+
+    table = KeyTable.parse("key-a acme\nkey-d\nkey-root - admin\n", source="keys")
+    tenant_of = tenant_lookup({"api_keys": table})
+    assert tenant_of is not None
+    assert tenant_of(bearer("key-a")) == "acme"
+    assert tenant_of({"x-api-key": "key-d"}) is None
+    assert tenant_of(bearer("key-root")) is None
+    with pytest.raises(AuthenticationError):
+        tenant_of(bearer("key-x"))
