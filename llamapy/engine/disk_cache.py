@@ -375,18 +375,16 @@ class DiskPromptCache:
             self.store.close()
 
     def check_integrity(self) -> None:
-        """Raise ``AssertionError`` if the index is over budget or the pending accounting is
-        broken (outside a writer's critical section)."""
+        """Raise ``AssertionError`` if the index is over budget (or a tenant over its share) or
+        the pending accounting is broken (outside a writer's critical section)."""
         with self._mutex:
             total = sum(f.size for f in self._index.files.values())
             pending = self._pending_bytes
-            self._index.check()
+            self._index.check(self.tenant_budget)
             if total != self._index.total_bytes:
                 raise AssertionError("disk cache: the running byte total is wrong")
         if total > max(self.budget_bytes, 0):
             raise AssertionError(f"disk cache: {total} bytes over budget {self.budget_bytes}")
-        if any(n > self.tenant_budget for n in self.tenant_bytes().values()):
-            raise AssertionError(f"disk cache: a tenant over its budget {self.tenant_budget}")
         if pending < 0:
             raise AssertionError(f"disk cache: pending bytes {pending} < 0")
 

@@ -132,8 +132,9 @@ class DiskIndex:
                 groups[stored.header.tenant].append(stored)
         return list(groups.values())
 
-    def check(self) -> None:
-        """Raise ``AssertionError`` unless the tries index exactly the files and pending."""
+    def check(self, tenant_budget: int | None = None) -> None:
+        """Raise ``AssertionError`` unless the tries index exactly the files and pending, and
+        each tenant's files hold at most ``tenant_budget`` bytes (if given)."""
         want = {id(f): ((f.header.identity, f.header.scope), f.header.token_ids)
                 for f in self.files.values()}
         want |= {id(e): ((i, getattr(e.key, "cache_scope", None)), e.token_ids)
@@ -147,6 +148,8 @@ class DiskIndex:
             held[f.header.tenant] = held.get(f.header.tenant, 0) + f.size
         if {t: n for t, n in held.items() if n} != self.tenant_bytes:
             raise AssertionError("disk cache: the bytes per tenant disagree with the files")
+        if tenant_budget is not None and any(n > tenant_budget for n in held.values()):
+            raise AssertionError(f"disk cache: a tenant over its budget {tenant_budget}")
         for trie in self._tries.values():
             trie.check()
 
