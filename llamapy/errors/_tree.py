@@ -126,7 +126,8 @@ class QueueFullError(LlamapyError):
 class TenantBusyError(QueueFullError):
     """The request's tenant already holds ``tenant_max_requests`` queued or running requests;
     nothing was queued, and other tenants are still admitted. A :class:`QueueFullError` (429,
-    ``Retry-After``) for that tenant alone; ``tenant`` is the tenant (None: the default one)."""
+    ``Retry-After``) for that tenant alone; ``tenant`` is the tenant (None: the default one),
+    ``max_requests`` the bound (also as ``max_queue``: the bound that applied)."""
 
     def __init__(self, tenant: str | None, max_requests: int) -> None:
         self.tenant = tenant
