@@ -1,10 +1,11 @@
 """Admission: the submission checks (everything that must fail before a request changes any
-engine state), and the order in which queued runs are offered a slot (:class:`Admission`)."""
+engine state), and the order in which queued runs are offered a slot (:class:`Admission`;
+across tenants, see :mod:`llamapy.engine.tenants`)."""
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Container, Hashable
+from collections.abc import Callable, Container, Hashable, Iterator
 
 from llamapy.engine.backend import Backend
 from llamapy.engine.options import EngineConfig, RequestOptions
@@ -13,6 +14,7 @@ from llamapy.engine.prefix import PrefixResolver
 from llamapy.engine.prompt_cache import common_prefix
 from llamapy.engine.request import Request, Run
 from llamapy.engine.slots import SlotPool
+from llamapy.engine.tenants import Tenants
 from llamapy.errors import ContextOverflowError, InvalidOptionError
 from llamapy.options.limits import check_limits, check_model_bounds
 
@@ -80,17 +82,19 @@ def _check_fits(request: Request, prompt: list[int], backend: Backend, pool: Slo
 
 
 class Admission:
-    """The order queued runs are offered slots: lease-bound, pinned (``slot_id``) and affine
-    (``session``) runs first, the rest in the strategy's ``admission_order`` (if it has one).
+    """The order queued runs are offered slots: within a tenant, lease-bound, pinned
+    (``slot_id``) and affine (``session``) runs first, the rest in the strategy's
+    ``admission_order`` (if it has one); across tenants, round robin (:class:`Tenants`).
     A run whose routing raises is handed to ``fail`` alone; a strategy's ``admission_order``
     that raises fails the runs it was ordering (via the tick)."""
 
     def __init__(self, pool: SlotPool, prefix: PrefixResolver, strategy: object,
-                 clock: Callable[[], float]) -> None:
+                 clock: Callable[[], float], tenants: Tenants | None = None) -> None:
         self.pool = pool
         self.prefix = prefix
         self.strategy = strategy
         self.clock = clock
+        self.tenants = tenants or Tenants()
 
     def could_start(self, run: Run) -> bool:
         """Whether ``run`` can take a slot now (True when routing it raises: the tick's
@@ -101,8 +105,9 @@ class Admission:
             return True
 
     def order(self, queue: list[Run], fail: Callable[[list[Run], str, Exception], None]
-              ) -> list[Run]:
-        """The runs of ``queue`` in the order they are offered a slot."""
+              ) -> Iterator[Run]:
+        """The runs of ``queue`` in the order they are offered a slot: the caller places each
+        before it takes the next (the tenants' turns follow the placements)."""
         first: list[Run] = []
         rest: list[Run] = []
         for run in list(queue):
@@ -110,7 +115,7 @@ class Admission:
                 (first if self._goes_first(run) else rest).append(run)
             except Exception as exc:  # this run cannot be routed: it alone ends
                 fail([run], "admission", exc)
-        return first + self._strategy_order(rest)
+        return self.tenants.interleave(first + self._strategy_order(rest))
 
     def _goes_first(self, run: Run) -> bool:
         return (run.request.lease_id is not None or run.request.options.slot_id is not None

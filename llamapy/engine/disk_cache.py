@@ -16,8 +16,10 @@ Contract (the shape of :class:`~llamapy.engine.prompt_cache.PromptCache`):
   written by a background writer while the entry is already visible to :meth:`lookup` and
   :meth:`read` from memory. After each write, under the folder lock, the index takes the new
   file (the folder is rescanned first only if another instance changed it since this one last
-  saw it), entries the new one covers are dropped, and least-recently-used files (by mtime)
-  are evicted until the folder fits the budget.
+  saw it), entries the new one covers are dropped, each tenant holding more than its share of
+  the budget (``tenant_share``; the tenant is in each file's header) has its own
+  least-recently-used files (by mtime) evicted down to its share, and then the folder's,
+  whoever's, until it fits the budget (the RAM cache's policy).
 - ``lookup`` finds the entry sharing the longest prefix with a prompt (at least
   ``min_fraction`` of it usable). When another server changed the folder (see
   :mod:`llamapy.engine.disk_store`), it is rescanned: on the writer thread in the background
@@ -55,7 +57,7 @@ from llamapy.engine.disk_index import DiskIndex, Found
 from llamapy.engine.disk_store import DiskStore, StoredFile, entry_name
 from llamapy.engine.options import EngineConfig, EngineTuning
 from llamapy.engine.prefix_trie import restorable
-from llamapy.engine.prompt_cache import CacheEntry
+from llamapy.engine.prompt_cache import CacheEntry, tenant_budget
 from llamapy.engine.request import CacheKey
 from llamapy.errors import DiskCacheFormatError, InvalidOptionError
 
@@ -70,12 +72,15 @@ class DiskPromptCache:
     ``folder=None`` or a budget of 0 is a disabled cache. ``background=False`` writes and reads
     on the calling thread (deterministic tests). ``max_pending_bytes`` bounds the states
     waiting to be written; an offer beyond it is dropped (or waits, with ``wait=True``).
+    ``tenant_share`` is the share of the budget one tenant's files may hold.
     """
 
     def __init__(self, folder: str | os.PathLike[str] | None, budget_bytes: int, *,
                  namespace: CacheNamespace, min_tokens: int = 32, min_fraction: float = 0.5,
-                 background: bool = True, max_pending_bytes: int = 1 << 30) -> None:
+                 background: bool = True, max_pending_bytes: int = 1 << 30,
+                 tenant_share: float = 1.0) -> None:
         self.budget_bytes = budget_bytes if folder is not None else 0
+        self.tenant_budget = tenant_budget(self.budget_bytes, tenant_share)
         self.namespace = namespace
         self.min_tokens, self.min_fraction = min_tokens, min_fraction
         self.max_pending_bytes = max_pending_bytes
@@ -105,6 +110,11 @@ class DiskPromptCache:
     def __len__(self) -> int:
         with self._mutex:
             return len(self._index.files)
+
+    def tenant_bytes(self) -> dict[str | None, int]:
+        """Bytes of the indexed files by tenant (tenants holding none are absent)."""
+        with self._mutex:
+            return dict(self._index.tenant_bytes)
 
     def files(self) -> list[StoredFile]:
         """Indexed files, least recently used first."""
@@ -136,11 +146,11 @@ class DiskPromptCache:
         with self._mutex:
             if self._index.covers(ident, key.cache_scope, tokens):
                 return False
-        if file_size(key.cache_scope, len(tokens), get_size()) > self.budget_bytes:
+        if file_size(key.cache_scope, len(tokens), get_size(), key.tenant) > self.tenant_budget:
             return False
         data = get_data()
-        size = file_size(key.cache_scope, len(tokens), len(data))
-        if size > self.budget_bytes or not self._reserve(size, wait):
+        size = file_size(key.cache_scope, len(tokens), len(data), key.tenant)
+        if size > self.tenant_budget or not self._reserve(size, wait):
             return False
         entry = CacheEntry(key, tokens, data)
         name = entry_name(ident, tokens)
@@ -180,7 +190,8 @@ class DiskPromptCache:
                 return
             ident = self.identity(entry.key)
             tmp = self.store.write_temp(encode_entry(ident, entry.key.cache_scope,
-                                                     entry.token_ids, entry.data))
+                                                     entry.token_ids, entry.data,
+                                                     entry.key.tenant))
             with self.store.committing(tmp, name, last_used_ns) as fresh:
                 self._sync_locked(keep=name, fresh=fresh)
             self.num_writes += 1
@@ -250,7 +261,7 @@ class DiskPromptCache:
         if self.store is None:
             return False
         ident = blob_identity(name)
-        if file_size(None, 0, len(data)) > self.budget_bytes:
+        if file_size(None, 0, len(data)) > self.tenant_budget:  # (the default tenant's)
             return False
         fname = entry_name(ident, ())
         tmp = self.store.write_temp(encode_entry(ident, None, (), data))
@@ -314,7 +325,7 @@ class DiskPromptCache:
     def _sync_locked(self, keep: str | None = None, fresh: bool = False) -> None:
         """Bring the index up to date (under the lock): rescan the folder, or with ``fresh``
         (the folder as last seen) only take the just committed ``keep``; then drop the entries
-        ``keep`` covers and evict LRU files to the budget."""
+        ``keep`` covers and evict LRU files to each tenant's share and to the budget."""
         assert self.store is not None
         if not fresh:
             with self._mutex:
@@ -332,8 +343,16 @@ class DiskPromptCache:
             self.store.remove(stored, "covered")
             self._forget(stored)
         with self._mutex:
+            groups = self._index.tenants_over(self.tenant_budget)
+        for own in groups:
+            self._evict(own, self.tenant_budget)
+        with self._mutex:
             candidates = self._index.over(self.budget_bytes)
-        for stored in self.store.evict(candidates, self.budget_bytes):
+        self._evict(candidates, self.budget_bytes)
+
+    def _evict(self, candidates: list[StoredFile], budget: int) -> None:
+        assert self.store is not None
+        for stored in self.store.evict(candidates, budget):
             self.num_evictions += 1
             self._forget(stored)
 
@@ -356,12 +375,12 @@ class DiskPromptCache:
             self.store.close()
 
     def check_integrity(self) -> None:
-        """Raise ``AssertionError`` if the index is over budget or the pending accounting is
-        broken (outside a writer's critical section)."""
+        """Raise ``AssertionError`` if the index is over budget (or a tenant over its share) or
+        the pending accounting is broken (outside a writer's critical section)."""
         with self._mutex:
             total = sum(f.size for f in self._index.files.values())
             pending = self._pending_bytes
-            self._index.check()
+            self._index.check(self.tenant_budget)
             if total != self._index.total_bytes:
                 raise AssertionError("disk cache: the running byte total is wrong")
         if total > max(self.budget_bytes, 0):
@@ -372,7 +391,6 @@ class DiskPromptCache:
 
 def _executor(name: str) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
-
 
 
 def open_disk_cache(config: EngineConfig, tuning: EngineTuning,
@@ -388,7 +406,8 @@ def open_disk_cache(config: EngineConfig, tuning: EngineTuning,
                                namespace=namespace or CacheNamespace(""),
                                min_tokens=tuning.disk_min_tokens,
                                min_fraction=tuning.disk_min_fraction,
-                               background=tuning.disk_background)
+                               background=tuning.disk_background,
+                               tenant_share=config.tenant_cache_share)
     except OSError as exc:
         raise InvalidOptionError(f"prompt_cache_dir: cannot use {folder}: {exc}",
                                  option="prompt_cache_dir") from exc

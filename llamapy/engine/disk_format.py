@@ -11,13 +11,15 @@ One file per entry, version 1, integers little-endian::
     32            32    identity: sha256 of (namespace, cache_scope, cache_identity, adapters,
                         tenant, salt digest)
     64            32    body sha256: of the token ids and the state bytes
-    96            M     UTF-8 JSON metadata: ``{"scope": cache_scope}``
+    96            M     UTF-8 JSON metadata: ``{"scope": cache_scope, "tenant": tenant}``
+                        (``"tenant"`` only for a tenant other than the default, None)
     96+M          4T    token ids (u32)
     96+M+4T       32    header sha256: of bytes [0, 96+M+4T)
     128+M+4T      S     state bytes (``Backend.state_seq_get``)
 
-The *header* (everything before the state) is small: the index is rebuilt from headers alone,
-and the header checksum guards the identity, the token ids and the body checksum. The body
+The *header* (everything before the state) is small: the index is rebuilt from headers alone
+(the tenant in the metadata charges the entry to its tenant's share of the budget), and the
+header checksum guards the identity, the metadata, the token ids and the body checksum. The body
 checksum is verified when the state is read. :func:`read_header` and :func:`read_state` raise
 :class:`~llamapy.errors.DiskCacheFormatError` for a wrong magic or version, lengths that do not
 add up to the file's size (a truncated or extended file), malformed metadata or a checksum
@@ -63,6 +65,7 @@ class EntryHeader:
     state_len: int
     body_sha256: bytes
     state_offset: int
+    tenant: str | None = None
 
     @property
     def file_size(self) -> int:
@@ -78,19 +81,21 @@ def token_bytes(token_ids: Sequence[int]) -> bytes:
     return arr.tobytes()
 
 
-def _meta(scope: str | None) -> bytes:
-    return json.dumps({"scope": scope}, sort_keys=True).encode()
+def _meta(scope: str | None, tenant: str | None) -> bytes:
+    fields = {"scope": scope} if tenant is None else {"scope": scope, "tenant": tenant}
+    return json.dumps(fields, sort_keys=True).encode()
 
 
-def file_size(scope: str | None, n_tokens: int, state_len: int) -> int:
+def file_size(scope: str | None, n_tokens: int, state_len: int,
+              tenant: str | None = None) -> int:
     """The size of an entry's file, computed before its state is serialised."""
-    return _FIXED.size + len(_meta(scope)) + 4 * n_tokens + _DIGEST + state_len
+    return _FIXED.size + len(_meta(scope, tenant)) + 4 * n_tokens + _DIGEST + state_len
 
 
 def encode_entry(identity: bytes, scope: str | None, token_ids: Sequence[int],
-                 state: bytes) -> list[bytes]:
+                 state: bytes, tenant: str | None = None) -> list[bytes]:
     """An entry's file as chunks (written in order; the state is not copied)."""
-    tokens, meta = token_bytes(token_ids), _meta(scope)
+    tokens, meta = token_bytes(token_ids), _meta(scope, tenant)
     body = hashlib.sha256(tokens)
     body.update(state)
     fixed = _FIXED.pack(MAGIC, FORMAT_VERSION, len(meta), len(token_ids), len(state), identity,
@@ -118,23 +123,25 @@ def read_header(f: BinaryIO, size: int) -> EntryHeader:
     digest = f.read(_DIGEST)
     if len(rest) != rest_len or hashlib.sha256(fixed + rest).digest() != digest:
         raise DiskCacheFormatError("header checksum mismatch")
-    scope = _scope(rest[:meta_len])
+    scope, tenant = _meta_fields(rest[:meta_len])
     tokens = array("I")
     tokens.frombytes(rest[meta_len:])
     if sys.byteorder != "little":
         tokens.byteswap()
     return EntryHeader(identity, scope, tuple(tokens), state_len, body,
-                       _FIXED.size + rest_len + _DIGEST)
+                       _FIXED.size + rest_len + _DIGEST, tenant)
 
 
-def _scope(meta: bytes) -> str | None:
+def _meta_fields(meta: bytes) -> tuple[str | None, str | None]:
+    """``(scope, tenant)`` of the metadata (no ``"tenant"``: the default tenant, None)."""
     try:
-        scope = json.loads(meta)["scope"]
-    except (ValueError, KeyError, TypeError) as exc:
+        fields = json.loads(meta)
+        scope, tenant = fields["scope"], fields.get("tenant")
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise DiskCacheFormatError("malformed metadata") from exc
-    if scope is not None and not isinstance(scope, str):
+    if any(v is not None and not isinstance(v, str) for v in (scope, tenant)):
         raise DiskCacheFormatError("malformed metadata")
-    return scope
+    return scope, tenant
 
 
 def read_state(f: BinaryIO, header: EntryHeader) -> bytes:

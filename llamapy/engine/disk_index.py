@@ -1,6 +1,9 @@
 """The disk prompt cache's in-memory index: its files and its pending writes, by name, and per
 ``(identity, scope)`` a :class:`~llamapy.engine.prefix_trie.PrefixTrie` of their token ids.
 
+The index also sums the bytes of each tenant's files (the tenant of an entry's header), for
+the per-tenant share of the budget.
+
 A lookup runs on the tick thread for every admission while the disk cache is on, and an offer
 checks whether an entry already covers its prefix. Comparing the prompt with every file of an
 identity costs microseconds a file: a folder of thousands of entries behind one system prompt
@@ -36,6 +39,8 @@ class DiskIndex:
         self.files: dict[str, StoredFile] = {}
         #: Their sizes, summed.
         self.total_bytes = 0
+        #: Their sizes, summed by tenant (tenants without files are absent).
+        self.tenant_bytes: dict[str | None, int] = {}
         #: Entries being written, by file name: (identity, entry).
         self.pending: dict[str, tuple[bytes, CacheEntry]] = {}
         self._tries: dict[_Where, PrefixTrie] = {}
@@ -54,6 +59,9 @@ class DiskIndex:
                 self._index_file(stored)
         self.files = dict(files)
         self.total_bytes = sum(f.size for f in files.values())
+        self.tenant_bytes = {}
+        for stored in files.values():
+            self._charge(stored, stored.size)
 
     def add_file(self, stored: StoredFile) -> None:
         """Index ``stored``, in place of an indexed file of its name."""
@@ -62,6 +70,7 @@ class DiskIndex:
             self.forget(old)
         self.files[stored.name] = stored
         self.total_bytes += stored.size
+        self._charge(stored, stored.size)
         self._index_file(stored)
 
     def forget(self, stored: StoredFile) -> None:
@@ -69,6 +78,7 @@ class DiskIndex:
         if self.files.get(stored.name) is stored:
             del self.files[stored.name]
             self.total_bytes -= stored.size
+            self._charge(stored, -stored.size)
             self._unindex(stored)
 
     def add_pending(self, name: str, identity: bytes, entry: CacheEntry) -> None:
@@ -113,8 +123,18 @@ class DiskIndex:
         """Every indexed file when they exceed ``budget`` bytes together, else none."""
         return list(self.files.values()) if self.total_bytes > budget else []
 
-    def check(self) -> None:
-        """Raise ``AssertionError`` unless the tries index exactly the files and pending."""
+    def tenants_over(self, budget: int) -> list[list[StoredFile]]:
+        """The files of each tenant whose files exceed ``budget`` bytes together."""
+        over = {t for t, n in self.tenant_bytes.items() if n > budget}
+        groups: dict[str | None, list[StoredFile]] = {t: [] for t in over}
+        for stored in self.files.values() if over else ():
+            if stored.header.tenant in over:
+                groups[stored.header.tenant].append(stored)
+        return list(groups.values())
+
+    def check(self, tenant_budget: int | None = None) -> None:
+        """Raise ``AssertionError`` unless the tries index exactly the files and pending, and
+        each tenant's files hold at most ``tenant_budget`` bytes (if given)."""
         want = {id(f): ((f.header.identity, f.header.scope), f.header.token_ids)
                 for f in self.files.values()}
         want |= {id(e): ((i, getattr(e.key, "cache_scope", None)), e.token_ids)
@@ -123,8 +143,23 @@ class DiskIndex:
                 for where, trie in self._tries.items() for i, tokens, _ in trie.items()}
         if have != want or len(self._items) != len(want) or len(self._item_of) != len(want):
             raise AssertionError("disk cache: the prefix index disagrees with the files")
+        held: dict[str | None, int] = {}
+        for f in self.files.values():
+            held[f.header.tenant] = held.get(f.header.tenant, 0) + f.size
+        if {t: n for t, n in held.items() if n} != self.tenant_bytes:
+            raise AssertionError("disk cache: the bytes per tenant disagree with the files")
+        if tenant_budget is not None and any(n > tenant_budget for n in held.values()):
+            raise AssertionError(f"disk cache: a tenant over its budget {tenant_budget}")
         for trie in self._tries.values():
             trie.check()
+
+    def _charge(self, stored: StoredFile, size: int) -> None:
+        tenant = stored.header.tenant
+        held = self.tenant_bytes.get(tenant, 0) + size
+        if held:
+            self.tenant_bytes[tenant] = held
+        else:
+            self.tenant_bytes.pop(tenant, None)
 
     def _index_file(self, stored: StoredFile) -> None:
         head = stored.header

@@ -45,6 +45,7 @@ from llamapy.engine.speculation import Speculator, with_ngram
 from llamapy.engine.states import RequestState, SlotState
 from llamapy.engine.stats import Counters, EngineStats, InstabilityEvent, recent_events
 from llamapy.engine.strategies import resolve_strategy
+from llamapy.engine.tenants import Tenants
 from llamapy.engine.text import TextStream
 from llamapy.errors import (
     ClosedError,
@@ -86,12 +87,15 @@ class Engine:
         self.disk = open_disk_cache(config, tuning, cache_namespace)
         self.ram = PromptCache(config.prompt_cache_ram_bytes, min_tokens=tuning.ram_min_tokens,
                                min_fraction=tuning.ram_min_fraction,
-                               on_evict=self.disk.offer_entry)
+                               on_evict=self.disk.offer_entry,
+                               tenant_share=config.tenant_cache_share)
         self.prefix = PrefixResolver(backend, self.pool, self.ram, self.counters, tuning,
                                      self.instability_events.append, self.disk,
                                      cache_idle_slots=config.cache_idle_slots)
         self.planner = Planner(self.strategy, self.n_batch, config.chunk_size)
-        self.admission = Admission(self.pool, self.prefix, self.strategy, clock)
+        #: Per-tenant bookkeeping: the bound on requests, the round robin of admission.
+        self.tenants = Tenants(config.tenant_max_requests, self.counters)
+        self.admission = Admission(self.pool, self.prefix, self.strategy, clock, self.tenants)
         self.speculator = Speculator(backend, self.counters,
                                      with_ngram(config.spec_ngram_size, drafters),
                                      config.speculative, tuning.spec_prior_beta)
@@ -114,7 +118,8 @@ class Engine:
 
         Raises, changing nothing: ``ClosedError``, ``InvalidOptionError`` (duplicate id, bad
         tokens, empty prompt), ``UnknownLeaseError``, ``ContextOverflowError`` (prompt plus
-        ``max_tokens`` cannot fit the per-sequence context), ``QueueFullError``,
+        ``max_tokens`` cannot fit the per-sequence context), ``TenantBusyError`` (the
+        request's tenant holds ``tenant_max_requests``), ``QueueFullError``,
         ``GrammarError`` (from the backend's sampler), ``ModelLoadError`` (an adapter set the
         backend cannot load).
         Any other exception (a bug, or a foreign error from the backend) becomes
@@ -150,12 +155,15 @@ class Engine:
             raise
         request.sampler = None  # the run owns it now
         self._runs[request.request_id] = run
+        self.tenants.added(run)
         self._queue.append(run)
         if slot is not None:
             self._start(run, slot)
 
     def _placement(self, request: Request, prompt: list[int]) -> Slot | None:
-        """The slot a new request takes right away, None to queue it; QueueFullError."""
+        """The slot a new request takes right away, None to queue it; ``TenantBusyError``,
+        ``QueueFullError``."""
+        self.tenants.check(request)
         probe = Run(request, -1, self._cache_prompt(request), None, 0.0, prompt=prompt)
         fifo_blocked = any(r.request.lease_id == request.lease_id for r in self._queue)
         slot = None if fifo_blocked else self.pool.route(probe)
@@ -254,6 +262,7 @@ class Engine:
     def _start(self, run: Run, slot: Slot) -> None:
         self._queue.remove(run)
         self.pool.assign(run, slot)
+        self.tenants.granted(run, slot)
         run.machine.fire("admit")
         run.admitted_at = self.clock()
         run.timings.queued_s = run.admitted_at - run.submitted_at
@@ -314,6 +323,7 @@ class Engine:
             self._queue.remove(run)
         run.machine.fire("finish")
         del self._runs[run.request_id]
+        self.tenants.removed(run)
         self.prefix.reads.forget(run.serial)
         self.speculator.finished(run)
         if run.sampler is not None:

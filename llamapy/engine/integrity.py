@@ -23,12 +23,13 @@ def _require(ok: bool, message: str) -> None:
 
 def check_engine(engine: Engine) -> None:
     """Raise ``AssertionError`` if any invariant is broken: slot states and leases, KV
-    accounting against the backend, every request in exactly one place, queue bound, RAM and
-    disk cache budgets."""
+    accounting against the backend, every request in exactly one place, queue bound, tenant
+    counts and bound, RAM and disk cache budgets (per tenant too)."""
     for slot in engine.pool.slots:
         _check_slot(engine, slot)
     _check_leases(engine)
     _check_places(engine)
+    engine.tenants.check_integrity(engine.runs.values())
     engine.ram.check_integrity()
     engine.disk.check_integrity()
 

@@ -9,12 +9,18 @@ Contract:
   than the whole budget (a small budget degrades to "disabled", never to OOM). The charge is
   computed from the state's size (``Backend.state_seq_size``) before anything is serialised:
   the state is only serialised for an entry that will be stored. Entries the new one covers
-  are dropped; then least-recently-used entries are evicted until it fits.
+  are dropped; then, while the entry's tenant would hold more than its share of the budget
+  (``tenant_share``), that tenant's own least-recently-used entries are evicted; then the
+  cache's least-recently-used entries, whoever's, until it fits. So a tenant at its share
+  evicts only its own entries, and one below it evicts the oldest (with a share of 1, one
+  least-recently-used order for all, as without tenants).
 - ``lookup`` finds the entry sharing the longest prefix with a prompt; it is only worth
   restoring when at least ``min_fraction`` of the entry is reusable (the tail is trimmed).
 - ``on_evict`` (the level below, the disk cache) receives each entry evicted as least
   recently used; entries dropped because a new one covers them are not passed on.
-- ``total_bytes <= budget_bytes`` always; ``check_integrity`` verifies the bookkeeping.
+- ``total_bytes <= budget_bytes`` and each tenant's bytes ``<= tenant_budget`` always;
+  ``check_integrity`` verifies the bookkeeping. (An entry's tenant is its key's ``tenant``,
+  None for keys without one.)
 
 Entries are indexed per key by a :class:`~llamapy.engine.prefix_trie.PrefixTrie` (a radix
 tree of their token ids): a lookup, an offer and a cover check walk the prompt's path once and
@@ -29,12 +35,12 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 from llamapy.engine.prefix_trie import PrefixTrie, restorable
 
-__all__ = ["CacheEntry", "PromptCache", "charged_bytes", "common_prefix"]
+__all__ = ["CacheEntry", "PromptCache", "charged_bytes", "common_prefix", "tenant_budget"]
 
 
 _BLOCK = 256
@@ -43,6 +49,11 @@ _BLOCK = 256
 def charged_bytes(state_bytes: int, n_tokens: int) -> int:
     """Bytes an entry is charged against the budget: its state plus 4 bytes per token id."""
     return state_bytes + 4 * n_tokens
+
+
+def tenant_budget(budget_bytes: int, share: float) -> int:
+    """The most bytes of a cache of ``budget_bytes`` one tenant may hold at ``share``."""
+    return budget_bytes if share >= 1 else int(share * budget_bytes)
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -74,20 +85,30 @@ class CacheEntry:
         """Bytes charged against the budget (:func:`charged_bytes`)."""
         return charged_bytes(len(self.data), len(self.token_ids))
 
+    @property
+    def tenant(self) -> Hashable:
+        """The tenant the entry is charged to: its key's ``tenant`` (None without one)."""
+        return getattr(self.key, "tenant", None)
+
 
 class PromptCache:
-    """A byte-bounded LRU of :class:`CacheEntry`."""
+    """A byte-bounded LRU of :class:`CacheEntry`, with a bound per tenant."""
 
     def __init__(self, budget_bytes: int, *, min_tokens: int = 32,
                  min_fraction: float = 0.5,
-                 on_evict: Callable[[CacheEntry], object] | None = None) -> None:
+                 on_evict: Callable[[CacheEntry], object] | None = None,
+                 tenant_share: float = 1.0) -> None:
         self.budget_bytes = budget_bytes
+        #: The most bytes one tenant's entries may hold.
+        self.tenant_budget = tenant_budget(budget_bytes, tenant_share)
         self.on_evict = on_evict
         self.min_tokens = min_tokens
         self.min_fraction = min_fraction
         self._entries: OrderedDict[int, CacheEntry] = OrderedDict()
         self._tries: dict[Hashable, PrefixTrie] = {}  # key -> its entries' ids by prefix
         self._ids: dict[int, int] = {}  # id(entry) -> entry id
+        self._tenants: dict[Hashable, OrderedDict[int, None]] = {}  # each tenant's LRU order
+        self._tenant_bytes: dict[Hashable, int] = {}
         #: Leading tokens every usable (or covering) entry shares with the prompt.
         self.head = min(min_tokens, max(1, math.ceil(min_fraction * min_tokens)))
         self._next_id = 0
@@ -108,6 +129,10 @@ class PromptCache:
         """Entries, least recently used first."""
         return list(self._entries.values())
 
+    def tenant_bytes(self) -> dict[Hashable, int]:
+        """Bytes held by each tenant (tenants holding none are absent)."""
+        return dict(self._tenant_bytes)
+
     def offer(self, key: Hashable, token_ids: Sequence[int], get_size: Callable[[], int],
               get_data: Callable[[], bytes]) -> bool:
         """Store a prefix about to be destroyed. ``get_size`` returns the length of the bytes
@@ -117,14 +142,16 @@ class PromptCache:
         token_ids = tuple(token_ids)
         if not self.enabled or len(token_ids) < self.min_tokens or self._covered(key, token_ids):
             return False
-        if charged_bytes(get_size(), len(token_ids)) > self.budget_bytes:
+        if charged_bytes(get_size(), len(token_ids)) > self.tenant_budget:
             return False
         entry = CacheEntry(key, token_ids, get_data())
-        if entry.nbytes > self.budget_bytes:  # the size lied (a broken backend): never overrun
+        if entry.nbytes > self.tenant_budget:  # the size lied (a broken backend): never overrun
             return False
         self._drop_covered_by(entry)
+        while self._tenant_bytes.get(entry.tenant, 0) + entry.nbytes > self.tenant_budget:
+            self._evict_lru(self._tenants[entry.tenant])  # (it holds some: the entry fits alone)
         while self.total_bytes + entry.nbytes > self.budget_bytes:
-            self._evict_lru()
+            self._evict_lru(self._entries)
         self._add(entry)
         self.num_stored += 1
         return True
@@ -146,12 +173,15 @@ class PromptCache:
         if entry_id is None or self._entries.get(entry_id) is not entry:
             return
         self._entries.move_to_end(entry_id)
+        self._tenants[entry.tenant].move_to_end(entry_id)
 
     def clear(self) -> None:
         """Drop every entry."""
         self._entries.clear()
         self._tries.clear()
         self._ids.clear()
+        self._tenants.clear()
+        self._tenant_bytes.clear()
         self.total_bytes = 0
 
     def check_integrity(self) -> None:
@@ -161,6 +191,7 @@ class PromptCache:
             raise AssertionError(f"ram cache: total_bytes {self.total_bytes} != {total}")
         if total > max(self.budget_bytes, 0):
             raise AssertionError(f"ram cache: {total} bytes over budget {self.budget_bytes}")
+        self._check_tenants()
         indexed = {(key, i): tokens for key, trie in self._tries.items()
                    for i, tokens, _ in trie.items()}
         if indexed != {(e.key, i): e.token_ids for i, e in self._entries.items()} \
@@ -168,6 +199,18 @@ class PromptCache:
             raise AssertionError("ram cache: the prefix index disagrees with the entries")
         for trie in self._tries.values():
             trie.check()
+
+    def _check_tenants(self) -> None:
+        order: dict[Hashable, list[int]] = {}
+        held: dict[Hashable, int] = {}
+        for entry_id, entry in self._entries.items():
+            order.setdefault(entry.tenant, []).append(entry_id)
+            held[entry.tenant] = held.get(entry.tenant, 0) + entry.nbytes
+        if held != self._tenant_bytes or order != {t: list(o) for t, o in self._tenants.items()}:
+            raise AssertionError("ram cache: the per-tenant bookkeeping disagrees")
+        if any(n > self.tenant_budget for n in held.values()):
+            raise AssertionError(f"ram cache: a tenant over its budget {self.tenant_budget}: "
+                                 f"{held}")
 
     def covers(self, key: Hashable, token_ids: Sequence[int]) -> bool:
         """Whether an entry under ``key`` holds ``token_ids`` (or an extension of them)."""
@@ -182,8 +225,9 @@ class PromptCache:
         for entry_id in trie.prefixes_of(entry.token_ids) if trie else ():
             self._remove(entry_id)
 
-    def _evict_lru(self) -> None:
-        entry_id = next(iter(self._entries))
+    def _evict_lru(self, order: Mapping[int, object]) -> None:
+        """Evict the first entry of ``order`` (the cache's or one tenant's LRU order)."""
+        entry_id = next(iter(order))
         entry = self._entries[entry_id]
         self._remove(entry_id)
         self.num_evictions += 1
@@ -197,6 +241,8 @@ class PromptCache:
         self._tries.setdefault(entry.key, PrefixTrie()).add(entry_id, entry.token_ids)
         self._ids[id(entry)] = entry_id
         self.total_bytes += entry.nbytes
+        self._tenants.setdefault(entry.tenant, OrderedDict())[entry_id] = None
+        self._tenant_bytes[entry.tenant] = self._tenant_bytes.get(entry.tenant, 0) + entry.nbytes
 
     def _remove(self, entry_id: int) -> None:
         entry = self._entries.pop(entry_id)
@@ -206,3 +252,8 @@ class PromptCache:
         if not trie.size:
             del self._tries[entry.key]
         del self._ids[id(entry)]
+        tenant = entry.tenant
+        del self._tenants[tenant][entry_id]
+        self._tenant_bytes[tenant] -= entry.nbytes
+        if not self._tenants[tenant]:
+            del self._tenants[tenant], self._tenant_bytes[tenant]

@@ -7,7 +7,9 @@ much is left, the queue with waiting times and prompt sizes) and asks the strate
 (budget, chunk bound, known slots, progress) and raises ``InvalidOptionError`` on a violation.
 
 ``admission_order`` lets a strategy reorder the queue (shortest prompt first, deadlines...);
-the engine still serves a freed slot to the queued request of that slot's session first.
+the engine still serves a freed slot to the queued request of that slot's session first, and
+with requests of several tenants the order holds within each tenant while the tenants take
+turns (:mod:`llamapy.engine.tenants`).
 
 User strategies implement :class:`BatchStrategy` (or subclass :class:`BaseStrategy`) and are
 passed as ``EngineConfig(batch_strategy=...)`` (an instance or a zero-argument class).

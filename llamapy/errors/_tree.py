@@ -123,6 +123,20 @@ class QueueFullError(LlamapyError):
         super().__init__(f"request queue is full (max_queue={max_queue})")
 
 
+class TenantBusyError(QueueFullError):
+    """The request's tenant already holds ``tenant_max_requests`` queued or running requests;
+    nothing was queued, and other tenants are still admitted. A :class:`QueueFullError` (429,
+    ``Retry-After``) for that tenant alone; ``tenant`` is the tenant (None: the default one),
+    ``max_requests`` the bound (also as ``max_queue``: the bound that applied)."""
+
+    def __init__(self, tenant: str | None, max_requests: int) -> None:
+        self.tenant = tenant
+        self.max_requests = max_requests
+        self.max_queue = max_requests
+        LlamapyError.__init__(self, f"too many requests from this tenant: {max_requests} "
+                                    f"queued or running (tenant_max_requests={max_requests})")
+
+
 class CancelledError(LlamapyError):
     """The request was cancelled before it finished."""
 

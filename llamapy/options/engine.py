@@ -28,6 +28,9 @@ class EngineConfig(RequestLimits):
 
     ``n_batch`` is capped by the backend's ``n_batch``; ``chunk_size`` bounds prefill tokens per
     slot per tick; ``max_queue`` bounds requests waiting for a slot (0 = unlimited).
+    ``tenant_max_requests`` bounds one tenant's queued plus running requests (0 = no bound) and
+    ``tenant_cache_share`` the share of each prompt cache one tenant may hold (see
+    :mod:`llamapy.engine.tenants`).
     ``kv_unified`` must match the backend's. ``prompt_cache_ram_mb`` is the level-2 RAM prompt
     cache budget (0 = off); ``prompt_cache_dir`` and ``prompt_cache_disk_mb`` the level-3 disk
     prompt cache's folder (None = off) and budget (see :mod:`llamapy.engine.disk_cache`).
@@ -47,6 +50,13 @@ class EngineConfig(RequestLimits):
     n_batch: int = option(default_n_batch(N_CTX), "most tokens per decode call")
     chunk_size: int = option(512, "most prefill tokens per slot per tick")
     max_queue: int = option(64, "most requests waiting for a slot (0 = unlimited)")
+    tenant_max_requests: int = option(
+        0, "most queued plus running requests one tenant may hold; one more is refused with "
+        "429 (0 = no per-tenant bound)")
+    tenant_cache_share: float = option(
+        1.0, "most of each prompt cache's budget (RAM and disk) one tenant may hold, as a "
+        "share in (0, 1]; a tenant at its share evicts its own entries (1 = no per-tenant "
+        "bound)")
     cache_prompt: bool = option(True, "reuse cached prompt prefixes (requests may opt out)")
     kv_unified: bool = option(KV_UNIFIED, "one KV cell pool shared by all slots",
                               flags=("-kvu", "-no-kvu"))
@@ -84,6 +94,10 @@ class EngineConfig(RequestLimits):
             check(is_int(value) and value >= 1, name, f"must be an integer >= 1, got {value!r}")
         check(is_int(self.max_queue) and self.max_queue >= 0, "max_queue",
               "must be an integer >= 0 (0 = unlimited)")
+        check(is_int(self.tenant_max_requests) and self.tenant_max_requests >= 0,
+              "tenant_max_requests", "must be an integer >= 0 (0 = no per-tenant bound)")
+        check(is_num(self.tenant_cache_share) and 0 < self.tenant_cache_share <= 1,
+              "tenant_cache_share", "must be a number in (0, 1]")
         check(isinstance(self.cache_prompt, bool), "cache_prompt", "must be a bool")
         check(isinstance(self.kv_unified, bool), "kv_unified", "must be a bool")
         check(isinstance(self.cache_idle_slots, bool), "cache_idle_slots", "must be a bool")

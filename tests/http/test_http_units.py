@@ -15,6 +15,7 @@ from llamapy.errors import (
     LlamapyError,
     ModelNotFoundError,
     QueueFullError,
+    TenantBusyError,
     UnknownOptionError,
     UnsupportedFeatureError,
 )
@@ -146,6 +147,11 @@ def test_errors_map_by_type_to_the_openai_shape() -> None:
     status, body = error_body(QueueFullError(4))
     assert (status, body["error"]["type"]) == (429, "rate_limit_error")
     assert error_headers(QueueFullError(4)) == {"Retry-After": "1"}
+    status, body = error_body(TenantBusyError("t", 3))  # a full queue for one tenant
+    assert (status, body["error"]["type"], body["error"]["code"]) == \
+        (429, "rate_limit_error", "rate_limit_exceeded")
+    assert "tenant_max_requests=3" in body["error"]["message"]
+    assert error_headers(TenantBusyError(None, 3)) == {"Retry-After": "1"}
     status, body = error_body(RuntimeError("boom"))
     assert (status, body["error"]["type"]) == (500, "server_error")
     # the status comes from the class, whatever the message says

@@ -30,6 +30,7 @@ from llamapy.errors import (
     LoadFailedError,
     QueueFullError,
     RequestTimeoutError,
+    TenantBusyError,
 )
 from llamapy.runtime import (
     AsyncRequestStream,
@@ -139,6 +140,22 @@ def test_errors_reach_the_stream_typed_and_the_loop_keeps_serving() -> None:
         running.cancel()
         assert len(list(queued)) == 4
         assert len(list(RequestStream(runtime, request([4, 4], 3), timeout=5))) == 4
+    finally:
+        runtime.close(5)
+
+
+def test_a_tenant_over_its_bound_gets_its_429_and_other_tenants_are_served() -> None:
+    engine = fake_engine(n_parallel=1, tenant_max_requests=1, sleep_s=0.005)
+    runtime = TickLoop(lambda: Hosted(engine=engine))
+    try:
+        runtime.ready.wait(5)
+        running = RequestStream(runtime, request([1], 30_000, tenant="a"), timeout=5)
+        next(running)
+        with pytest.raises(TenantBusyError):
+            list(RequestStream(runtime, request([2], 3, tenant="a"), timeout=5))
+        other = RequestStream(runtime, request([3], 3, tenant="b"), timeout=5)
+        running.cancel()
+        assert len(list(other)) == 4
     finally:
         runtime.close(5)
 

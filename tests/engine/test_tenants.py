@@ -1,0 +1,147 @@
+"""Fair share between tenants: round-robin admission and the per-tenant request bound."""
+
+from __future__ import annotations
+
+import pytest
+from engine_helpers import make_engine, submit
+
+from llamapy.engine import BatchDecision, BatchView, DecodeMaximal, EngineConfig
+from llamapy.engine.testing import drain
+from llamapy.errors import InvalidOptionError, QueueFullError, TenantBusyError
+
+P = list(range(1, 9))
+
+
+def admissions(engine) -> list:
+    """Request ids in the order they take a slot (wraps the pool's ``assign``)."""
+    order: list = []
+    assign = engine.pool.assign
+
+    def record(run, slot):
+        order.append(run.request_id)
+        assign(run, slot)
+
+    engine.pool.assign = record
+    return order
+
+
+def test_slots_go_round_robin_across_tenants_least_recently_served_first():
+    engine, _ = make_engine(n_parallel=1, max_queue=0)
+    order = admissions(engine)
+    for i in range(5):
+        submit(engine, f"a{i}", P, max_tokens=1, tenant="a")
+    submit(engine, "b0", P, max_tokens=1, tenant="b")
+    submit(engine, "b1", P, max_tokens=1, tenant="b")
+    submit(engine, "c0", P, max_tokens=1)  # the default tenant is a tenant too
+    drain(engine, each=engine.check_integrity)
+    # a0 took the free slot at submission: "a" is the most recently served, b and c (never
+    # served) go first, b before c (its queued run is older); then each goes behind the others
+    assert order == ["a0", "b0", "c0", "a1", "b1", "a2", "a3", "a4"]
+
+
+def test_a_single_tenant_keeps_the_engine_order():
+    for tenant in (None, "a"):
+        engine, _ = make_engine(n_parallel=1, max_queue=0)
+        order = admissions(engine)
+        for i in range(4):
+            submit(engine, i, P, max_tokens=1, tenant=tenant, session=i % 2)
+        drain(engine)
+        assert order == [0, 2, 1, 3]  # FIFO, the affine run (session 0's slot) first
+
+
+class Lifo(DecodeMaximal):
+    """Admits the newest queued run first."""
+
+    name = "lifo"
+
+    def admission_order(self, queue, now):
+        return list(reversed(range(len(queue))))
+
+    def allocate(self, view: BatchView) -> BatchDecision:
+        return super().allocate(view)
+
+
+def test_each_tenant_keeps_the_strategy_order_within_it():
+    engine, _ = make_engine(n_parallel=1, max_queue=0, batch_strategy=Lifo())
+    order = admissions(engine)
+    submit(engine, "busy", P, max_tokens=1, tenant="z")
+    for i in range(3):
+        submit(engine, f"a{i}", P, max_tokens=1, tenant="a")
+        submit(engine, f"b{i}", P, max_tokens=1, tenant="b")
+    drain(engine)
+    assert order == ["busy", "a2", "b2", "a1", "b1", "a0", "b0"]
+
+
+def test_pinned_and_affine_runs_go_first_within_their_tenant_only():
+    engine, _ = make_engine(n_parallel=1, max_queue=0)
+    order = admissions(engine)
+    submit(engine, "a0", P, max_tokens=1, tenant="a", session="s")
+    submit(engine, "a1", P, max_tokens=1, tenant="a")
+    submit(engine, "b0", P, max_tokens=1, tenant="b")
+    submit(engine, "a2", P, max_tokens=1, tenant="a", session="s")  # affine to the slot
+    submit(engine, "b1", P, max_tokens=1, tenant="b", slot_id=0)  # pinned
+    drain(engine)
+    # b's turn first (never served): its pinned run before its older plain one; a's affine
+    # run comes before a1, but only at a's turn
+    assert order == ["a0", "b1", "a2", "b0", "a1"]
+
+
+def test_a_flooding_tenant_delays_another_by_at_most_one_slot_per_tenant():
+    engine, _ = make_engine(n_parallel=2, max_queue=0)
+    order = admissions(engine)
+    for i in range(30):
+        submit(engine, f"a{i}", P, max_tokens=3, tenant="a")
+    for _ in range(3):
+        engine.tick()
+    submit(engine, "b", P, max_tokens=1, tenant="b")
+    queued_before = len(engine.queue) - 1
+    start = len(order)
+    while "b" not in order:
+        engine.tick()
+    # K = 1 other tenant: b takes one of the next K + 1 = 2 slots, not the 28th
+    assert queued_before == 28
+    assert order.index("b") - start <= 1
+    drain(engine)
+
+
+def test_a_tenant_over_its_bound_is_refused_and_others_are_not():
+    engine, backend = make_engine(n_parallel=1, max_queue=0, tenant_max_requests=2)
+    submit(engine, "a0", P, max_tokens=5, tenant="a")
+    submit(engine, "a1", P, max_tokens=5, tenant="a")
+    before = (len(engine.queue), sorted(engine.runs), len(backend.open_samplers))
+    with pytest.raises(TenantBusyError) as info:
+        submit(engine, "a2", P, max_tokens=5, tenant="a")
+    err = info.value
+    assert isinstance(err, QueueFullError) and err.http_status == 429
+    assert (err.tenant, err.max_requests) == ("a", 2)
+    assert "tenant_max_requests=2" in str(err) and "'a'" not in str(err)
+    assert (len(engine.queue), sorted(engine.runs), len(backend.open_samplers)) == before
+    assert engine.counters.num_rejected == 1
+    submit(engine, "b0", P, max_tokens=1, tenant="b")
+    submit(engine, "n0", P, max_tokens=1)
+    submit(engine, "n1", P, max_tokens=1)
+    with pytest.raises(TenantBusyError):  # the default tenant has the same bound
+        submit(engine, "n2", P, max_tokens=1)
+    engine.cancel("a1")
+    submit(engine, "a2", P, max_tokens=5, tenant="a")  # queued + running counts, not history
+    drain(engine, each=engine.check_integrity)
+    assert engine.tenants.active() == {}
+
+
+def test_the_request_bound_counts_running_requests_too():
+    engine, _ = make_engine(n_parallel=2, tenant_max_requests=2)
+    submit(engine, 0, P, max_tokens=5, tenant="a")
+    submit(engine, 1, P, max_tokens=5, tenant="a")
+    assert not engine.queue
+    with pytest.raises(TenantBusyError):
+        submit(engine, 2, P, max_tokens=5, tenant="a")
+    assert engine.tenants.active() == {"a": 2}
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("tenant_max_requests", -1), ("tenant_max_requests", 1.5), ("tenant_cache_share", 0),
+    ("tenant_cache_share", 1.5), ("tenant_cache_share", float("nan"))])
+def test_tenant_options_are_validated(name, value):
+    with pytest.raises(InvalidOptionError) as info:
+        EngineConfig(**{name: value})
+    assert info.value.option == name
