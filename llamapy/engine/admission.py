@@ -14,7 +14,7 @@ from llamapy.engine.prefix import PrefixResolver
 from llamapy.engine.prompt_cache import common_prefix
 from llamapy.engine.request import Request, Run
 from llamapy.engine.slots import SlotPool
-from llamapy.engine.tenants import Tenants
+from llamapy.engine.tenants import Tenants, tenant_of
 from llamapy.errors import ContextOverflowError, InvalidOptionError
 from llamapy.options.limits import check_limits, check_model_bounds
 
@@ -100,9 +100,21 @@ class Admission:
         """Whether ``run`` can take a slot now (True when routing it raises: the tick's
         admission then fails it)."""
         try:
-            return self.pool.route(run) is not None
+            return not self.capped(run) and self.pool.route(run) is not None
         except Exception:
             return True
+
+    def capped(self, run: Run) -> bool:
+        """Whether ``run``'s tenant already holds ``tenant_max_slots`` slots (leased slots and
+        runs on a lease aside), so ``run`` waits although a slot may be idle."""
+        cap = self.tenants.max_slots
+        if cap <= 0 or run.request.lease_id is not None:
+            return False
+        tenant, held = tenant_of(run), 0
+        for slot in self.pool.slots:
+            if slot.run is not None and slot.lease_id is None and tenant_of(slot.run) == tenant:
+                held += 1
+        return held >= cap
 
     def order(self, queue: list[Run], fail: Callable[[list[Run], str, Exception], None]
               ) -> Iterator[Run]:

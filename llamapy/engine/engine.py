@@ -94,7 +94,8 @@ class Engine:
                                      cache_idle_slots=config.cache_idle_slots)
         self.planner = Planner(self.strategy, self.n_batch, config.chunk_size)
         #: Per-tenant bookkeeping: the bound on requests, the round robin of admission.
-        self.tenants = Tenants(config.tenant_max_requests, self.counters)
+        self.tenants = Tenants(config.tenant_max_requests, self.counters,
+                               max_slots=config.tenant_max_slots)
         self.admission = Admission(self.pool, self.prefix, self.strategy, clock, self.tenants)
         self.speculator = Speculator(backend, self.counters,
                                      with_ngram(config.spec_ngram_size, drafters),
@@ -166,7 +167,8 @@ class Engine:
         self.tenants.check(request)
         probe = Run(request, -1, self._cache_prompt(request), None, 0.0, prompt=prompt)
         fifo_blocked = any(r.request.lease_id == request.lease_id for r in self._queue)
-        slot = None if fifo_blocked else self.pool.route(probe)
+        held_back = fifo_blocked or self.admission.capped(probe)
+        slot = None if held_back else self.pool.route(probe)
         if slot is None and 0 < self.config.max_queue <= len(self._queue):
             self.counters.num_rejected += 1
             raise QueueFullError(self.config.max_queue)
@@ -253,7 +255,7 @@ class Engine:
         then strategy order. A run whose routing raises ends alone."""
         for run in self.admission.order(self._queue, self._fail_runs):
             try:
-                slot = self.pool.route(run)
+                slot = None if self.admission.capped(run) else self.pool.route(run)
                 if slot is not None:
                     self._start(run, slot)
             except Exception as exc:

@@ -27,6 +27,13 @@ it (a flooding tenant's whole queue). Slots taken by :meth:`Engine.lease
 <llamapy.engine.engine.Engine.lease>` (sessions) are outside this count, and the bound assumes
 at most :data:`MAX_REMEMBERED` tenants.
 
+**The bound on slots** (``tenant_max_slots`` > 0, :meth:`Admission.capped
+<llamapy.engine.admission.Admission.capped>`). A tenant whose runs hold that many slots (not
+leased) has its other runs wait even while a slot is idle: with ``n_parallel`` slots and a cap
+below it, a tenant arriving while another floods finds an idle slot at once instead of waiting
+for a release (the round robin above then bounds its later runs). The cost is idle slots while
+only one tenant has work.
+
 **The bound on requests** (:meth:`Tenants.check`). With ``tenant_max_requests`` > 0, a tenant
 holding that many queued or running requests has its next one refused with
 :class:`~llamapy.errors.TenantBusyError` (a 429 for that tenant alone), before anything of the
@@ -60,8 +67,11 @@ class Tenants:
     """Per-tenant bookkeeping of one engine: active runs (for the bound) and the last service
     of each tenant (for the admission order). See the module docstring."""
 
-    def __init__(self, max_requests: int = 0, counters: Counters | None = None) -> None:
+    def __init__(self, max_requests: int = 0, counters: Counters | None = None, *,
+                 max_slots: int = 0) -> None:
         self.max_requests = max_requests
+        #: ``tenant_max_slots``: most slots (not leased) one tenant's runs hold (0: all).
+        self.max_slots = max_slots
         self.counters = counters or Counters()
         self._active: Counter[str | None] = Counter()
         self._served: dict[str | None, int] = {}
@@ -129,10 +139,15 @@ class Tenants:
                 turn.rotate(-1)  # served: behind every other tenant
 
     def check_integrity(self, runs: Iterable[Run]) -> None:
-        """Raise ``AssertionError`` unless the active counts are those of ``runs``."""
+        """Raise ``AssertionError`` unless the active counts are those of ``runs`` and no
+        tenant is over its bounds."""
         counts = Counter(tenant_of(r) for r in runs)
         if counts != self._active:
             raise AssertionError(f"tenants: active counts {dict(self._active)} != "
                                  f"{dict(counts)}")
         if self.max_requests > 0 and any(n > self.max_requests for n in counts.values()):
             raise AssertionError(f"tenants: a tenant over tenant_max_requests: {dict(counts)}")
+        held = Counter(tenant_of(r) for r in runs
+                       if r.slot is not None and r.slot.lease_id is None)
+        if self.max_slots > 0 and any(n > self.max_slots for n in held.values()):
+            raise AssertionError(f"tenants: a tenant over tenant_max_slots: {dict(held)}")

@@ -28,7 +28,8 @@ class EngineConfig(RequestLimits):
 
     ``n_batch`` is capped by the backend's ``n_batch``; ``chunk_size`` bounds prefill tokens per
     slot per tick; ``max_queue`` bounds requests waiting for a slot (0 = unlimited).
-    ``tenant_max_requests`` bounds one tenant's queued plus running requests (0 = no bound) and
+    ``tenant_max_requests`` bounds one tenant's queued plus running requests (0 = no bound),
+    ``tenant_max_slots`` the slots its requests hold at once (0 = every slot) and
     ``tenant_cache_share`` the share of each prompt cache one tenant may hold (see
     :mod:`llamapy.engine.tenants`).
     ``kv_unified`` must match the backend's. ``prompt_cache_ram_mb`` is the level-2 RAM prompt
@@ -53,6 +54,9 @@ class EngineConfig(RequestLimits):
     tenant_max_requests: int = option(
         0, "most queued plus running requests one tenant may hold; one more is refused with "
         "429 (0 = no per-tenant bound)")
+    tenant_max_slots: int = option(
+        0, "most slots one tenant's requests hold at once; the others stay free for other "
+        "tenants' arrivals (0 = every slot)")
     tenant_cache_share: float = option(
         1.0, "most of each prompt cache's budget (RAM and disk) one tenant may hold, as a "
         "share in (0, 1]; a tenant at its share evicts its own entries (1 = no per-tenant "
@@ -96,6 +100,8 @@ class EngineConfig(RequestLimits):
               "must be an integer >= 0 (0 = unlimited)")
         check(is_int(self.tenant_max_requests) and self.tenant_max_requests >= 0,
               "tenant_max_requests", "must be an integer >= 0 (0 = no per-tenant bound)")
+        check(is_int(self.tenant_max_slots) and self.tenant_max_slots >= 0, "tenant_max_slots",
+              "must be an integer >= 0 (0 = every slot)")
         check(is_num(self.tenant_cache_share) and 0 < self.tenant_cache_share <= 1,
               "tenant_cache_share", "must be a number in (0, 1]")
         check(isinstance(self.cache_prompt, bool), "cache_prompt", "must be a bool")

@@ -145,3 +145,38 @@ def test_tenant_options_are_validated(name, value):
     with pytest.raises(InvalidOptionError) as info:
         EngineConfig(**{name: value})
     assert info.value.option == name
+
+
+def test_tenant_max_slots_keeps_a_slot_free_for_another_tenant():
+    engine, _ = make_engine(n_parallel=3, max_queue=0, tenant_max_slots=2)
+    for i in range(5):
+        submit(engine, f"a{i}", P, max_tokens=4, tenant="a")
+    engine.tick()
+    held = [slot.run.request_id for slot in engine.pool.slots if slot.run is not None]
+    assert sorted(held) == ["a0", "a1"]  # the third slot stays idle although a's runs wait
+    submit(engine, "b0", P, max_tokens=4, tenant="b")
+    engine.tick()
+    b0 = engine.runs["b0"]
+    assert b0.slot is not None  # b's request took the idle slot at the next tick
+    drain(engine, each=engine.check_integrity)
+
+
+def test_tenant_max_slots_holds_while_a_flood_drains():
+    engine, _ = make_engine(n_parallel=2, max_queue=0, tenant_max_slots=1)
+    for i in range(4):
+        submit(engine, f"a{i}", P, max_tokens=2, tenant="a")
+    for i in range(2):
+        submit(engine, f"b{i}", P, max_tokens=2, tenant="b")
+
+    def one_each() -> None:
+        engine.check_integrity()  # (raises if a tenant holds more than one slot)
+        tenants = [s.run.request.options.tenant for s in engine.pool.slots if s.run]
+        assert len(tenants) == len(set(tenants))
+
+    drain(engine, each=one_each)
+    assert not engine.runs
+
+
+def test_tenant_max_slots_is_checked():
+    with pytest.raises(InvalidOptionError, match="tenant_max_slots"):
+        EngineConfig(tenant_max_slots=-1)

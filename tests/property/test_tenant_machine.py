@@ -15,6 +15,8 @@ out):
   waits: so ``B`` takes one of the next ``K + 1`` slots handed out, ``K`` the other tenants
   (:mod:`llamapy.engine.tenants`), while another tenant floods;
 - every tenant's RAM and disk cache bytes stay within its share of each budget;
+- no tenant's runs hold more than ``tenant_max_slots`` slots (a tenant at that cap does not
+  count as waiting above);
 - ``TenantBusyError`` exactly when the request's tenant holds ``tenant_max_requests`` queued or
   running requests, ``QueueFullError`` exactly when the queue is full.
 """
@@ -81,6 +83,7 @@ def setups(draw: st.DrawFn) -> dict:
         n_batch=draw(st.integers(4, 32)), chunk_size=draw(st.integers(2, 16)),
         max_queue=draw(st.sampled_from([0, 0, 3, 8])),
         tenant_max=draw(st.sampled_from([0, 1, 2, 4])),
+        slot_cap=draw(st.sampled_from([0, 0, 1, 2])),
         share=draw(st.sampled_from([1.0, 0.5, 0.34])),
         ram_mb=draw(st.sampled_from([0, 0.002, 0.006])),
         disk_mb=draw(st.sampled_from([0, 0, 0.003, 0.01])),
@@ -114,6 +117,7 @@ class TenantMachine(RuleBasedStateMachine):
             n_parallel=n_slots, kv_unified=unified, n_batch=setup["n_batch"],
             chunk_size=setup["chunk_size"], max_queue=setup["max_queue"],
             tenant_max_requests=setup["tenant_max"], tenant_cache_share=setup["share"],
+            tenant_max_slots=setup["slot_cap"],
             prompt_cache_ram_mb=setup["ram_mb"], prompt_cache_dir=self.folder,
             prompt_cache_disk_mb=setup["disk_mb"],
             batch_strategy=ShortestPromptFirst() if setup["strategy"] == "spf"
@@ -200,10 +204,10 @@ class TenantMachine(RuleBasedStateMachine):
     # --- fair share ----------------------------------------------------------------------------
 
     def _waiting(self) -> dict[str | None, int]:
-        """Waiting tenants and the serial of their oldest queued run."""
+        """Waiting tenants (not at their slot cap) and the serial of their oldest queued run."""
         out: dict[str | None, int] = {}
         for run in self.engine.queue:
-            if waits(run):
+            if waits(run) and not self.engine.admission.capped(run):
                 out.setdefault(tenant_of(run), run.serial)
         return out
 
