@@ -55,6 +55,12 @@ class SlotView:
     leased: bool = False
 
 
+def admission_key(slot: SlotView) -> tuple[float, int]:
+    """The order slots were admitted in (the order admission gave them, which already holds
+    the strategy's ``admission_order`` and the tenants' turns; ties: submission order)."""
+    return slot.admitted_at, slot.serial
+
+
 @dataclass(slots=True, frozen=True)
 class QueuedView:
     """A queued request as strategies see it."""
@@ -153,7 +159,7 @@ class BaseStrategy:
     @staticmethod
     def fill_prefill(view: BatchView, budget: int, decision: BatchDecision) -> int:
         """Give prefilling slots tokens in admission order until ``budget`` is spent."""
-        for slot in sorted(view.prefilling, key=lambda s: s.serial):
+        for slot in sorted(view.prefilling, key=admission_key):
             n = min(budget, view.chunk_for(slot))
             if n <= 0:
                 break
@@ -217,7 +223,7 @@ class Balanced(BaseStrategy):
     @staticmethod
     def _share_evenly(view: BatchView, budget: int, decision: BatchDecision) -> None:
         wants = {s.slot_id: view.chunk_for(s) for s in sorted(view.prefilling,
-                                                              key=lambda s: s.serial)}
+                                                              key=admission_key)}
         while budget > 0 and wants:
             share = max(1, budget // len(wants))
             for slot_id in list(wants):

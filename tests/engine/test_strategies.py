@@ -45,6 +45,20 @@ def test_decode_maximal_budget_is_n_batch():
     assert d.decode == [0] and d.prefill == {1: 8, 2: 1}
 
 
+def test_prefill_follows_the_order_slots_were_admitted_in():
+    """A run admitted first (the tenants' turns, a strategy's admission_order) prefills first,
+    though another was submitted before it."""
+    from dataclasses import replace
+
+    early, late = replace(slot(1, 30, serial=9), admitted_at=0.5), replace(
+        slot(2, 30, serial=3), admitted_at=0.7)
+    for strategy in (DecodeMaximal(), PrefillPriority()):
+        d = strategy.allocate(view([], [late, early], n_batch=8))
+        assert d.prefill == {1: 8}, strategy
+    d = Balanced(prefill_share=1.0).allocate(view([], [late, early], n_batch=9))
+    assert d.prefill == {1: 5, 2: 4}  # an even share, the odd token to the first admitted
+
+
 def test_prefill_priority_prefills_first():
     d = PrefillPriority().allocate(view([slot(0), slot(1)], [slot(2, 30)], n_batch=9))
     assert d.prefill == {2: 8} and len(d.decode) == 1
