@@ -10,8 +10,9 @@ of the 4 slots) and ``--tenant-max-requests`` (A's queued + running bound, under
   ~100-token prompt each, 8 tokens out); their TTFT is B's solo value.
 - ``fair``: the same probes with B's key while A keeps ``--flood`` streams of 64 tokens in
   flight (each finished stream replaced at once).
-- ``shared``: the same flood and probes, but B sends A's key: one tenant, so B waits behind A's
-  queue, as every client did before tenants.
+- ``shared``: the same flood and ``--shared-probes`` probes (each waits for a long queue),
+  but B sends A's key: one tenant, so B waits behind A's queue, as every client did before
+  tenants.
 
 With ``--llama-server`` (``python build_lib.py --with-server``), llama-server from the same
 build runs the same ``solo`` and ``flood`` phases as the peer (``--api-key ka,kb``, the same
@@ -101,7 +102,8 @@ async def phase(port: int, name: str, args: argparse.Namespace, seed: int) -> li
         if flooding is not None:
             await asyncio.sleep(args.warmup)  # A's queue fills first
         out = []
-        for prompt in prompts_for(args.probes, seed, f"probe-{name}"):
+        probes = args.shared_probes if name in ("shared", "flood") else args.probes
+        for prompt in prompts_for(probes, seed, f"probe-{name}"):
             out.append(await ttft(b_client, prompt))
             await asyncio.sleep(args.gap)
         stop_at.set()
@@ -129,7 +131,7 @@ def per_round(target: str, ttfts: dict[str, list[list[float]]]) -> None:
     for i, _ in enumerate(ttfts["solo"]):
         solo = quantile(ttfts["solo"][i], 0.99)
         ratios = "  ".join(f"{name} p99/solo {quantile(ttfts[name][i], 0.99) / solo:5.2f}"
-                           for name in ttfts if name != "solo")
+                           for name in ttfts if name != "solo" and ttfts[name])
         print(f"{target:12s} round {i + 1}: solo p99 {solo * 1e3:6.1f} ms  {ratios}")
 
 
@@ -141,6 +143,8 @@ def run_round(target: str, port: int, phases: tuple[str, ...], rnd: int,
         t0 = time.perf_counter()
         xs = asyncio.run(phase(port, name, args, seed=rnd * 10 + 1))
         out[name].append(xs)
+        if args.verbose:
+            print("  " + " ".join(f"{x * 1e3:.0f}" for x in xs))
         print(f"{target:12s} round {rnd + 1} {name:6s}: p50 {statistics.median(xs) * 1e3:7.1f} "
               f"ms  p99 {quantile(xs, 0.99) * 1e3:7.1f} ms  ({time.perf_counter() - t0:.0f} s)",
               flush=True)
@@ -151,13 +155,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--flood", type=int, default=32, help="A's streams in flight")
     parser.add_argument("--probes", type=int, default=20, help="B's requests per phase")
+    parser.add_argument("--shared-probes", type=int, default=5,
+                        help="B's requests in the phases where it waits behind A's queue")
+    parser.add_argument("--phases", default=",".join(PHASES), help="llamapy's phases")
+    parser.add_argument("--verbose", action="store_true", help="print every TTFT")
     parser.add_argument("--gap", type=float, default=0.2, help="seconds between B's probes")
     parser.add_argument("--warmup", type=float, default=3.0, help="seconds A floods first")
     parser.add_argument("--max-queue", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--n-batch", type=int, default=512, help="both servers' -b")
     parser.add_argument("--llama-server", action="store_true", help="llama-server as the peer")
     args = parser.parse_args()
-    ours = Settings(n_ctx=8192, n_parallel=4, n_batch=512, threads=args.threads)
+    ours = Settings(n_ctx=8192, n_parallel=4, n_batch=args.n_batch, threads=args.threads)
     peer = replace(ours, port=ours.port + 1)
     byte_compile()
     results: dict[str, dict[str, list[list[float]]]] = {
@@ -170,7 +179,7 @@ def main() -> None:
             procs.append(start([*llama_server_cmd(peer), "--api-key", "ka,kb"], peer.port)[0])
         try:
             for rnd in range(args.rounds):
-                targets = [("llamapy", ours.port, PHASES)]
+                targets = [("llamapy", ours.port, tuple(args.phases.split(",")))]
                 if args.llama_server:
                     targets.append(("llama-server", peer.port, PEER_PHASES))
                 for target, port, phases in (targets if rnd % 2 == 0 else targets[::-1]):
@@ -183,7 +192,8 @@ def main() -> None:
             per_round(target, rounds)
     for target, rounds in results.items():
         if rounds["solo"]:
-            report(target, {name: [x for xs in r for x in xs] for name, r in rounds.items()})
+            report(target, {name: [x for xs in r for x in xs] for name, r in rounds.items()
+                            if r})
 
 
 if __name__ == "__main__":

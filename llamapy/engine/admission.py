@@ -13,7 +13,7 @@ from llamapy.engine.planner import queued_view
 from llamapy.engine.prefix import PrefixResolver
 from llamapy.engine.prompt_cache import common_prefix
 from llamapy.engine.request import Request, Run
-from llamapy.engine.slots import SlotPool
+from llamapy.engine.slots import Slot, SlotPool
 from llamapy.engine.tenants import Tenants, tenant_of
 from llamapy.errors import ContextOverflowError, InvalidOptionError
 from llamapy.options.limits import check_limits, check_model_bounds
@@ -103,6 +103,14 @@ class Admission:
             return not self.capped(run) and self.pool.route(run) is not None
         except Exception:
             return True
+
+    def placement(self, probe: Run, queue: list[Run]) -> Slot | None:
+        """The slot a new request (``probe``) takes at submission, None to queue it: never
+        past a queued run of the same lease (or none), nor past its tenant's slot cap."""
+        lease_id = probe.request.lease_id
+        if any(r.request.lease_id == lease_id for r in queue) or self.capped(probe):
+            return None
+        return self.pool.route(probe)
 
     def capped(self, run: Run) -> bool:
         """Whether ``run``'s tenant already holds ``tenant_max_slots`` slots (leased slots and

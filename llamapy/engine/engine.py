@@ -166,9 +166,7 @@ class Engine:
         ``QueueFullError``."""
         self.tenants.check(request)
         probe = Run(request, -1, self._cache_prompt(request), None, 0.0, prompt=prompt)
-        fifo_blocked = any(r.request.lease_id == request.lease_id for r in self._queue)
-        held_back = fifo_blocked or self.admission.capped(probe)
-        slot = None if held_back else self.pool.route(probe)
+        slot = self.admission.placement(probe, self._queue)
         if slot is None and 0 < self.config.max_queue <= len(self._queue):
             self.counters.num_rejected += 1
             raise QueueFullError(self.config.max_queue)
@@ -330,17 +328,10 @@ class Engine:
         self.speculator.finished(run)
         if run.sampler is not None:
             run.sampler.close()
-        self._count_finish(run, reason)
-        self._deliver(run, run.final_event(reason, error))
-
-    def _count_finish(self, run: Run, reason: FinishReason) -> None:
         run.timings.completion_tokens = run.num_generated
         run.timings.finish_reason = reason.value
         self.counters.count_finish(reason.value)
-        if reason is FinishReason.CANCELLED:
-            self.counters.num_cancelled += 1
-        elif reason is FinishReason.ERROR:
-            self.counters.num_errors += 1
+        self._deliver(run, run.final_event(reason, error))
 
     def _deliver(self, run: Run, event: Event) -> None:
         try:

@@ -101,9 +101,14 @@ class Counters:
                 + self.num_reused_disk + self.num_reused_inflight)
 
     def count_finish(self, reason: str) -> None:
-        """Count one finished request by reason."""
+        """Count one finished request by reason (``cancelled`` and ``error`` in their own
+        counters too)."""
         self.finish_reasons[reason] = self.finish_reasons.get(reason, 0) + 1
         self.num_finished += 1
+        if reason == "cancelled":
+            self.num_cancelled += 1
+        elif reason == "error":
+            self.num_errors += 1
 
 
 @dataclass(slots=True)

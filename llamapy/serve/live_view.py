@@ -76,10 +76,12 @@ class Watchers:
 
 
 def snapshot(served: ServedModel, metrics: Metrics) -> dict[str, Any]:
-    """One model's snapshot: state, settings, ``/slots``-shaped slots, cumulative counters by
-    section (reuse by source under ``reused``) and the TTFT histogram's ``sum_s``/``count``."""
+    """One model's snapshot: state, ``cache_report``, settings, ``/slots``-shaped slots,
+    cumulative counters by section (reuse by source under ``reused``) and the TTFT histogram's
+    ``sum_s``/``count``."""
     stats = served.server.stats(STATS_TIMEOUT_S)
-    out: dict[str, Any] = {"model": served.name, "state": stats.get("state", "loading")}
+    out: dict[str, Any] = {"model": served.name, "state": stats.get("state", "loading"),
+                           "cache_report": served.cache_report}
     out.update({key: int(stats.get(key, 0)) for key in SETTINGS})
     out["slots"] = slot_entries(served, stats.get("slots") or ())
     out["reused"] = {source: int(stats.get(f"num_reused_{source}", 0))
@@ -143,8 +145,8 @@ async def _feed(request: Request, ctx: AppContext, model: str | None,
     watchers.count += 1
     try:
         while not await request.is_disconnected():
-            yield feed_view(await run_in_threadpool(frame, ctx, model, watchers.count),
-                            principal)
+            view = await run_in_threadpool(frame, ctx, model, watchers.count)
+            yield feed_view(view, principal, exact=view.get("cache_report", "exact") == "exact")
             await asyncio.sleep(INTERVAL_S)
     finally:
         watchers.count -= 1

@@ -197,7 +197,9 @@ def _status_routes(router: Router, ctx: AppContext) -> None:
         other tenants' slots bare, :mod:`llamapy.serve.tenant_view`)."""
         ctx.check_enabled("slots")
         principal = ctx.principal(request)
-        return slot_view(await run_in_threadpool(compat.slots, ctx.served()), principal)
+        served = ctx.served()
+        entries = await run_in_threadpool(compat.slots, served)
+        return slot_view(entries, principal, exact=served.cache_report == "exact")
 
     @router.post("/slots/{id_slot}")
     async def slot_action(request: Request) -> dict[str, Any]:

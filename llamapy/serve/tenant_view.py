@@ -15,6 +15,9 @@ A tenant key (the default tenant's too, once tenancy is on):
   nothing.
 - ``POST /slots/{id}?action=...``: see :mod:`llamapy.serve.slot_files` (its own slots only, files
   in its own folder, 403 otherwise).
+- With ``--cache-report coarse|off`` a key that is not an admin's sees its own slots bare too,
+  and the feed without its token counters: slot token counts, and counters read before and
+  after one request, would tell that request's reuse exactly.
 - ``GET /metrics`` is a 403: the metrics are the whole server's (Prometheus scrapes with an
   admin key). With several models, ``/models/load`` and ``/models/unload`` are admins' too: they
   change what every tenant is served.
@@ -30,20 +33,26 @@ from .tenants import Principal
 
 __all__ = ["BARE_FIELDS", "feed_view", "slot_view"]
 
+#: Feed sections that count tokens (reused by source, prompt, cached): what ``--cache-report
+#: coarse|off`` hides from keys that are not an admin's, as a before-and-after difference
+#: around one request would tell its exact reuse.
+COUNTED_TOKENS = ("reused", "tokens", "ram_cache", "disk_cache")
+
 #: What a tenant key sees of another tenant's slot.
 BARE_FIELDS = ("id", "n_ctx", "speculative", "state", "is_processing")
 
 
-def slot_view(entries: Iterable[Mapping[str, Any]], principal: Principal
-              ) -> list[dict[str, Any]]:
+def slot_view(entries: Iterable[Mapping[str, Any]], principal: Principal,
+              exact: bool = True) -> list[dict[str, Any]]:
     """``/slots`` entries (:func:`~llamapy.openai_api.llama_compat.slot_entries`) as
-    ``principal`` sees them (see the module)."""
+    ``principal`` sees them (see the module); not ``exact`` (``--cache-report coarse|off``),
+    a key that is not an admin's sees its own slots bare too."""
     out = []
     for entry in entries:
         tenant = entry.get("tenant")
-        if not principal.sees(tenant):
+        if not principal.sees(tenant) or not (exact or principal.admin):
             out.append({**{k: entry[k] for k in BARE_FIELDS if k in entry},
-                        "other_tenant": True})
+                        "other_tenant": not principal.owns(tenant)})
         elif principal.admin:
             scope = CacheKey(entry.get("cache_scope"), tenant=tenant).display_scope
             out.append({**entry, "cache_scope": scope})
@@ -52,11 +61,15 @@ def slot_view(entries: Iterable[Mapping[str, Any]], principal: Principal
     return out
 
 
-def feed_view(frame: Mapping[str, Any], principal: Principal) -> dict[str, Any]:
+def feed_view(frame: Mapping[str, Any], principal: Principal, exact: bool = True
+              ) -> dict[str, Any]:
     """An events-feed frame (:func:`~llamapy.serve.live_view.frame`) as ``principal`` sees it:
     its slots through :func:`slot_view`; without the recent instability events unless an
-    admin's."""
-    out = {**frame, "slots": slot_view(frame.get("slots") or (), principal)}
+    admin's; not ``exact``, without the token counters either (a key that is not an admin's)."""
+    out = {**frame, "slots": slot_view(frame.get("slots") or (), principal, exact)}
     if not principal.admin and "recent_instability" in out:
         out["recent_instability"] = []
+    if not (exact or principal.admin):
+        for section in COUNTED_TOKENS:
+            out.pop(section, None)
     return out

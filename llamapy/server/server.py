@@ -297,7 +297,8 @@ class Server:
 
     def check_fits_at_once(self, count: int) -> None:
         """Raise unless ``count`` sibling requests are within ``max_choices`` and could all be
-        running or queued at once (see :meth:`acomplete_all`)."""
+        running or queued at once, also within one tenant's ``tenant_max_requests`` (see
+        :meth:`acomplete_all`)."""
         engine = self._start.engine
         if count > engine.max_choices:
             raise InvalidOptionError(f"n: at most {engine.max_choices} choices times prompts "
@@ -307,6 +308,10 @@ class Server:
             raise InvalidOptionError(f"n: {count} requests can never run or wait at once "
                                      f"({engine.n_parallel} slots, max_queue "
                                      f"{engine.max_queue})", option="n")
+        if 0 < engine.tenant_max_requests < count:
+            raise InvalidOptionError(f"n: {count} requests are more than one tenant may hold "
+                                     f"at once (tenant_max_requests "
+                                     f"{engine.tenant_max_requests})", option="n")
 
     async def acomplete(self, prompt: str, **options: Any) -> Completion:
         """Async :meth:`complete`."""

@@ -114,6 +114,19 @@ def test_more_choices_than_the_slots_and_the_queue_hold_are_refused() -> None:
         app.check_idle()
 
 
+def test_more_choices_than_one_tenant_may_hold_are_refused() -> None:
+    """With ``tenant_max_requests`` 3, 4 choices would be partly admitted, then refused."""
+    with fake_app(options={"tenant_max_requests": 3}) as app:
+        response = app.send("POST", "/v1/chat/completions",
+                            json={"messages": MESSAGES, "max_tokens": 2, "n": 4})
+        assert response.status_code == 400 and response.json()["error"]["param"] == "n"
+        assert "tenant_max_requests" in response.json()["error"]["message"]
+        response = app.send("POST", "/v1/chat/completions",
+                            json={"messages": MESSAGES, "max_tokens": 2, "n": 3})
+        assert response.status_code == 200, response.text
+        app.check_idle()
+
+
 def test_embedding_inputs_are_bounded_by_max_embedding_inputs() -> None:
     server = fake_server(max_embedding_inputs=3)
     try:
