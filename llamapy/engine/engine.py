@@ -82,8 +82,7 @@ class Engine:
         self.strategy = resolve_strategy(config.batch_strategy)
         self.counters = Counters()
         self.instability_events: deque[InstabilityEvent] = recent_events()
-        self.pool = SlotPool(config.n_parallel,
-                             min_route_share=config.slot_prompt_similarity)
+        self.pool = SlotPool(config.n_parallel, min_route_share=config.slot_prompt_similarity)
         self.disk = open_disk_cache(config, tuning, cache_namespace)
         self.ram = PromptCache(config.prompt_cache_ram_bytes, min_tokens=tuning.ram_min_tokens,
                                min_fraction=tuning.ram_min_fraction,
@@ -94,8 +93,7 @@ class Engine:
                                      cache_idle_slots=config.cache_idle_slots)
         self.planner = Planner(self.strategy, self.n_batch, config.chunk_size)
         #: Per-tenant bookkeeping: the bound on requests, the round robin of admission.
-        self.tenants = Tenants(config.tenant_max_requests, self.counters,
-                               max_slots=config.tenant_max_slots)
+        self.tenants = Tenants.of(config, self.counters)
         self.admission = Admission(self.pool, self.prefix, self.strategy, clock, self.tenants)
         self.speculator = Speculator(backend, self.counters,
                                      with_ngram(config.spec_ngram_size, drafters),

@@ -45,6 +45,7 @@ from __future__ import annotations
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 
+from llamapy.engine.options import EngineConfig
 from llamapy.engine.request import Request, Run
 from llamapy.engine.slots import Slot
 from llamapy.engine.stats import Counters
@@ -76,6 +77,11 @@ class Tenants:
         self._active: Counter[str | None] = Counter()
         self._served: dict[str | None, int] = {}
         self._clock = 0
+
+    @classmethod
+    def of(cls, config: EngineConfig, counters: Counters) -> Tenants:
+        """The bookkeeping of an engine configured by ``config``."""
+        return cls(config.tenant_max_requests, counters, max_slots=config.tenant_max_slots)
 
     def check(self, request: Request) -> None:
         """``TenantBusyError`` (counted as rejected) if ``request``'s tenant may not hold one
