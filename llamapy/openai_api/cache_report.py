@@ -36,16 +36,13 @@ from typing import TypeVar
 
 from ..engine import ProgressEvent, RequestTimings, StreamEvent
 from ..errors import InvalidOptionError
+from ..options.reports import CACHE_REPORTS, REPORT_BLOCK
 from ..runtime import AsyncRequestStream, RequestStream
 from ..server import Completion
 
 __all__ = ["CACHE_REPORTS", "REPORT_BLOCK", "AsyncReportedEvents", "ReportedEvents",
            "check_cache_report", "reported_completion", "reported_event", "reported_timings"]
 
-#: ``--cache-report`` values.
-CACHE_REPORTS = ("exact", "coarse", "off")
-#: Tokens ``coarse`` rounds reuse down to a multiple of.
-REPORT_BLOCK = 128
 
 E = TypeVar("E", bound=StreamEvent)
 

@@ -19,8 +19,8 @@ from typing import Any
 
 from ..chat.builtin_templates import BUILTIN_TEMPLATES, LLAMA_CPP_NAMES
 from ..errors import InvalidOptionError, UnsupportedFeatureError
-from ..openai_api.cache_report import CACHE_REPORTS, REPORT_BLOCK
 from ..options import REASONING_FORMATS, TIMEOUTS
+from ..options.reports import CACHE_REPORTS, REPORT_BLOCK
 from .compat_flags import api_keys
 from .flags import DEFAULT_MAX_BODY_BYTES
 
