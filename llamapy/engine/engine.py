@@ -92,7 +92,6 @@ class Engine:
                                      self.instability_events.append, self.disk,
                                      cache_idle_slots=config.cache_idle_slots)
         self.planner = Planner(self.strategy, self.n_batch, config.chunk_size)
-        #: Per-tenant bookkeeping: the bound on requests, the round robin of admission.
         self.tenants = Tenants.of(config, self.counters)
         self.admission = Admission(self.pool, self.prefix, self.strategy, clock, self.tenants)
         self.speculator = Speculator(backend, self.counters,
