@@ -13,7 +13,10 @@ HTTP layer renames foreign spellings through :data:`ALIASES`.
 - :mod:`~llamapy.options.deployment`: :class:`DeploymentOptions` (a Ray Serve deployment);
 - :mod:`~llamapy.options.timeouts`: :class:`Timeouts` (:data:`TIMEOUTS`);
 - :mod:`~llamapy.options.aliases`: :data:`ALIASES`, :data:`REASONING_FORMATS`;
-- :mod:`~llamapy.options.start`: :class:`ServerOptions`, :func:`resolve_start_options`.
+- :mod:`~llamapy.options.start`: :class:`ServerOptions`, :class:`CallOptions`,
+  :func:`resolve_start_options`;
+- :mod:`~llamapy.options.typed`: :class:`GenerationOptions`, the keyword ``TypedDict`` of a
+  generation call (generated from this tree by ``python -m llamapy.options._typed_gen``).
 """
 
 from llamapy.options._spec import field_default, field_help, option, option_factory, option_names
@@ -48,6 +51,7 @@ from llamapy.options.sampling import (
 from llamapy.options.start import (
     CALL_OPTION_KEYS,
     START_OPTION_OWNERS,
+    CallOptions,
     ResolvedStart,
     ServerOptions,
     call_option_keys,
@@ -56,6 +60,7 @@ from llamapy.options.start import (
     start_option_keys,
 )
 from llamapy.options.timeouts import TIMEOUTS, Timeouts
+from llamapy.options.typed import GenerationOptions
 
 __all__ = [
     "ALIASES",
@@ -71,10 +76,12 @@ __all__ = [
     "SERVER_OWNED_KEYS",
     "START_OPTION_OWNERS",
     "TIMEOUTS",
+    "CallOptions",
     "ContextOptions",
     "DeploymentOptions",
     "EngineConfig",
     "EngineTuning",
+    "GenerationOptions",
     "ModelOptions",
     "RequestOptions",
     "ResolvedStart",

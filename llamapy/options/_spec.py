@@ -2,7 +2,10 @@
 
 Every option dataclass of :mod:`llamapy.options` declares its fields with :func:`option` (or
 :func:`option_factory` for mutable defaults), so the name, type, default and help text of an
-option live in one place; CLI flags and key lists are generated from them.
+option live in one place; CLI flags, key lists and the keyword ``TypedDict`` of
+:mod:`llamapy.options.typed` are generated from them. ``accepts`` names the type a caller may
+pass when it is wider than the stored one (``stop`` takes a string or a list and stores a
+tuple).
 """
 
 from __future__ import annotations
@@ -16,17 +19,22 @@ from llamapy.errors import InvalidOptionError
 
 T = TypeVar("T")
 
-__all__ = ["field_default", "field_help", "option", "option_factory", "option_names", "required"]
+__all__ = ["field_default", "field_help", "field_input_type", "option", "option_factory",
+           "option_names", "required"]
 
 
-def option(default: T, help: str, *, flags: tuple[str, ...] = ()) -> T:
-    """A field with ``default`` and a one-line ``help``; ``flags`` adds CLI spellings."""
-    return dataclasses.field(default=default, metadata={"help": help, "flags": flags})
+def option(default: T, help: str, *, flags: tuple[str, ...] = (), accepts: str = "") -> T:
+    """A field with ``default`` and a one-line ``help``; ``flags`` adds CLI spellings,
+    ``accepts`` the type a caller may pass when it is wider than the field's (see the module)."""
+    return dataclasses.field(default=default,
+                             metadata={"help": help, "flags": flags, "accepts": accepts})
 
 
-def option_factory(factory: Callable[[], T], help: str, *, flags: tuple[str, ...] = ()) -> T:
+def option_factory(factory: Callable[[], T], help: str, *, flags: tuple[str, ...] = (),
+                   accepts: str = "") -> T:
     """A field whose default is built by ``factory`` (mutable or frozen collections)."""
-    return dataclasses.field(default_factory=factory, metadata={"help": help, "flags": flags})
+    return dataclasses.field(default_factory=factory,
+                             metadata={"help": help, "flags": flags, "accepts": accepts})
 
 
 def required(help: str) -> Any:
@@ -42,6 +50,13 @@ def option_names(cls: type, *, exclude: tuple[str, ...] = ()) -> tuple[str, ...]
 def field_help(f: dataclasses.Field[Any]) -> str:
     """The help text of an option field ("" if it has none)."""
     return str(f.metadata.get("help", ""))
+
+
+def field_input_type(f: dataclasses.Field[Any]) -> str:
+    """The type a caller may pass for an option field, as source text: its ``accepts``, else
+    its annotation."""
+    accepts = str(f.metadata.get("accepts", ""))
+    return accepts or (f.type if isinstance(f.type, str) else getattr(f.type, "__name__", ""))
 
 
 def field_default(f: dataclasses.Field[Any]) -> Any:

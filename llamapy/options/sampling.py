@@ -82,7 +82,7 @@ class SamplingParams:
     dry_allowed_length: int = option(2, "repeats this long or shorter are not DRY-penalised")
     dry_penalty_last_n: int = option(-1, "tokens DRY looks back over (-1 = the context)")
     dry_sequence_breakers: tuple[str, ...] = option(
-        _DRY_BREAKERS, "strings that break DRY's repeat matching")
+        _DRY_BREAKERS, "strings that break DRY's repeat matching", accepts="Sequence[str]")
     top_n_sigma: float = option(-1.0, "keep tokens within n sigmas of the top logit (-1 = off)",
                                 flags=("--top-nsigma",))
     xtc_probability: float = option(0.0, "chance that XTC removes the top tokens (0 = off)")
@@ -101,7 +101,7 @@ class SamplingParams:
     n_probs: int = option(0, "top log-probabilities reported per generated token")
     samplers: tuple[str, ...] = option(
         DEFAULT_SAMPLERS, "sampler order (names; as a string, llama-server's letters "
-        "'edskypmxt'); ';' also separates names")
+        "'edskypmxt'); ';' also separates names", accepts="str | Sequence[str]")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "samplers", sampler_names(self.samplers))
@@ -180,9 +180,12 @@ class RequestOptions:
                                 "across tenants (None = the default tenant)")
     cache_salt: str | None = option(None, "only requests with the same salt reuse each "
                                     "other's KV (None = no salt)")
-    adapters: tuple[Hashable, ...] = option((), "the request's LoRA adapter set (() = none)")
-    stop: tuple[str, ...] = option((), "strings that end generation (never emitted)")
-    speculative: Any = option(None, "speculative decoding: a drafter name, False or settings")
+    adapters: tuple[Hashable, ...] = option((), "the request's LoRA adapter set (() = none)",
+                                            accepts="Sequence[Hashable]")
+    stop: tuple[str, ...] = option((), "strings that end generation (never emitted)",
+                                   accepts="str | Sequence[str]")
+    speculative: Any = option(None, "speculative decoding: a drafter name, False or settings",
+                              accepts="str | Sequence[str] | bool | Mapping[str, Any] | None")
     sampling: SamplingParams = option_factory(SamplingParams, "the request's sampling options")
     timings_per_token: bool = option(False, "attach the timings so far to each token event")
     return_progress: bool = option(False, "emit progress events while the prompt is computed")

@@ -13,7 +13,7 @@ refused (a vocabulary-only model cannot decode).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ from llamapy.options.sampling import SamplingParams, request_option_keys
 __all__ = [
     "CALL_OPTION_KEYS",
     "START_OPTION_OWNERS",
+    "CallOptions",
     "ResolvedStart",
     "ServerOptions",
     "call_option_keys",
@@ -43,8 +44,20 @@ __all__ = [
     "start_option_keys",
 ]
 
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallOptions:
+    """The options of a blocking or streaming call that are not engine request options (their
+    names and types; the ``Server`` methods read them from the call's keywords)."""
+
+    timeout: float | None = option(None, "seconds the call (or each event of a stream) may "
+                                   "take (None = no limit; not given = the method's default)")
+    request_id: Hashable = option(None, "the request's id, for cancel() from elsewhere "
+                                  "(default: a fresh one)", accepts="Hashable")
+
+
 #: Per-call options that are not engine request options.
-CALL_OPTION_KEYS = ("timeout", "request_id")
+CALL_OPTION_KEYS = option_names(CallOptions)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
