@@ -18,9 +18,10 @@ from llamapy.engine.disk_cache import CacheNamespace
 from llamapy.engine.engine import Engine
 from llamapy.engine.model_drafter import ModelDrafter, check_same_vocab
 from llamapy.engine.options import EngineConfig
+from llamapy.fingerprint import model_fingerprint
 from llamapy.llama_backend import LlamaBackend
 from llamapy.options.context import KV_RUNTIME_KEYS
-from llamapy.runtime.identity import describe_adapter_files, file_fingerprint, namespace_digest
+from llamapy.runtime.identity import describe_adapter_files, namespace_digest
 from llamapy.runtime.loop import Hosted
 
 __all__ = ["cache_namespace", "host_model"]
@@ -63,7 +64,8 @@ def host_model(model: Model, context: ContextOptions, config: EngineConfig,
 
 def cache_namespace(model: Model, ctx: Context) -> CacheNamespace:
     """The disk prompt cache's namespace for KV computed by ``model`` in ``ctx``: the model
-    file's fingerprint and size, its tokenizer, built-in chat template and BOS policy, the
+    file's fingerprint (:func:`~llamapy.fingerprint.model_fingerprint`, started when the model
+    loaded; waited for here) and size, its tokenizer, built-in chat template and BOS policy, the
     context's KV-shaping options and per-sequence size, and the libllama build (its file's
     fingerprint and the pinned llama.cpp commit); adapters are named by their files'
     fingerprints."""
@@ -78,12 +80,12 @@ def namespace_parts(model: Model, ctx: Context) -> dict[str, Any]:
                  if k.startswith("tokenizer.") and k != "tokenizer.chat_template"}
     options = ctx.options
     return {
-        "model": file_fingerprint(model.path), "model_size": model.path.stat().st_size,
+        "model": model_fingerprint(model.path), "model_size": model.path.stat().st_size,
         "tokenizer": _sha({**tokenizer, "n_vocab": model.n_vocab}),
         "chat_template": _sha(model.chat_template() or ""), "add_bos": model.add_bos,
         "kv": {"n_ctx_seq": ctx.n_ctx_seq, "kv_unified": options.kv_unified,
                **{k: getattr(options, k) for k in KV_RUNTIME_KEYS}},
-        "libllama": file_fingerprint(native().lib_path), "llama_cpp": LLAMA_CPP_COMMIT,
+        "libllama": model_fingerprint(native().lib_path), "llama_cpp": LLAMA_CPP_COMMIT,
     }
 
 

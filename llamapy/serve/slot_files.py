@@ -6,9 +6,10 @@ into an idle slot (the next request sharing the prefix reuses it, in the saved
 ``cache_scope`` only); ``erase`` drops the slot's KV. The responses are llama-server's
 (``n_saved`` / ``n_written``, ``n_restored`` / ``n_read``, ``n_erased``, ``timings``).
 
-File format (ours, version 1): ``LLPYSLOT``, a 4-byte little-endian header length, a JSON header
-(model file name and vocabulary size, cache key, token count, sha256 of the body), then the
-tokens as int32 and the state bytes. A file of another model, a bad checksum or a truncated file
+File format (ours, version 2): ``LLPYSLOT``, a 4-byte little-endian header length, a JSON header
+(model file name, its fingerprint (:func:`llamapy.fingerprint.model_fingerprint`, the sha256 of
+its bytes) and vocabulary size, cache key, token count, sha256 of the body), then the tokens as
+int32 and the state bytes. A file of another model, a bad checksum or a truncated file
 is a 400 that names the problem; the slot is left empty. Filenames are one path component of
 letters, digits, ``.``, ``_`` and ``-`` (no directories, not starting with a dot).
 
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from ..engine.request import CacheKey
 from ..engine.slot_state import SlotState
 from ..errors import EndpointDisabledError, InvalidRequestError, PermissionDeniedError
+from ..fingerprint import model_fingerprint
 from ..openai_api import ServedModel
 from .tenants import OPEN, Principal, check_tenant_name
 
@@ -44,7 +46,8 @@ if TYPE_CHECKING:
 __all__ = ["slot_action", "tenant_folder"]
 
 MAGIC = b"LLPYSLOT"
-VERSION = 1
+#: 2: the header names the model by its fingerprint too (a file of version 1 is refused).
+VERSION = 2
 _FILENAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,254}")
 
 
@@ -131,8 +134,12 @@ def _restore(served: ServedModel, path: Path, slot_id: int, principal: Principal
 
 
 def _model_id(served: ServedModel) -> dict[str, Any]:
+    """What a slot file's model must match: the fingerprint of the served file (None for a
+    model without one, such as the fake backend's), its name and its vocabulary size."""
     model = served.server.model
-    return {"model": Path(served.server.model_path).name, "n_vocab": model.n_vocab}
+    path = Path(served.server.model_path)
+    fingerprint = model_fingerprint(path) if path.is_file() else None
+    return {"model": path.name, "model_fingerprint": fingerprint, "n_vocab": model.n_vocab}
 
 
 def encode(saved: SlotState, model: dict[str, Any]) -> bytes:
@@ -166,7 +173,7 @@ def decode(data: bytes, model: dict[str, Any]) -> SlotState:
                                   "corrupt file) or another format version")
     if {k: header.get(k) for k in model} != model:
         raise InvalidRequestError(f"Unable to restore slot: saved by model {header.get('model')} "
-                                  "(vocabulary differs or another file)")
+                                  "(another model file, or the file has changed since)")
     key = CacheKey(header.get("cache_scope"), header.get("cache_identity", ""),
                    tuple(tuple(a) for a in header.get("adapter_set", ())),
                    header.get("tenant"), header.get("salt"))

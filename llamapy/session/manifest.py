@@ -4,7 +4,7 @@ Reuse requires compatible *identity*, not equal text (token-level LCP handles te
 The identity fields, compared in this order by :meth:`ContextManifest.compare`:
 
 ==========================  ===================================================================
-``model_digest``            sha256 of the GGUF file (computed once, cached by path+size+mtime)
+``model_digest``            sha256 of the GGUF file (:func:`llamapy.fingerprint.model_fingerprint`)
 ``tokenizer``               sha256 of the model's ``tokenizer.*`` metadata and vocabulary size
 ``chat_template_digest``    sha256 of the chat template the caller renders with
 ``runtime_digest``          sha256 of n_ctx, KV types, flash attention, RoPE/YaRN settings and
@@ -23,13 +23,12 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from llamapy.errors import ManifestMismatchError
+from llamapy.fingerprint import model_fingerprint
 
 __all__ = [
     "IDENTITY_FIELDS",
@@ -46,32 +45,15 @@ IDENTITY_FIELDS = ("model_digest", "tokenizer", "chat_template_digest", "runtime
 #: Identity fields a host can verify; a declared manifest must match them.
 VERIFIED_FIELDS = ("model_digest", "tokenizer", "runtime_digest", "adapters")
 
-_digest_lock = threading.Lock()
-_digest_cache: dict[tuple[str, int, int], str] = {}
-
 
 def sha256_hex(data: bytes | str) -> str:
     """Hex sha256 of bytes (or UTF-8 text)."""
     return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()
 
 
-def file_digest(path: str | os.PathLike[str]) -> str:
-    """sha256 of a file, computed once per ``(realpath, size, mtime_ns)``."""
-    real = os.path.realpath(path)
-    st = os.stat(real)
-    key = (real, st.st_size, st.st_mtime_ns)
-    with _digest_lock:
-        cached = _digest_cache.get(key)
-    if cached is not None:
-        return cached
-    h = hashlib.sha256()
-    with open(real, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    digest = h.hexdigest()
-    with _digest_lock:
-        _digest_cache[key] = digest
-    return digest
+#: The sha256 of a file, computed once per version of it: the model fingerprint
+#: (:func:`llamapy.fingerprint.model_fingerprint`) under the name sessions have always used.
+file_digest = model_fingerprint
 
 
 def runtime_digest(runtime: Mapping[str, Any]) -> str:

@@ -1,10 +1,11 @@
-"""The disk cache namespace's pure parts: file fingerprints and adapter descriptions (no model)."""
+"""The disk cache namespace's pure parts: adapter descriptions and the digest (no model). The
+file fingerprint itself is tested in ``tests/test_model_fingerprint.py``."""
 
 from __future__ import annotations
 
 import os
 
-from llamapy.runtime.identity import describe_adapter_files, file_fingerprint, namespace_digest
+from llamapy.runtime.identity import describe_adapter_files, namespace_digest
 
 MIB = 1 << 20
 
@@ -16,40 +17,6 @@ def write(path, size: int, patch: dict[int, bytes] | None = None) -> None:
         for offset, data in (patch or {}).items():
             f.seek(offset)
             f.write(data)
-
-
-def test_small_files_are_hashed_whole(tmp_path):
-    a, b = tmp_path / "a", tmp_path / "b"
-    write(a, 3 * MIB)
-    write(b, 3 * MIB, {3 * MIB - 1: b"x"})
-    assert file_fingerprint(a) != file_fingerprint(b)
-    assert file_fingerprint(a) == file_fingerprint(a)
-
-
-def test_large_files_are_sampled_head_spread_and_tail(tmp_path):
-    size = 200 * MIB
-    base = tmp_path / "base"
-    write(base, size)
-    digests = {file_fingerprint(base)}
-    for name, offset in (("head", 5 * MIB), ("tail", size - 10), ("sample", 16 * MIB)):
-        path = tmp_path / name
-        write(path, size, {offset: b"changed"})
-        digests.add(file_fingerprint(path))
-    assert len(digests) == 4
-    longer = tmp_path / "longer"
-    write(longer, size + 1)
-    assert file_fingerprint(longer) not in digests  # the size is part of it
-
-
-def test_a_copy_has_the_same_fingerprint_and_a_rewrite_is_noticed(tmp_path):
-    a, b = tmp_path / "a", tmp_path / "b"
-    write(a, 2 * MIB, {10: b"model"})
-    write(b, 2 * MIB, {10: b"model"})
-    assert file_fingerprint(a) == file_fingerprint(b)  # content, not path
-    first = file_fingerprint(a)
-    write(a, 2 * MIB, {10: b"other"})
-    os.utime(a, ns=(1, 1))  # a new mtime: the cached fingerprint is not reused
-    assert file_fingerprint(a) != first
 
 
 def test_adapters_are_described_by_their_files(tmp_path):
