@@ -39,6 +39,7 @@ from llamapy.errors._native import (
     RpcServerError,
     decode_error,
 )
+from llamapy.errors._overflow import ContextOverflowDetail
 from llamapy.errors._tree import (
     CancelledError,
     ClosedError,
@@ -79,6 +80,7 @@ __all__ = [
     "AuthenticationError",
     "CancelledError",
     "ClosedError",
+    "ContextOverflowDetail",
     "ContextOverflowError",
     "DecodeAbortedError",
     "DecodeError",

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from llamapy.errors._overflow import ContextOverflowDetail
+
 
 class LlamapyError(Exception):
     """Base of every llamapy error."""
@@ -94,6 +96,11 @@ class ContextOverflowError(LlamapyError):
     def n_prompt_tokens(self) -> int:
         """llama-server's count: the tokens the request needed in the context."""
         return self.resident_tokens + self.additional_tokens
+
+    def overflow_detail(self) -> ContextOverflowDetail:
+        """The counts as a value (``as_dict()`` is what an HTTP error body carries)."""
+        return ContextOverflowDetail(stage=self.stage, resident_tokens=self.resident_tokens,
+                                     additional_tokens=self.additional_tokens, n_ctx=self.n_ctx)
 
 
 class ManifestMismatchError(LlamapyError):

@@ -3,7 +3,8 @@
 ``{"error": {"message", "type", "param", "code"}}`` with the status of the exception's
 ``http_status``; ``type`` is its ``error_type``; ``code`` comes from :data:`ERROR_CODES` by class.
 A context overflow (``type`` ``exceed_context_size_error``, as llama-server) adds its token
-counts, llama-server's ``n_prompt_tokens`` and ``n_ctx`` among them; a full queue answers 429
+counts (:meth:`~llamapy.errors.ContextOverflowError.overflow_detail`), llama-server's
+``n_prompt_tokens`` and ``n_ctx`` among them; a full queue answers 429
 with ``Retry-After``. Any other exception is a 500 with the same shape, and the server keeps
 serving.
 """
@@ -82,9 +83,7 @@ def error_body(exc: BaseException) -> tuple[int, dict[str, Any]]:
     error: dict[str, Any] = {"message": str(exc), "type": exc.error_type,
                              "param": getattr(exc, "option", None), "code": error_code(exc)}
     if isinstance(exc, ContextOverflowError):
-        error.update(stage=exc.stage, resident_tokens=exc.resident_tokens,
-                     additional_tokens=exc.additional_tokens, n_ctx=exc.n_ctx,
-                     n_prompt_tokens=exc.n_prompt_tokens)
+        error.update(exc.overflow_detail().as_dict())
     if isinstance(exc, UnsupportedFeatureError) and error["param"] is None:
         error["param"] = exc.feature
     return exc.http_status, {"error": error}
