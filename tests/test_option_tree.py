@@ -178,7 +178,8 @@ def test_alias_table_is_read_by_every_consumer() -> None:
         {"typical_p": 0.5, "penalty_last_n": 8}
     assert set(aliases_of("max_tokens")) == {"n_predict", "max_completion_tokens"}
     assert llama_compat.BUDGET_FIELDS[0] == "n_predict"
-    assert prompt.REASONING_FORMATS is config.REASONING_FORMATS is REASONING_FORMATS
+    assert prompt.check_reasoning_format is llamapy.options.check_reasoning_format
+    assert config.REASONING_FORMATS is REASONING_FORMATS
 
 
 def test_decode_config_maps_onto_sampling_params_through_the_aliases() -> None:

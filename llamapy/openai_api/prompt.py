@@ -18,7 +18,7 @@ from typing import Any
 from ..chat import OutputParser
 from ..errors import InvalidOptionError
 from ..grammar.json_schema import json_object_grammar, schema_to_gbnf
-from ..options import REASONING_FORMATS
+from ..options import check_reasoning_format
 from .logprobs import MIN_CANDIDATES
 from .params import (
     ChatBody,
@@ -187,10 +187,7 @@ def response_grammar(served: ServedModel, body: ChatBody) -> str | None:
 
 
 def _reasoning(served: ServedModel, body: ChatBody) -> bool:
-    fmt = api_extra(body, "reasoning_format", served.reasoning_format)
-    if fmt not in REASONING_FORMATS:
-        raise InvalidOptionError(f"reasoning_format must be one of {REASONING_FORMATS}",
-                                 option="reasoning_format")
+    fmt = check_reasoning_format(api_extra(body, "reasoning_format", served.reasoning_format))
     return fmt != "none"
 
 

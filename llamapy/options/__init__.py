@@ -20,7 +20,13 @@ HTTP layer renames foreign spellings through :data:`ALIASES`.
 """
 
 from llamapy.options._spec import field_default, field_help, option, option_factory, option_names
-from llamapy.options.aliases import ALIASES, REASONING_FORMATS, aliases_of, canonical_name
+from llamapy.options.aliases import (
+    ALIASES,
+    REASONING_FORMATS,
+    aliases_of,
+    canonical_name,
+    check_reasoning_format,
+)
 from llamapy.options.context import (
     KV_UNIFIED,
     N_BATCH_MAX,
@@ -91,6 +97,7 @@ __all__ = [
     "aliases_of",
     "call_option_keys",
     "canonical_name",
+    "check_reasoning_format",
     "context_option_keys",
     "default_n_batch",
     "engine_option_keys",

@@ -11,7 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-__all__ = ["ALIASES", "REASONING_FORMATS", "aliases_of", "canonical_name"]
+from llamapy.errors import UnsupportedFeatureError
+
+__all__ = ["ALIASES", "REASONING_FORMATS", "aliases_of", "canonical_name",
+           "check_reasoning_format"]
 
 #: Foreign name -> canonical option name (``SamplingParams`` / ``RequestOptions`` fields).
 ALIASES: Mapping[str, str] = MappingProxyType({
@@ -39,3 +42,13 @@ def canonical_name(name: str) -> str:
 def aliases_of(name: str) -> tuple[str, ...]:
     """The foreign spellings of option ``name``, in table order."""
     return tuple(alias for alias, target in ALIASES.items() if target == name)
+
+
+def check_reasoning_format(value: object) -> str:
+    """``value`` if it is one of :data:`REASONING_FORMATS`, else
+    :class:`~llamapy.errors.UnsupportedFeatureError` (feature ``reasoning_format:<value>``)."""
+    if value not in REASONING_FORMATS:
+        raise UnsupportedFeatureError(
+            f"reasoning_format:{value}",
+            f"unsupported reasoning_format {value!r} (one of {', '.join(REASONING_FORMATS)})")
+    return str(value)

@@ -93,6 +93,8 @@ class ServerOptions:
               "must be an integer >= 1")
         check(self.n_batch is None or (is_int(self.n_batch) and self.n_batch >= 1), "n_batch",
               "must be an integer >= 1")
+        check(self.name is None or (isinstance(self.name, str) and bool(self.name)), "name",
+              "must be a non-empty string or None")
 
     @property
     def effective_n_batch(self) -> int:

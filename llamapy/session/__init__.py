@@ -21,6 +21,7 @@ from llamapy.session.config import (
     check_shared,
     standalone_context_options,
 )
+from llamapy.session.factory import SessionFactory, open_path
 from llamapy.session.host import InlineHost, ServerHost, SessionHost
 from llamapy.session.manifest import ContextManifest, ManifestSegment, file_digest
 from llamapy.session.session import Session
@@ -40,6 +41,7 @@ __all__ = [
     "ServerHost",
     "Session",
     "SessionConfig",
+    "SessionFactory",
     "SessionHost",
     "SessionSnapshot",
     "StreamChunk",
@@ -48,6 +50,7 @@ __all__ = [
     "SuffixStatus",
     "check_shared",
     "file_digest",
+    "open_path",
     "open_standalone",
     "standalone_context_options",
 ]

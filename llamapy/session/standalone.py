@@ -16,11 +16,13 @@ from llamapy.session.session import Session
 __all__ = ["open_standalone"]
 
 
-def open_standalone(model: Model, config: SessionConfig | None = None) -> Session:
+def open_standalone(model: Model, config: SessionConfig | None = None, *,
+                    owns_model: bool = False) -> Session:
     """A :class:`Session` on ``model`` with a private one-sequence context sized by ``config``
     (:func:`~llamapy.session.config.standalone_context_options`, which raises for unknown or
     conflicting ``context_options``). The session closes the context, its adapters and its
-    thread; the model stays the caller's."""
+    thread; the model stays the caller's unless ``owns_model`` (then the session closes it
+    last, as :func:`~llamapy.session.factory.open_path` asks)."""
     config = config or SessionConfig()
     adapter_set = resolve_adapters(config.adapters)
     options = standalone_context_options(config)
@@ -33,7 +35,8 @@ def open_standalone(model: Model, config: SessionConfig | None = None) -> Sessio
         if loop.load_error is not None:
             reason = loop.load_error.reason
             raise reason if isinstance(reason, BaseException) else loop.load_error
-        host = ServerHost(loop, model, options, engine.sampling, adapter_set, owned=(loop,))
+        owned = (model, loop) if owns_model else (loop,)  # closed in reverse: the model last
+        host = ServerHost(loop, model, options, engine.sampling, adapter_set, owned=owned)
         return Session(host, config)
     except BaseException:
         (host or loop).close()
