@@ -1,6 +1,6 @@
 """A ``Server``'s start options, composed from the option dataclasses of the tree.
 
-A ``Server`` takes flat keyword options (as the seed's ``start_link/1`` does). They split into:
+A ``Server`` takes flat keyword options (``Server(path, n_ctx=4096, temp=0.2)``). They split into:
 the server's own sizing (:class:`ServerOptions`), the engine's scheduling options and sampling
 defaults (:class:`~llamapy.options.EngineConfig`), context tuning options
 (:func:`~llamapy.options.tuning_option_keys`: the context's sizing comes from the server's) and

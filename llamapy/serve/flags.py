@@ -44,7 +44,7 @@ def serve_cache_ram_mb() -> float:
 
 
 #: Start options whose default differs when serving over HTTP: ``(value, how it is shown)``.
-#: The library ``Server`` keeps the tree's defaults (the seed's ``prompt_cache_ram_mb`` 0).
+#: The library ``Server`` keeps the tree's defaults (``prompt_cache_ram_mb`` 0: no RAM cache).
 SERVE_DEFAULTS: dict[str, tuple[Callable[[], Any], str]] = {
     "prompt_cache_ram_mb": (serve_cache_ram_mb,
                             "a quarter of available memory, at most 8192; 0 = off, -1 = no limit"),
