@@ -27,7 +27,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterator
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from llamapy.engine.request import StreamEvent, TokenEvent
 from llamapy.errors import RequestCancelledError
@@ -82,14 +82,13 @@ class PendingStreams:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._streams: weakref.WeakValueDictionary[Hashable, _Lazy[RequestStream] |
-                                                   _Lazy[AsyncRequestStream]] = \
+        self._streams: weakref.WeakValueDictionary[Hashable, _Lazy[Any]] = \
             weakref.WeakValueDictionary()
 
     def add(self, stream: _Lazy[S]) -> None:
         """Register a stream not submitted yet (the latest one of an id wins)."""
         with self._lock:
-            self._streams[stream.request_id] = stream  # type: ignore[assignment]
+            self._streams[stream.request_id] = stream
 
     def discard(self, stream: _Lazy[S]) -> None:
         """Forget ``stream`` (cancelled or submitted)."""
