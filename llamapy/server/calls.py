@@ -13,6 +13,7 @@ event loop).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import Hashable, Mapping, Sequence
@@ -136,9 +137,8 @@ class ReadySignal:
             self._fired = True
             waiters, self._waiters = self._waiters, []
         for future in waiters:
-            loop = future.get_loop()
-            if not loop.is_closed():
-                loop.call_soon_threadsafe(_wake, future)
+            with contextlib.suppress(RuntimeError):  # that waiter's loop closed meanwhile
+                future.get_loop().call_soon_threadsafe(_wake, future)
 
 
 def _wake(future: asyncio.Future[None]) -> None:
