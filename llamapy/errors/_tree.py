@@ -144,11 +144,22 @@ class TenantBusyError(QueueFullError):
                                     f"queued or running (tenant_max_requests={max_requests})")
 
 
-class CancelledError(LlamapyError):
-    """The request was cancelled before it finished."""
+class RequestCancelledError(LlamapyError):
+    """The *request* was cancelled before it finished: by ``cancel()`` (of its stream, or of
+    its id on the server or session), by a client that went away, or by a server closing.
+
+    It is **not** an :class:`asyncio.CancelledError` (nor a subclass): ``except
+    asyncio.CancelledError`` does not catch it, and it never cancels the task that awaits the
+    request. When that *task* is cancelled instead, :class:`asyncio.CancelledError` propagates
+    unchanged (and the request is cancelled too). ``CancelledError`` is an alias of this class.
+    """
 
     http_status = 499
     error_type = "cancelled"
+
+
+#: The former name of :class:`RequestCancelledError` (the same class).
+CancelledError = RequestCancelledError
 
 
 class RequestTimeoutError(LlamapyError, TimeoutError):

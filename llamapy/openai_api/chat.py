@@ -69,7 +69,7 @@ def chat_choices_response(plan: ChatPlan, completions: Sequence[Completion]
     if plan.verbose:
         first = completions[0]
         out["__verbose"] = verbose_dict(plan, first.text, first.completion_tokens,
-                                        first.finish_reason)
+                                        str(first.finish_reason))
     return out
 
 

@@ -61,9 +61,7 @@ class LlamapyReplica:
 
     def check_health(self) -> None:
         """Ray's health check: raise when the server stopped (Serve then replaces us)."""
-        result = self._server.fetch_model()
-        if isinstance(result, Exception):
-            raise result
+        self._server.fetch_model()  # raises the typed reason the model is unavailable
 
     def __del__(self) -> None:
         """Serve's shutdown hook: stop the server (in-flight requests end as closed)."""

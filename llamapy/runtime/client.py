@@ -4,11 +4,16 @@ events (``Server``, ``Session`` and, through the server, the API adapters).
 A :class:`RequestStream` (blocking) or :class:`AsyncRequestStream` (asyncio) submits one
 request to a :class:`~llamapy.runtime.base.Runtime` when it is made, then yields its events:
 the token events, then the final ``DoneEvent``; an ``ErrorEvent`` raises its typed error, a
-cancelled ``DoneEvent`` raises :class:`~llamapy.errors.CancelledError`. ``timeout`` bounds
-each wait (``per_event=True``) or the whole request. Running out of time, closing the stream,
-cancelling the task that awaits it or garbage-collecting it cancels the request on the engine.
+cancelled ``DoneEvent`` raises :class:`~llamapy.errors.RequestCancelledError`. ``timeout``
+bounds each wait (``per_event=True``) or the whole request (until ``deadline``, a
+``time.monotonic()`` instant, when the call began before the stream was made). Running out of
+time, closing the stream, cancelling the task that awaits it or garbage-collecting it cancels
+the request on the engine.
 ``request_id`` is known at once, so any thread may ``runtime.cancel`` it. Request ids come from
 one counter (:func:`new_request_id`).
+
+These streams submit when they are made ("submit now"); the lazy stream objects that submit at
+their first iteration are in :mod:`llamapy.runtime.streams`.
 """
 
 from __future__ import annotations
@@ -30,12 +35,12 @@ from llamapy.engine.request import (
     StreamEvent,
     TokenEvent,
 )
-from llamapy.errors import CancelledError, RequestTimeoutError
+from llamapy.errors import RequestCancelledError, RequestTimeoutError
 from llamapy.runtime.base import Runtime
 from llamapy.runtime.handles import EventHandle
 
-__all__ = ["AsyncRequestStream", "AsyncTextChunks", "Collector", "Completion", "RequestStream",
-           "TextChunks", "Usage", "new_request_id", "raise_for"]
+__all__ = ["AsyncRequestStream", "Collector", "Completion", "RequestStream", "Usage",
+           "new_request_id", "raise_for"]
 
 _ids = itertools.count(1)
 
@@ -50,7 +55,7 @@ def raise_for(event: Event) -> None:
     if isinstance(event, ErrorEvent):
         raise event.exc
     if isinstance(event, DoneEvent) and event.finish_reason is FinishReason.CANCELLED:
-        raise CancelledError(f"request {event.request_id!r} was cancelled")
+        raise RequestCancelledError(f"request {event.request_id!r} was cancelled")
 
 
 class _Budget:
@@ -58,9 +63,13 @@ class _Budget:
 
     __slots__ = ("deadline", "timeout")
 
-    def __init__(self, timeout: float | None, per_event: bool) -> None:
+    def __init__(self, timeout: float | None, per_event: bool,
+                 deadline: float | None = None) -> None:
         self.timeout = timeout
-        self.deadline = None if per_event or timeout is None else time.monotonic() + timeout
+        if per_event or timeout is None:
+            self.deadline = None
+        else:
+            self.deadline = time.monotonic() + timeout if deadline is None else deadline
 
     def left(self) -> float | None:
         if self.deadline is None:
@@ -72,10 +81,10 @@ class _Stream:
     """What the sync and async streams share: submission, the budget, the final event."""
 
     def __init__(self, runtime: Runtime, request: Request, handle: EventHandle,
-                 timeout: float | None, per_event: bool) -> None:
+                 timeout: float | None, per_event: bool, deadline: float | None) -> None:
         self._runtime = runtime
         self._handle = handle
-        self._budget = _Budget(timeout, per_event)
+        self._budget = _Budget(timeout, per_event, deadline)
         self.request_id: Hashable = request.request_id
         self.done = False
         self.final: DoneEvent | ErrorEvent | None = None
@@ -88,6 +97,11 @@ class _Stream:
             self.done = True
             self._handle.gone = True
             self._runtime.cancel(self.request_id)
+
+    def revoke(self) -> None:
+        """Ask the engine to cancel the request but keep reading: the consumer then sees
+        :class:`~llamapy.errors.RequestCancelledError` (as after ``runtime.cancel``)."""
+        self._runtime.cancel(self.request_id)
 
     def _seen(self, event: Event) -> StreamEvent:
         if isinstance(event, DoneEvent | ErrorEvent):
@@ -111,9 +125,9 @@ class RequestStream(_Stream, Iterator[StreamEvent]):
     """A submitted request's events for a blocking consumer (see the module docstring)."""
 
     def __init__(self, runtime: Runtime, request: Request, timeout: float | None, *,
-                 per_event: bool = True) -> None:
+                 per_event: bool = True, deadline: float | None = None) -> None:
         super().__init__(runtime, request, runtime.open_handle(request.request_id), timeout,
-                         per_event)
+                         per_event, deadline)
 
     def __iter__(self) -> RequestStream:
         return self
@@ -142,10 +156,10 @@ class AsyncRequestStream(_Stream, AsyncIterator[StreamEvent]):
     """A submitted request's events for an asyncio consumer (no thread per request)."""
 
     def __init__(self, runtime: Runtime, request: Request, timeout: float | None, *,
-                 per_event: bool = True) -> None:
+                 per_event: bool = True, deadline: float | None = None) -> None:
         loop = asyncio.get_running_loop()
         super().__init__(runtime, request, runtime.open_handle(request.request_id, loop),
-                         timeout, per_event)
+                         timeout, per_event, deadline)
 
     def __aiter__(self) -> AsyncRequestStream:
         return self
@@ -189,11 +203,25 @@ class Usage:
 
 @dataclass(slots=True, frozen=True)
 class Completion:
-    """A finished request: its text with completion metadata."""
+    """A finished request: its text with completion metadata.
+
+    ``finish_reason`` is a :class:`~llamapy.engine.request.FinishReason` (a ``str`` enum: it
+    compares equal to its value, and ``str()`` / formatting give the value). A completion
+    carries one of:
+
+    - ``"eog"``: the model produced an end-of-generation token;
+    - ``"max_tokens"``: the token budget (``max_tokens``) or the context ran out;
+    - ``"stop"``: a stop word or stop token matched (``stop_word`` names a stop word);
+    - ``"prefill"``: ``max_tokens=0``: the prompt was only prefilled (cached), nothing was
+      generated.
+
+    A cancelled or failed request raises instead (``RequestCancelledError``, the typed error),
+    so ``"cancelled"`` and ``"error"`` never reach a ``Completion``.
+    """
 
     text: str
     completion_tokens: int
-    finish_reason: str
+    finish_reason: FinishReason
     usage: Usage
     timings: RequestTimings
     token_ids: tuple[int, ...] = ()
@@ -227,56 +255,7 @@ class Collector:
         usage = Usage(event.prompt_tokens, event.completion_tokens, event.timings.reused_tokens)
         return Completion(
             text="".join(self.text), completion_tokens=event.completion_tokens,
-            finish_reason=str(event.finish_reason), usage=usage, timings=event.timings,
+            finish_reason=FinishReason(event.finish_reason), usage=usage, timings=event.timings,
             token_ids=tuple(self.token_ids), logprobs=tuple(self.logprobs),
             stop_word=event.stop_word,
         )
-
-
-class TextChunks(Iterator[str]):
-    """The text a :class:`RequestStream` releases, chunk by chunk (empty chunks skipped).
-    ``request_id`` / :meth:`cancel` / :meth:`close` are the stream's."""
-
-    def __init__(self, events: RequestStream) -> None:
-        self.events = events
-        self.request_id = events.request_id
-
-    def __iter__(self) -> TextChunks:
-        return self
-
-    def __next__(self) -> str:
-        for event in self.events:
-            if isinstance(event, TokenEvent) and event.text:
-                return event.text
-        raise StopIteration
-
-    def cancel(self) -> None:
-        """Cancel the request if it is still running."""
-        self.events.cancel()
-
-    close = cancel
-
-
-class AsyncTextChunks(AsyncIterator[str]):
-    """The async :class:`TextChunks` of an :class:`AsyncRequestStream`."""
-
-    def __init__(self, events: AsyncRequestStream) -> None:
-        self.events = events
-        self.request_id = events.request_id
-
-    def __aiter__(self) -> AsyncTextChunks:
-        return self
-
-    async def __anext__(self) -> str:
-        async for event in self.events:
-            if isinstance(event, TokenEvent) and event.text:
-                return event.text
-        raise StopAsyncIteration
-
-    def cancel(self) -> None:
-        """Cancel the request if it is still running."""
-        self.events.cancel()
-
-    async def aclose(self) -> None:
-        """Cancel the request if it is still running."""
-        self.events.cancel()

@@ -159,7 +159,8 @@ class TickLoop:
 
     def call(self, fn: Callable[[Engine], T], timeout: float | None = 60.0) -> T:
         """Run ``fn(engine)`` on the tick thread between ticks and return its result."""
-        return self._command(lambda future: _Call(fn, future), timeout)
+        result: T = self._command(lambda future: _Call(fn, future), timeout)
+        return result
 
     def lease(self, key: CacheKey, timeout: float) -> int:
         """Lease a slot, waiting up to ``timeout`` seconds for one (``LeaseTimeoutError``)."""

@@ -105,9 +105,7 @@ class ModelHost:
             raise error
         if served is None:
             raise NotReadyError("the model is asleep" if self._sleeping else "loading model")
-        result = served.server.fetch_model()
-        if isinstance(result, LlamapyError):
-            raise result
+        served.server.fetch_model()  # raises NotReadyError / LoadFailedError / NotRunningError
         return served
 
     def status(self) -> str:

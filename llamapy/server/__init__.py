@@ -3,8 +3,8 @@
 from .._system import physical_cores
 from ..adapters import AdapterSet, resolve_adapters
 from ..runtime import Completion, Usage
-from .manager import ModelLease, ModelManager
-from .model_spec import ModelSpec, ModelState, ModelStatus, parse_keep_alive
+from .manager import ModelManager
+from .model_spec import ModelLease, ModelSpec, ModelState, ModelStatus, parse_keep_alive
 from .options import call_option_keys, request_option_keys, start_option_keys
 from .server import Server
 

@@ -14,6 +14,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 from fake_http import ALIAS, CHAT, FakeApp, sse_events
 from starlette.testclient import TestClient
 
@@ -199,7 +200,9 @@ def test_a_build_that_fails_is_a_503_on_health():
     server = Server.hosting(broken, "broken.gguf")
     with TestClient(create_app(server, own_server=True), base_url="http://localhost") as client:
         r = client.get("/health")
-        assert isinstance(server.fetch_model(), LoadFailedError)
+        with pytest.raises(LoadFailedError):
+            server.fetch_model()
+        assert server.try_model() is None
     assert r.status_code == 503 and "no such backend" in r.json()["error"]["message"]
 
 

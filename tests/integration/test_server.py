@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import os
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 from server_helpers import wait_idle
 
-from llamapy.engine.request import TokenEvent
+from llamapy.engine.request import FinishReason, TokenEvent
 from llamapy.errors import (
     CancelledError,
     ClosedError,
@@ -91,11 +92,24 @@ def test_generate_complete_and_stream_agree(server: Server) -> None:
     tokens = server.tokenize(prompt)
     done = server.complete_tokens(tokens, max_tokens=24, **GREEDY)
     assert done.text == text
+    assert isinstance(done.finish_reason, FinishReason)
     assert done.finish_reason in ("eog", "max_tokens")
     assert done.usage.prompt_tokens == len(tokens)
     assert done.completion_tokens == len(done.token_ids) > 0
     assert server.generate_tokens(tokens, max_tokens=24, **GREEDY) == text
     assert "".join(server.stream_tokens(tokens, max_tokens=24, **GREEDY)) == text
+
+
+def test_with_streams_async_tokens_and_openai_spellings(server: Server) -> None:
+    prompt = chat(server, "Name three colours.")
+    text = server.generate(prompt, max_tokens=12, **GREEDY)
+    with server.stream(prompt, max_tokens=12, **GREEDY) as chunks:
+        assert chunks.request_id is not None
+        assert "".join(chunks) == text
+    tokens = server.tokenize(prompt)
+    assert asyncio.run(server.agenerate_tokens(tokens, max_tokens=12, **GREEDY)) == text
+    spelled = server.complete(prompt, temperature=0.0, n_predict=12)
+    assert spelled.text == text and spelled.finish_reason in ("eog", "max_tokens")
 
 
 def test_max_tokens_and_stop_strings(server: Server) -> None:
@@ -277,7 +291,9 @@ def test_queue_full_cancel_queued_and_close_in_flight(model_path: Path) -> None:
             pass
     holder.join(5)
     assert len(queued_errors) == 1  # the queued request ended with a typed error too
-    assert isinstance(server.fetch_model(), NotRunningError)
+    with pytest.raises(NotRunningError):
+        server.fetch_model()
+    assert server.try_model() is None
     with pytest.raises(NotRunningError):
         server.generate("x")
 
@@ -288,11 +304,15 @@ def test_load_failure_and_not_ready_window(model_path: Path, tmp_path: Path) -> 
     with Server(bad) as broken:
         with pytest.raises(LoadFailedError):
             broken.wait_ready(30)
-        assert isinstance(broken.fetch_model(), LoadFailedError)
+        with pytest.raises(LoadFailedError):
+            broken.fetch_model()
+        assert broken.try_model() is None
         with pytest.raises(LoadFailedError):
             broken.generate("hello")
     slow = Server(model_path, n_ctx=512, n_parallel=1, check_tensors=True)
-    assert isinstance(slow.fetch_model(), NotReadyError)
+    assert slow.try_model() is None
+    with pytest.raises(NotReadyError):
+        slow.fetch_model()
     with pytest.raises(NotReadyError):
         _ = slow.model
     slow.wait_ready(60)
