@@ -14,6 +14,7 @@ from llamapy.engine.engine import Engine
 from llamapy.engine.options import SamplingParams
 from llamapy.errors import (
     ContextOverflowError,
+    DecodeError,
     InvalidOptionError,
     LeaseTimeoutError,
     ManifestMismatchError,
@@ -111,13 +112,16 @@ def test_segments_manifest_ranges(session_factory: Factory) -> None:
 
 def test_manifest_change_forces_cold_prefill(session_factory: Factory) -> None:
     with session_factory() as s:
-        s.ensure_prefix(PrefixInput(token_ids=PREFIX))
+        first = s.ensure_prefix(PrefixInput(token_ids=PREFIX))
+        assert first.cold and not first.warm and not first.identity_changed
+        again = s.ensure_prefix(PrefixInput(token_ids=PREFIX))
+        assert again.warm and not again.cold and not again.identity_changed
         other = s.base_manifest.replace(chat_template_digest="other-template")
         status = s.ensure_prefix(PrefixInput(token_ids=PREFIX, manifest=other))
-        assert status.cold and status.reused_tokens == 0
+        assert status.cold and status.identity_changed and status.reused_tokens == 0
         assert status.prefilled_tokens == len(PREFIX)
         bos = s.ensure_prefix(PrefixInput(token_ids=PREFIX, add_bos=False))
-        assert bos.cold and bos.reused_tokens == 0
+        assert bos.cold and bos.identity_changed and bos.reused_tokens == 0
         lie = s.base_manifest.replace(model_digest="another-model")
         with pytest.raises(ManifestMismatchError) as info:
             s.ensure_prefix(PrefixInput(token_ids=PREFIX, manifest=lie))
@@ -220,12 +224,29 @@ def test_snapshot_file_format_checked(tmp_path: Path, engine: Engine) -> None:
             SessionSnapshot.from_bytes(bad)
 
 
-def test_failed_prefill_is_fatal(engine: Engine) -> None:
+def test_an_engine_error_mid_prefill_rolls_back_and_the_session_serves_on(
+        engine: Engine) -> None:
+    with open_fake(engine) as s:
+        s.ensure_prefix(PrefixInput(token_ids=PREFIX[:10]))
+        engine.backend.inject("decode_error", at_call=engine.backend.num_decode_calls + 2)  # type: ignore[attr-defined]
+        with pytest.raises(DecodeError):
+            s.ensure_prefix(PrefixInput(token_ids=PREFIX))
+        kept = s.resident
+        assert 10 < len(kept) < len(PREFIX) and kept == list(PREFIX[:len(kept)])
+        assert s.explain_context().prefix_tokens == len(kept) and not s.explain_context().fatal
+        retry = s.ensure_prefix(PrefixInput(token_ids=PREFIX))
+        assert retry.reused_tokens == len(kept) and s.resident == list(PREFIX)
+
+
+def test_a_kv_that_cannot_be_reconciled_is_fatal(engine: Engine,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     s = open_fake(engine)
     s.ensure_prefix(PrefixInput(token_ids=PREFIX[:10]))
     engine.backend.inject("decode_error")  # type: ignore[attr-defined]
+    monkeypatch.setattr(engine.leases, "tokens", lambda lease: [63, 63, 63])
     with pytest.raises(SessionFatalError):
         s.ensure_prefix(PrefixInput(token_ids=PREFIX))
+    monkeypatch.undo()
     with pytest.raises(SessionFatalError):
         s.prefill_suffix(SuffixInput(token_ids=(3,)))
     with pytest.raises(SessionFatalError):
