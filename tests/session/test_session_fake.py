@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from session_fakes import fake_manifest, make_engine, open_fake
+from session_fakes import disk_engine, fake_manifest, make_engine, open_fake
 
 from llamapy.engine.engine import Engine
 from llamapy.engine.options import SamplingParams
@@ -161,19 +161,6 @@ def test_snapshot_restore_roundtrip(tmp_path: Path, engine: Engine) -> None:
         s.restore(SessionSnapshot.load(tmp_path / "s.snap"))
         assert s.resident == list(snap.token_ids)
         assert decoded(s, 5) == expected
-
-
-def disk_engine(folder: Path) -> Engine:
-    """A fake engine whose disk prompt cache is ``folder``."""
-    from llamapy.engine.disk_cache import CacheNamespace
-    from llamapy.engine.fake import FakeBackend
-    from llamapy.engine.options import EngineConfig, EngineTuning
-
-    backend = FakeBackend(n_ctx=1024, n_seq_max=2, n_batch=64, kv_unified=False)
-    config = EngineConfig(n_parallel=2, n_batch=64, chunk_size=32, kv_unified=False,
-                          prompt_cache_dir=str(folder), sampling=SamplingParams(seed=7, temp=0.8))
-    return Engine(backend, config, tuning=EngineTuning(disk_background=False),
-                  cache_namespace=CacheNamespace("fake"))
 
 
 def test_snapshots_live_in_the_disk_prompt_cache(tmp_path: Path, engine: Engine) -> None:
