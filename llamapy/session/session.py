@@ -23,7 +23,7 @@ import numpy as np
 
 from llamapy.engine.leases import LeaseState
 from llamapy.engine.options import RequestOptions
-from llamapy.engine.prefix import common_prefix
+from llamapy.engine.prompt_cache import common_prefix
 from llamapy.engine.request import CacheKey, Request, RequestTimings
 from llamapy.errors import (
     ContextOverflowError,
@@ -203,7 +203,8 @@ class Session(AsyncPrimitives, Prefills, DecodeStreams):
         if self._closed:
             raise SessionClosedError("session is closed")
         if isinstance(text, str):
-            return self._host.embed([text])[0]
+            row: np.ndarray = self._host.embed([text])[0]
+            return row
         return self._host.embed(list(text))
 
     # --- observability, snapshots -------------------------------------------------------------
