@@ -20,7 +20,7 @@ TEXT = ("def handler(request):\n    # validate the payload, then dispatch on its
 @pytest.fixture(scope="module")
 def long_server(model_path: Path) -> Iterator[Server]:
     """One 4096-token sequence, small chunks (a deadline lands between two of them)."""
-    with Server(model_path, n_ctx=4096, n_parallel=1, n_batch=128, chunk_size=128) as s:
+    with Server(model_path, n_ctx=4096, n_parallel=1, n_batch=64, chunk_size=64) as s:
         s.wait_ready(60)
         yield s
 
