@@ -63,3 +63,22 @@ def test_an_async_prefill_cancelled_from_another_task_leaves_the_session_usable(
             assert isinstance(text, str)
 
     asyncio.run(main())
+
+
+def test_a_standalone_session_opens_embeds_and_closes_from_a_coroutine(model_path: Path) -> None:
+    from llamapy._native import Model
+    from llamapy.session import SessionConfig, aopen_standalone
+
+    async def main(model: Model) -> None:
+        session = await aopen_standalone(model, SessionConfig(n_ctx=512))
+        async with session:
+            vector = await session.aembed("a stable prefix")
+            assert vector.ndim == 1 and abs(float((vector ** 2).sum()) - 1.0) < 1e-3
+            status = await session.aensure_prefix("def handler(request):", timeout=30)
+            assert status.cold and not status.identity_changed
+            logits = await session.anext_token_logits(timeout=30)
+            assert logits.shape == (model.n_vocab,)
+        assert session.explain_context().closed
+
+    with Model(model_path) as model:
+        asyncio.run(main(model))
