@@ -34,7 +34,9 @@ class Runtime(Protocol):
       closed) reaches ``request.sink`` as an ``ErrorEvent``, never as an exception here.
     - ``cancel``: cancel a queued or running request (unknown ids are ignored).
     - ``call``: run ``fn(engine)`` on the owner thread between ticks and return its result
-      (or raise its exception); ``ClosedError`` once the runtime is closed.
+      (or raise its exception); ``ClosedError`` once the runtime is closed; ``TimeoutError``
+      past ``timeout`` seconds.
+    - ``acall``: :meth:`call` awaited on an event loop (no thread blocked while it waits).
     - ``open_handle``: the event handle for a request: a blocking one, or one read on
       ``loop``.
     - ``lease`` / ``release``: a slot leased for a session, waiting up to ``timeout`` seconds
@@ -46,6 +48,8 @@ class Runtime(Protocol):
     def cancel(self, request_id: Hashable) -> None: ...
 
     def call(self, fn: Callable[[Engine], T], timeout: float | None = 60.0) -> T: ...
+
+    async def acall(self, fn: Callable[[Engine], T], timeout: float | None = 60.0) -> T: ...
 
     def open_handle(self, request_id: Hashable,
                     loop: asyncio.AbstractEventLoop | None = None) -> EventHandle: ...

@@ -42,6 +42,11 @@ class InlineRuntime:
         """Run ``fn(engine)`` now (this thread owns the engine)."""
         return fn(self.engine)
 
+    async def acall(self, fn: Callable[[Engine], T], timeout: float | None = 60.0) -> T:
+        """:meth:`call` for a coroutine: runs ``fn(engine)`` now, on the event loop's thread
+        (which owns the engine)."""
+        return fn(self.engine)
+
     def open_handle(self, request_id: Hashable,
                     loop: asyncio.AbstractEventLoop | None = None) -> EventHandle:
         """A handle whose waits tick the engine."""

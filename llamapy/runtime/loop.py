@@ -162,6 +162,18 @@ class TickLoop:
         result: T = self._command(lambda future: _Call(fn, future), timeout)
         return result
 
+    async def acall(self, fn: Callable[[Engine], T], timeout: float | None = 60.0) -> T:
+        """:meth:`call` for a coroutine: the tick thread resolves the awaited future through
+        the event loop (``call_soon_threadsafe``), no thread is blocked. ``TimeoutError``
+        past ``timeout``; a command still waiting in the inbox is then skipped (so is one
+        whose awaiting task is cancelled)."""
+        future: Future[T] = Future()
+        self._post(_Call(fn, future))
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(future), timeout)
+        except asyncio.TimeoutError:  # (not the builtin before Python 3.11)
+            raise TimeoutError(f"runtime call did not finish within {timeout} s") from None
+
     def lease(self, key: CacheKey, timeout: float) -> int:
         """Lease a slot, waiting up to ``timeout`` seconds for one (``LeaseTimeoutError``)."""
         deadline = time.monotonic() + timeout
@@ -188,11 +200,15 @@ class TickLoop:
         """Whether the tick thread is running."""
         return self._thread.is_alive()
 
-    def _command(self, make: Callable[[Future[Any]], object], timeout: float | None) -> Any:
-        future: Future[Any] = Future()
+    def _post(self, command: object) -> None:
+        """Put a command carrying a future in the inbox (raise when nobody would answer)."""
         if self.state in (LoopState.CLOSED, LoopState.FAILED, LoopState.CRASHED):
             raise self.load_error or self.crash_error or ClosedError("runtime is not running")
-        self._inbox.put(make(future))
+        self._inbox.put(command)
+
+    def _command(self, make: Callable[[Future[Any]], object], timeout: float | None) -> Any:
+        future: Future[Any] = Future()
+        self._post(make(future))
         try:
             return future.result(timeout)
         except FutureTimeoutError:

@@ -3,7 +3,9 @@
 ``server.open_session(config)`` shares a :class:`~llamapy.server.Server` (sessions batch with
 other traffic); :func:`open_standalone` runs a single-user session on a ``Model`` with its own
 context and tick thread. Both run on the runtime (:mod:`llamapy.runtime`); a session never
-touches the engine's backend.
+touches the engine's backend. Every blocking primitive takes a whole-call ``timeout=`` and has
+an async twin (``aensure_prefix``, ``adecode``, ...); ``session.cancel()`` stops the call in
+flight from any thread or task.
 """
 
 from llamapy.session.config import (
@@ -24,20 +26,26 @@ from llamapy.session.config import (
 from llamapy.session.factory import SessionFactory, open_path
 from llamapy.session.host import InlineHost, ServerHost, SessionHost
 from llamapy.session.manifest import ContextManifest, ManifestSegment, file_digest
+from llamapy.session.prefill import PrefillProgress, ProgressCallback
 from llamapy.session.session import Session
 from llamapy.session.snapshot import SessionSnapshot
-from llamapy.session.standalone import open_standalone
+from llamapy.session.standalone import aopen_standalone, open_standalone
+from llamapy.session.streams import AsyncDecodeStream, DecodeStream
 
 __all__ = [
     "AdapterSpec",
+    "AsyncDecodeStream",
     "ContextManifest",
     "ContextReport",
     "DecodeConfig",
+    "DecodeStream",
     "InlineHost",
     "ManifestSegment",
+    "PrefillProgress",
     "PrefixInput",
     "PrefixSegment",
     "PrefixStatus",
+    "ProgressCallback",
     "ServerHost",
     "Session",
     "SessionConfig",
@@ -48,6 +56,7 @@ __all__ = [
     "StructuredOutput",
     "SuffixInput",
     "SuffixStatus",
+    "aopen_standalone",
     "check_shared",
     "file_digest",
     "open_path",

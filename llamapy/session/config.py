@@ -64,7 +64,10 @@ class SessionConfig:
 
     ``cache_scope``: the scope its KV is filed under (reuse never crosses scopes).
     ``lease_timeout``: seconds to wait for a free slot before ``LeaseTimeoutError``.
-    ``request_timeout``: seconds to wait for each engine event (prefill or token).
+    ``request_timeout``: the *stall* bound: most seconds the session waits without any
+    engine event (a token, or a prefill's progress after each chunk), so a long prefill that
+    keeps progressing never times out; ``RequestTimeoutError`` past it. A deadline for a
+    whole call is the primitive's own ``timeout=`` keyword.
     ``n_ctx`` / ``n_batch`` / ``context_options``: the private context of a standalone session
     (None / empty: the tree's defaults, ``n_ctx`` 8192 and ``n_batch`` ``min(n_ctx, 2048)``);
     ``context_options`` takes context tuning options only (:func:`standalone_context_options`).
@@ -210,7 +213,8 @@ class StructuredOutput:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DecodeConfig:
-    """One decode pass. ``max_tokens=None`` decodes until EOG or the context is full; unset
+    """One decode pass. ``max_tokens=None`` decodes until EOG or the context is full (``0``
+    generates nothing, as on the server); unset
     sampling fields take the server's defaults. ``parser_protocols``: e.g. ``("think",
     "hermes")``; when the resident text ends with the reasoning start marker (a suffix that
     opens ``<think>``), the output is parsed as starting inside reasoning.
@@ -235,8 +239,10 @@ class DecodeConfig:
 
     def __post_init__(self) -> None:
         speculative_overrides(self.speculative)  # validate now (InvalidOptionError)
-        if self.max_tokens is not None and self.max_tokens < 1:
-            raise InvalidOptionError("max_tokens must be >= 1 (or None)", option="max_tokens")
+        if self.max_tokens is not None and not (isinstance(self.max_tokens, int) and
+                                                self.max_tokens >= 0):
+            raise InvalidOptionError("max_tokens must be an integer >= 0 (or None)",
+                                     option="max_tokens")
         if self.reasoning_format not in REASONING_FORMATS:
             raise UnsupportedFeatureError(f"reasoning_format:{self.reasoning_format}")
         object.__setattr__(self, "parser_protocols", tuple(self.parser_protocols))
@@ -257,14 +263,26 @@ def decode_sampling(config: DecodeConfig) -> dict[str, Any]:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PrefixStatus:
-    """What ``ensure_prefix`` reused versus computed: ``reused_tokens > 0`` is a warm hit."""
+    """What ``ensure_prefix`` reused versus computed.
+
+    ``cold``: nothing was reused (a first prefill, a prefix that diverges at its first token,
+    or a changed identity); :attr:`warm` is the opposite (``reused_tokens > 0``).
+    ``identity_changed``: the prefix's manifest identity differed from the resident one, so
+    the resident KV was dropped whatever the tokens (implies ``cold``).
+    """
 
     prefix_tokens: int
     reused_tokens: int
     prefilled_tokens: int
     dropped_tokens: int
     cold: bool
+    identity_changed: bool
     timings: RequestTimings
+
+    @property
+    def warm(self) -> bool:
+        """Whether resident KV was reused."""
+        return self.reused_tokens > 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

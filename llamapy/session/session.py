@@ -1,4 +1,4 @@
-"""``Session``: a workspace session on one leased slot (see ``../shared/seeds``, issue 6).
+"""``Session``: a workspace session on one leased slot.
 
 The hot loop: :meth:`Session.ensure_prefix` keeps the stable prefix's KV hot (token-level LCP
 reuse, only the divergent tail is prefilled), :meth:`Session.prefill_suffix` adds the volatile
@@ -6,66 +6,67 @@ tail, :meth:`Session.decode` streams the answer. Every primitive runs as an engi
 the session's leased slot, so it batches with other traffic in the server's tick.
 
 Resident tokens are ``prefix + suffix + generated`` (the KV may lack the last generated token).
-Overflow is checked before anything changes; a failed prefill makes the session fatal.
+Overflow is checked before anything changes. Every blocking primitive takes ``timeout=``, a
+deadline for the whole call; :meth:`Session.cancel` stops the call in flight from another
+thread or task. An interrupted prefill rolls back to the tokens already computed
+(:mod:`llamapy.session.prefill`); the async twins live in :mod:`llamapy.session.aio`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-from collections.abc import AsyncIterator, Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from llamapy.engine.leases import LeaseState
 from llamapy.engine.options import RequestOptions
-from llamapy.engine.prefix import common_prefix
-from llamapy.engine.request import (
-    CacheKey,
-    DoneEvent,
-    ErrorEvent,
-    Request,
-    RequestTimings,
-)
+from llamapy.engine.prompt_cache import common_prefix
+from llamapy.engine.request import CacheKey, Request, RequestTimings
 from llamapy.errors import (
     ContextOverflowError,
     InvalidOptionError,
     LlamapyError,
     ManifestMismatchError,
-    QueueFullError,
     SessionBusyError,
     SessionClosedError,
     SessionFatalError,
 )
-from llamapy.runtime import RequestStream, new_request_id
+from llamapy.runtime import new_request_id
+from llamapy.session.aio import AsyncPrimitives
 from llamapy.session.config import (
     ContextReport,
     DecodeConfig,
     PrefixInput,
     PrefixStatus,
     SessionConfig,
-    StreamChunk,
     SuffixInput,
     SuffixStatus,
 )
 from llamapy.session.host import SessionHost
 from llamapy.session.inputs import as_decode_config, as_prefix, as_suffix, tokenize_prefix
 from llamapy.session.manifest import ContextManifest
+from llamapy.session.prefill import PrefillPlan, Prefills, ProgressCallback
 from llamapy.session.snapshot import SessionSnapshot
-from llamapy.session.streams import DecodeStreams
+from llamapy.session.streams import AsyncDecodeStream, DecodeStream, DecodeStreams
+from llamapy.session.watch import CallWatch
 
-__all__ = ["Session"]
+if TYPE_CHECKING:
+    from llamapy.engine.engine import Engine
 
-#: Errors an engine raises at submission, changing nothing (the session stays usable).
-_SUBMIT_ERRORS = (InvalidOptionError, ContextOverflowError, QueueFullError)
+__all__ = ["Session", "prefix_status", "suffix_status"]
 
 
-class Session(DecodeStreams):
+class Session(AsyncPrimitives, Prefills, DecodeStreams):
     """A persistent workspace session holding one leased slot. Use as a context manager.
 
-    Not for concurrent use from several threads; a primitive called while a decode stream is
-    open raises :class:`SessionBusyError`. A decode stream closed early (or whose task was
-    cancelled) cancels the rest; the tokens it had generated stay resident.
+    Not for concurrent use from several threads (but :meth:`cancel` is); a primitive called
+    while a decode stream is open raises :class:`SessionBusyError`. A decode stream closed
+    early (or whose task was cancelled) cancels the rest; the tokens it had generated stay
+    resident. Every primitive has an ``a``-prefixed twin for coroutines (``aensure_prefix``,
+    ...) and the session is an async context manager too.
     """
 
     def __init__(self, host: SessionHost, config: SessionConfig | None = None) -> None:
@@ -82,6 +83,7 @@ class Session(DecodeStreams):
         self._fatal: BaseException | None = None
         self._busy = False
         self._stale = False
+        self._watch: CallWatch | None = None
         self.num_prefill_calls = 0
         self.num_prefill_tokens = 0
         self.num_decode_tokens = 0
@@ -104,17 +106,6 @@ class Session(DecodeStreams):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _check(self) -> None:
-        if self._closed:
-            raise SessionClosedError("session is closed")
-        if self._fatal is not None:
-            raise SessionFatalError("session is fatal after a failed operation; close and "
-                                    "reopen it") from self._fatal
-        if self._busy:
-            raise SessionBusyError("a decode stream of this session is still open")
-        if self._stale:
-            self._sync_generated()
-
     @property
     def n_ctx(self) -> int:
         """Per-sequence context limit."""
@@ -136,74 +127,74 @@ class Session(DecodeStreams):
         return self._prefix + self._suffix + self._generated
 
     # --- the primitives -----------------------------------------------------------------------
-    def ensure_prefix(self, prefix: PrefixInput | str | Sequence[int]) -> PrefixStatus:
+    def ensure_prefix(self, prefix: PrefixInput | str | Sequence[int], *,
+                      timeout: float | None = None,
+                      on_progress: ProgressCallback | None = None) -> PrefixStatus:
         """Make the resident state equal ``prefix`` (a :class:`PrefixInput`, text or token
         ids): reuse the longest matching resident token prefix (same identity only), drop the
-        rest (suffix and generated tokens included), prefill the divergent tail."""
-        prefix = as_prefix(prefix)
-        self._check()
-        tokens, manifest = tokenize_prefix(self._host, prefix)
-        same = manifest.identity_digest == self._manifest.identity_digest
-        old = self.resident
-        reusable = common_prefix(old, tokens) if same else 0
-        if len(tokens) > self.n_ctx:
-            raise ContextOverflowError(stage="ensure_prefix", resident_tokens=reusable,
-                                       additional_tokens=len(tokens) - reusable, n_ctx=self.n_ctx)
-        if not same:
-            self._wipe(manifest.identity_digest)
-        timings = self._prefill(tokens, manifest)
-        self._manifest = manifest
-        self._prefix, self._suffix, self._generated = tokens, [], []
-        reused = timings.reused_tokens
-        return PrefixStatus(prefix_tokens=len(tokens), reused_tokens=reused,
-                            prefilled_tokens=timings.prefill_tokens,
-                            dropped_tokens=len(old) - min(reused, len(old)), cold=not same,
-                            timings=timings)
+        rest (suffix and generated tokens included), prefill the divergent tail.
 
-    def prefill_suffix(self, suffix: SuffixInput | str | Sequence[int]) -> SuffixStatus:
+        ``timeout``: seconds for the whole call (``RequestTimeoutError`` past it);
+        ``on_progress`` is called with each :class:`PrefillProgress`. An interrupted prefill
+        (deadline, stall, :meth:`cancel`, an exception from ``on_progress``) leaves the
+        tokens already computed resident as the prefix, so a retry resumes from them.
+        """
+        prefix = as_prefix(prefix)
+        with self._call("ensure_prefix", timeout) as watch:
+            plan = self._plan_prefix(prefix)
+            timings = self._prefill(plan, watch, on_progress)
+        return prefix_status(plan, timings)
+
+    def prefill_suffix(self, suffix: SuffixInput | str | Sequence[int], *,
+                       timeout: float | None = None,
+                       on_progress: ProgressCallback | None = None) -> SuffixStatus:
         """Prefill ``suffix`` (a :class:`SuffixInput`, text or token ids) after the stable
         prefix, which stays untouched; a previous suffix and generated tokens are replaced.
 
         The suffix is prefilled under its manifest (default: the session's); one whose
         identity differs from the resident KV's is refused with ``ManifestMismatchError``.
+        ``timeout`` / ``on_progress`` as for :meth:`ensure_prefix`; an interrupted prefill
+        leaves the suffix tokens already computed resident.
         """
         suffix = as_suffix(suffix)
-        self._check()
-        if suffix.manifest is not None:
-            self._manifest.compare(suffix.manifest)
-        tokens = list(suffix.token_ids) if suffix.token_ids is not None else \
-            self._host.tokenize(suffix.text or "", False)
-        n_prefix = len(self._prefix)
-        if n_prefix + len(tokens) > self.n_ctx:
-            raise ContextOverflowError(stage="prefill_suffix", resident_tokens=n_prefix,
-                                       additional_tokens=len(tokens), n_ctx=self.n_ctx)
-        old = self.resident
-        timings = self._prefill(self._prefix + tokens, self._manifest)
-        self._suffix, self._generated = tokens, []
-        reused = max(0, timings.reused_tokens - n_prefix)
-        return SuffixStatus(suffix_tokens=len(tokens), reused_tokens=reused,
-                            prefilled_tokens=timings.prefill_tokens,
-                            dropped_tokens=len(old) - n_prefix - reused, timings=timings)
+        with self._call("prefill_suffix", timeout) as watch:
+            plan = self._plan_suffix(suffix)
+            timings = self._prefill(plan, watch, on_progress)
+        return suffix_status(plan, timings)
 
-    def decode(self, config: DecodeConfig | None = None, **fields: Any) -> Iterator[StreamChunk]:
-        """Stream the answer from the resident state (validated now, run while iterated).
+    def decode(self, config: DecodeConfig | None = None, *, timeout: float | None = None,
+               **fields: Any) -> DecodeStream:
+        """The answer from the resident state, as a :class:`DecodeStream` of chunks: validated
+        now, submitted at the first iteration (or ``with`` entry).
 
         Takes a :class:`DecodeConfig` and/or its fields as keywords (``max_tokens=32``).
         Generated tokens stay resident: a second ``decode`` continues after them. Closing the
-        iterator early cancels the rest. An engine failure ends the stream with a chunk whose
-        ``error`` is set, and the session turns fatal (so does a timeout, which also cancels
-        the request).
+        stream early cancels the rest. ``timeout``: seconds for the whole stream from its
+        submission; past it (or after :meth:`cancel`) the stream ends with a chunk whose
+        ``error`` is a ``RequestTimeoutError`` (``CancelledError``), and the session stays
+        usable. An engine failure ends the stream with an error chunk and the session turns
+        fatal.
         """
         request, run = self._decode_request(as_decode_config(config, fields))
-        return self._stream(request, run)
+        return DecodeStream(self, request, run, timeout)
 
-    def adecode(self, config: DecodeConfig | None = None, **fields: Any
-                ) -> AsyncIterator[StreamChunk]:
-        """Async :meth:`decode` (validated now). No thread per stream: events reach the event
-        loop from the engine's thread; closing the iterator or cancelling the task that reads
-        it cancels the rest."""
+    def adecode(self, config: DecodeConfig | None = None, *, timeout: float | None = None,
+                **fields: Any) -> AsyncDecodeStream:
+        """Async :meth:`decode`: an :class:`AsyncDecodeStream`. No thread per stream: events
+        reach the event loop from the engine's thread; closing the stream or cancelling the
+        task that reads it cancels the rest."""
         request, run = self._decode_request(as_decode_config(config, fields))
-        return self._astream(request, run)
+        return AsyncDecodeStream(self, request, run, timeout)
+
+    def cancel(self) -> None:
+        """Cancel the request this session has in flight (a prefill or a decode stream), from
+        any thread or task: the primitive raises ``CancelledError`` (a decode stream ends
+        with a ``CancelledError`` chunk) and the session stays usable. A no-op when nothing
+        is in flight. (On an inline runtime, call it from the thread that runs the session.)
+        """
+        watch = self._watch
+        if watch is not None:
+            watch.cancel()
 
     def embed(self, text: str | Sequence[str]) -> np.ndarray:
         """Mean-pooled, L2-normalised float32 embeddings of the session's model (with its
@@ -212,7 +203,8 @@ class Session(DecodeStreams):
         if self._closed:
             raise SessionClosedError("session is closed")
         if isinstance(text, str):
-            return self._host.embed([text])[0]
+            row: np.ndarray = self._host.embed([text])[0]
+            return row
         return self._host.embed(list(text))
 
     # --- observability, snapshots -------------------------------------------------------------
@@ -231,19 +223,13 @@ class Session(DecodeStreams):
             num_prefill_calls=self.num_prefill_calls, num_prefill_tokens=self.num_prefill_tokens,
             num_decode_tokens=self.num_decode_tokens)
 
-    def snapshot(self) -> SessionSnapshot:
+    def snapshot(self, *, timeout: float | None = None) -> SessionSnapshot:
         """The resident state: KV bytes of the session's sequence plus its tokens."""
-        self._check()
         lease = self._lease
-        state = self._runtime.call(lambda engine: engine.leases.snapshot(lease))
-        resident, kv = self.resident, list(state.token_ids)
-        assert kv == resident[:len(kv)] and len(resident) - len(kv) <= 1, "KV out of sync"
-        return SessionSnapshot(state=state.state, token_ids=tuple(resident),
-                               kv_tokens=len(kv), prefix_tokens=len(self._prefix),
-                               suffix_tokens=len(self._suffix), n_ctx=self.n_ctx,
-                               manifest=self._manifest)
+        with self._call("snapshot", timeout) as watch:
+            return self._snapshot_of(watch.call(lambda engine: engine.leases.snapshot(lease)))
 
-    def restore(self, snapshot: SessionSnapshot) -> None:
+    def restore(self, snapshot: SessionSnapshot, *, timeout: float | None = None) -> None:
         """Replace the resident state with ``snapshot``.
 
         Compatibility is judged on what the session can verify (model, tokenizer, runtime,
@@ -251,13 +237,103 @@ class Session(DecodeStreams):
         snapshot's declared fields (chat template, BOS policy) become the session's. A failed
         native restore is fatal.
         """
+        with self._call("restore", timeout) as watch:
+            self._restored(snapshot, watch.call(self._restore_fn(snapshot)))
+
+    def save_snapshot(self, name: str, *, timeout: float | None = None) -> bool:
+        """Write :meth:`snapshot` into the server's disk prompt cache under ``name`` (atomic,
+        checksummed; counted in its budget and evicted least-recently-used like its other
+        entries). False when the server has no disk cache or the snapshot exceeds its budget."""
+        data = self.snapshot(timeout=timeout).to_bytes()
+        store = self._runtime.call(lambda engine: engine.disk)
+        return bool(store.save_blob(name, data))
+
+    def load_snapshot(self, name: str, *, timeout: float | None = None) -> bool:
+        """:meth:`restore` the snapshot saved under ``name`` by :meth:`save_snapshot` (on any
+        server sharing the folder); False, changing nothing, when there is none (never saved,
+        evicted, or corrupt). Raises as :meth:`restore` does for an incompatible snapshot."""
+        with self._call("load_snapshot", timeout) as watch:
+            data = watch.call(lambda engine: engine.disk).load_blob(name)
+            if data is None:
+                return False
+            snapshot = SessionSnapshot.from_bytes(data)
+            self._restored(snapshot, watch.call(self._restore_fn(snapshot)))
+        return True
+
+    def next_token_logits(self, *, timeout: float | None = None) -> np.ndarray:
+        """Logits for the token after the resident state (a copy), leaving the KV as it was
+        (the last resident token is recomputed by the engine)."""
+        with self._call("next_token_logits", timeout) as watch:
+            return np.array(watch.call(self._logits_fn()), dtype=np.float32, copy=True)
+
+    # --- internals ----------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _call(self, what: str, timeout: float | None) -> Iterator[CallWatch]:
+        """One primitive: the session is checked, its watch is the one :meth:`cancel` sees."""
+        watch = CallWatch(self._runtime, timeout, what)
         self._check()
+        self._watch = watch
+        try:
+            yield watch
+        finally:
+            self._watch = None
+            watch.disarm()
+
+    def _check_state(self) -> None:
+        if self._closed:
+            raise SessionClosedError("session is closed")
+        if self._fatal is not None:
+            raise SessionFatalError("session is fatal after a failed operation; close and "
+                                    "reopen it") from self._fatal
+        if self._busy:
+            raise SessionBusyError("a decode stream of this session is still open")
+
+    def _check(self) -> None:
+        self._check_state()
+        if self._stale:
+            self._sync_generated()
+
+    def _plan_prefix(self, prefix: PrefixInput) -> PrefillPlan:
+        tokens, manifest = tokenize_prefix(self._host, prefix)
+        same = manifest.identity_digest == self._manifest.identity_digest
+        reusable = common_prefix(self.resident, tokens) if same else 0
+        if len(tokens) > self.n_ctx:
+            raise ContextOverflowError(stage="ensure_prefix", resident_tokens=reusable,
+                                       additional_tokens=len(tokens) - reusable, n_ctx=self.n_ctx)
+        return PrefillPlan("ensure_prefix", tokens, len(tokens), manifest, not same,
+                           self.resident)
+
+    def _plan_suffix(self, suffix: SuffixInput) -> PrefillPlan:
+        if suffix.manifest is not None:
+            self._manifest.compare(suffix.manifest)
+        tokens = list(suffix.token_ids) if suffix.token_ids is not None else \
+            self._host.tokenize(suffix.text or "", False)
+        n_prefix = len(self._prefix)
+        if n_prefix + len(tokens) > self.n_ctx:
+            raise ContextOverflowError(stage="prefill_suffix", resident_tokens=n_prefix,
+                                       additional_tokens=len(tokens), n_ctx=self.n_ctx)
+        return PrefillPlan("prefill_suffix", self._prefix + tokens, n_prefix, self._manifest,
+                           False, self.resident)
+
+    def _snapshot_of(self, state: LeaseState) -> SessionSnapshot:
+        resident, kv = self.resident, list(state.token_ids)
+        assert kv == resident[:len(kv)] and len(resident) - len(kv) <= 1, "KV out of sync"
+        return SessionSnapshot(state=state.state, token_ids=tuple(resident),
+                               kv_tokens=len(kv), prefix_tokens=len(self._prefix),
+                               suffix_tokens=len(self._suffix), n_ctx=self.n_ctx,
+                               manifest=self._manifest)
+
+    def _restore_fn(self, snapshot: SessionSnapshot) -> Callable[[Engine], bool]:
+        """The engine call restoring ``snapshot`` (validated first, changing nothing)."""
         self._host.base_manifest.check_verified(snapshot.manifest)
         if snapshot.n_ctx != self.n_ctx:
             raise ManifestMismatchError("n_ctx", self.n_ctx, snapshot.n_ctx)
         lease, identity = self._lease, snapshot.manifest.identity_digest
         state = LeaseState(snapshot.state, tuple(snapshot.token_ids[:snapshot.kv_tokens]))
-        if not self._runtime.call(lambda engine: engine.leases.restore(lease, state, identity)):
+        return lambda engine: engine.leases.restore(lease, state, identity)
+
+    def _restored(self, snapshot: SessionSnapshot, ok: bool) -> None:
+        if not ok:
             self._prefix, self._suffix, self._generated = [], [], []
             self._fatal = LlamapyError("state_seq_set failed")
             raise SessionFatalError("restoring the snapshot failed; the session is fatal")
@@ -265,67 +341,36 @@ class Session(DecodeStreams):
         self._prefix, self._suffix, self._generated = tokens[:p], tokens[p:p + s], tokens[p + s:]
         self._manifest = snapshot.manifest
 
-    def save_snapshot(self, name: str) -> bool:
-        """Write :meth:`snapshot` into the server's disk prompt cache under ``name`` (atomic,
-        checksummed; counted in its budget and evicted least-recently-used like its other
-        entries). False when the server has no disk cache or the snapshot exceeds its budget."""
-        data = self.snapshot().to_bytes()
-        store = self._runtime.call(lambda engine: engine.disk)
-        return bool(store.save_blob(name, data))
-
-    def load_snapshot(self, name: str) -> bool:
-        """:meth:`restore` the snapshot saved under ``name`` by :meth:`save_snapshot` (on any
-        server sharing the folder); False, changing nothing, when there is none (never saved,
-        evicted, or corrupt). Raises as :meth:`restore` does for an incompatible snapshot."""
-        self._check()
-        store = self._runtime.call(lambda engine: engine.disk)
-        data = store.load_blob(name)
-        if data is None:
-            return False
-        self.restore(SessionSnapshot.from_bytes(data))
-        return True
-
-    def next_token_logits(self) -> np.ndarray:
-        """Logits for the token after the resident state (a copy), leaving the KV as it was
-        (the last resident token is recomputed by the engine)."""
-        self._check()
+    def _logits_fn(self) -> Callable[[Engine], Sequence[float]]:
         resident, lease = self.resident, self._lease
         if not resident:
             raise InvalidOptionError("no resident tokens", option="prefix")
-        logits = self._runtime.call(
-            lambda engine: engine.leases.next_token_logits(lease, resident))
-        return np.array(logits, dtype=np.float32, copy=True)
-
-    # --- internals ----------------------------------------------------------------------------
-    def _wipe(self, identity: str) -> None:
-        """Drop the resident KV and re-file the slot under ``identity`` (a new manifest
-        identity must never reuse KV, whatever the engine's reuse paths would do)."""
-        lease = self._lease
-        self._runtime.call(lambda engine: engine.leases.clear(lease, identity))
-        self._prefix, self._suffix, self._generated = [], [], []
+        return lambda engine: engine.leases.next_token_logits(lease, resident)
 
     def _request(self, tokens: list[int], max_tokens: int, identity: str,
-                 sampling: Any = None, speculative: Any = None) -> Request:
+                 sampling: Any = None, speculative: Any = None,
+                 progress: bool = False) -> Request:
         options = RequestOptions(max_tokens=max_tokens, cache_scope=self.config.cache_scope,
                                  adapters=self._host.adapter_set, speculative=speculative,
+                                 return_progress=progress,
                                  **({} if sampling is None else {"sampling": sampling}))
         return Request(request_id=new_request_id(), token_ids=tokens, options=options,
                        cache_identity=identity, lease_id=self._lease)
 
-    def _prefill(self, tokens: list[int], manifest: ContextManifest) -> RequestTimings:
-        request = self._request(tokens, 0, manifest.identity_digest)
-        self.num_prefill_calls += 1
-        stream = RequestStream(self._runtime, request, self.config.request_timeout)
-        try:
-            for _ in stream:
-                pass
-        except LlamapyError as exc:
-            final = stream.final
-            if isinstance(exc, _SUBMIT_ERRORS) and isinstance(final, ErrorEvent) and \
-                    final.timings.prefill_tokens == 0:
-                raise  # rejected before anything changed: the session stays usable
-            self._fatal = exc  # a failed or stalled prefill: the KV state is unknown
-            raise SessionFatalError(f"prefill failed: {exc}") from exc
-        assert isinstance(stream.final, DoneEvent), "prefill ended without a final event"
-        self.num_prefill_tokens += stream.final.timings.prefill_tokens
-        return stream.final.timings
+
+def prefix_status(plan: PrefillPlan, timings: RequestTimings) -> PrefixStatus:
+    """What an ``ensure_prefix`` reused versus computed."""
+    reused = timings.reused_tokens
+    return PrefixStatus(prefix_tokens=len(plan.tokens), reused_tokens=reused,
+                        prefilled_tokens=timings.prefill_tokens,
+                        dropped_tokens=len(plan.old) - min(reused, len(plan.old)),
+                        cold=reused == 0, identity_changed=plan.wipe, timings=timings)
+
+
+def suffix_status(plan: PrefillPlan, timings: RequestTimings) -> SuffixStatus:
+    """What a ``prefill_suffix`` reused versus computed (suffix tokens only)."""
+    n_prefix = plan.n_fixed
+    reused = max(0, timings.reused_tokens - n_prefix)
+    return SuffixStatus(suffix_tokens=len(plan.tokens) - n_prefix, reused_tokens=reused,
+                        prefilled_tokens=timings.prefill_tokens,
+                        dropped_tokens=len(plan.old) - n_prefix - reused, timings=timings)

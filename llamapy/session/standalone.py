@@ -4,6 +4,8 @@ through the engine's adapter set, exactly as on a shared server."""
 
 from __future__ import annotations
 
+import asyncio
+
 from llamapy._native import Model
 from llamapy.adapters import resolve_adapters
 from llamapy.engine.options import EngineConfig
@@ -13,7 +15,7 @@ from llamapy.session.config import SessionConfig, standalone_context_options
 from llamapy.session.host import ServerHost
 from llamapy.session.session import Session
 
-__all__ = ["open_standalone"]
+__all__ = ["aopen_standalone", "open_standalone"]
 
 
 def open_standalone(model: Model, config: SessionConfig | None = None, *,
@@ -41,3 +43,8 @@ def open_standalone(model: Model, config: SessionConfig | None = None, *,
     except BaseException:
         (host or loop).close()
         raise
+
+
+async def aopen_standalone(model: Model, config: SessionConfig | None = None) -> Session:
+    """:func:`open_standalone` from a coroutine (in a worker thread: making a context blocks)."""
+    return await asyncio.to_thread(open_standalone, model, config)

@@ -1,43 +1,236 @@
-"""The decode streams of a :class:`~llamapy.session.Session` (sync and asyncio), and what an
-early end means for the resident tokens.
+"""The decode streams of a :class:`~llamapy.session.Session`: :class:`DecodeStream` (blocking)
+and :class:`AsyncDecodeStream` (asyncio), and what an early end means for the resident tokens.
 
-A stream submits one request on the session's lease through the runtime's event client and
-turns its events into :class:`~llamapy.session.config.StreamChunk` s. A stream closed early (or
-whose task was cancelled) cancels its request; the tokens that reached the KV meanwhile are read
-back from the lease before the session's next primitive (``_sync_generated``). An engine error
-ends the stream with an error chunk and makes the session fatal, unless the request was refused
+The submission rule (the same for every stream of the package): a stream is validated when it
+is made, and its request is submitted at the first iteration (or on ``with`` / ``async with``
+entry); a stream cancelled or closed before that is never submitted. So a stream that is made
+and dropped costs nothing, and ``request_id`` is known before anything runs.
+
+A stream turns its request's events into :class:`~llamapy.session.config.StreamChunk` s. A
+stream closed early (or whose task was cancelled) cancels its request; ``cancel()`` (any
+thread) stops it at the engine, and the stream ends with a chunk whose ``error`` is a
+``CancelledError``; past its deadline (``timeout=``, counted from submission) it ends with a
+``RequestTimeoutError`` chunk. None of these is fatal: the tokens that reached the KV meanwhile
+are read back before the session's next primitive (``_sync_generated``). An engine error ends
+the stream with an error chunk and makes the session fatal, unless the request was refused
 before it generated anything.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Generator
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Hashable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from llamapy.engine.request import DoneEvent, ErrorEvent, Event, ProgressEvent, Request, TokenEvent
+from llamapy.engine.request import DoneEvent, ErrorEvent, Event, FinishReason, Request, TokenEvent
 from llamapy.errors import (
+    CancelledError,
     ContextOverflowError,
     GrammarError,
     InvalidOptionError,
     LlamapyError,
     QueueFullError,
-    SessionFatalError,
+    RequestTimeoutError,
 )
 from llamapy.runtime import AsyncRequestStream, RequestStream
 from llamapy.session.config import DecodeConfig, SessionConfig, StreamChunk
 from llamapy.session.decoding import DecodeRun
+from llamapy.session.watch import CallWatch
 
 if TYPE_CHECKING:
     from llamapy.runtime import Runtime
     from llamapy.session.host import SessionHost
     from llamapy.session.manifest import ContextManifest
 
-__all__ = ["DecodeStreams"]
+__all__ = ["AsyncDecodeStream", "DecodeStream", "DecodeStreams"]
 
 #: Errors an engine raises at submission, changing nothing (the session stays usable).
 _DECODE_SUBMIT_ERRORS = (InvalidOptionError, ContextOverflowError, QueueFullError, GrammarError)
 #: Resident tokens rendered to see whether the prompt opened a reasoning block.
 _TAIL_TOKENS = 16
+
+
+class _Stream:
+    """What the blocking and async decode streams share."""
+
+    def __init__(self, session: DecodeStreams, request: Request, run: DecodeRun,
+                 timeout: float | None) -> None:
+        CallWatch(session._runtime, timeout, "decode")  # validate the timeout now
+        self.request_id: Hashable = request.request_id
+        self._session = session
+        self._request = request
+        self._run = run
+        self._timeout = timeout
+        self._watch: CallWatch | None = None
+        self._events: RequestStream | AsyncRequestStream | None = None
+        self._pending: list[StreamChunk] = []
+        self._cancelled = False
+        self._open = False
+        self._owner = False
+        self._ended = False
+
+    def cancel(self) -> None:
+        """Stop the request (safe from any thread): the stream ends with a chunk whose
+        ``error`` is a ``CancelledError``. Before submission: it is never submitted."""
+        self._cancelled = True
+        watch = self._watch
+        if watch is not None:
+            watch.cancel()
+
+    def _begin(self, loop: asyncio.AbstractEventLoop | None = None) -> CallWatch | None:
+        """Open the stream: the session turns busy; None when cancelled before submission."""
+        session = self._session
+        session._check()
+        self._open = True
+        if self._cancelled:
+            self._ended = True
+            self._pending.append(StreamChunk(error=CancelledError("decode was cancelled "
+                                                                  "before it was submitted"),
+                                             finish_reason="cancelled"))
+            return None
+        watch = CallWatch(session._runtime, self._timeout, "decode")
+        watch.arm(self.request_id, loop)
+        self._watch = session._watch = watch
+        session._busy = self._owner = True
+        return watch
+
+    def _submitted(self, events: RequestStream | AsyncRequestStream) -> None:
+        self._events = events
+        assert self._watch is not None
+        if self._cancelled:  # (a cancel that raced the submission)
+            self._watch.cancel()
+        self._watch.recheck()
+
+    def _chunk(self, event: Event) -> StreamChunk | None:
+        assert self._watch is not None
+        self._watch.poll()
+        chunk = self._session._on_event(event, self._run)
+        if isinstance(event, DoneEvent):
+            self._end()
+        return chunk
+
+    def _fail(self, exc: LlamapyError) -> StreamChunk:
+        assert self._watch is not None
+        error = self._watch.error(exc)
+        chunk = self._session._failed(error if isinstance(error, LlamapyError) else exc,
+                                      self._events)
+        self._end()
+        return chunk
+
+    def _end(self) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        if self._watch is not None:
+            self._watch.disarm()
+        if self._owner:
+            self._session._ended(self._events)
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # interpreter shutdown: nothing left to cancel
+            self._end()
+
+
+class DecodeStream(_Stream, Iterator[StreamChunk]):
+    """The chunks of one blocking decode (see the module docstring); a context manager."""
+
+    def __iter__(self) -> DecodeStream:
+        return self
+
+    def _start(self) -> None:
+        if self._open or self._ended:
+            return
+        if self._begin() is None:
+            return
+        try:
+            self._submitted(RequestStream(self._session._runtime, self._request,
+                                          self._session.config.request_timeout))
+        except LlamapyError as exc:
+            self._pending.append(self._fail(exc))
+
+    def __next__(self) -> StreamChunk:
+        self._start()
+        if self._pending:
+            return self._pending.pop(0)
+        events = self._events
+        if self._ended or not isinstance(events, RequestStream):
+            raise StopIteration
+        try:
+            for event in events:
+                chunk = self._chunk(event)
+                if chunk is not None:
+                    return chunk
+        except LlamapyError as exc:
+            return self._fail(exc)
+        except BaseException:
+            self._end()
+            raise
+        self._end()
+        raise StopIteration
+
+    def close(self) -> None:
+        """Stop reading: the request is cancelled if it still runs (never submitted if it had
+        not started); the tokens it generated stay resident."""
+        self._ended = self._ended or not self._open
+        self._end()
+
+    def __enter__(self) -> DecodeStream:
+        self._start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncDecodeStream(_Stream, AsyncIterator[StreamChunk]):
+    """The chunks of one decode for a coroutine (no thread per stream); ``async with``."""
+
+    def __aiter__(self) -> AsyncDecodeStream:
+        return self
+
+    def _start(self) -> None:
+        if self._open or self._ended:
+            return
+        if self._begin(asyncio.get_running_loop()) is None:
+            return
+        try:
+            self._submitted(AsyncRequestStream(self._session._runtime, self._request,
+                                               self._session.config.request_timeout))
+        except LlamapyError as exc:
+            self._pending.append(self._fail(exc))
+
+    async def __anext__(self) -> StreamChunk:
+        self._start()
+        if self._pending:
+            return self._pending.pop(0)
+        events = self._events
+        if self._ended or not isinstance(events, AsyncRequestStream):
+            raise StopAsyncIteration
+        try:
+            async for event in events:
+                chunk = self._chunk(event)
+                if chunk is not None:
+                    return chunk
+        except LlamapyError as exc:
+            return self._fail(exc)
+        except BaseException:  # the reading task was cancelled: so is the request
+            self._end()
+            raise
+        self._end()
+        raise StopAsyncIteration
+
+    async def aclose(self) -> None:
+        """Stop reading (as :meth:`DecodeStream.close`)."""
+        self._ended = self._ended or not self._open
+        self._end()
+
+    async def __aenter__(self) -> AsyncDecodeStream:
+        self._start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
 
 class DecodeStreams:
@@ -54,6 +247,7 @@ class DecodeStreams:
     _fatal: BaseException | None
     _busy: bool
     _stale: bool
+    _watch: CallWatch | None
     num_decode_tokens: int
 
     if TYPE_CHECKING:  # defined by the session
@@ -66,7 +260,8 @@ class DecodeStreams:
         def _check(self) -> None: ...
 
         def _request(self, tokens: list[int], max_tokens: int, identity: str,
-                     sampling: Any = None, speculative: Any = None) -> Request: ...
+                     sampling: Any = None, speculative: Any = None,
+                     progress: bool = False) -> Request: ...
 
     def _decode_request(self, config: DecodeConfig) -> tuple[Request, DecodeRun]:
         self._check()
@@ -75,7 +270,7 @@ class DecodeStreams:
             raise InvalidOptionError("decode needs a resident prefix or suffix", option="prefix")
         room = self.n_ctx - len(resident)
         max_tokens = config.max_tokens if config.max_tokens is not None else room
-        if max_tokens > room or room <= 0:
+        if max_tokens > room or (room <= 0 and max_tokens != 0):
             raise ContextOverflowError(stage="decode", resident_tokens=len(resident),
                                        additional_tokens=max(1, max_tokens), n_ctx=self.n_ctx)
         tail = ""
@@ -86,50 +281,24 @@ class DecodeStreams:
                                 run.sampling, config.speculative)
         return request, run
 
-    def _stream(self, request: Request, run: DecodeRun) -> Generator[StreamChunk, None, None]:
-        self._check()
-        self._busy = True
-        stream = None
-        try:
-            stream = RequestStream(self._runtime, request, self.config.request_timeout)
-            for event in stream:
-                chunk = self._on_event(event, run)
-                if chunk is not None:
-                    yield chunk
-        except LlamapyError as exc:
-            yield self._failed(exc, stream)
-        finally:
-            self._ended(stream)
-
-    async def _astream(self, request: Request, run: DecodeRun) -> AsyncIterator[StreamChunk]:
-        self._check()
-        self._busy = True
-        stream = None
-        try:
-            stream = AsyncRequestStream(self._runtime, request, self.config.request_timeout)
-            async for event in stream:
-                chunk = self._on_event(event, run)
-                if chunk is not None:
-                    yield chunk
-        except LlamapyError as exc:
-            yield self._failed(exc, stream)
-        finally:
-            self._ended(stream)
-
     def _on_event(self, event: Event, run: DecodeRun) -> StreamChunk | None:
         if isinstance(event, TokenEvent):
             self._generated.append(event.token_id)
             self.num_decode_tokens += 1
             return run.feed(event.text)
-        if isinstance(event, ProgressEvent):
-            return None
-        assert isinstance(event, DoneEvent)
-        return run.finish(str(event.finish_reason))
+        if isinstance(event, DoneEvent):
+            return run.finish(str(event.finish_reason))
+        return None  # progress
 
     def _failed(self, exc: LlamapyError, stream: RequestStream | AsyncRequestStream | None
                 ) -> StreamChunk:
-        """The error chunk; the session turns fatal unless the request was refused before
-        it generated anything (bad grammar, no room, queue full)."""
+        """The error chunk. A timeout or a cancel is not fatal (the generated tokens are read
+        back before the next primitive); an engine error is, unless the request was refused
+        before it generated anything (bad grammar, no room, queue full)."""
+        if isinstance(exc, CancelledError | RequestTimeoutError):
+            self._stale = self._fatal is None
+            reason = "cancelled" if isinstance(exc, CancelledError) else "error"
+            return StreamChunk(error=exc, finish_reason=reason)
         final = None if stream is None else stream.final
         harmless = isinstance(exc, _DECODE_SUBMIT_ERRORS) and (
             stream is None or (isinstance(final, ErrorEvent) and final.completion_tokens == 0))
@@ -138,21 +307,37 @@ class DecodeStreams:
         return StreamChunk(error=exc, finish_reason="error")
 
     def _ended(self, stream: RequestStream | AsyncRequestStream | None) -> None:
-        """After a decode stream: one closed early (or whose task was cancelled) cancels its
-        request; the tokens that reached the KV meanwhile are read back before the next
-        primitive (:meth:`_sync_generated`)."""
+        """After a decode stream: one that did not finish normally cancels its request; the
+        tokens that reached the KV meanwhile are read back before the next primitive
+        (:meth:`_sync_generated`)."""
         self._busy = False
-        if stream is not None and not stream.done:
+        self._watch = None
+        if stream is None:
+            return
+        final = stream.final
+        finished = isinstance(final, DoneEvent) and \
+            final.finish_reason is not FinishReason.CANCELLED
+        if not finished:
             stream.cancel()
-            self._stale = self._fatal is None
+            self._stale = self._stale or self._fatal is None
 
     def _sync_generated(self) -> None:
-        """After a cancelled decode: the generated tokens are those in the lease's KV (the
-        engine may have produced more than were read), or the tokens read when they are one
-        sampled token ahead of the KV (that token's KV is computed by the next request)."""
+        """After a cancelled decode: read the lease's KV tokens (see :meth:`_apply_kv`)."""
+        lease = self._lease
+        self._apply_kv(self._runtime.call(lambda engine: engine.leases.tokens(lease)))
+
+    async def _async_generated(self) -> None:
+        lease = self._lease
+        self._apply_kv(await self._runtime.acall(lambda engine: engine.leases.tokens(lease)))
+
+    def _apply_kv(self, kv: list[int]) -> None:
+        """The generated tokens are those in the lease's KV (the engine may have produced
+        more than were read), or the tokens read when they are one sampled token ahead of
+        the KV (that token's KV is computed by the next request)."""
+        from llamapy.errors import SessionFatalError
+
         self._stale = False
-        lease, fixed, seen = self._lease, self._prefix + self._suffix, self._generated
-        kv = self._runtime.call(lambda engine: engine.leases.tokens(lease))
+        fixed, seen = self._prefix + self._suffix, self._generated
         if kv[:len(fixed)] != fixed:
             self._fatal = LlamapyError("the lease's KV no longer holds the session's prefix")
             raise SessionFatalError("session KV out of sync; close and reopen it")

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from llamapy.engine.disk_cache import CacheNamespace
 from llamapy.engine.engine import Engine
 from llamapy.engine.fake import FakeBackend
-from llamapy.engine.options import EngineConfig, SamplingParams
+from llamapy.engine.options import EngineConfig, EngineTuning, SamplingParams
 from llamapy.session import ContextManifest, InlineHost, Session, SessionConfig
 from llamapy.session.manifest import sha256_hex
 
@@ -39,3 +42,12 @@ def open_fake(engine: Engine, config: SessionConfig | None = None,
     """A session on ``engine`` (inline host)."""
     host = InlineHost(engine, manifest or fake_manifest(), tokenize=fake_tokenize)
     return Session(host, config or SessionConfig(lease_timeout=0.5, request_timeout=5.0))
+
+
+def disk_engine(folder: Path) -> Engine:
+    """A fake engine whose disk prompt cache is ``folder``."""
+    backend = FakeBackend(n_ctx=1024, n_seq_max=2, n_batch=64, kv_unified=False)
+    config = EngineConfig(n_parallel=2, n_batch=64, chunk_size=32, kv_unified=False,
+                          prompt_cache_dir=str(folder), sampling=SamplingParams(seed=7, temp=0.8))
+    return Engine(backend, config, tuning=EngineTuning(disk_background=False),
+                  cache_namespace=CacheNamespace("fake"))

@@ -8,12 +8,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from session_fakes import fake_manifest, make_engine, open_fake
+from session_fakes import disk_engine, fake_manifest, make_engine, open_fake
 
 from llamapy.engine.engine import Engine
 from llamapy.engine.options import SamplingParams
 from llamapy.errors import (
     ContextOverflowError,
+    DecodeError,
     InvalidOptionError,
     LeaseTimeoutError,
     ManifestMismatchError,
@@ -111,13 +112,16 @@ def test_segments_manifest_ranges(session_factory: Factory) -> None:
 
 def test_manifest_change_forces_cold_prefill(session_factory: Factory) -> None:
     with session_factory() as s:
-        s.ensure_prefix(PrefixInput(token_ids=PREFIX))
+        first = s.ensure_prefix(PrefixInput(token_ids=PREFIX))
+        assert first.cold and not first.warm and not first.identity_changed
+        again = s.ensure_prefix(PrefixInput(token_ids=PREFIX))
+        assert again.warm and not again.cold and not again.identity_changed
         other = s.base_manifest.replace(chat_template_digest="other-template")
         status = s.ensure_prefix(PrefixInput(token_ids=PREFIX, manifest=other))
-        assert status.cold and status.reused_tokens == 0
+        assert status.cold and status.identity_changed and status.reused_tokens == 0
         assert status.prefilled_tokens == len(PREFIX)
         bos = s.ensure_prefix(PrefixInput(token_ids=PREFIX, add_bos=False))
-        assert bos.cold and bos.reused_tokens == 0
+        assert bos.cold and bos.identity_changed and bos.reused_tokens == 0
         lie = s.base_manifest.replace(model_digest="another-model")
         with pytest.raises(ManifestMismatchError) as info:
             s.ensure_prefix(PrefixInput(token_ids=PREFIX, manifest=lie))
@@ -157,19 +161,6 @@ def test_snapshot_restore_roundtrip(tmp_path: Path, engine: Engine) -> None:
         s.restore(SessionSnapshot.load(tmp_path / "s.snap"))
         assert s.resident == list(snap.token_ids)
         assert decoded(s, 5) == expected
-
-
-def disk_engine(folder: Path) -> Engine:
-    """A fake engine whose disk prompt cache is ``folder``."""
-    from llamapy.engine.disk_cache import CacheNamespace
-    from llamapy.engine.fake import FakeBackend
-    from llamapy.engine.options import EngineConfig, EngineTuning
-
-    backend = FakeBackend(n_ctx=1024, n_seq_max=2, n_batch=64, kv_unified=False)
-    config = EngineConfig(n_parallel=2, n_batch=64, chunk_size=32, kv_unified=False,
-                          prompt_cache_dir=str(folder), sampling=SamplingParams(seed=7, temp=0.8))
-    return Engine(backend, config, tuning=EngineTuning(disk_background=False),
-                  cache_namespace=CacheNamespace("fake"))
 
 
 def test_snapshots_live_in_the_disk_prompt_cache(tmp_path: Path, engine: Engine) -> None:
@@ -220,12 +211,29 @@ def test_snapshot_file_format_checked(tmp_path: Path, engine: Engine) -> None:
             SessionSnapshot.from_bytes(bad)
 
 
-def test_failed_prefill_is_fatal(engine: Engine) -> None:
+def test_an_engine_error_mid_prefill_rolls_back_and_the_session_serves_on(
+        engine: Engine) -> None:
+    with open_fake(engine) as s:
+        s.ensure_prefix(PrefixInput(token_ids=PREFIX[:10]))
+        engine.backend.inject("decode_error", at_call=engine.backend.num_decode_calls + 2)  # type: ignore[attr-defined]
+        with pytest.raises(DecodeError):
+            s.ensure_prefix(PrefixInput(token_ids=PREFIX))
+        kept = s.resident
+        assert 10 < len(kept) < len(PREFIX) and kept == list(PREFIX[:len(kept)])
+        assert s.explain_context().prefix_tokens == len(kept) and not s.explain_context().fatal
+        retry = s.ensure_prefix(PrefixInput(token_ids=PREFIX))
+        assert retry.reused_tokens == len(kept) and s.resident == list(PREFIX)
+
+
+def test_a_kv_that_cannot_be_reconciled_is_fatal(engine: Engine,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     s = open_fake(engine)
     s.ensure_prefix(PrefixInput(token_ids=PREFIX[:10]))
     engine.backend.inject("decode_error")  # type: ignore[attr-defined]
+    monkeypatch.setattr(engine.leases, "tokens", lambda lease: [63, 63, 63])
     with pytest.raises(SessionFatalError):
         s.ensure_prefix(PrefixInput(token_ids=PREFIX))
+    monkeypatch.undo()
     with pytest.raises(SessionFatalError):
         s.prefill_suffix(SuffixInput(token_ids=(3,)))
     with pytest.raises(SessionFatalError):
