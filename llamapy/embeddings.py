@@ -81,7 +81,8 @@ class Embedder:
     def embed(self, text: str | Sequence[str]) -> np.ndarray:
         """One vector for a string, a matrix (one row per input) for a list of strings."""
         if isinstance(text, str):
-            return self.embed_tokens([self.tokenize(text)])[0]
+            row: np.ndarray = self.embed_tokens([self.tokenize(text)])[0]
+            return row
         texts = list(text)
         if not all(isinstance(t, str) for t in texts):
             raise InvalidOptionError("embed takes a string or a list of strings", option="text")
@@ -182,7 +183,8 @@ class Embedder:
         finally:
             ctx.clear()
         norms = np.linalg.norm(out, axis=1, keepdims=True)
-        return np.divide(out, norms, out=out, where=norms > 0)
+        normalised: np.ndarray = np.divide(out, norms, out=out, where=norms > 0)
+        return normalised
 
     def _free(self) -> None:
         if self._ctx is not None:

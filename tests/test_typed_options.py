@@ -1,9 +1,10 @@
 """The typed keyword options: ``GenerationOptions`` and ``DecodeFields`` follow the option tree.
 
 The checked-in modules equal what their generators render from the tree now (keys, types,
-comments); every call option and alias is a key, with its target's type; and mypy, given a
-function annotated ``**options: Unpack[GenerationOptions]``, accepts a good call and refuses a
-misspelt option and a value of the wrong type.
+comments); every call option and alias is a key, with its target's type; and mypy, reading
+``Server``'s and ``Session``'s own signatures (``**options: Unpack[GenerationOptions]``,
+``**fields: Unpack[DecodeFields]``, sync and async), accepts good calls and refuses a misspelt
+option and a value of the wrong type.
 """
 
 from __future__ import annotations
@@ -62,28 +63,27 @@ def test_decode_fields_are_decode_configs_fields() -> None:
 
 
 SNIPPET = """
-from typing_extensions import Unpack
-
-from llamapy.options import GenerationOptions
-from llamapy.session.fields import DecodeFields
+from llamapy import Server, Session
 
 
-def generate(prompt: str, **options: Unpack[GenerationOptions]) -> None: ...
+def use(server: Server, session: Session) -> None:
+    server.generate("hi", temperature=0.5, temp=1, max_tokens=3, stop=["x"], timeout=None,
+                    request_id=("a", 1), logit_bias={5: -1.5}, samplers="kt")
+    session.decode(max_tokens=None, temperature=0.2)
+    server.generate("hi", temperature="hot")  # bad: wrong type
+    server.stream("hi", temprature=0.5)  # bad: unknown key
+    session.decode(max_tokens="many")  # bad: wrong type
 
 
-def decode(**fields: Unpack[DecodeFields]) -> None: ...
-
-
-generate("hi", temperature=0.5, temp=1, max_tokens=3, stop=["x"], timeout=None,
-         request_id=("a", 1), logit_bias={5: -1.5}, samplers="kt")
-decode(max_tokens=None, temperature=0.2)
-generate("hi", temperature="hot")  # bad: wrong type
-generate("hi", temprature=0.5)  # bad: unknown key
-decode(max_tokens="many")  # bad: wrong type
+async def ause(server: Server, session: Session) -> None:
+    await server.agenerate_tokens([1, 2], n_predict=4, cache_scope="t")
+    session.adecode(top_k=3)
+    await server.acomplete("hi", seed="x")  # bad: wrong type
+    session.adecode(temp=0.3)  # bad: unknown key
 """
 
 
-def test_mypy_checks_a_call_against_generation_options(tmp_path: Path,
+def test_mypy_checks_server_and_session_calls_against_their_options(tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     api = pytest.importorskip("mypy.api")
     source = tmp_path / "snippet.py"
@@ -100,3 +100,5 @@ def test_mypy_checks_a_call_against_generation_options(tmp_path: Path,
     assert '"temperature"' in errors[bad[0]] and '"float"' in errors[bad[0]]
     assert "temprature" in errors[bad[1]]
     assert '"max_tokens"' in errors[bad[2]]
+    assert '"seed"' in errors[bad[3]]
+    assert '"temp"' in errors[bad[4]]

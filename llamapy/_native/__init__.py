@@ -5,7 +5,7 @@ use of a wrapper. Wrappers own their pointers, are context managers, and raise
 :class:`~llamapy.errors.ClosedError` after ``close()``. No scheduling or caching policy here.
 """
 
-from ._loader import Native, check_layout, find_library, native
+from ._loader import Native, c_text, check_layout, find_library, native
 from .chat import apply_chat_template
 from .context import (
     Batch,
@@ -40,4 +40,4 @@ __all__ = [
 def system_info() -> str:
     """llama.cpp's build/system info line (SIMD features, backends)."""
     nat = native()
-    return nat.ffi.string(nat.lib.llama_print_system_info()).decode()
+    return c_text(nat.lib.llama_print_system_info())

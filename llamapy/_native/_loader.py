@@ -54,9 +54,22 @@ def native() -> Native:
     return _native
 
 
+def c_bytes(buf: Any, n: int) -> bytes:
+    """The ``n`` bytes at a C buffer, NUL bytes included."""
+    data: bytes = native().ffi.buffer(buf, n)[:]
+    return data
+
+
+def c_text(ptr: Any, n: int = -1) -> str:
+    """A C string as text (UTF-8, undecodable bytes replaced): up to the first NUL, or at most
+    ``n`` bytes."""
+    data: bytes = native().ffi.string(ptr, n) if n >= 0 else native().ffi.string(ptr)
+    return data.decode("utf-8", "replace")
+
+
 def _ffi_module() -> ModuleType:
     try:
-        from . import _llama_ffi  # type: ignore[attr-defined]
+        from . import _llama_ffi  # type: ignore[attr-defined, unused-ignore]
 
         return _llama_ffi
     except ImportError:

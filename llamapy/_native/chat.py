@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from ..errors import TemplateError
-from ._loader import native
+from ._loader import c_bytes, native
 from .model import Model
 
 
@@ -34,6 +34,6 @@ def apply_chat_template(model: Model, messages: Sequence[Mapping[str, str]],
         if n < 0:
             raise TemplateError("the model's chat template is not supported by llama.cpp")
         if n <= size:
-            return ffi.buffer(buf, n)[:].decode("utf-8", "replace")
+            return c_bytes(buf, n).decode("utf-8", "replace")
         size = n
     raise TemplateError("chat template output did not fit")

@@ -19,7 +19,7 @@ from ..options.context import (
     tuning_option_keys,
 )
 from . import _logging
-from ._loader import native
+from ._loader import c_bytes, native
 from ._shim import WHAT_SIZE, check_error
 from .model import LoraAdapter, Model
 
@@ -184,7 +184,8 @@ class Context:
         if ptr == ffi.NULL:
             raise NativeError(f"no embeddings for {which} (is embeddings=True?)")
         n = self.model.n_embd
-        return np.frombuffer(ffi.buffer(ptr, n * 4), dtype=np.float32).copy()
+        vector: np.ndarray = np.frombuffer(c_bytes(ptr, n * 4), dtype=np.float32).copy()
+        return vector
 
     def set_abort(self, flag: bool) -> None:
         """Ask a running decode to abort (returns code 2) until cleared."""
@@ -249,13 +250,13 @@ class Context:
         size = lib.llama_state_seq_get_size(self.ptr, seq_id)
         buf = ffi.new("uint8_t[]", max(1, size))
         n = lib.llama_state_seq_get_data(self.ptr, buf, size, seq_id)
-        return ffi.buffer(buf, n)[:]
+        return c_bytes(buf, n)
 
     def state_seq_set(self, seq_id: int, data: bytes) -> bool:
         """Load a state from :meth:`state_seq_get` into ``seq_id``; False on failure."""
         ffi, lib = native().ffi, native().lib
         src = ffi.from_buffer("uint8_t[]", data)
-        return lib.llama_state_seq_set_data(self.ptr, src, len(data), seq_id) > 0
+        return bool(lib.llama_state_seq_set_data(self.ptr, src, len(data), seq_id) > 0)
 
     def perf(self) -> dict[str, float]:
         """llama.cpp's context perf counters (needs ``no_perf=False``)."""

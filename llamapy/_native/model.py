@@ -21,7 +21,7 @@ from ..options.model import (
     load_option_keys,
 )
 from . import _logging
-from ._loader import native
+from ._loader import c_bytes, c_text, native
 from ._shim import WHAT_SIZE, check_error
 from .devices import model_devices
 
@@ -155,7 +155,7 @@ class Model:
             if n < 0:
                 return ""
             if n < size:
-                return ffi.string(buf, n).decode("utf-8", "replace")
+                return c_text(buf, n)
             size = n + 1
 
     def metadata(self) -> dict[str, str]:
@@ -178,7 +178,7 @@ class Model:
             return None
         if n >= 4096:
             return self._string(lib.llama_model_meta_val_str, self.ptr, key.encode())
-        return ffi.string(buf, n).decode("utf-8", "replace")
+        return c_text(buf, n)
 
     @property
     def description(self) -> str:
@@ -250,7 +250,7 @@ class Model:
         if n < 0:
             buf = ffi.new("char[]", -n)
             n = lib.llama_token_to_piece(self.vocab, token, buf, -n, 0, special)
-        piece = ffi.buffer(buf, n)[:]
+        piece = c_bytes(buf, n)
         self._piece_cache[(token, special)] = piece
         return piece
 
@@ -265,7 +265,7 @@ class Model:
             n = lib.llama_detokenize(self.vocab, arr, len(tokens), buf, cap, remove_special,
                                      unparse_special)
             if n >= 0:
-                return ffi.buffer(buf, n)[:].decode("utf-8", "replace")
+                return c_bytes(buf, n).decode("utf-8", "replace")
             cap = -n
         raise NativeError("detokenization failed")
 
@@ -316,10 +316,7 @@ class Model:
 
     def token_text(self, token: int) -> str:
         """The vocabulary's stored text for a token."""
-        ffi = native().ffi
-        return ffi.string(native().lib.llama_vocab_get_text(self.vocab, token)).decode(
-            "utf-8", "replace"
-        )
+        return c_text(native().lib.llama_vocab_get_text(self.vocab, token))
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else self.description

@@ -75,7 +75,7 @@ class ObjectScanner:
             if self._phase in (_Phase.DONE, _Phase.FAILED):
                 return offset
             self._step(char, len(self.text))
-            if self._phase is _Phase.FAILED:
+            if self._failed():
                 return offset
             self.text += char
             if self._key_completed:
@@ -97,11 +97,15 @@ class ObjectScanner:
         if raw is None or not raw.startswith('"'):
             return None
         try:
-            return json.loads(raw)
+            value = json.loads(raw)
         except ValueError:
             return None
+        return value if isinstance(value, str) else None
 
     # --- the state machine ------------------------------------------------------------------
+
+    def _failed(self) -> bool:
+        return self._phase is _Phase.FAILED
 
     def _step(self, char: str, pos: int) -> None:
         if self._in_string:

@@ -76,4 +76,4 @@ def _out(value: Hashable) -> object:
 
 def _in(value: object) -> Hashable:
     """Inverse of :func:`_out`."""
-    return tuple(_in(v) for v in value) if isinstance(value, list) else value  # type: ignore
+    return tuple(_in(v) for v in value) if isinstance(value, list) else value

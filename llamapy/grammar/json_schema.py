@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from llamapy.errors import GrammarError, InvalidOptionError, UnsupportedFeatureError
@@ -217,7 +217,7 @@ class SchemaConverter:
         return alternatives(*options)
 
     def _typed(self, schema: Mapping[str, Any], kind: str | None, hint: str) -> str:
-        handlers = {
+        handlers: dict[str | None, Callable[[Mapping[str, Any], str], str]] = {
             None: lambda s, h: self.primitive("value"),
             "object": self._object,
             "array": self._array,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..runtime import (
     AsyncEventStream,
@@ -25,6 +25,11 @@ from ..runtime import (
 from .calls import Call
 from .core import ServerCore
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ..options.typed import GenerationOptions
+
 __all__ = ["AsyncMethods"]
 
 
@@ -32,14 +37,15 @@ class AsyncMethods(ServerCore):
     """The asyncio API of :class:`~llamapy.server.Server` (see the module docstring)."""
 
     def open_astream(self, token_ids: Sequence[int], *, per_event: bool = True,
-                     **options: Any) -> AsyncRequestStream:
+                     **options: Unpack[GenerationOptions]) -> AsyncRequestStream:
         """Low-level async ``open_stream``: submit now (call it inside a running event loop;
         it does not wait for a model still loading: the request queues behind the load)."""
         call = self._prepare(options, per_event=per_event)
         return AsyncRequestStream(self._loop, call.request(token_ids), call.timeout,
                                   per_event=per_event, deadline=call.deadline)
 
-    async def acomplete_tokens(self, token_ids: Sequence[int], **options: Any) -> Completion:
+    async def acomplete_tokens(self, token_ids: Sequence[int],
+                               **options: Unpack[GenerationOptions]) -> Completion:
         """Async ``complete_tokens``: ``timeout`` (default 60 s) bounds the whole call, the
         wait for the load included; cancelling the task cancels the request."""
         call = self._prepare(options, per_event=False)
@@ -47,17 +53,18 @@ class AsyncMethods(ServerCore):
         await self._await_loaded(call.left(), call.timeout)
         return await self._acollect(call, ids)
 
-    async def acomplete(self, prompt: str, **options: Any) -> Completion:
+    async def acomplete(self, prompt: str, **options: Unpack[GenerationOptions]) -> Completion:
         """Async ``complete`` (the load, tokenizing and generation within ``timeout``)."""
         call = self._prepare(options, per_event=False)
         await self._await_loaded(call.left(), call.timeout)
         return await self._acollect(call, self.fetch_model().tokenize(prompt, True, True))
 
-    async def agenerate(self, prompt: str, **options: Any) -> str:
+    async def agenerate(self, prompt: str, **options: Unpack[GenerationOptions]) -> str:
         """Async ``generate``."""
         return (await self.acomplete(prompt, **options)).text
 
-    async def agenerate_tokens(self, token_ids: Sequence[int], **options: Any) -> str:
+    async def agenerate_tokens(self, token_ids: Sequence[int],
+                               **options: Unpack[GenerationOptions]) -> str:
         """Async ``generate_tokens``."""
         return (await self.acomplete_tokens(token_ids, **options)).text
 
@@ -89,19 +96,21 @@ class AsyncMethods(ServerCore):
             await asyncio.gather(*tasks, return_exceptions=True)
             raise
 
-    def aevents(self, token_ids: Sequence[int], **options: Any) -> AsyncEventStream:
+    def aevents(self, token_ids: Sequence[int],
+                **options: Unpack[GenerationOptions]) -> AsyncEventStream:
         """Async ``events``: an :class:`~llamapy.runtime.AsyncEventStream`, submitted at
         its first iteration (or ``async with`` entry)."""
         call = self._prepare(options, per_event=True)
         ids = list(token_ids)
         return self._async_events(call, lambda: ids)
 
-    def astream_tokens(self, token_ids: Sequence[int], **options: Any) -> AsyncTextChunks:
+    def astream_tokens(self, token_ids: Sequence[int],
+                       **options: Unpack[GenerationOptions]) -> AsyncTextChunks:
         """Async ``stream_tokens``: an :class:`~llamapy.runtime.AsyncTextChunks` with
         ``request_id``, ``cancel()``, ``aclose()`` and ``async with``."""
         return AsyncTextChunks(self.aevents(token_ids, **options))
 
-    def astream(self, prompt: str, **options: Any) -> AsyncTextChunks:
+    def astream(self, prompt: str, **options: Unpack[GenerationOptions]) -> AsyncTextChunks:
         """Async ``stream``: the prompt is tokenized at the first iteration, once the model
         has loaded (that wait bounded by the per-chunk ``timeout``)."""
         call = self._prepare(options, per_event=True)

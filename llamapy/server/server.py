@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..runtime import (
     Collector,
@@ -25,6 +25,11 @@ from .aio import AsyncMethods
 from .calls import Call
 from .loop import load_server
 from .options import ResolvedStart
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ..options.typed import GenerationOptions
 
 __all__ = ["Server"]
 
@@ -79,7 +84,7 @@ class Server(AsyncMethods):
     # --- blocking calls -----------------------------------------------------------------------
 
     def open_stream(self, token_ids: Sequence[int], *, per_event: bool = True,
-                    **options: Any) -> RequestStream:
+                    **options: Unpack[GenerationOptions]) -> RequestStream:
         """Low-level: submit a request **now** and return its event stream (token events, then
         the final ``DoneEvent``; errors raise from the stream). Unlike :meth:`events` it does
         not wait for a model still loading (the request queues behind the load); the HTTP
@@ -92,7 +97,8 @@ class Server(AsyncMethods):
         return RequestStream(self._loop, call.request(token_ids), call.timeout,
                              per_event=per_event, deadline=call.deadline)
 
-    def complete_tokens(self, token_ids: Sequence[int], **options: Any) -> Completion:
+    def complete_tokens(self, token_ids: Sequence[int],
+                        **options: Unpack[GenerationOptions]) -> Completion:
         """Generate from tokens; return the text with completion metadata.
 
         ``timeout`` (default 60 s; None: no bound) is one deadline from the call, covering the
@@ -105,17 +111,18 @@ class Server(AsyncMethods):
         self._wait_loaded(call.left(), call.timeout)
         return self._collect(call, ids)
 
-    def complete(self, prompt: str, **options: Any) -> Completion:
+    def complete(self, prompt: str, **options: Unpack[GenerationOptions]) -> Completion:
         """Like :meth:`complete_tokens`, from text (tokenizing within the same deadline)."""
         call = self._prepare(options, per_event=False)
         self._wait_loaded(call.left(), call.timeout)
         return self._collect(call, self.fetch_model().tokenize(prompt, True, True))
 
-    def generate_tokens(self, token_ids: Sequence[int], **options: Any) -> str:
+    def generate_tokens(self, token_ids: Sequence[int],
+                        **options: Unpack[GenerationOptions]) -> str:
         """Generate text from tokens (blocking; see :meth:`complete_tokens`)."""
         return self.complete_tokens(token_ids, **options).text
 
-    def generate(self, prompt: str, **options: Any) -> str:
+    def generate(self, prompt: str, **options: Unpack[GenerationOptions]) -> str:
         """Generate text from a prompt (blocking; see :meth:`complete_tokens`). Options: see
         ``request_option_keys()``; OpenAI spellings (``temperature``, ``max_tokens``) and the
         option tree's (``temp``) are both accepted, one of them per option."""
@@ -133,7 +140,7 @@ class Server(AsyncMethods):
 
     # --- streams (submitted at the first iteration) -------------------------------------------
 
-    def events(self, token_ids: Sequence[int], **options: Any) -> EventStream:
+    def events(self, token_ids: Sequence[int], **options: Unpack[GenerationOptions]) -> EventStream:
         """The raw engine events (tokens with logprobs, then the final event) as an
         :class:`~llamapy.runtime.EventStream`: options are validated now, the request is
         submitted at the first iteration or on entering ``with`` (see :meth:`stream_tokens`).
@@ -142,7 +149,8 @@ class Server(AsyncMethods):
         ids = list(token_ids)
         return self._event_stream(call, lambda: ids)
 
-    def stream_tokens(self, token_ids: Sequence[int], **options: Any) -> TextChunks:
+    def stream_tokens(self, token_ids: Sequence[int],
+                      **options: Unpack[GenerationOptions]) -> TextChunks:
         """An iterator over text chunks as they are generated (a
         :class:`~llamapy.runtime.TextChunks`; use it in ``with`` to cancel on leaving).
 
@@ -155,7 +163,7 @@ class Server(AsyncMethods):
         """
         return TextChunks(self.events(token_ids, **options))
 
-    def stream(self, prompt: str, **options: Any) -> TextChunks:
+    def stream(self, prompt: str, **options: Unpack[GenerationOptions]) -> TextChunks:
         """Like :meth:`stream_tokens`, from text (tokenized at the first iteration)."""
         call = self._prepare(options, per_event=True)
         return TextChunks(self._event_stream(

@@ -9,7 +9,7 @@ arguments of one, or both (the keywords override the config's fields). Anything 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from llamapy.session.config import DecodeConfig, PrefixInput, SuffixInput
@@ -59,7 +59,7 @@ def as_suffix(value: SuffixInput | str | Sequence[int]) -> SuffixInput:
     return SuffixInput(token_ids=ids)
 
 
-def as_decode_config(config: DecodeConfig | None, overrides: dict[str, Any]) -> DecodeConfig:
+def as_decode_config(config: DecodeConfig | None, overrides: Mapping[str, Any]) -> DecodeConfig:
     """``config`` (default: ``DecodeConfig()``) with keyword ``overrides`` applied; unknown
     keywords are a ``TypeError`` naming the fields."""
     if config is not None and not isinstance(config, DecodeConfig):

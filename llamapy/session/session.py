@@ -54,7 +54,10 @@ from llamapy.session.streams import AsyncDecodeStream, DecodeStream, DecodeStrea
 from llamapy.session.watch import CallWatch
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
     from llamapy.engine.engine import Engine
+    from llamapy.session.fields import DecodeFields
 
 __all__ = ["Session", "prefix_status", "suffix_status"]
 
@@ -163,7 +166,7 @@ class Session(AsyncPrimitives, Prefills, DecodeStreams):
         return suffix_status(plan, timings)
 
     def decode(self, config: DecodeConfig | None = None, *, timeout: float | None = None,
-               **fields: Any) -> DecodeStream:
+               **fields: Unpack[DecodeFields]) -> DecodeStream:
         """The answer from the resident state, as a :class:`DecodeStream` of chunks: validated
         now, submitted at the first iteration (or ``with`` entry).
 
@@ -179,7 +182,7 @@ class Session(AsyncPrimitives, Prefills, DecodeStreams):
         return DecodeStream(self, request, run, timeout)
 
     def adecode(self, config: DecodeConfig | None = None, *, timeout: float | None = None,
-                **fields: Any) -> AsyncDecodeStream:
+                **fields: Unpack[DecodeFields]) -> AsyncDecodeStream:
         """Async :meth:`decode`: an :class:`AsyncDecodeStream`. No thread per stream: events
         reach the event loop from the engine's thread; closing the stream or cancelling the
         task that reads it cancels the rest."""
