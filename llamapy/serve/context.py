@@ -16,12 +16,12 @@ from .._native.context import ContextOptions
 from ..embeddings import POOLINGS, Embedder
 from ..errors import (
     AuthenticationError,
-    CancelledError,
     EndpointDisabledError,
     InvalidOptionError,
     InvalidRequestError,
     LlamapyError,
     PermissionDeniedError,
+    RequestCancelledError,
 )
 from ..openai_api import ServedModel
 from .host import ModelHost
@@ -225,7 +225,7 @@ def stream_flag(body: Any) -> bool:
 
 async def cancel_on_disconnect(request: Request, work: Awaitable[T]) -> T:
     """Await ``work``; cancel it (and so its engine request) if the client disconnects, then
-    raise :class:`~llamapy.errors.CancelledError` (499, answered to nobody).
+    raise :class:`~llamapy.errors.RequestCancelledError` (499, answered to nobody).
 
     The disconnect is awaited (the server's ``http.disconnect`` message), never polled, so a
     request waiting in the queue costs nothing until its first token or its client leaves.
@@ -237,7 +237,7 @@ async def cancel_on_disconnect(request: Request, work: Awaitable[T]) -> T:
         if task in done:
             return task.result()
         await _cancel(task)
-        raise CancelledError("the client disconnected")
+        raise RequestCancelledError("the client disconnected")
     finally:
         gone.cancel()
         if not task.done():

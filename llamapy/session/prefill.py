@@ -17,9 +17,10 @@ reads back the tokens whose KV its lease holds (exact, by the slot invariant) an
   kept), the rest is the suffix, nothing is generated. A retry reuses them (token LCP);
 - the resident tokens as they were (the request never ran): nothing changes.
 
-Then the typed error is raised (``RequestTimeoutError``, ``CancelledError``, the engine's, the
-callback's; a cancelled task's ``asyncio.CancelledError`` propagates). Only a KV that cannot be
-read back, or that is neither, makes the session fatal (``SessionFatalError``).
+Then the typed error is raised (``RequestTimeoutError``, ``RequestCancelledError``, the
+engine's, the callback's; a cancelled task's ``asyncio.CancelledError`` propagates). Only a
+KV that cannot be read back, or that is neither, makes the session fatal
+(``SessionFatalError``).
 """
 
 from __future__ import annotations

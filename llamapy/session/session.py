@@ -174,7 +174,7 @@ class Session(AsyncPrimitives, Prefills, DecodeStreams):
         Generated tokens stay resident: a second ``decode`` continues after them. Closing the
         stream early cancels the rest. ``timeout``: seconds for the whole stream from its
         submission; past it (or after :meth:`cancel`) the stream ends with a chunk whose
-        ``error`` is a ``RequestTimeoutError`` (``CancelledError``), and the session stays
+        ``error`` is a ``RequestTimeoutError`` (``RequestCancelledError``), and the session stays
         usable. An engine failure ends the stream with an error chunk and the session turns
         fatal.
         """
@@ -191,8 +191,8 @@ class Session(AsyncPrimitives, Prefills, DecodeStreams):
 
     def cancel(self) -> None:
         """Cancel the request this session has in flight (a prefill or a decode stream), from
-        any thread or task: the primitive raises ``CancelledError`` (a decode stream ends
-        with a ``CancelledError`` chunk) and the session stays usable. A no-op when nothing
+        any thread or task: the primitive raises ``RequestCancelledError`` (a decode stream ends
+        with a ``RequestCancelledError`` chunk) and the session stays usable. A no-op when nothing
         is in flight. (On an inline runtime, call it from the thread that runs the session.)
         """
         watch = self._watch

@@ -9,7 +9,7 @@ and dropped costs nothing, and ``request_id`` is known before anything runs.
 A stream turns its request's events into :class:`~llamapy.session.config.StreamChunk` s. A
 stream closed early (or whose task was cancelled) cancels its request; ``cancel()`` (any
 thread) stops it at the engine, and the stream ends with a chunk whose ``error`` is a
-``CancelledError``; past its deadline (``timeout=``, counted from submission) it ends with a
+``RequestCancelledError``; past its deadline (``timeout=``, counted from submission) it ends with a
 ``RequestTimeoutError`` chunk. None of these is fatal: the tokens that reached the KV meanwhile
 are read back before the session's next primitive (``_sync_generated``). An engine error ends
 the stream with an error chunk and makes the session fatal, unless the request was refused
@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING, Any
 
 from llamapy.engine.request import DoneEvent, ErrorEvent, Event, FinishReason, Request, TokenEvent
 from llamapy.errors import (
-    CancelledError,
     ContextOverflowError,
     GrammarError,
     InvalidOptionError,
     LlamapyError,
     QueueFullError,
+    RequestCancelledError,
     RequestTimeoutError,
 )
 from llamapy.runtime import AsyncRequestStream, RequestStream
@@ -72,7 +72,7 @@ class _Stream:
 
     def cancel(self) -> None:
         """Stop the request (safe from any thread): the stream ends with a chunk whose
-        ``error`` is a ``CancelledError``. Before submission: it is never submitted."""
+        ``error`` is a ``RequestCancelledError``. Before submission: it is never submitted."""
         self._cancelled = True
         watch = self._watch
         if watch is not None:
@@ -85,7 +85,7 @@ class _Stream:
         self._open = True
         if self._cancelled:
             self._ended = True
-            self._pending.append(StreamChunk(error=CancelledError("decode was cancelled "
+            self._pending.append(StreamChunk(error=RequestCancelledError("decode was cancelled "
                                                                   "before it was submitted"),
                                              finish_reason="cancelled"))
             return None
@@ -295,9 +295,9 @@ class DecodeStreams:
         """The error chunk. A timeout or a cancel is not fatal (the generated tokens are read
         back before the next primitive); an engine error is, unless the request was refused
         before it generated anything (bad grammar, no room, queue full)."""
-        if isinstance(exc, CancelledError | RequestTimeoutError):
+        if isinstance(exc, RequestCancelledError | RequestTimeoutError):
             self._stale = self._fatal is None
-            reason = "cancelled" if isinstance(exc, CancelledError) else "error"
+            reason = "cancelled" if isinstance(exc, RequestCancelledError) else "error"
             return StreamChunk(error=exc, finish_reason=reason)
         final = None if stream is None else stream.final
         harmless = isinstance(exc, _DECODE_SUBMIT_ERRORS) and (

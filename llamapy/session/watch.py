@@ -5,7 +5,7 @@ the whole call, not per event) and the engine request it has in flight. Past the
 on :meth:`Session.cancel() <llamapy.session.Session.cancel>` from any thread or task, it asks
 the runtime to cancel that request: the engine ends it with a cancelled final event, the
 reader wakes at once, and :meth:`CallWatch.error` turns the resulting
-:class:`~llamapy.errors.CancelledError` into the error the caller sees
+:class:`~llamapy.errors.RequestCancelledError` into the error the caller sees
 (:class:`~llamapy.errors.RequestTimeoutError` past the deadline).
 
 Who fires the deadline: on a threaded runtime a timer thread (blocking callers) or the event
@@ -22,7 +22,7 @@ from collections.abc import Callable, Hashable
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from typing import TYPE_CHECKING, TypeVar
 
-from llamapy.errors import CancelledError, InvalidOptionError, RequestTimeoutError
+from llamapy.errors import InvalidOptionError, RequestCancelledError, RequestTimeoutError
 from llamapy.runtime import InlineRuntime
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ class CallWatch:
         the typed error at once when the call was cancelled or is already past its deadline
         (nothing is submitted then)."""
         if self.cancelled:
-            raise CancelledError(f"{self.what} was cancelled")
+            raise RequestCancelledError(f"{self.what} was cancelled")
         left = self.left()
         self.request_id = request_id
         if left is None:
@@ -108,12 +108,12 @@ class CallWatch:
 
     def error(self, exc: BaseException) -> BaseException:
         """What the caller sees for ``exc``: past the deadline a ``RequestTimeoutError``, after
-        :meth:`cancel` a ``CancelledError``, else ``exc`` itself."""
-        if isinstance(exc, CancelledError | RequestTimeoutError):
+        :meth:`cancel` a ``RequestCancelledError``, else ``exc`` itself."""
+        if isinstance(exc, RequestCancelledError | RequestTimeoutError):
             if self.timed_out:
                 return self._timeout_error()
             if self.cancelled:
-                return CancelledError(f"{self.what} was cancelled")
+                return RequestCancelledError(f"{self.what} was cancelled")
         return exc
 
     def call(self, fn: Callable[[Engine], T]) -> T:
