@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -178,16 +178,18 @@ class Session(AsyncPrimitives, Prefills, DecodeStreams):
         usable. An engine failure ends the stream with an error chunk and the session turns
         fatal.
         """
-        request, run = self._decode_request(as_decode_config(config, fields))
-        return DecodeStream(self, request, run, timeout)
+        decode = as_decode_config(config, fields)
+        request, run = self._decode_request(decode)
+        return DecodeStream(self, decode, request, run, timeout)
 
     def adecode(self, config: DecodeConfig | None = None, *, timeout: float | None = None,
                 **fields: Unpack[DecodeFields]) -> AsyncDecodeStream:
         """Async :meth:`decode`: an :class:`AsyncDecodeStream`. No thread per stream: events
         reach the event loop from the engine's thread; closing the stream or cancelling the
         task that reads it cancels the rest."""
-        request, run = self._decode_request(as_decode_config(config, fields))
-        return AsyncDecodeStream(self, request, run, timeout)
+        decode = as_decode_config(config, fields)
+        request, run = self._decode_request(decode, read_back=False)
+        return AsyncDecodeStream(self, decode, request, run, timeout)
 
     def cancel(self) -> None:
         """Cancel the request this session has in flight (a prefill or a decode stream), from
@@ -352,12 +354,13 @@ class Session(AsyncPrimitives, Prefills, DecodeStreams):
 
     def _request(self, tokens: list[int], max_tokens: int, identity: str,
                  sampling: Any = None, speculative: Any = None,
-                 progress: bool = False) -> Request:
+                 progress: bool = False, request_id: Hashable | None = None) -> Request:
         options = RequestOptions(max_tokens=max_tokens, cache_scope=self.config.cache_scope,
                                  adapters=self._host.adapter_set, speculative=speculative,
                                  return_progress=progress,
                                  **({} if sampling is None else {"sampling": sampling}))
-        return Request(request_id=new_request_id(), token_ids=tokens, options=options,
+        return Request(request_id=new_request_id() if request_id is None else request_id,
+                       token_ids=tokens, options=options,
                        cache_identity=identity, lease_id=self._lease)
 
 

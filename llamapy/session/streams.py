@@ -4,7 +4,9 @@ and :class:`AsyncDecodeStream` (asyncio), and what an early end means for the re
 The submission rule (the same for every stream of the package): a stream is validated when it
 is made, and its request is submitted at the first iteration (or on ``with`` / ``async with``
 entry); a stream cancelled or closed before that is never submitted. So a stream that is made
-and dropped costs nothing, and ``request_id`` is known before anything runs.
+and dropped costs nothing, and ``request_id`` is known before anything runs. It decodes from
+the resident state at its submission: a prefill made between the call and the first iteration
+is decoded after (the request is rebuilt and checked again).
 
 A stream turns its request's events into :class:`~llamapy.session.config.StreamChunk` s. A
 stream closed early (or whose task was cancelled) cancels its request; ``cancel()`` (any
@@ -54,11 +56,12 @@ _TAIL_TOKENS = 16
 class _Stream:
     """What the blocking and async decode streams share."""
 
-    def __init__(self, session: DecodeStreams, request: Request, run: DecodeRun,
-                 timeout: float | None) -> None:
+    def __init__(self, session: DecodeStreams, config: DecodeConfig, request: Request,
+                 run: DecodeRun, timeout: float | None) -> None:
         CallWatch(session._runtime, timeout, "decode")  # validate the timeout now
         self.request_id: Hashable = request.request_id
         self._session = session
+        self._config = config
         self._request = request
         self._run = run
         self._timeout = timeout
@@ -82,6 +85,7 @@ class _Stream:
         """Open the stream: the session turns busy; None when cancelled before submission."""
         session = self._session
         session._check()
+        self._refresh()
         self._open = True
         if self._cancelled:
             self._ended = True
@@ -94,6 +98,15 @@ class _Stream:
         self._watch = session._watch = watch
         session._busy = self._owner = True
         return watch
+
+    def _refresh(self) -> None:
+        """Rebuild (and re-validate) the request when the resident state moved since the call
+        (a prefill, another decode or a read-back in between): a stream decodes from the state
+        at its submission."""
+        session, request = self._session, self._request
+        if (list(request.token_ids) != session.resident
+                or request.cache_identity != session._manifest.identity_digest):
+            self._request, self._run = session._decode_request(self._config, self.request_id)
 
     def _submitted(self, events: RequestStream | AsyncRequestStream) -> None:
         self._events = events
@@ -200,7 +213,15 @@ class AsyncDecodeStream(_Stream, AsyncIterator[StreamChunk]):
         except LlamapyError as exc:
             self._pending.append(self._fail(exc))
 
+    async def _prepare(self) -> None:
+        """Before submission: read back what an earlier cancelled decode left in the KV,
+        awaiting the engine (the blocking read-back is never run on the event loop)."""
+        session = self._session
+        if not self._open and not self._ended and session._stale and session._fatal is None:
+            await session._async_generated()
+
     async def __anext__(self) -> StreamChunk:
+        await self._prepare()
         self._start()
         if self._pending:
             return self._pending.pop(0)
@@ -226,6 +247,7 @@ class AsyncDecodeStream(_Stream, AsyncIterator[StreamChunk]):
         self._end()
 
     async def __aenter__(self) -> AsyncDecodeStream:
+        await self._prepare()
         self._start()
         return self
 
@@ -259,12 +281,21 @@ class DecodeStreams:
 
         def _check(self) -> None: ...
 
+        def _check_state(self) -> None: ...
+
         def _request(self, tokens: list[int], max_tokens: int, identity: str,
                      sampling: Any = None, speculative: Any = None,
-                     progress: bool = False) -> Request: ...
+                     progress: bool = False, request_id: Hashable | None = None
+                     ) -> Request: ...
 
-    def _decode_request(self, config: DecodeConfig) -> tuple[Request, DecodeRun]:
-        self._check()
+    def _decode_request(self, config: DecodeConfig, request_id: Hashable | None = None, *,
+                        read_back: bool = True) -> tuple[Request, DecodeRun]:
+        """A decode's request on the resident state, validated. ``read_back=False`` (the async
+        call) leaves a cancelled decode's tokens to be read back at submission."""
+        if read_back:
+            self._check()
+        else:
+            self._check_state()
         resident = self.resident
         if not resident:
             raise InvalidOptionError("decode needs a resident prefix or suffix", option="prefix")
@@ -278,7 +309,7 @@ class DecodeStreams:
             tail = self._host.detokenize(resident[-_TAIL_TOKENS:])
         run = DecodeRun(config, self._host.sampling, tail)
         request = self._request(resident, max_tokens, self._manifest.identity_digest,
-                                run.sampling, config.speculative)
+                                run.sampling, config.speculative, request_id=request_id)
         return request, run
 
     def _on_event(self, event: Event, run: DecodeRun) -> StreamChunk | None:

@@ -127,3 +127,41 @@ def test_a_bad_timeout_is_refused_before_anything_runs(engine: Engine) -> None:
         with pytest.raises(InvalidOptionError):
             s.decode(max_tokens=2, timeout=-1)
         assert s.resident == [] and s.explain_context().num_prefill_calls == 0
+
+
+def test_a_stream_made_before_a_prefill_decodes_from_the_state_at_submission(
+        engine: Engine) -> None:
+    with open_fake(engine) as reference:
+        reference.ensure_prefix(PREFIX)
+        reference.prefill_suffix((9, 9))
+        expected = [c.text for c in reference.decode(max_tokens=5, seed=3)]
+    with open_fake(engine) as s:
+        s.ensure_prefix(PREFIX)
+        stream = s.decode(max_tokens=5, seed=3)  # made on PREFIX alone
+        s.prefill_suffix((9, 9))  # the resident state moves before the first iteration
+        assert [c.text for c in stream] == expected
+        kv = engine.leases.tokens(s._lease)  # what the session says (the last sampled token's
+        assert s.resident[:len(kv)] == kv and len(s.resident) - len(kv) <= 1  # KV comes next)
+        assert s.resident[:len(PREFIX) + 2] == [*PREFIX, 9, 9]
+
+
+def test_after_a_cancelled_adecode_the_next_reads_back_by_awaiting(
+        engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    async def main() -> None:
+        async with open_fake(engine) as s:
+            await s.aensure_prefix(PREFIX)
+            async with s.adecode(max_tokens=8, seed=3) as stream:
+                first = await stream.__anext__()
+                assert first.error is None
+            assert s._stale  # closed early: its tokens are read back before the next call
+
+            def blocking() -> None:
+                raise AssertionError("a blocking read-back ran on the event loop")
+
+            monkeypatch.setattr(s, "_sync_generated", blocking)
+            chunks = [c async for c in s.adecode(max_tokens=3, seed=3)]
+            assert chunks and all(c.error is None for c in chunks) and not s._stale
+            kv = engine.leases.tokens(s._lease)
+            assert s.resident[:len(kv)] == kv and s.resident[:len(PREFIX)] == list(PREFIX)
+
+    asyncio.run(main())
