@@ -158,21 +158,32 @@ class TickLoop:
             self._inbox.put(_Cancel(request_id))
 
     def call(self, fn: Callable[[Engine], T], timeout: float | None = 60.0) -> T:
-        """Run ``fn(engine)`` on the tick thread between ticks and return its result."""
+        """Run ``fn(engine)`` on the tick thread between ticks and return its result.
+
+        ``timeout`` bounds the wait for the tick thread to take the call: past it the call is
+        withdrawn and ``TimeoutError`` raised, and ``fn`` never runs; a call the thread took
+        meanwhile runs to its end and its result is returned (so a timeout never leaves an
+        engine change the caller does not know about)."""
         result: T = self._command(lambda future: _Call(fn, future), timeout)
         return result
 
     async def acall(self, fn: Callable[[Engine], T], timeout: float | None = 60.0) -> T:
         """:meth:`call` for a coroutine: the tick thread resolves the awaited future through
         the event loop (``call_soon_threadsafe``), no thread is blocked. ``TimeoutError``
-        past ``timeout``; a command still waiting in the inbox is then skipped (so is one
-        whose awaiting task is cancelled)."""
+        past ``timeout`` means ``fn`` never ran (as for :meth:`call`); a command still
+        waiting in the inbox is also skipped when the awaiting task is cancelled."""
         future: Future[T] = Future()
         self._post(_Call(fn, future))
+        wrapped = asyncio.wrap_future(future)
         try:
-            return await asyncio.wait_for(asyncio.wrap_future(future), timeout)
+            return await asyncio.wait_for(asyncio.shield(wrapped), timeout)
         except asyncio.TimeoutError:  # (not the builtin before Python 3.11)
+            if not future.cancel():  # it started: it ends soon, and its result counts
+                return await wrapped
             raise TimeoutError(f"runtime call did not finish within {timeout} s") from None
+        except asyncio.CancelledError:
+            future.cancel()
+            raise
 
     def lease(self, key: CacheKey, timeout: float) -> int:
         """Lease a slot, waiting up to ``timeout`` seconds for one (``LeaseTimeoutError``)."""
@@ -212,8 +223,9 @@ class TickLoop:
         try:
             return future.result(timeout)
         except FutureTimeoutError:
-            future.cancel()  # a command still waiting in the loop is then skipped
-            raise
+            if future.cancel():  # still waiting in the inbox: skipped, it never runs
+                raise
+            return future.result()  # it started on the tick thread: its result counts
 
     # --- tick thread --------------------------------------------------------------------------
 

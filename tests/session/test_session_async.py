@@ -106,8 +106,6 @@ def test_runtime_acall_awaits_the_engine_without_blocking_the_loop() -> None:
             other = asyncio.create_task(ticker())
             slow = await loop.acall(lambda e: (__import__("time").sleep(0.05), e.n_ctx_seq)[1])
             assert slow == 512 and ticks > 1  # the event loop ran while the tick thread worked
-            with pytest.raises(TimeoutError):
-                await loop.acall(lambda e: __import__("time").sleep(0.3), timeout=0.05)
             with pytest.raises(KeyError):
                 await loop.acall(lambda e: {}["missing"])
             other.cancel()
