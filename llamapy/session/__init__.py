@@ -5,7 +5,8 @@ other traffic); :func:`open_standalone` runs a single-user session on a ``Model`
 context and tick thread. Both run on the runtime (:mod:`llamapy.runtime`); a session never
 touches the engine's backend. Every blocking primitive takes a whole-call ``timeout=`` and has
 an async twin (``aensure_prefix``, ``adecode``, ...); ``session.cancel()`` stops the call in
-flight from any thread or task.
+flight from any thread or task. :func:`open_path` opens a session on a model file and
+:func:`embed_path` embeds a text with one (through a registrable :class:`EmbedFunc`).
 """
 
 from llamapy.session.config import (
@@ -23,6 +24,13 @@ from llamapy.session.config import (
     check_shared,
     standalone_context_options,
 )
+from llamapy.session.embed_func import (
+    EmbedFunc,
+    close_embedders,
+    embed_path,
+    native_embed,
+    register_embed_func,
+)
 from llamapy.session.factory import SessionFactory, open_path
 from llamapy.session.host import InlineHost, ServerHost, SessionHost
 from llamapy.session.manifest import ContextManifest, ManifestSegment, file_digest
@@ -39,6 +47,7 @@ __all__ = [
     "ContextReport",
     "DecodeConfig",
     "DecodeStream",
+    "EmbedFunc",
     "InlineHost",
     "ManifestSegment",
     "PrefillProgress",
@@ -58,8 +67,12 @@ __all__ = [
     "SuffixStatus",
     "aopen_standalone",
     "check_shared",
+    "close_embedders",
+    "embed_path",
     "file_digest",
+    "native_embed",
     "open_path",
     "open_standalone",
+    "register_embed_func",
     "standalone_context_options",
 ]
