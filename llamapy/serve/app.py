@@ -18,6 +18,9 @@ from starlette.staticfiles import StaticFiles
 
 from ..anthropic_api import MessagesBody
 from ..errors import InvalidOptionError, LlamapyError
+from ..ollama_api import ChatBody as OllamaChatBody
+from ..ollama_api import EmbedBody as OllamaEmbedBody
+from ..ollama_api import GenerateBody as OllamaGenerateBody
 from ..openai_api import ChatBody, CompletionBody, ServedModel
 from ..openai_api.responses_params import ResponsesBody
 from ..openai_api.target import DEFAULT_REQUEST_TIMEOUT
@@ -34,6 +37,7 @@ from .multi import ModelRouter, ModelSelect
 from .routes_anthropic import anthropic_router
 from .routes_llama import health_router, llama_router
 from .routes_models import models_router
+from .routes_ollama import ollama_router
 from .routes_openai import model_card, openai_router
 from .routes_responses import responses_router
 from .routing import Endpoint, ErrorShape, Router, openapi_document, route_error_shape
@@ -43,7 +47,8 @@ from .tenants import KeyTable
 
 STATIC_DIR = Path(__file__).with_name("static")
 #: Request bodies whose pydantic validators are built after start (``defer_build``).
-BODY_MODELS = (ChatBody, CompletionBody, ResponsesBody, MessagesBody)
+BODY_MODELS = (ChatBody, CompletionBody, ResponsesBody, MessagesBody, OllamaChatBody,
+               OllamaGenerateBody, OllamaEmbedBody)
 
 
 def create_app(
@@ -70,7 +75,7 @@ def create_app(
     sse_ping_interval: float = 30.0,
     **served: Any,
 ) -> Starlette:
-    """The app for ``target``: OpenAI, Responses, Anthropic and llama-server routes.
+    """The app for ``target``: OpenAI, Responses, Anthropic, Ollama and llama-server routes.
 
     ``target``: a :class:`Server`, a callable returning one (run on a thread; ``/health`` is 503
     meanwhile) or a :class:`~llamapy.server.ModelManager` (the request's ``model`` picks one,
@@ -136,7 +141,8 @@ def _routers(ctx: AppContext, webui: bool) -> list[Router]:
     """Every API's router (the models router for several models), ``/openapi.json``'s, the
     pages'."""
     routers = [make(ctx) for make in (health_router, openai_router, responses_router,
-                                      anthropic_router, llama_router, events_router)]
+                                      anthropic_router, ollama_router, llama_router,
+                                      events_router)]
     if ctx.models is not None:
         routers.append(models_router(ctx, ctx.models))
     if webui:

@@ -13,6 +13,7 @@ load answers with its own typed error. Only the routes that run on a model take 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
 from typing import Any
@@ -30,6 +31,7 @@ from ..openai_api.target import DEFAULT_REQUEST_TIMEOUT
 from ..server import ModelLease, ModelManager, ModelState, ModelStatus
 from .anthropic_errors import anthropic_error_response
 from .errors import error_response
+from .ollama_errors import ollama_error_response
 
 __all__ = ["ModelRouter", "ModelSelect", "ModelsCollector", "model_entry"]
 
@@ -42,7 +44,8 @@ LEASE_PATHS = frozenset({
     "/v1/messages/count_tokens", "/v1/responses", "/responses", "/v1/responses/input_tokens",
     "/responses/input_tokens", "/v1/chat/completions/input_tokens",
     "/chat/completions/input_tokens", "/tokenize", "/detokenize", "/apply-template", "/props",
-    "/slots", "/infill"})
+    "/slots", "/infill", "/api/chat", "/api/generate", "/api/embed", "/api/embeddings",
+    "/api/show"})
 #: Path prefixes of model routes with a path parameter (``/slots/{id_slot}``: slot actions).
 LEASE_PREFIXES = ("/slots/",)
 #: Routes that take a lease only when the request names a model.
@@ -52,7 +55,9 @@ NAMED_LEASE_PATHS = frozenset({"/metrics"})
 #: keeps it loaded.
 NO_MODEL_PATHS = frozenset({"/", "/dashboard", "/health", "/v1/health", "/v1/models", "/models",
                             "/v1/models/{model_id:path}", "/models/load", "/models/unload",
-                            "/v1/llamapy/events", "/openapi.json"})
+                            "/v1/llamapy/events", "/openapi.json", "/api/tags", "/api/ps",
+                            "/api/version", "/api/pull", "/api/push", "/api/create",
+                            "/api/copy", "/api/delete"})
 
 _current: ContextVar[ServedModel | None] = ContextVar("llamapy_served_model", default=None)
 
@@ -80,7 +85,7 @@ from its spec); ``accept_any_model`` sends unknown names to the first model.
 
     def pick(self, requested: str | None) -> str:
         """The model a request names (none: the first; unknown: 404, or the first with
-        ``accept_any_model``)."""
+        ``accept_any_model``); a name with Ollama's ``:latest`` tag means the name without."""
         names = self.manager.names
         if not requested:
             if not names:
@@ -89,6 +94,9 @@ from its spec); ``accept_any_model`` sends unknown names to the first model.
         try:
             return self.manager.resolve(requested)
         except UnknownModelError:
+            if requested.endswith(":latest") and requested != ":latest":
+                with contextlib.suppress(UnknownModelError):
+                    return self.manager.resolve(requested.removesuffix(":latest"))
             if self._served.get("accept_any_model") and names:
                 return names[0]
             raise
@@ -217,7 +225,10 @@ class ModelSelect:
 
 
 def _error(path: str, exc: LlamapyError) -> Any:
-    """The error response in the route's shape (Anthropic's under ``/v1/messages``)."""
+    """The error response in the route's shape (Anthropic's under ``/v1/messages``, Ollama's
+    under ``/api/``)."""
+    if path.startswith("/api/"):
+        return ollama_error_response(exc)
     return anthropic_error_response(exc) if path.startswith("/v1/messages") else (
         error_response(exc))
 

@@ -61,6 +61,10 @@ class Router:
         schema for the document."""
         return self._route("POST", path, schema, hidden)
 
+    def delete(self, path: str, *, hidden: bool = False) -> Callable[[Handler], Handler]:
+        """Register the decorated handler for ``DELETE path``."""
+        return self._route("DELETE", path, None, hidden)
+
     def _route(self, method: str, path: str, schema: Callable[[], dict[str, Any]] | None,
                hidden: bool) -> Callable[[Handler], Handler]:
         def register(handler: Handler) -> Handler:

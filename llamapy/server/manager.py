@@ -205,6 +205,18 @@ class ModelManager:
             server.close()
         return status
 
+    def keep(self, name: str, keep_alive: float | str | None) -> ModelStatus:
+        """Set how long a model stays loaded once idle (Ollama's per-request ``keep_alive``,
+        see :func:`parse_keep_alive`; None: back to its configured one). It applies from the
+        model's next idle moment: 0 unloads it when its last lease ends."""
+        with self._cond:
+            entry = self._entry(name)
+            configured = entry.spec.keep_alive
+            entry.keep_alive = parse_keep_alive(keep_alive) if keep_alive is not None else (
+                self.keep_alive if configured is None else parse_keep_alive(configured))
+            self._cond.notify_all()
+            return self._status(entry)
+
     def close(self) -> None:
         """Unload every model and stop; later calls raise :class:`ClosedError`. Idempotent."""
         with self._cond:

@@ -19,6 +19,9 @@ from fake_http import ALIAS, FakeApp, sse_events
 from hypothesis import strategies as st
 
 from llamapy.anthropic_api import MessagesBody
+from llamapy.ollama_api import ChatBody as OllamaChat
+from llamapy.ollama_api import EmbedBody, EmbeddingsBody, GenerateBody, ModelOpBody, ShowBody
+from llamapy.ollama_api.params import Options as OllamaOptions
 from llamapy.openai_api.llama_compat import IGNORED_FIELDS, OWN_FIELDS
 from llamapy.openai_api.params import (
     API_EXTRAS,
@@ -50,6 +53,8 @@ class Route:
     body: dict[str, Any] | None = None
     fields: tuple[str, ...] = ()
     anthropic: bool = False
+    #: Errors in Ollama's shape (``{"error": "..."}``), streams as NDJSON.
+    ollama: bool = False
     query: dict[str, str] = field(default_factory=dict)
     #: A 5xx this route documents (501: the fake model has no FIM tokens).
     allowed_5xx: frozenset[int] = frozenset()
@@ -62,6 +67,16 @@ CHAT_FIELDS = _fields(ChatBody, *EXTRAS)
 RESPONSES_FIELDS = _fields(ResponsesBody, *EXTRAS)
 MESSAGES_FIELDS = _fields(MessagesBody, *EXTRAS)
 NATIVE_FIELDS = tuple(sorted({*OWN_FIELDS, *IGNORED_FIELDS, *EXTRAS, "ignore_eos", "n_probs"}))
+OLLAMA_OPTIONS = {"num_predict": 4}
+OLLAMA_CHAT = {"model": ALIAS, "messages": MESSAGES, "options": OLLAMA_OPTIONS}
+OLLAMA_GENERATE = {"model": ALIAS, "prompt": "hi", "options": OLLAMA_OPTIONS}
+#: The option keys the fuzzer sets inside ``options`` (as ``options.<key>``, see ``_set``).
+OLLAMA_OPTION_FIELDS = tuple(f"options.{name}" for name in OllamaOptions.model_fields)
+
+
+def _ollama(method: str, path: str, body: dict[str, Any] | None, fields: tuple[str, ...]
+            ) -> Route:
+    return Route(method, path, body, fields, ollama=True)
 
 
 def _post(path: str, body: dict[str, Any], fields: tuple[str, ...], **kw: Any) -> Route:
@@ -95,11 +110,25 @@ POST_ROUTES = (
     _post("/v1/embeddings", {"input": "hi"}, ("content", "dimensions", "encoding_format",
                                               "input", "model", "user")),
     _post("/embeddings", {"input": "hi"}, ("input",)),
+    _ollama("POST", "/api/chat", OLLAMA_CHAT, _fields(OllamaChat, *OLLAMA_OPTION_FIELDS)),
+    _ollama("POST", "/api/generate", OLLAMA_GENERATE,
+            _fields(GenerateBody, *OLLAMA_OPTION_FIELDS)),
+    _ollama("POST", "/api/embed", {"model": ALIAS, "input": "hi"}, _fields(EmbedBody)),
+    _ollama("POST", "/api/embeddings", {"model": ALIAS, "prompt": "hi"},
+            _fields(EmbeddingsBody)),
+    _ollama("POST", "/api/show", {"model": ALIAS}, _fields(ShowBody)),
+    _ollama("POST", "/api/pull", {"model": ALIAS, "stream": False}, _fields(ModelOpBody)),
+    _ollama("POST", "/api/push", {"model": ALIAS}, _fields(ModelOpBody)),
+    _ollama("POST", "/api/create", {"model": "x", "from": ALIAS}, _fields(ModelOpBody)),
+    _ollama("POST", "/api/copy", {"source": ALIAS, "destination": "x"}, _fields(ModelOpBody)),
+    _ollama("DELETE", "/api/delete", {"model": ALIAS}, _fields(ModelOpBody)),
 )
 GET_ROUTES = tuple(Route("GET", path) for path in (
     "/health", "/v1/health", "/props", "/slots", "/metrics", "/v1/models", "/models",
     "/v1/models/{model_id:path}", "/openapi.json", "/", "/dashboard"))
-ROUTES = POST_ROUTES + GET_ROUTES
+OLLAMA_GET_ROUTES = tuple(_ollama("GET", path, None, ())
+                          for path in ("/api/tags", "/api/ps", "/api/version"))
+ROUTES = POST_ROUTES + GET_ROUTES + OLLAMA_GET_ROUTES
 #: Routes the fuzzer does not send to, and why.
 NOT_FUZZED = {
     ("GET", "/v1/llamapy/events"): "an endless SSE feed: the in-process client cannot hang up",
@@ -177,14 +206,23 @@ def sweep_cases(route: Route) -> Iterator[Case]:
         return Case(route.method, route.path, concrete_path(route, param), body, raw,
                     query=dict(route.query))
 
-    if route.method == "POST":
+    if route.body is not None:
         for name in route.fields:
             for value in SWEEP_VALUES:
-                yield case({**(route.body or {}), name: value})
+                yield case(with_field(route.body, name, value))
         yield from (case(body) for body in SWEEP_BODIES)
         yield from (case(raw=raw) for raw in RAW_BODIES)
     if "{" in route.path:
         yield from (case(route.body, param=param) for param in SWEEP_PARAMS)
+
+
+def with_field(body: dict[str, Any], name: str, value: Any) -> dict[str, Any]:
+    """``body`` with field ``name`` set to ``value`` (``options.<key>``: inside ``options``)."""
+    head, dot, key = name.partition(".")
+    if dot and head == "options":
+        options = body.get("options")
+        return {**body, "options": {**(options if isinstance(options, dict) else {}), key: value}}
+    return {**body, name: value}
 
 
 def concrete_path(route: Route, param: str = "0") -> str:
@@ -221,7 +259,7 @@ def mutated_body(draw: st.DrawFn, route: Route) -> Any:
     for _ in range(draw(st.integers(1, 3))):
         kind = draw(st.sampled_from(("field", "field", "field", "deep", "unknown", "drop")))
         if kind == "field" and route.fields:
-            body[draw(st.sampled_from(route.fields))] = draw(values)
+            body = with_field(body, draw(st.sampled_from(route.fields)), draw(values))
         elif kind == "deep":
             at = draw(st.sampled_from(_paths(body)[1:] or [()]))
             body = _replaced(body, at, draw(values))
@@ -242,7 +280,7 @@ def cases(draw: st.DrawFn, routes: tuple[Route, ...] = ROUTES) -> Case:
     param = draw(st.sampled_from(("0", "1", ALIAS)) | st.sampled_from(
         ("-1", "99", str(2**63), "x", "%00", "..", "fake.gguf")))
     case = Case(route.method, route.path, concrete_path(route, param), query=dict(route.query))
-    if route.method == "POST":
+    if route.method in ("POST", "DELETE"):
         shape = draw(st.sampled_from(("mutated",) * 6 + ("whole", "raw")))
         if shape == "mutated":
             case.body = draw(mutated_body(route))
@@ -279,6 +317,11 @@ def check_answer(route: Route, response: httpx.Response) -> None:
         f"{status} from {route.method} {route.path}: {response.text[:500]}"
     if status >= 400:
         check_error_shape(route, response)
+    elif response.headers.get("content-type", "").startswith("application/x-ndjson"):
+        for line in response.text.splitlines():
+            error = json.loads(line).get("error")
+            assert error is None or not error.startswith("internal error"), \
+                f"stream from {route.path} failed: {line[:500]}"
     elif response.headers.get("content-type", "").startswith("text/event-stream"):
         for _, data in sse_events(response.text):
             error = _error_of(data)
@@ -290,6 +333,10 @@ def check_error_shape(route: Route, response: httpx.Response) -> None:
     """OpenAI's ``{"error": {"message", "type", ...}}`` (llama-server's routes too) or, on the
     Anthropic routes, ``{"type": "error", "error": {"type", "message"}}``."""
     body = response.json()
+    if route.ollama:
+        assert isinstance(body, dict) and set(body) == {"error"}, body
+        assert isinstance(body["error"], str) and body["error"], body
+        return
     assert isinstance(body, dict) and isinstance(body.get("error"), dict), body
     error = body["error"]
     assert isinstance(error.get("message"), str) and isinstance(error.get("type"), str), body

@@ -1,0 +1,177 @@
+"""From an Ollama ``/api/chat`` or ``/api/generate`` request to an :class:`OllamaPlan`.
+
+The request is translated into an OpenAI chat request and prepared by
+:func:`~llamapy.openai_api.prepare_chat`, so the chat template, tool instructions, output
+parser (reasoning and tool calls), JSON-schema grammar, request options, tenants and prefix
+reuse are those of ``/v1/chat/completions``:
+
+- messages keep their roles; an assistant's ``thinking`` becomes ``reasoning_content`` and its
+  ``tool_calls`` (``arguments`` an object) OpenAI calls with ids; a ``tool`` message answers
+  the earliest unanswered call (of its ``tool_name`` when given). History the template cannot
+  show is inlined (:func:`~llamapy.openai_api.bridge.polyfill_history`). ``images`` are
+  refused: the served model takes no images.
+- ``format`` ``"json"`` is any JSON (``json_object``), an object is a JSON schema
+  (``json_schema``); ``think`` sets the template's ``enable_thinking`` (``"low"``/``"medium"``/
+  ``"high"`` mean true); reasoning is always parsed out of the answer into ``thinking``.
+- ``/api/generate`` renders ``system`` and ``prompt`` as a conversation, or with ``raw`` sends
+  ``prompt`` as it is. ``template`` (a Go template), ``suffix``, ``context``, ``logprobs`` and
+  the image-generation fields are refused, clearly, when set.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..chat import OutputParser
+from ..errors import UnsupportedFeatureError
+from ..openai_api.bridge import polyfill_history
+from ..openai_api.params import parse_body
+from ..openai_api.prompt import prepare_chat
+from ..openai_api.target import ServedModel
+from .options import check_num_ctx, engine_options, served_name, token_budget
+from .params import ChatBody, GenerateBody, GenerationBody, Message, Options
+
+Kind = Literal["chat", "generate"]
+
+
+@dataclass(slots=True, kw_only=True)
+class OllamaPlan:
+    """A request ready to run: prompt tokens, engine options, how to parse the output."""
+
+    served: ServedModel
+    kind: Kind
+    model: str
+    token_ids: list[int]
+    options: dict[str, Any]
+    parser: Callable[[], OutputParser]
+    started_ns: int = field(default_factory=time.perf_counter_ns)
+
+
+def _refuse_images(images: list[str] | None, where: str) -> None:
+    if images:
+        raise UnsupportedFeatureError(
+            "images", f"{where}: the served model takes no images (multimodal input is not "
+                      "supported)")
+
+
+def _assistant(message: Message, index: int, pending: list[tuple[str, str]]
+               ) -> dict[str, Any]:
+    out: dict[str, Any] = {"role": "assistant", "content": message.content}
+    if message.thinking:
+        out["reasoning_content"] = message.thinking
+    calls = []
+    for j, call in enumerate(message.tool_calls or []):
+        call_id = call.id or f"call_{index}_{j}"
+        pending.append((call_id, call.function.name))
+        calls.append({"id": call_id, "type": "function", "function": {
+            "name": call.function.name,
+            "arguments": json.dumps(call.function.arguments, ensure_ascii=False)}})
+    if calls:
+        out["tool_calls"] = calls
+    return out
+
+
+def _tool_result(message: Message, pending: list[tuple[str, str]]) -> dict[str, Any]:
+    match = next((p for p in pending if message.tool_name in (None, p[1])), None)
+    if match is not None:
+        pending.remove(match)
+    call_id = message.tool_call_id or (match[0] if match else "")
+    out: dict[str, Any] = {"role": "tool", "content": message.content, "tool_call_id": call_id}
+    if message.tool_name:
+        out["name"] = message.tool_name
+    return out
+
+
+def chat_messages(messages: list[Message]) -> list[dict[str, Any]]:
+    """Ollama ``messages`` as OpenAI chat messages (before polyfilling)."""
+    out: list[dict[str, Any]] = []
+    pending: list[tuple[str, str]] = []
+    for i, message in enumerate(messages):
+        _refuse_images(message.images, f"messages[{i}].images")
+        if message.role == "assistant":
+            out.append(_assistant(message, i, pending))
+        elif message.role == "tool":
+            out.append(_tool_result(message, pending))
+        else:
+            out.append({"role": message.role, "content": message.content})
+    return out
+
+
+def _response_format(body: GenerationBody) -> dict[str, Any] | None:
+    if body.format in (None, ""):
+        return None
+    if body.format == "json":
+        return {"type": "json_object"}
+    return {"type": "json_schema", "json_schema": {"name": "format", "schema": body.format}}
+
+
+def _check_common(body: GenerationBody) -> None:
+    if body.logprobs or body.top_logprobs:
+        raise UnsupportedFeatureError("logprobs", "logprobs are not supported on the Ollama "
+                                                  "API here (use /v1/chat/completions)")
+
+
+def _request(served: ServedModel, body: GenerationBody, messages: list[dict[str, Any]],
+             tools: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The OpenAI chat request (the budget is set later, once the prompt is known)."""
+    _check_common(body)
+    request: dict[str, Any] = {**engine_options(body.options), "max_tokens": 1}
+    request["messages"] = polyfill_history(served.template().source, messages)
+    fmt = _response_format(body)
+    if fmt is not None:
+        request["response_format"] = fmt
+    if tools:
+        request["tools"] = tools
+    if body.think is not None:
+        request["chat_template_kwargs"] = {"enable_thinking": body.think is not False}
+    return request
+
+
+def _plan(served: ServedModel, body: GenerationBody, kind: Kind, request: dict[str, Any],
+          raw_prompt: str | None = None) -> OllamaPlan:
+    served_name(served, body.model)
+    options: Options | None = body.options
+    check_num_ctx(options, served.n_ctx_seq())
+    chat = prepare_chat(served, request)
+    token_ids, parser = chat.token_ids, chat.parser
+    if raw_prompt is not None:
+        token_ids = served.tokenize_prompt(raw_prompt)
+        started = body.think is True and raw_prompt.rstrip().endswith("<think>")
+        parser = lambda: served.output_parser(  # noqa: E731
+            tools=False, reasoning=body.think is True, reasoning_started=started)
+    n = len(token_ids)
+    chat.options["max_tokens"] = token_budget(
+        options.num_predict if options else None, n, served.n_ctx_seq(),
+        served.default_max_tokens(n))
+    return OllamaPlan(served=served, kind=kind, model=body.model, token_ids=token_ids,
+                      options=chat.options, parser=parser)
+
+
+def prepare_chat_request(served: ServedModel, request: Mapping[str, Any] | ChatBody
+                         ) -> OllamaPlan:
+    """Validate an ``/api/chat`` request and prepare it (no generation yet)."""
+    body = request if isinstance(request, ChatBody) else parse_body(ChatBody, request)
+    return _plan(served, body, "chat",
+                 _request(served, body, chat_messages(body.messages), body.tools))
+
+
+def prepare_generate(served: ServedModel, request: Mapping[str, Any] | GenerateBody
+                     ) -> OllamaPlan:
+    """Validate an ``/api/generate`` request and prepare it (no generation yet)."""
+    body = request if isinstance(request, GenerateBody) else parse_body(GenerateBody, request)
+    _refuse_images(body.images, "images")
+    refused = {"template": body.template, "suffix": body.suffix, "context": body.context,
+               "width": body.width, "height": body.height, "steps": body.steps}
+    for name, value in refused.items():
+        if value:
+            raise UnsupportedFeatureError(name, f"{name} is not supported on /api/generate "
+                                                "here")
+    messages = [{"role": "user", "content": body.prompt}]
+    if body.system:
+        messages.insert(0, {"role": "system", "content": body.system})
+    request = _request(served, body, messages)
+    return _plan(served, body, "generate", request, body.prompt if body.raw else None)

@@ -1,0 +1,229 @@
+"""Ollama's native API: ``/api/chat``, ``/api/generate``, ``/api/embed``, ``/api/embeddings``,
+``/api/tags``, ``/api/show``, ``/api/ps``, ``/api/version``, and refusals for ``/api/pull``,
+``push``, ``create``, ``copy`` and ``delete`` (a pull of a served model answers success).
+
+Handlers read JSON, call :mod:`llamapy.ollama_api` and frame the result: NDJSON while
+``stream`` (Ollama's default) is true, else one JSON object. Every error, a wrong API key
+included, is ``{"error": "..."}`` (:mod:`.ollama_errors`). A request with no messages (no
+prompt) only loads the model: ``done_reason`` ``load``, or ``unload`` with ``keep_alive`` 0.
+``keep_alive`` goes to the model manager when the app serves several models; with one model it
+is validated and the model stays loaded (the process owns it). ``/`` stays the chat page.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from ..errors import ModelNotFoundError, UnsupportedFeatureError
+from ..ollama_api import (
+    ChatBody,
+    EmbedBody,
+    EmbeddingsBody,
+    GenerateBody,
+    ModelOpBody,
+    ShowBody,
+    acomplete,
+    astream,
+    created_at,
+    embed_inputs,
+    embed_response,
+    keep_alive,
+    model_entry,
+    prepare_chat_request,
+    prepare_generate,
+    refuse_model_op,
+    served_name,
+    show,
+    version,
+)
+from ..ollama_api.models import rfc3339, running_entry, unloaded_entry
+from ..openai_api.params import parse_body
+from .context import AppContext, cancel_on_disconnect, read_json
+from .embeddings import aembed
+from .ndjson import ndjson_stream
+from .ollama_errors import ollama_error_body, ollama_route_error
+from .routing import Router
+
+#: ``expires_at`` of a model kept loaded for good.
+FOREVER = "9999-12-31T23:59:59Z"
+
+
+def ollama_router(ctx: AppContext) -> Router:
+    """The Ollama routes (behind the API key; every error in Ollama's shape)."""
+    router = Router(checks=[ctx.check_key], error_shape=ollama_route_error)
+    _generation_routes(router, ctx)
+    _embedding_routes(router, ctx)
+    _model_routes(router, ctx)
+    _management_routes(router, ctx)
+    return router
+
+
+def _keep(ctx: AppContext, name: str, value: object) -> float | None:
+    """Validate ``keep_alive``; with several models, hand it to the manager."""
+    seconds = keep_alive(value)
+    if ctx.models is not None:
+        ctx.models.manager.keep(name, seconds)
+    return seconds
+
+
+def _load_only(body: ChatBody | GenerateBody, seconds: float | None) -> dict[str, Any]:
+    """The answer to a request that only loads (or unloads) its model."""
+    out: dict[str, Any] = {"model": body.model, "created_at": created_at()}
+    if isinstance(body, ChatBody):
+        out["message"] = {"role": "assistant", "content": ""}
+    else:
+        out["response"] = ""
+    out.update(done=True, done_reason="unload" if seconds == 0 else "load")
+    return out
+
+
+def _generation_routes(router: Router, ctx: AppContext) -> None:
+    async def generate(request: Request, body: ChatBody | GenerateBody) -> Response:
+        served = ctx.served(request)
+        seconds = _keep(ctx, served_name(served, body.model), body.keep_alive)
+        chat = isinstance(body, ChatBody)
+        if (not body.messages) if isinstance(body, ChatBody) else (not body.prompt):
+            return JSONResponse(_load_only(body, seconds))
+        prepare = prepare_chat_request if chat else prepare_generate
+        plan = await asyncio.to_thread(prepare, served, body)  # type: ignore[arg-type]
+        lines = astream(plan, ctx.metrics.observe)
+        if body.stream:
+            return await ndjson_stream(request, lines,
+                                       error_line=lambda exc: ollama_error_body(exc)[1])
+        return JSONResponse(await cancel_on_disconnect(request, acomplete(plan,
+                                                                          ctx.metrics.observe)))
+
+    @router.post("/api/chat", schema=ChatBody.model_json_schema)
+    async def chat(request: Request) -> Response:
+        """Ollama chat (NDJSON unless ``stream`` is false)."""
+        return await generate(request, parse_body(ChatBody, await read_json(request)))
+
+    @router.post("/api/generate", schema=GenerateBody.model_json_schema)
+    async def generate_text(request: Request) -> Response:
+        """Ollama generate: a prompt, through the chat template unless ``raw``."""
+        return await generate(request, parse_body(GenerateBody, await read_json(request)))
+
+
+def _embedding_routes(router: Router, ctx: AppContext) -> None:
+    async def vectors(request: Request, body: EmbedBody) -> dict[str, Any]:
+        started = time.perf_counter_ns()
+        served = ctx.served(request)
+        if not ctx.embeddings:
+            raise UnsupportedFeatureError("embeddings", "embeddings are disabled on this server")
+        _keep(ctx, served_name(served, body.model), body.keep_alive)
+        with ctx.embedder(served) as embedder:
+            inputs = await asyncio.to_thread(embed_inputs, served, body, embedder.n_ctx)
+            rows = await aembed(embedder, inputs)
+        return embed_response(body.model, rows.tolist(), inputs, started)
+
+    @router.post("/api/embed", schema=EmbedBody.model_json_schema)
+    async def embed(request: Request) -> dict[str, Any]:
+        """Embeddings of one input or several."""
+        return await vectors(request, parse_body(EmbedBody, await read_json(request)))
+
+    @router.post("/api/embeddings", schema=EmbeddingsBody.model_json_schema)
+    async def embeddings(request: Request) -> dict[str, Any]:
+        """The legacy form: one ``prompt``, one ``embedding`` (empty for an empty prompt)."""
+        body = parse_body(EmbeddingsBody, await read_json(request))
+        if not body.prompt:
+            served_name(ctx.served(request), body.model)
+            return {"embedding": []}
+        result = await vectors(request, EmbedBody(model=body.model, input=body.prompt,
+                                                  keep_alive=body.keep_alive))
+        return {"embedding": result["embeddings"][0]}
+
+
+def _tags(ctx: AppContext) -> dict[str, Any]:
+    """``/api/tags``: every served model (blocking: digests)."""
+    if ctx.models is None:
+        return {"models": [model_entry(ctx.served())]}
+    out = []
+    for status in ctx.models.manager.status():
+        served = ctx.models.peek(status.name)
+        out.append(model_entry(served) if served is not None
+                   else unloaded_entry(status.name, status.path))
+    return {"models": out}
+
+
+def _ps(ctx: AppContext) -> dict[str, Any]:
+    """``/api/ps``: the loaded models (blocking: digests)."""
+    if ctx.models is None:
+        return {"models": [running_entry(ctx.served(), FOREVER)]}
+    out = []
+    for status in ctx.models.manager.status():
+        served = ctx.models.peek(status.name)
+        if served is None:
+            continue
+        finite = 0 <= status.keep_alive < float("inf")
+        expires = rfc3339(time.time() + status.keep_alive) if finite else FOREVER
+        out.append(running_entry(served, expires))
+    return {"models": out}
+
+
+def _model_routes(router: Router, ctx: AppContext) -> None:
+    @router.get("/api/tags")
+    async def tags(request: Request) -> dict[str, Any]:
+        """The served models (with several: loaded or not)."""
+        return await run_in_threadpool(_tags, ctx)
+
+    @router.get("/api/ps")
+    async def ps(request: Request) -> dict[str, Any]:
+        """The loaded models."""
+        return await run_in_threadpool(_ps, ctx)
+
+    @router.get("/api/version")
+    async def api_version(request: Request) -> dict[str, Any]:
+        """The Ollama API version these routes follow (and llamapy's)."""
+        return version()
+
+    @router.post("/api/show", schema=ShowBody.model_json_schema)
+    async def show_model(request: Request) -> dict[str, Any]:
+        """A model's template, parameters, details, GGUF metadata and capabilities."""
+        body = parse_body(ShowBody, await read_json(request))
+        served = ctx.served(request)
+        served_name(served, body.model_name)
+        return await run_in_threadpool(show, served, ctx.embeddings)
+
+
+def _served_here(ctx: AppContext, name: str) -> bool:
+    """Whether ``name`` is a served model (with ``:latest`` or without)."""
+    if ctx.models is not None:
+        try:
+            ctx.models.pick(name)
+        except ModelNotFoundError:
+            return False
+        return bool(name)
+    try:
+        served_name(ctx.served(), name)
+    except ModelNotFoundError:
+        return False
+    return True
+
+
+def _management_routes(router: Router, ctx: AppContext) -> None:
+    @router.post("/api/pull")
+    async def pull(request: Request) -> Response:
+        """Success for a model that is served; otherwise a typed refusal."""
+        body = parse_body(ModelOpBody, await read_json(request))
+        if not _served_here(ctx, body.model_name):
+            raise refuse_model_op("pull")
+        if body.stream:
+            return Response(b'{"status":"success"}\n', media_type="application/x-ndjson")
+        return JSONResponse({"status": "success"})
+
+    def refusal(operation: str) -> Any:
+        async def refuse(request: Request) -> Response:
+            raise refuse_model_op(operation)
+        refuse.__name__ = operation
+        refuse.__doc__ = f"Not supported: answers a typed 400 ({operation})."
+        return refuse
+
+    for operation in ("push", "create", "copy"):
+        router.post(f"/api/{operation}")(refusal(operation))
+    router.delete("/api/delete")(refusal("delete"))
