@@ -41,3 +41,11 @@ def ollama_route_error(request: Request, exc: Exception) -> JSONResponse:
     if not isinstance(exc, (LlamapyError, HTTPException)):
         log.error("unexpected error on %s %s", request.method, request.url.path, exc_info=exc)
     return ollama_error_response(exc)
+
+
+def ollama_error_line(exc: BaseException) -> dict[str, Any]:
+    """The last line of a stream that failed after its first (an unexpected error is
+    logged)."""
+    if not isinstance(exc, (LlamapyError, HTTPException)):
+        log.error("unexpected error in an Ollama stream", exc_info=exc)
+    return ollama_error_body(exc)[1]

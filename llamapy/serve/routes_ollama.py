@@ -6,14 +6,19 @@ Handlers read JSON, call :mod:`llamapy.ollama_api` and frame the result: NDJSON 
 ``stream`` (Ollama's default) is true, else one JSON object. Every error, a wrong API key
 included, is ``{"error": "..."}`` (:mod:`.ollama_errors`). A request with no messages (no
 prompt) only loads the model: ``done_reason`` ``load``, or ``unload`` with ``keep_alive`` 0.
-``keep_alive`` goes to the model manager when the app serves several models; with one model it
-is validated and the model stays loaded (the process owns it). ``/`` stays the chat page.
+``keep_alive`` goes to the model manager when the app serves several models (the model's idle
+time to live from then on; a request without one restores the configured one); with one model
+it is validated and the model stays loaded (the process owns it). With several models
+``/api/chat``, ``generate``, ``embed``, ``embeddings`` and ``show`` lease (and so load) their
+model; ``/api/tags`` and ``/api/ps`` load nothing. ``/`` stays the chat page (it is not
+Ollama's "Ollama is running").
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -27,6 +32,7 @@ from ..ollama_api import (
     EmbeddingsBody,
     GenerateBody,
     ModelOpBody,
+    OllamaPlan,
     ShowBody,
     acomplete,
     astream,
@@ -43,11 +49,12 @@ from ..ollama_api import (
     version,
 )
 from ..ollama_api.models import rfc3339, running_entry, unloaded_entry
+from ..openai_api import ServedModel
 from ..openai_api.params import parse_body
 from .context import AppContext, cancel_on_disconnect, read_json
 from .embeddings import aembed
 from .ndjson import ndjson_stream
-from .ollama_errors import ollama_error_body, ollama_route_error
+from .ollama_errors import ollama_error_line, ollama_route_error
 from .routing import Router
 
 #: ``expires_at`` of a model kept loaded for good.
@@ -83,31 +90,42 @@ def _load_only(body: ChatBody | GenerateBody, seconds: float | None) -> dict[str
     return out
 
 
+def _is_load_only(body: ChatBody | GenerateBody) -> bool:
+    """Whether a request only loads its model (no messages, no prompt)."""
+    return not body.messages if isinstance(body, ChatBody) else not body.prompt
+
+
+async def _answer(request: Request, ctx: AppContext, plan: OllamaPlan, stream: bool
+                  ) -> Response:
+    """NDJSON chunks (``stream``) or the one final object of ``plan``."""
+    if stream:
+        return await ndjson_stream(request, astream(plan, ctx.metrics.observe),
+                                   error_line=ollama_error_line)
+    result = await cancel_on_disconnect(request, acomplete(plan, ctx.metrics.observe))
+    return JSONResponse(result)
+
+
 def _generation_routes(router: Router, ctx: AppContext) -> None:
-    async def generate(request: Request, body: ChatBody | GenerateBody) -> Response:
+    async def generate(request: Request, body: ChatBody | GenerateBody,
+                       prepare: Callable[[ServedModel, Any], OllamaPlan]) -> Response:
         served = ctx.served(request)
         seconds = _keep(ctx, served_name(served, body.model), body.keep_alive)
-        chat = isinstance(body, ChatBody)
-        if (not body.messages) if isinstance(body, ChatBody) else (not body.prompt):
+        if _is_load_only(body):
             return JSONResponse(_load_only(body, seconds))
-        prepare = prepare_chat_request if chat else prepare_generate
-        plan = await asyncio.to_thread(prepare, served, body)  # type: ignore[arg-type]
-        lines = astream(plan, ctx.metrics.observe)
-        if body.stream:
-            return await ndjson_stream(request, lines,
-                                       error_line=lambda exc: ollama_error_body(exc)[1])
-        return JSONResponse(await cancel_on_disconnect(request, acomplete(plan,
-                                                                          ctx.metrics.observe)))
+        plan = await asyncio.to_thread(prepare, served, body)
+        return await _answer(request, ctx, plan, body.stream)
 
     @router.post("/api/chat", schema=ChatBody.model_json_schema)
     async def chat(request: Request) -> Response:
         """Ollama chat (NDJSON unless ``stream`` is false)."""
-        return await generate(request, parse_body(ChatBody, await read_json(request)))
+        body = await asyncio.to_thread(parse_body, ChatBody, await read_json(request))
+        return await generate(request, body, prepare_chat_request)
 
     @router.post("/api/generate", schema=GenerateBody.model_json_schema)
     async def generate_text(request: Request) -> Response:
         """Ollama generate: a prompt, through the chat template unless ``raw``."""
-        return await generate(request, parse_body(GenerateBody, await read_json(request)))
+        body = await asyncio.to_thread(parse_body, GenerateBody, await read_json(request))
+        return await generate(request, body, prepare_generate)
 
 
 def _embedding_routes(router: Router, ctx: AppContext) -> None:
