@@ -25,9 +25,12 @@ from llamapy.ollama_api import (
     OllamaStream,
     collect,
     keep_alive,
+    prepare_chat_request,
     resolve_name,
     token_budget,
 )
+from llamapy.ollama_api.params import Message
+from llamapy.ollama_api.prompt import chat_messages
 from llamapy.openai_api import ServedModel
 from llamapy.serve import create_app
 from llamapy.server import ModelManager, ModelSpec
@@ -217,3 +220,46 @@ def test_keep_alive_goes_to_the_model_manager(tmp_path: Path) -> None:
         assert http.get("/api/ps").json() == {"models": []}
         missing = http.post("/api/chat", json={**CHAT, "model": "two"})
         assert missing.status_code == 404 and set(missing.json()) == {"error"}
+
+
+THINKING_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "<|im_start|>assistant\n{% if enable_thinking is defined and not enable_thinking %}"
+    "<think></think>{% endif %}")
+
+
+def test_think_reaches_the_template_and_reasoning_comes_back_as_thinking(app: FakeApp) -> None:
+    served = ServedModel(app.server, name=ALIAS, chat_template=THINKING_TEMPLATE)
+    body = {"model": ALIAS, "messages": [{"role": "user", "content": "hi"}]}
+    plans = {think: prepare_chat_request(served, {**body, "think": think})
+             for think in (True, False, "low")}
+    assert plans[True].token_ids == plans["low"].token_ids != plans[False].token_ids
+    stream = OllamaStream(plans[True])
+    chunks = [c for piece in ("<think>hm", "m</think>", "Hello")
+              for c in stream.on_event(TokenEvent(request_id=1, token_id=0, text=piece))]
+    chunks += stream.on_event(DoneEvent(request_id=1, finish_reason="eog",  # type: ignore[arg-type]
+                                        completion_tokens=3, prompt_tokens=1,
+                                        timings=RequestTimings()))
+    message = collect(chunks)["message"]
+    assert message["thinking"] == "hmm" and message["content"] == "Hello"
+
+
+def test_history_tool_calls_and_results_become_openai_messages() -> None:
+    messages = [Message(role="user", content="Weather?"),
+                Message.model_validate({"role": "assistant", "content": "", "tool_calls": [
+                    {"function": {"name": "a", "arguments": {"x": 1}}},
+                    {"function": {"name": "b", "arguments": {}}}]}),
+                Message(role="tool", tool_name="b", content="B"),
+                Message(role="tool", content="A")]
+    out = chat_messages(messages)
+    calls = out[1]["tool_calls"]
+    assert [c["function"]["arguments"] for c in calls] == ['{"x": 1}', "{}"]
+    assert out[2] == {"role": "tool", "content": "B", "tool_call_id": calls[1]["id"], "name": "b"}
+    assert out[3]["tool_call_id"] == calls[0]["id"]
+
+
+def test_a_prompt_past_the_context_is_refused_before_any_line(app: FakeApp) -> None:
+    body = {**CHAT, "messages": [{"role": "user", "content": "word " * 3000}]}
+    answer = app.send("POST", "/api/chat", json=body)
+    assert "context" in error_of(answer, 400).lower()
+    app.check_idle()

@@ -324,3 +324,20 @@ def test_status_as_dict_is_json_ready(two: ModelManager) -> None:
     a, b = (s.as_dict() for s in two.status())
     assert a["state"] == "loaded" and a["aliases"] == ["alpha"] and a["keep_alive"] == -1
     assert b["state"] == "unloaded" and b["in_flight"] == 0
+
+
+# --- per-request keep_alive (Ollama's) --------------------------------------------------------
+
+
+def test_keep_sets_the_idle_ttl_and_none_restores_the_configured_one(factory: FakeFactory
+                                                                     ) -> None:
+    with manager(factory, spec("a", keep_alive="5m"), spec("b"), keep_alive=60) as m:
+        assert m.keep("a", 10).keep_alive == 10 and m.keep("b", "-1").keep_alive == float("inf")
+        assert m.keep("a", None).keep_alive == 300 and m.keep("b", None).keep_alive == 60
+        use(m, "a")
+        m.keep("a", 0)  # unloads when its last lease ends
+        with m.acquire("a", timeout=5):
+            assert states(m)["a"] == "loaded"
+        wait_for(lambda: states(m)["a"] == "unloaded")
+        with pytest.raises(InvalidOptionError):
+            m.keep("a", "soon")
