@@ -14,8 +14,10 @@ reuse are those of ``/v1/chat/completions``:
   (``json_schema``); ``think`` sets the template's ``enable_thinking`` (``"low"``/``"medium"``/
   ``"high"`` mean true); reasoning is always parsed out of the answer into ``thinking``.
 - ``/api/generate`` renders ``system`` and ``prompt`` as a conversation, or with ``raw`` sends
-  ``prompt`` as it is. ``template`` (a Go template), ``suffix``, ``context``, ``logprobs`` and
-  the image-generation fields are refused, clearly, when set.
+  ``prompt`` as it is. ``template`` (a Go template), ``suffix``, ``context`` and the
+  image-generation fields are refused, clearly, when set.
+- ``logprobs`` / ``top_logprobs`` ask for each token's log-probability and alternatives (as
+  ``/v1/chat/completions`` reports them).
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ class OllamaPlan:
     token_ids: list[int]
     options: dict[str, Any]
     parser: Callable[[], OutputParser]
+    #: Alternatives reported per token with ``logprobs`` (None: no logprobs).
+    top_logprobs: int | None = None
     started_ns: int = field(default_factory=time.perf_counter_ns)
 
 
@@ -109,17 +113,12 @@ def _response_format(body: GenerationBody) -> dict[str, Any] | None:
     return {"type": "json_schema", "json_schema": {"name": "format", "schema": body.format}}
 
 
-def _check_common(body: GenerationBody) -> None:
-    if body.logprobs or body.top_logprobs:
-        raise UnsupportedFeatureError("logprobs", "logprobs are not supported on the Ollama "
-                                                  "API here (use /v1/chat/completions)")
-
-
 def _request(served: ServedModel, body: GenerationBody, messages: list[dict[str, Any]],
              tools: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The OpenAI chat request (the budget is set later, once the prompt is known)."""
-    _check_common(body)
     request: dict[str, Any] = {**engine_options(body.options), "max_tokens": 1}
+    if body.logprobs:
+        request.update(logprobs=True, top_logprobs=body.top_logprobs or 0)
     request["messages"] = polyfill_history(served.template().source, messages)
     fmt = _response_format(body)
     if fmt is not None:
@@ -148,7 +147,7 @@ def _plan(served: ServedModel, body: GenerationBody, kind: Kind, request: dict[s
         options.num_predict if options else None, n, served.n_ctx_seq(),
         served.default_max_tokens(n))
     return OllamaPlan(served=served, kind=kind, model=body.model, token_ids=token_ids,
-                      options=chat.options, parser=parser)
+                      options=chat.options, parser=parser, top_logprobs=chat.top_logprobs)
 
 
 def prepare_chat_request(served: ServedModel, request: Mapping[str, Any] | ChatBody

@@ -7,7 +7,10 @@ tool calls come in one chunk of their own once the answer is complete (``argumen
 object). The last object has ``done: true``, ``done_reason`` (``stop`` or ``length``) and the
 counts and durations (nanoseconds): ``prompt_eval_count`` is the prompt tokens computed for
 this request (a prefix reused from the cache is not evaluated again), ``eval_count`` the
-generated tokens, ``load_duration`` 0 (the model was loaded before the request ran).
+generated tokens, ``load_duration`` 0 (the model was loaded before the request ran). With
+``logprobs``, a chunk carries the ``logprobs`` of the tokens since the last chunk (a token that
+released no text yet comes with the next one). Arguments that are not a JSON object come back
+as ``{}``.
 
 :func:`collect` adds the chunks up into the single object of a non-streamed answer, so both
 forms say the same thing. Nothing is yielded before the engine's first event, so a rejected
@@ -27,6 +30,7 @@ from ..chat import Delta
 from ..chat.delta import MessageBuilder
 from ..engine import DoneEvent, StreamEvent, TokenEvent
 from ..openai_api.bridge import Observer
+from ..openai_api.logprobs import chat_logprob
 from ..openai_api.report import finish_reason, timings_dict
 from .prompt import OllamaPlan
 
@@ -64,6 +68,7 @@ class OllamaStream:
         self.plan = plan
         self.parser = plan.parser()
         self.calls = MessageBuilder()
+        self.logprobs: list[dict[str, Any]] = []
 
     def chunk(self, content: str = "", thinking: str = "", **more: Any) -> dict[str, Any]:
         """One object of the answer (``done`` false unless ``more`` says otherwise)."""
@@ -77,6 +82,8 @@ class OllamaStream:
             out["response"] = content
             if thinking:
                 out["thinking"] = thinking
+        if self.logprobs:
+            out["logprobs"], self.logprobs = self.logprobs, []
         out["done"] = False
         out.update(more)
         return out
@@ -102,6 +109,10 @@ class OllamaStream:
     def on_event(self, event: StreamEvent) -> list[dict[str, Any]]:
         """Chunks for any engine event (none for progress events)."""
         if isinstance(event, TokenEvent):
+            top = self.plan.top_logprobs
+            if top is not None:
+                self.logprobs.append(chat_logprob(self.plan.served.model, event.token_id,
+                                                  event.logprobs, top))
             return self._delta(self.parser.feed(event.text))
         if not isinstance(event, DoneEvent):
             return []
@@ -126,6 +137,9 @@ async def astream(plan: OllamaPlan, observe: Observer | None = None
 def collect(chunks: list[Mapping[str, Any]]) -> dict[str, Any]:
     """The single object of a non-streamed answer: the last chunk with the whole text."""
     final = dict(chunks[-1])
+    logprobs = [entry for c in chunks for entry in c.get("logprobs", [])]
+    if logprobs:
+        final["logprobs"] = logprobs
     if "message" not in final:
         final["response"] = "".join(str(c.get("response", "")) for c in chunks)
         thinking = "".join(str(c.get("thinking", "")) for c in chunks)

@@ -116,6 +116,15 @@ def test_think_is_accepted_without_a_reasoning_template(llama: ollama.Client) ->
         assert answer.message.thinking is None and answer.message.content
 
 
+def test_logprobs(llama: ollama.Client) -> None:
+    answer = llama.chat(model=MODEL_ALIAS, messages=COLOURS, logprobs=True, top_logprobs=3,
+                        options=GREEDY)
+    assert answer.logprobs is not None and len(answer.logprobs) == answer.eval_count
+    first = answer.logprobs[0]
+    assert first.logprob <= 0 and len(first.top_logprobs or []) == 3
+    assert "".join(entry.token for entry in answer.logprobs) == answer.message.content
+
+
 def test_embed_and_legacy_embeddings(llama: ollama.Client) -> None:
     both = llama.embed(model=MODEL_ALIAS, input=["red", "a colour"])
     assert len(both.embeddings) == 2 and both.prompt_eval_count >= 2

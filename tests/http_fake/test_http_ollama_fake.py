@@ -59,7 +59,7 @@ def error_of(response: httpx.Response, status: int) -> str:
     ({"options": {"seed": 2**70}}, "seed"), ({"options": {"num_ctx": 10**6}}, "num_ctx"),
     ({"messages": [{"role": "robot", "content": "x"}]}, "role"),
     ({"messages": [{"role": "user", "content": "x", "images": ["aGk="]}]}, "images"),
-    ({"logprobs": True}, "logprobs"),
+    ({"top_logprobs": 99}, "top_logprobs"), ({"logprobs": "yes"}, "logprobs"),
 ])
 def test_bad_chat_fields_are_400s_in_ollamas_shape(app: FakeApp, change: dict[str, Any],
                                                    field: str) -> None:
@@ -263,3 +263,15 @@ def test_a_prompt_past_the_context_is_refused_before_any_line(app: FakeApp) -> N
     answer = app.send("POST", "/api/chat", json=body)
     assert "context" in error_of(answer, 400).lower()
     app.check_idle()
+
+
+def test_logprobs_one_per_generated_token(app: FakeApp) -> None:
+    body = {**CHAT, "logprobs": True, "top_logprobs": 2}
+    text = app.send("POST", "/api/chat", json=body).text
+    lines = [json.loads(line) for line in text.splitlines()]
+    streamed = [entry for line in lines for entry in line.get("logprobs", [])]
+    whole = app.send("POST", "/api/chat", json={**body, "stream": False}).json()
+    assert len(streamed) == len(whole["logprobs"]) == whole["eval_count"] == 4
+    assert all(len(entry["top_logprobs"]) == 2 and entry["logprob"] <= 0
+               for entry in whole["logprobs"])
+    assert "logprobs" not in app.send("POST", "/api/chat", json={**CHAT, "stream": False}).json()
