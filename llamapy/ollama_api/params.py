@@ -90,7 +90,7 @@ class Message(_Data):
     """One chat message; ``tool_name`` names the tool a ``tool`` message answers."""
 
     role: Literal["system", "user", "assistant", "tool"]
-    content: str = ""
+    content: str | None = None
     thinking: str | None = None
     images: list[str] | None = None
     tool_calls: list[ToolCall] | None = None
@@ -114,7 +114,7 @@ class GenerationBody(_Strict):
 class ChatBody(GenerationBody):
     """``POST /api/chat``; empty ``messages`` only loads (or unloads) the model."""
 
-    messages: list[Message] = Field(default_factory=list)
+    messages: list[Message] | None = None
     tools: list[dict[str, Any]] | None = None
     truncate: StrictBool | None = None
     shift: StrictBool | None = None
@@ -123,10 +123,10 @@ class ChatBody(GenerationBody):
 class GenerateBody(GenerationBody):
     """``POST /api/generate``; an empty ``prompt`` only loads (or unloads) the model."""
 
-    prompt: str = ""
-    suffix: str = ""
+    prompt: str | None = None
+    suffix: str | None = None
     system: str | None = None
-    template: str = ""
+    template: str | None = None
     context: list[int] | None = None
     raw: StrictBool = False
     images: list[str] | None = None
@@ -152,7 +152,7 @@ class EmbeddingsBody(_Strict):
     """``POST /api/embeddings`` (Ollama's legacy form): one ``prompt``."""
 
     model: str = Field(min_length=1, max_length=512)
-    prompt: str = ""
+    prompt: str | None = None
     options: Options | None = None
     keep_alive: KeepAlive | None = None
 

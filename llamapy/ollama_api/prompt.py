@@ -64,7 +64,7 @@ def _refuse_images(images: list[str] | None, where: str) -> None:
 
 def _assistant(message: Message, index: int, pending: list[tuple[str, str]]
                ) -> dict[str, Any]:
-    out: dict[str, Any] = {"role": "assistant", "content": message.content}
+    out: dict[str, Any] = {"role": "assistant", "content": message.content or ""}
     if message.thinking:
         out["reasoning_content"] = message.thinking
     calls = []
@@ -84,7 +84,8 @@ def _tool_result(message: Message, pending: list[tuple[str, str]]) -> dict[str, 
     if match is not None:
         pending.remove(match)
     call_id = message.tool_call_id or (match[0] if match else "")
-    out: dict[str, Any] = {"role": "tool", "content": message.content, "tool_call_id": call_id}
+    out: dict[str, Any] = {"role": "tool", "content": message.content or "",
+                           "tool_call_id": call_id}
     if message.tool_name:
         out["name"] = message.tool_name
     return out
@@ -101,7 +102,7 @@ def chat_messages(messages: list[Message]) -> list[dict[str, Any]]:
         elif message.role == "tool":
             out.append(_tool_result(message, pending))
         else:
-            out.append({"role": message.role, "content": message.content})
+            out.append({"role": message.role, "content": message.content or ""})
     return out
 
 
@@ -155,7 +156,7 @@ def prepare_chat_request(served: ServedModel, request: Mapping[str, Any] | ChatB
     """Validate an ``/api/chat`` request and prepare it (no generation yet)."""
     body = request if isinstance(request, ChatBody) else parse_body(ChatBody, request)
     return _plan(served, body, "chat",
-                 _request(served, body, chat_messages(body.messages), body.tools))
+                 _request(served, body, chat_messages(body.messages or []), body.tools))
 
 
 def prepare_generate(served: ServedModel, request: Mapping[str, Any] | GenerateBody
@@ -169,8 +170,9 @@ def prepare_generate(served: ServedModel, request: Mapping[str, Any] | GenerateB
         if value:
             raise UnsupportedFeatureError(name, f"{name} is not supported on /api/generate "
                                                 "here")
-    messages = [{"role": "user", "content": body.prompt}]
+    prompt = body.prompt or ""
+    messages = [{"role": "user", "content": prompt}]
     if body.system:
         messages.insert(0, {"role": "system", "content": body.system})
     request = _request(served, body, messages)
-    return _plan(served, body, "generate", request, body.prompt if body.raw else None)
+    return _plan(served, body, "generate", request, prompt if body.raw else None)

@@ -275,3 +275,15 @@ def test_logprobs_one_per_generated_token(app: FakeApp) -> None:
     assert all(len(entry["top_logprobs"]) == 2 and entry["logprob"] <= 0
                for entry in whole["logprobs"])
     assert "logprobs" not in app.send("POST", "/api/chat", json={**CHAT, "stream": False}).json()
+
+
+def test_nulls_and_empty_values_mean_not_set(app: FakeApp) -> None:
+    nulls = {"format": "", "options": {}, "keep_alive": None, "think": None, "stream": False}
+    chat = {**CHAT, **nulls, "tools": [],
+            "messages": [{"role": "user", "content": None, "images": None}]}
+    assert app.send("POST", "/api/chat", json=chat).status_code == 200
+    generate = {"model": ALIAS, "prompt": "hi", "suffix": None, "template": None,
+                "system": None, "context": None, "images": [], **nulls}
+    assert app.send("POST", "/api/generate", json=generate).status_code == 200
+    load = app.send("POST", "/api/chat", json={"model": ALIAS, "messages": None}).json()
+    assert load["done_reason"] == "load"
