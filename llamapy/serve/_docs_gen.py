@@ -55,7 +55,12 @@ def _env_by_dest(parser: argparse.ArgumentParser) -> dict[str, list[str]]:
 
 
 def _cell(text: str) -> str:
-    return " ".join(text.split()).replace("|", "\\|")
+    """Help text as one table cell: on one line, with Markdown's table, emphasis and HTML
+    characters escaped."""
+    text = " ".join(text.split())
+    for char, escaped in (("|", "\\|"), ("*", "\\*"), ("<", "&lt;")):
+        text = text.replace(char, escaped)
+    return text
 
 
 def _spellings(action: argparse.Action) -> str:
@@ -74,17 +79,19 @@ def _default(action: argparse.Action, help_text: str) -> tuple[str, str]:
     """``(default, help without it)``: a trailing ``(default: X)``, else argparse's default."""
     found = _DEFAULT.search(help_text)
     if found:
-        return f"`{found.group(1)}`", help_text[:found.start()]
-    value = action.default
-    if value in (None, argparse.SUPPRESS, [], ()) or action.nargs == 0:
+        value, help_text = found.group(1), help_text[:found.start()]
+    elif action.default in (None, argparse.SUPPRESS, [], ()) or action.nargs == 0:
         return "", help_text
-    return f"`{value}`" if value != "" else '`""`', help_text
+    else:
+        value = str(action.default)
+    return f"`{value}`".replace("|", "\\|") if value != "" else '`""`', help_text
 
 
 def _row(parser: argparse.ArgumentParser, action: argparse.Action,
          env: dict[str, list[str]], tree: set[str]) -> str:
-    help_text = _cell(parser._get_formatter()._expand_help(action))
-    default, help_text = _default(action, help_text)
+    default, help_text = _default(action, " ".join(
+        parser._get_formatter()._expand_help(action).split()))
+    help_text = _cell(help_text)
     if action.dest in tree:
         help_text += f" (`Server` keyword `{action.dest}`)"
     variables = ", ".join(f"`{v}`" for v in env.get(action.dest, []))
