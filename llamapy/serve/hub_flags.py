@@ -1,0 +1,59 @@
+"""The flags that name a model instead of giving its file: llama-server's ``-hf`` / ``-hfr`` /
+``--hf-repo ORG/REPO[:QUANT]``, ``-hff`` / ``--hf-file FILE``, ``-hft`` / ``--hf-token TOKEN``
+(default ``$HF_TOKEN``), ``--offline``, and ``--pull-on-demand``.
+
+They are generated from :class:`llamapy.options.hub.HubOptions` (one definition per option) and
+checked there once (:func:`hub_options`). ``-hf`` downloads the model through huggingface_hub
+(honouring ``HF_ENDPOINT`` for a mirror, its cache and progress bars) before it is served, as if
+its path had been given with ``--model``. ``--offline`` means no network at all: a model in the
+cache is served, a missing one is an :class:`~llamapy.errors.OfflineModelMissingError`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from pathlib import Path
+
+from ..errors import InvalidOptionError
+from ..options import field_help
+from ..options.hub import HubOptions
+
+__all__ = ["add_hub_flags", "hub_model_path", "hub_options"]
+
+
+def add_hub_flags(group: argparse._ArgumentGroup) -> None:
+    """Add a flag for each :class:`HubOptions` field to ``group``."""
+    for f in dataclasses.fields(HubOptions):
+        names = ("--" + f.name.replace("_", "-"), *f.metadata.get("flags", ()))
+        if f.type in (bool, "bool"):
+            group.add_argument(*names, dest=f.name, action="store_true", help=field_help(f))
+        else:
+            group.add_argument(*names, dest=f.name, default="", metavar=f.name.upper(),
+                               help=field_help(f))
+
+
+def hub_options(args: argparse.Namespace) -> HubOptions:
+    """The parsed hub flags, checked (:class:`InvalidOptionError` for a bad value)."""
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(HubOptions)}
+    options = HubOptions(**values)
+    if options.hf_repo and args.model:
+        raise InvalidOptionError("give either --model or --hf-repo, not both", option="hf_repo")
+    if options.pull_on_demand and not args.models_dir:
+        raise InvalidOptionError("--pull-on-demand pulls into --models-dir: give one",
+                                 option="pull_on_demand")
+    if options.offline:
+        os.environ["HF_HUB_OFFLINE"] = "1"  # huggingface_hub reads it when first imported
+    return options
+
+
+def hub_model_path(options: HubOptions) -> Path | None:
+    """The file of ``--hf-repo``, downloaded and verified unless cached (None: no repo)."""
+    ref = options.ref
+    if ref is None:
+        return None
+    from ..hub.fetch import HubAccess, fetch_model
+
+    access = HubAccess.from_env(token=options.hf_token, offline=options.offline)
+    return fetch_model(ref, access, options.hf_file).path
