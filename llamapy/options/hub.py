@@ -2,10 +2,11 @@
 ``-hff`` / ``--hf-token`` / ``--offline``, and the name grammar they and the local store share.
 
 A name is ``[hf.co/]ORG/REPO[:TAG]``: ``ORG/REPO`` a Hub repository, ``TAG`` a quant tag
-(``Q4_K_M``, ``q8_0``, ``UD-Q4_K_XL``) matched without regard to case; no tag means llama-server's
-default (``Q4_K_M``, else ``Q8_0``, else the first GGUF). :func:`parse_model_ref` checks a name
-once, at the edge, and raises :class:`~llamapy.errors.InvalidOptionError` for a bad one. Pure
-Python, like the rest of the tree.
+(``Q4_K_M``, ``q8_0``, ``UD-Q4_K_XL``) matched without regard to case; no tag (or Ollama's
+``latest``) means llama-server's default (``Q4_K_M``, else ``Q8_0``, else the first GGUF).
+:func:`parse_model_ref` checks a name once, at the edge, and raises
+:class:`~llamapy.errors.InvalidOptionError` for a bad one. Pure Python, like the rest of the
+tree.
 """
 
 from __future__ import annotations
@@ -62,7 +63,8 @@ def parse_model_ref(text: str, option: str = "hf_repo") -> ModelRef:
     if colon:
         check(_TAG.match(tag) is not None, option,
               f"expected a quant tag such as Q4_K_M after ':', got {tag!r}")
-    return ModelRef(repo=repo, tag=tag.upper())
+    tag = tag.upper()
+    return ModelRef(repo=repo, tag="" if tag == "LATEST" else tag)
 
 
 def check_hf_file(path: str, option: str = "hf_file") -> str:

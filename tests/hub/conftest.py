@@ -29,8 +29,9 @@ def tiny_files() -> dict[str, bytes | Path]:
 @pytest.fixture()
 def hub_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A fresh huggingface_hub home and store; no token, online. Returns the HF home."""
-    for name in ("HF_HUB_CACHE", "HF_TOKEN", "HF_HUB_OFFLINE", "HF_ENDPOINT"):
+    for name in ("HF_HUB_CACHE", "HF_TOKEN", "HF_ENDPOINT"):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")  # restored after the test: --offline sets it
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     monkeypatch.setenv("LLAMAPY_MODELS_DIR", str(tmp_path / "store"))
     monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")

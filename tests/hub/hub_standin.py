@@ -87,7 +87,8 @@ class HubStandin:
 
     def __init__(self, repos: dict[str, Repo]) -> None:
         self.repos = repos
-        self.requests: list[tuple[str, str, dict[str, str]]] = []  # (method, path, headers in lower case)
+        #: (method, path, headers with lower-case names) of every request
+        self.requests: list[tuple[str, str, dict[str, str]]] = []
         self.dropped: set[tuple[str, str]] = set()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True
