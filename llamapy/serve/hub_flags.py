@@ -29,15 +29,18 @@ def add_hub_flags(group: argparse._ArgumentGroup) -> None:
         names = ("--" + f.name.replace("_", "-"), *f.metadata.get("flags", ()))
         if f.type in (bool, "bool"):
             group.add_argument(*names, dest=f.name, action="store_true", help=field_help(f))
-        else:
-            group.add_argument(*names, dest=f.name, default="", metavar=f.name.upper(),
+        else:  # None: not given ("" given is refused by hub_options)
+            group.add_argument(*names, dest=f.name, default=None, metavar=f.name.upper(),
                                help=field_help(f))
 
 
 def hub_options(args: argparse.Namespace) -> HubOptions:
     """The parsed hub flags, checked (:class:`InvalidOptionError` for a bad value)."""
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(HubOptions)}
-    options = HubOptions(**values)
+    for name, value in values.items():
+        if value == "":
+            raise InvalidOptionError(f"--{name.replace('_', '-')}: empty value", option=name)
+    options = HubOptions(**{k: "" if v is None else v for k, v in values.items()})
     if options.hf_repo and args.model:
         raise InvalidOptionError("give either --model or --hf-repo, not both", option="hf_repo")
     if options.pull_on_demand and not args.models_dir:
