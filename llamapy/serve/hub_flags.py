@@ -15,6 +15,7 @@ import argparse
 import dataclasses
 import os
 from pathlib import Path
+from typing import Any
 
 from ..errors import InvalidOptionError
 from ..options import field_help
@@ -36,11 +37,13 @@ def add_hub_flags(group: argparse._ArgumentGroup) -> None:
 
 def hub_options(args: argparse.Namespace) -> HubOptions:
     """The parsed hub flags, checked (:class:`InvalidOptionError` for a bad value)."""
-    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(HubOptions)}
+    values: dict[str, Any] = {f.name: getattr(args, f.name)
+                              for f in dataclasses.fields(HubOptions)}
     for name, value in values.items():
         if value == "":
             raise InvalidOptionError(f"--{name.replace('_', '-')}: empty value", option=name)
-    options = HubOptions(**{k: "" if v is None else v for k, v in values.items()})
+    given: dict[str, Any] = {k: "" if v is None else v for k, v in values.items()}
+    options = HubOptions(**given)
     if options.hf_repo and args.model:
         raise InvalidOptionError("give either --model or --hf-repo, not both", option="hf_repo")
     if options.pull_on_demand and not args.models_dir:
