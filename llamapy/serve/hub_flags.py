@@ -1,6 +1,6 @@
 """The flags that name a model instead of giving its file: llama-server's ``-hf`` / ``-hfr`` /
 ``--hf-repo ORG/REPO[:QUANT]``, ``-hff`` / ``--hf-file FILE``, ``-hft`` / ``--hf-token TOKEN``
-(default ``$HF_TOKEN``), ``--offline``, and ``--pull-on-demand``.
+(default ``$HF_TOKEN``) and ``--offline``.
 
 They are generated from :class:`llamapy.options.hub.HubOptions` (one definition per option) and
 checked there once (:func:`hub_options`). ``-hf`` downloads the model through huggingface_hub
@@ -46,9 +46,6 @@ def hub_options(args: argparse.Namespace) -> HubOptions:
     options = HubOptions(**given)
     if options.hf_repo and args.model:
         raise InvalidOptionError("give either --model or --hf-repo, not both", option="hf_repo")
-    if options.pull_on_demand and not args.models_dir:
-        raise InvalidOptionError("--pull-on-demand pulls into --models-dir: give one",
-                                 option="pull_on_demand")
     if options.offline:
         os.environ["HF_HUB_OFFLINE"] = "1"  # huggingface_hub reads it when first imported
     return options

@@ -71,7 +71,6 @@ def test_names_normalise_as_ollama_names_hub_models() -> None:
     {"hf_repo": "o/r", "hf_token": "has space"},
     {"hf_repo": "o/r", "hf_token": "tab\there"},
     {"hf_repo": "o/r", "hf_token": "x" * 2000},
-    {"offline": True, "pull_on_demand": True},
 ])
 def test_bad_hub_options_are_typed_errors(options: dict[str, object]) -> None:
     with pytest.raises(InvalidOptionError):

@@ -29,7 +29,6 @@ WAIT_S = 60.0
     ["-hf", ""], ["-hf", "org"], ["-hf", "org/repo:"], ["--hf-repo", "org/repo:Q4 K"],
     ["-hf", "o/r", "--hf-token", "a b"], ["-hf", "o/r", "-hft", ""],
     ["-hff", "m.gguf"], ["-hf", "o/r", "-hff", "../m.gguf"], ["-m", "x.gguf", "-hf", "o/r"],
-    ["--pull-on-demand"], ["--offline", "--pull-on-demand", "--models-dir", "."],
 ])
 def test_bad_hub_flags_are_refused_before_anything_loads(
         argv: list[str], hub_env: Path, capsys: pytest.CaptureFixture[str]) -> None:
