@@ -34,11 +34,13 @@ COMMANDS = ("pull", "list", "rm", "show")
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m llamapy", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models-dir", metavar="DIR", default=None,
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--models-dir", metavar="DIR", default=None,
                         help="the store folder (default: $LLAMAPY_MODELS_DIR, else "
                              "<llamapy cache>/store)")
     sub = parser.add_subparsers(dest="command", required=True)
-    pull = sub.add_parser("pull", help="download a model by name into the store")
+    pull = sub.add_parser("pull", parents=[common],
+                          help="download a model by name into the store")
     pull.add_argument("name", help="[hf.co/]ORG/REPO[:QUANT], e.g. hf.co/org/repo:Q4_K_M")
     pull.add_argument("--alias", action="append", default=[], metavar="NAME",
                       help="a local name for the model (repeatable)")
@@ -46,10 +48,11 @@ def _parser() -> argparse.ArgumentParser:
                       help="Hub access token (default: $HF_TOKEN)")
     pull.add_argument("--offline", action="store_true",
                       help="no network: record the model from the local cache only")
-    sub.add_parser("list", help="the pulled models")
+    sub.add_parser("list", parents=[common], help="the pulled models")
     for name, text in (("rm", "remove a model and its unshared cached files"),
                        ("show", "print a model's record as JSON")):
-        sub.add_parser(name, help=text).add_argument("name", help="a name or alias")
+        sub.add_parser(name, parents=[common], help=text).add_argument(
+            "name", help="a name or alias")
     return parser
 
 

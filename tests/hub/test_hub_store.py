@@ -35,6 +35,11 @@ def test_pull_list_show_rm(hub: HubStandin, hub_env: Path, tmp_path: Path,
                            capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "pull", f"hf.co/{TINY}:q8_0", "--alias", "tiny")
     assert code == 0 and f"hf.co/{TINY}:Q8_0" in out
+    other = str(tmp_path / "other")
+    assert run(capsys, "list", "--models-dir", other)[1].count("\n") == 1  # another store
+    assert run(capsys, "pull", f"{TINY}:F16", "--models-dir", other)[0] == 0
+    assert "F16" in run(capsys, "list", "--models-dir", other)[1]
+    assert "F16" not in run(capsys, "list")[1]
     code, out, _ = run(capsys, "list")
     header, row = out.splitlines()
     assert header.split() == ["NAME", "SIZE", "DIGEST", "MODIFIED"]
@@ -44,7 +49,8 @@ def test_pull_list_show_rm(hub: HubStandin, hub_env: Path, tmp_path: Path,
     assert Path(shown["path"]).read_bytes() == tiny_files()["tiny-Q8_0.gguf"]
     assert len(shown["digest"]) == 64
     code, out, _ = run(capsys, "rm", f"{TINY}:Q8_0")
-    assert code == 0 and not Path(shown["path"]).exists() and blobs(hub_env) == []
+    assert code == 0 and not Path(shown["path"]).exists()
+    assert len(blobs(hub_env)) == 2  # only the other store's two F16 parts are left
     assert run(capsys, "list")[1].splitlines() == ["NAME  SIZE  DIGEST  MODIFIED"]
     code, _, err = run(capsys, "show", "tiny")
     assert code == 1 and err.startswith("error: no model 'tiny' in the store")
