@@ -4,7 +4,8 @@
   in the cache), verify it and record it in the store;
 - ``list``: name, size, digest and modification time of each pulled model;
 - ``rm NAME``: remove a model (by name or alias) and its cached files no other model uses;
-- ``show NAME``: the model's record as JSON (source, revision, files, checksums, path).
+- ``show NAME``: the model's record as JSON (source, revision, files, checksums, path) and its
+  main GGUF metadata (architecture, name, size label, file type, context length, layers...).
 
 Each takes ``--models-dir DIR`` (the store; default ``$LLAMAPY_MODELS_DIR``, else
 ``<llamapy cache>/store``), the folder ``python -m llamapy.serve --models-dir DIR`` serves.
@@ -50,7 +51,7 @@ def _parser() -> argparse.ArgumentParser:
                       help="no network: record the model from the local cache only")
     sub.add_parser("list", parents=[common], help="the pulled models")
     for name, text in (("rm", "remove a model and its unshared cached files"),
-                       ("show", "print a model's record as JSON")):
+                       ("show", "print a model's record and GGUF metadata as JSON")):
         sub.add_parser(name, parents=[common], help=text).add_argument(
             "name", help="a name or alias")
     return parser
@@ -75,6 +76,16 @@ def _list(store: ModelStore) -> None:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
 
 
+def _gguf(path: Path) -> dict[str, object]:
+    """The model's main GGUF metadata (``{"error": ...}`` when its header is unreadable)."""
+    from .gguf_meta import read_gguf_metadata, summary
+
+    try:
+        return summary(read_gguf_metadata(path))
+    except (LlamapyError, OSError) as exc:
+        return {"error": str(exc)}
+
+
 def _run(args: argparse.Namespace) -> None:
     from .fetch import HubAccess
     from .store import ModelStore
@@ -92,8 +103,8 @@ def _run(args: argparse.Namespace) -> None:
         print(f"removed {store.remove(args.name).name}")
     else:
         entry = store.find(args.name)
-        print(json.dumps({**entry.to_json(), "path": str(entry.path),
-                          "digest": entry.digest}, indent=2))
+        print(json.dumps({**entry.to_json(), "path": str(entry.path), "digest": entry.digest,
+                          "gguf": _gguf(entry.path)}, indent=2))
 
 
 def main(argv: Sequence[str]) -> int:
