@@ -99,6 +99,8 @@ class HubOptions:
                            "$HF_TOKEN, else huggingface_hub's stored login)", flags=("-hft",))
     offline: bool = option(False, "no network at all: use models from the local cache only "
                            "(a missing one is an error)")
+    pull_on_demand: bool = option(False, "pull a Hub model a request names (hf.co/ORG/REPO:"
+                                  "QUANT) into --models-dir and serve it (default: off)")
 
     def __post_init__(self) -> None:
         if self.hf_repo:
@@ -109,6 +111,9 @@ class HubOptions:
         if self.hf_token:
             check_hf_token(self.hf_token)
         check(isinstance(self.offline, bool), "offline", "expected a bool")
+        check(isinstance(self.pull_on_demand, bool), "pull_on_demand", "expected a bool")
+        check(not (self.offline and self.pull_on_demand), "pull_on_demand",
+              "--pull-on-demand downloads: it cannot be used with --offline")
 
     @property
     def ref(self) -> ModelRef | None:

@@ -26,7 +26,7 @@ from ..errors import LlamapyError
 from .compat_flags import add_compat_flags, check_compat, ssl_files
 from .env_flags import env_argv
 from .flags import add_option_flags, serve_start_options
-from .hub_flags import add_hub_flags, hub_model_path, hub_options
+from .hub_flags import add_hub_flags, hub_model_path, hub_options, hub_puller
 from .log_flags import add_log_flags, log_handlers
 from .models_flags import add_models_flags, serves_several
 from .serving_flags import (
@@ -40,6 +40,7 @@ from .serving_flags import (
 )
 
 if TYPE_CHECKING:
+    from ..options.hub import HubOptions
     from ..server import Server
 
 __all__ = ["LOG_LEVELS", "build_parser", "main", "model_path", "read_template"]
@@ -94,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         named = hub_model_path(hub)  # -hf: downloaded (or found in the cache) now
         if named is not None:
             args.model = [str(named)]
-        app, what = _build_app(args)
+        app, what = _build_app(args, hub)
     except (LlamapyError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -180,7 +181,7 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _build_app(args: argparse.Namespace) -> tuple[Any, str]:
+def _build_app(args: argparse.Namespace, hub: HubOptions) -> tuple[Any, str]:
     """The app for the command line and what it serves (for the log line).
 
     Only the option tree is imported before this: a single model's weights start loading
@@ -188,13 +189,16 @@ def _build_app(args: argparse.Namespace) -> tuple[Any, str]:
     if serves_several(args):
         from .models_specs import build_manager
 
-        manager, templates = build_manager(args, serve_start_options(args), watch=_watch)
+        start = serve_start_options(args)
+        manager, templates = build_manager(args, start, watch=_watch)
         options = app_options(args)
         from .app import create_app
 
         options.pop("sleep_idle_seconds")  # the manager's default keep_alive
         try:
-            app = create_app(manager, own_server=True, chat_templates=templates, **options)
+            puller = hub_puller(hub, manager, args.models_dir, start)
+            app = create_app(manager, own_server=True, chat_templates=templates,
+                             **({"puller": puller} if puller else {}), **options)
         except BaseException:
             manager.close()
             raise

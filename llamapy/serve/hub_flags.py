@@ -1,6 +1,7 @@
 """The flags that name a model instead of giving its file: llama-server's ``-hf`` / ``-hfr`` /
 ``--hf-repo ORG/REPO[:QUANT]``, ``-hff`` / ``--hf-file FILE``, ``-hft`` / ``--hf-token TOKEN``
-(default ``$HF_TOKEN``) and ``--offline``.
+(default ``$HF_TOKEN``), ``--offline`` and ``--pull-on-demand`` (a Hub model a request names
+is pulled into ``--models-dir`` and served: :mod:`llamapy.hub.on_demand`; off by default).
 
 They are generated from :class:`llamapy.options.hub.HubOptions` (one definition per option) and
 checked there once (:func:`hub_options`). ``-hf`` downloads the model through huggingface_hub
@@ -21,7 +22,7 @@ from ..errors import InvalidOptionError
 from ..options import field_help
 from ..options.hub import HubOptions
 
-__all__ = ["add_hub_flags", "hub_model_path", "hub_options"]
+__all__ = ["add_hub_flags", "hub_model_path", "hub_options", "hub_puller"]
 
 
 def add_hub_flags(group: argparse._ArgumentGroup) -> None:
@@ -46,6 +47,9 @@ def hub_options(args: argparse.Namespace) -> HubOptions:
     options = HubOptions(**given)
     if options.hf_repo and args.model:
         raise InvalidOptionError("give either --model or --hf-repo, not both", option="hf_repo")
+    if options.pull_on_demand and not args.models_dir:
+        raise InvalidOptionError("--pull-on-demand pulls into --models-dir: give one",
+                                 option="pull_on_demand")
     if options.offline:
         os.environ["HF_HUB_OFFLINE"] = "1"  # huggingface_hub reads it when first imported
     return options
@@ -60,3 +64,16 @@ def hub_model_path(options: HubOptions) -> Path | None:
 
     access = HubAccess.from_env(token=options.hf_token, offline=options.offline)
     return fetch_model(ref, access, options.hf_file).path
+
+
+def hub_puller(options: HubOptions, manager: Any, models_dir: str,
+               start: dict[str, Any]) -> Any:
+    """The ``puller`` of ``--pull-on-demand`` for ``manager`` (None when off)."""
+    if not options.pull_on_demand:
+        return None
+    from ..hub.fetch import HubAccess
+    from ..hub.on_demand import OnDemandPuller
+    from ..hub.store import ModelStore
+
+    return OnDemandPuller(manager, ModelStore(Path(models_dir)),
+                          HubAccess.from_env(token=options.hf_token), start)
