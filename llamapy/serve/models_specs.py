@@ -93,9 +93,15 @@ def _dir_specs(folder: Path, options: Mapping[str, Any]) -> list[ModelSpec]:
              for path in sorted(folder.glob("*.gguf"))]
     from ..hub.store import ModelStore  # models pulled into the folder by name
 
-    pulled = [ModelSpec(name=entry.name, path=entry.path, aliases=entry.aliases,
-                        options=options) for entry in ModelStore(folder).entries()]
+    pulled = [ModelSpec(name=entry.name, path=entry.path, options=options,
+                        aliases=(*entry.aliases, *_untagged(entry.name)))
+              for entry in ModelStore(folder).entries()]
     return files + pulled
+
+
+def _untagged(name: str) -> tuple[str, ...]:
+    """``hf.co/org/repo`` for a model pulled as ``hf.co/org/repo:latest`` (as Ollama names)."""
+    return (name.removesuffix(":latest"),) if name.endswith(":latest") else ()
 
 
 def _toml() -> Any:

@@ -8,22 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hub_standin import HubStandin, Repo
-
-#: The fake repository of small files: a projector named with the default tag (listed first,
-#: never chosen), two quants, a split F16 in two parts, a non-LFS README.
-TINY = "org/tiny-GGUF"
-
-
-def tiny_files() -> dict[str, bytes | Path]:
-    return {
-        "mmproj-tiny-Q4_K_M.gguf": b"GGUF-projector" * 10,
-        "tiny-Q8_0.gguf": b"GGUF-q8" * 300,
-        "tiny-Q4_K_M.gguf": b"GGUF-q4km" * 20_000,
-        "tiny-F16-00002-of-00002.gguf": b"GGUF-f16-b" * 50,
-        "tiny-F16-00001-of-00002.gguf": b"GGUF-f16-a" * 50,
-        "README.md": b"# tiny\n",
-    }
+from hub_standin import TINY, HubStandin, Repo, tiny_files
 
 
 @pytest.fixture()
@@ -50,8 +35,3 @@ def hub(hub_env: Path, tiny_repo: Repo, monkeypatch: pytest.MonkeyPatch
     with HubStandin({TINY: tiny_repo}) as standin:
         monkeypatch.setenv("HF_ENDPOINT", standin.url)
         yield standin
-
-
-def blobs(hf_home: Path) -> list[Path]:
-    """Every file in the cache's blob folders (a file half written would be one too)."""
-    return sorted(p for p in (hf_home / "hub").rglob("blobs/*") if p.is_file())

@@ -12,7 +12,9 @@
 
 A :class:`Repo`'s file may be marked ``corrupt`` (the listing advertises a sha256 its bytes do
 not have) or ``drop_once`` (the first GET sends half the body, then closes the connection).
-Every request is recorded in :attr:`HubStandin.requests`.
+Every request is recorded in :attr:`HubStandin.requests`. :data:`TINY` is the fake repository
+most tests serve (its helpers live here, not in ``conftest``, whose module name other test
+folders share).
 """
 
 from __future__ import annotations
@@ -227,3 +229,25 @@ def _handler(hub: HubStandin) -> type[BaseHTTPRequestHandler]:
                 self.wfile.write(data)
 
     return Handler
+
+
+#: The fake repository of small files: a projector named with the default tag (listed first,
+#: never chosen), two quants, a split F16 in two parts, a non-LFS README.
+TINY = "org/tiny-GGUF"
+
+
+def tiny_files() -> dict[str, bytes | Path]:
+    """The files of :data:`TINY` (small bytes that only look like GGUFs by name)."""
+    return {
+        "mmproj-tiny-Q4_K_M.gguf": b"GGUF-projector" * 10,
+        "tiny-Q8_0.gguf": b"GGUF-q8" * 300,
+        "tiny-Q4_K_M.gguf": b"GGUF-q4km" * 20_000,
+        "tiny-F16-00002-of-00002.gguf": b"GGUF-f16-b" * 50,
+        "tiny-F16-00001-of-00002.gguf": b"GGUF-f16-a" * 50,
+        "README.md": b"# tiny\n",
+    }
+
+
+def blobs(hf_home: Path) -> list[Path]:
+    """Every file in the cache's blob folders (a file half written would be one too)."""
+    return sorted(p for p in (hf_home / "hub").rglob("blobs/*") if p.is_file())

@@ -7,8 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import TINY, blobs, tiny_files
-from hub_standin import HubStandin, Repo
+from hub_standin import TINY, HubStandin, Repo, blobs, tiny_files
 
 from llamapy.errors import (
     ChecksumMismatchError,

@@ -9,8 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TINY
-from hub_standin import HubStandin
+from hub_standin import TINY, HubStandin
 
 from llamapy.errors import HubModelNotFoundError, UnknownModelError
 from llamapy.hub.fetch import HubAccess

@@ -14,8 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import tiny_files
-from hub_standin import HubStandin, Repo
+from hub_standin import HubStandin, Repo, tiny_files
 
 from llamapy.models import default_model_path
 from llamapy.serve.__main__ import build_parser, main

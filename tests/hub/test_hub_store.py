@@ -8,8 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import TINY, blobs, tiny_files
-from hub_standin import HubStandin, Repo
+from hub_standin import TINY, HubStandin, Repo, blobs, tiny_files
 
 from llamapy.__main__ import main
 from llamapy.errors import InvalidOptionError, StoreEntryNotFoundError
@@ -114,10 +113,12 @@ def test_models_dir_serves_pulled_models_by_name_and_alias(hub: HubStandin,
                                                            tmp_path: Path) -> None:
     store = ModelStore(tmp_path / "store")
     entry = store.pull(parse_model_ref(f"{TINY}:Q8_0"), HubAccess.from_env(), ("tiny",))
+    latest = store.pull(parse_model_ref(TINY), HubAccess.from_env())
     (tmp_path / "store" / "local.gguf").write_bytes(b"x")
     args = build_parser().parse_args(["--models-dir", str(tmp_path / "store")])
     manager, _ = build_manager(args, start_options(args))
     with manager:
-        assert manager.names == ["local", entry.name]
+        assert manager.names == ["local", entry.name, latest.name]
         assert manager.resolve("tiny") == entry.name
         assert manager.spec("tiny").path == entry.path
+        assert manager.resolve(f"hf.co/{TINY}") == latest.name  # Ollama's untagged name
