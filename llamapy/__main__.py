@@ -1,21 +1,34 @@
-"""``python -m llamapy "prompt"``: stream a completion from the default model to stdout."""
+"""``python -m llamapy "prompt"``: stream a completion from the default model to stdout.
+
+``python -m llamapy pull|list|rm|show ...`` manages the local model store instead
+(:mod:`llamapy.hub.cli`).
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 from .errors import LlamapyError
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Generate from a prompt with the continuous-batching server, streaming to stdout."""
+    """Generate from a prompt with the continuous-batching server, streaming to stdout (or run
+    a store command: see the module)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    from .hub.cli import COMMANDS
+
+    if argv and argv[0] in COMMANDS:
+        from .hub.cli import main as store_main
+
+        return store_main(argv)
     parser = argparse.ArgumentParser(prog="python -m llamapy", description=__doc__)
     parser.add_argument("prompt", help="the prompt (sent through the model's chat template "
                         "unless --raw)")
-    parser.add_argument("--model", help="GGUF path (default: SmolLM2-135M-Instruct, fetched "
-                        "into the cache if missing)")
+    parser.add_argument("--model", help="GGUF path or a pulled model's name (default: "
+                        "SmolLM2-135M-Instruct, fetched into the cache if missing)")
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--temp", type=float, default=0.8)
     parser.add_argument("--seed", type=int, default=-1)
@@ -27,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     from .server import Server
 
     try:
-        path = args.model or default_model_path(fetch=True)
+        path = _model_path(args.model) if args.model else default_model_path(fetch=True)
         with Server(path, n_ctx=4096, n_parallel=1) as server:
             model = server.wait_ready().model
             prompt = args.prompt
@@ -46,6 +59,15 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     return 0
+
+
+def _model_path(value: str) -> str:
+    """A GGUF path, or the path of a model pulled into the store under that name."""
+    if os.path.exists(value):
+        return value
+    from .hub.store import ModelStore
+
+    return str(ModelStore().find(value).path)
 
 
 if __name__ == "__main__":

@@ -4,8 +4,9 @@ Every error llamapy raises derives from :class:`LlamapyError`. Each class carrie
 ``http_status``: the status the HTTP layer answers with, so it maps errors by type and never by
 message text. Errors that describe a bad request carry the fields a caller needs to act on them.
 
-One tree, one import (``llamapy.errors``), kept in three files by layer: ``_tree`` (the base,
-options, scheduling, lifecycle, engine, sessions), ``_native`` and ``_http``.
+One tree, one import (``llamapy.errors``), kept in files by layer: ``_tree`` (the base,
+options, scheduling, lifecycle, engine, sessions), ``_native``, ``_http`` and ``_hub`` (models
+by name).
 """
 
 from __future__ import annotations
@@ -21,6 +22,13 @@ from llamapy.errors._http import (
     PermissionDeniedError,
     RouteNotFoundError,
     UnsupportedMediaTypeError,
+)
+from llamapy.errors._hub import (
+    ChecksumMismatchError,
+    HubError,
+    HubModelNotFoundError,
+    OfflineModelMissingError,
+    StoreEntryNotFoundError,
 )
 from llamapy.errors._native import (
     DECODE_EXCEPTION_CODE,
@@ -80,6 +88,7 @@ __all__ = [
     "DECODE_EXCEPTION_CODE",
     "AuthenticationError",
     "CancelledError",
+    "ChecksumMismatchError",
     "ClosedError",
     "ContextOverflowDetail",
     "ContextOverflowError",
@@ -92,6 +101,8 @@ __all__ = [
     "ForbiddenRequestError",
     "GrammarError",
     "HostNotAllowedError",
+    "HubError",
+    "HubModelNotFoundError",
     "IllegalTransitionError",
     "InvalidBatchError",
     "InvalidOptionError",
@@ -112,6 +123,7 @@ __all__ = [
     "NoCandidateError",
     "NotReadyError",
     "NotRunningError",
+    "OfflineModelMissingError",
     "OriginNotAllowedError",
     "PayloadTooLargeError",
     "PermissionDeniedError",
@@ -128,6 +140,7 @@ __all__ = [
     "SessionFatalError",
     "SlotBusyError",
     "SnapshotFormatError",
+    "StoreEntryNotFoundError",
     "TemplateError",
     "TenantBusyError",
     "UnknownLeaseError",

@@ -11,6 +11,7 @@ HTTP layer renames foreign spellings through :data:`ALIASES`.
 - :mod:`~llamapy.options.context`: :class:`ContextOptions` and the shared sizing defaults;
 - :mod:`~llamapy.options.model`: :class:`ModelOptions`;
 - :mod:`~llamapy.options.deployment`: :class:`DeploymentOptions` (a Ray Serve deployment);
+- :mod:`~llamapy.options.hub`: :class:`HubOptions` (a model named on the Hugging Face Hub);
 - :mod:`~llamapy.options.timeouts`: :class:`Timeouts` (:data:`TIMEOUTS`);
 - :mod:`~llamapy.options.aliases`: :data:`ALIASES`, :data:`REASONING_FORMATS`;
 - :mod:`~llamapy.options.start`: :class:`ServerOptions`, :class:`CallOptions`,
@@ -45,6 +46,7 @@ from llamapy.options.engine import (
     engine_option_keys,
     make_engine_config,
 )
+from llamapy.options.hub import HubOptions, ModelRef, parse_model_ref
 from llamapy.options.model import MODEL_ONLY_KEYS, ModelOptions, load_option_keys
 from llamapy.options.sampling import (
     LLAMA_DEFAULT_SEED,
@@ -88,7 +90,9 @@ __all__ = [
     "EngineConfig",
     "EngineTuning",
     "GenerationOptions",
+    "HubOptions",
     "ModelOptions",
+    "ModelRef",
     "RequestOptions",
     "ResolvedStart",
     "SamplingParams",
@@ -108,6 +112,7 @@ __all__ = [
     "option",
     "option_factory",
     "option_names",
+    "parse_model_ref",
     "request_option_keys",
     "resolve_request_options",
     "resolve_start_options",

@@ -1,8 +1,10 @@
 """``python -m llamapy.serve``: serve a GGUF model over an OpenAI-compatible HTTP API.
 
 With no ``--model`` it serves the default model (fetched into the cache on first run, with
-pip's progress bar). Several ``--model``, ``--models-dir`` or ``--models-preset`` serve several
-models, loaded on demand under a budget (:mod:`llamapy.serve.models_flags`). Every ``Server``
+pip's progress bar); ``-hf ORG/REPO[:QUANT]`` downloads a model from the Hugging Face Hub and
+serves it (:mod:`llamapy.serve.hub_flags`). Several ``--model``, ``--models-dir`` or
+``--models-preset`` serve several models, loaded on demand under a budget
+(:mod:`llamapy.serve.models_flags`). Every ``Server``
 start option is a flag (see ``--help``). The server binds 127.0.0.1:8080 by default and logs
 one line with the URL and the model(s) when it starts.
 """
@@ -24,6 +26,7 @@ from ..errors import LlamapyError
 from .compat_flags import add_compat_flags, check_compat, ssl_files
 from .env_flags import env_argv
 from .flags import add_option_flags, serve_start_options
+from .hub_flags import add_hub_flags, hub_model_path, hub_options, hub_puller
 from .log_flags import add_log_flags, log_handlers
 from .models_flags import add_models_flags, serves_several
 from .serving_flags import (
@@ -37,6 +40,7 @@ from .serving_flags import (
 )
 
 if TYPE_CHECKING:
+    from ..options.hub import HubOptions
     from ..server import Server
 
 __all__ = ["LOG_LEVELS", "build_parser", "main", "model_path", "read_template"]
@@ -55,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
         allow_abbrev=False)
     add_serving_flags(parser.add_argument_group("serving"))
     add_models_flags(parser.add_argument_group("several models"))
+    add_hub_flags(parser.add_argument_group("models by name (Hugging Face Hub)"))
     add_compat_flags(parser.add_argument_group("llama-server compatibility"))
     add_log_flags(parser.add_argument_group("logging"))
     add_option_flags(parser)
@@ -85,8 +90,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_compat(args)
         template_kwargs(args)  # a bad --chat-template-kwargs fails before the model loads
         prefix = url_prefix(args.api_prefix)  # and so does a bad --api-prefix
+        hub = hub_options(args)  # and bad -hf / -hff / --hf-token values
         logging.basicConfig(level=args.log_level.upper(), handlers=log_handlers(args))
-        app, what = _build_app(args)
+        named = hub_model_path(hub)  # -hf: downloaded (or found in the cache) now
+        if named is not None:
+            args.model = [str(named)]
+        app, what = _build_app(args, hub)
     except (LlamapyError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -172,7 +181,7 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _build_app(args: argparse.Namespace) -> tuple[Any, str]:
+def _build_app(args: argparse.Namespace, hub: HubOptions) -> tuple[Any, str]:
     """The app for the command line and what it serves (for the log line).
 
     Only the option tree is imported before this: a single model's weights start loading
@@ -180,13 +189,16 @@ def _build_app(args: argparse.Namespace) -> tuple[Any, str]:
     if serves_several(args):
         from .models_specs import build_manager
 
-        manager, templates = build_manager(args, serve_start_options(args), watch=_watch)
+        start = serve_start_options(args)
+        manager, templates = build_manager(args, start, watch=_watch)
         options = app_options(args)
         from .app import create_app
 
         options.pop("sleep_idle_seconds")  # the manager's default keep_alive
         try:
-            app = create_app(manager, own_server=True, chat_templates=templates, **options)
+            puller = hub_puller(hub, manager, args.models_dir, start)
+            app = create_app(manager, own_server=True, chat_templates=templates,
+                             **({"puller": puller} if puller else {}), **options)
         except BaseException:
             manager.close()
             raise

@@ -52,6 +52,8 @@ LLAMA_ENV: dict[str, str] = {
     "LLAMA_ARG_JINJA": "--jinja",
     "LLAMA_ARG_KV_UNIFIED": "-kvu",
     "LLAMA_ARG_LOAD_MODE": "-lm",
+    "LLAMA_ARG_HF_FILE": "--hf-file",
+    "LLAMA_ARG_HF_REPO": "--hf-repo",
     "LLAMA_ARG_LOG_COLORS": "--log-colors",
     "LLAMA_ARG_LOG_FILE": "--log-file",
     "LLAMA_ARG_LOG_PREFIX": "--log-prefix",

@@ -1,10 +1,11 @@
 """The flags that serve several models from one ``python -m llamapy.serve``.
 
 Several models are served when ``--model`` is given more than once, or with ``--models-dir``
-(every ``*.gguf`` in it, named by its stem) or ``--models-preset`` (a TOML file). With several
-``--model``, ``--alias`` names them pairwise (the i-th alias names the i-th model; default: the
-file's stem). Every model gets the command line's start options; a preset's table overrides
-them per model::
+(every ``*.gguf`` in it, named by its stem, and every model pulled into it by
+``python -m llamapy pull``, by its name and aliases) or ``--models-preset`` (a TOML file).
+With several ``--model``, ``--alias`` names them pairwise (the i-th alias names the i-th
+model; default: the file's stem). Every model gets the command line's start options; a
+preset's table overrides them per model::
 
     [models.smol]
     path = "/models/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -33,7 +34,8 @@ __all__ = ["add_models_flags", "serves_several"]
 def add_models_flags(group: argparse._ArgumentGroup) -> None:
     """Add the several-models flags to ``group``."""
     group.add_argument("--models-dir", metavar="DIR",
-                       help="serve every *.gguf in DIR (named by the file's stem), on demand")
+                       help="serve every *.gguf in DIR (named by the file's stem) and every "
+                            "model pulled into DIR (python -m llamapy pull), on demand")
     group.add_argument("--models-preset", metavar="TOML",
                        help="serve the models of a TOML preset ([models.NAME] tables: path, "
                             "aliases, keep_alive, pinned, memory_mb, chat_template, start "

@@ -2,7 +2,8 @@
 
 :func:`build_manager` turns the several-models flags (:mod:`llamapy.serve.models_flags`) into
 a :class:`~llamapy.server.ModelManager`: one spec per ``--model`` (named pairwise by
-``--alias``), per ``*.gguf`` of ``--models-dir`` and per ``[models.NAME]`` table of
+``--alias``), per ``*.gguf`` and per pulled model (:mod:`llamapy.hub.store`) of
+``--models-dir`` and per ``[models.NAME]`` table of
 ``--models-preset``, under the ``--models-max`` / ``--models-memory-mb`` budget.
 """
 
@@ -88,8 +89,19 @@ def _dir_specs(folder: Path, options: Mapping[str, Any]) -> list[ModelSpec]:
     if not folder.is_dir():
         raise InvalidOptionError(f"--models-dir {folder} is not a directory",
                                  option="models_dir")
-    return [ModelSpec(name=path.stem, path=path, options=options)
-            for path in sorted(folder.glob("*.gguf"))]
+    files = [ModelSpec(name=path.stem, path=path, options=options)
+             for path in sorted(folder.glob("*.gguf"))]
+    from ..hub.store import ModelStore  # models pulled into the folder by name
+
+    pulled = [ModelSpec(name=entry.name, path=entry.path, options=options,
+                        aliases=(*entry.aliases, *_untagged(entry.name)))
+              for entry in ModelStore(folder).entries()]
+    return files + pulled
+
+
+def _untagged(name: str) -> tuple[str, ...]:
+    """``hf.co/org/repo`` for a model pulled as ``hf.co/org/repo:latest`` (as Ollama names)."""
+    return (name.removesuffix(":latest"),) if name.endswith(":latest") else ()
 
 
 def _toml() -> Any:

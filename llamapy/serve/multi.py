@@ -14,7 +14,7 @@ load answers with its own typed error. Only the routes that run on a model take 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
 from typing import Any
 
@@ -68,12 +68,15 @@ class ModelRouter:
     ``chat_templates`` maps a model name to its template override (else ``served``'s
     ``chat_template``). ``served``: the app-wide ServedModel options (``request_timeout``,
     ``n_predict``, ``tags``, ...; a ``name`` or ``aliases`` here is ignored: each model's come
-from its spec); ``accept_any_model`` sends unknown names to the first model.
+from its spec); ``accept_any_model`` sends unknown names to the first model; ``puller``
+    (``--pull-on-demand``) is called on a worker thread with a name the manager does not know,
+    before a request's lease, and returns the name it now serves or raises.
     """
 
     def __init__(self, manager: ModelManager, *, chat_templates: Mapping[str, str] | None = None,
-                 **served: Any) -> None:
+                 puller: Callable[[str], str] | None = None, **served: Any) -> None:
         self.manager = manager
+        self._puller = puller  # pulls a Hub model a request names (llamapy.hub.on_demand)
         self._templates = dict(chat_templates or {})
         self._served = {k: v for k, v in served.items() if k not in ("name", "aliases")}
         self._cache: dict[str, ServedModel] = {}
@@ -104,7 +107,12 @@ from its spec); ``accept_any_model`` sends unknown names to the first model.
     async def lease(self, requested: str | None) -> ModelLease:
         """A lease on the requested model: at once on the event loop when it is loaded, else
         (starting its load) waiting in a worker thread, bounded by the request timeout."""
-        name = self.pick(requested)
+        try:
+            name = self.pick(requested)
+        except UnknownModelError:
+            if self._puller is None or not requested:
+                raise
+            name = await run_in_threadpool(self._puller, requested)
         lease = self.manager.try_acquire(name)
         if lease is not None:
             return lease

@@ -2,8 +2,7 @@
 :mod:`llamapy.serve.flags`), spelled as llama-server spells them where it has them.
 
 llama-server's names that change nothing here are accepted so its command lines run
-unchanged: ``--jinja`` / ``--no-jinja`` (templates are always Jinja), ``--offline`` (nothing is
-ever downloaded at run time), ``--embedding`` /
+unchanged: ``--jinja`` / ``--no-jinja`` (templates are always Jinja), ``--embedding`` /
 ``--embeddings`` (embeddings are always served; ``--no-embeddings-endpoint`` turns them off).
 ``--metrics`` is accepted and ``/metrics`` is on unless ``--no-metrics`` (llama-server's
 default is off). :func:`app_options` turns the parsed flags into ``create_app`` keywords.
@@ -158,9 +157,6 @@ def _add_endpoints(group: argparse._ArgumentGroup) -> None:
             "accepted for llama-server compatibility: templates are always rendered as Jinja")
     _switch(group, ("--no-jinja",), "jinja", False,
             "accepted for llama-server compatibility; ignored (templates are always Jinja)")
-    group.add_argument("--offline", action="store_true",
-                       help="accepted for llama-server compatibility: llamapy never downloads "
-                            "a model at run time (llama-server's flag stops its hub downloads)")
     group.add_argument("--log-level", choices=LOG_LEVELS, default="info",
                        help="log level (default: info)")
     group.add_argument("-v", "--verbose", "--log-verbose", dest="log_level",

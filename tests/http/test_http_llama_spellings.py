@@ -62,7 +62,7 @@ def test_api_key_takes_a_comma_separated_list(two_keys: LiveApp, headers: dict[s
     assert httpx.get(two_keys.url + "/v1/models", headers=headers).status_code == status
 
 
-def test_offline_is_accepted_and_changes_nothing() -> None:
+def test_offline_changes_no_start_option() -> None:  # it only stops Hub downloads
     assert parsed("--offline") == parsed()
 
 

@@ -1,0 +1,82 @@
+"""``--pull-on-demand``: a request naming a Hub model not served yet pulls it into the store and
+leases it; without the option, or for a name that is not a Hub name, it stays a 404; a failed
+pull adds nothing. Run on the model router with stand-in servers (no model loads)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hub_standin import TINY, HubStandin
+
+from llamapy.errors import HubModelNotFoundError, UnknownModelError
+from llamapy.hub.fetch import HubAccess
+from llamapy.hub.on_demand import OnDemandPuller
+from llamapy.hub.store import ModelStore
+from llamapy.serve.__main__ import main
+from llamapy.serve.multi import ModelRouter
+from llamapy.server import ModelManager, ModelSpec
+
+
+class _Server:
+    def __init__(self, spec: ModelSpec) -> None:
+        self.path = spec.path
+
+    def wait_ready(self, timeout: float | None = None) -> _Server:
+        return self
+
+    def close(self, timeout: float | None = 30.0) -> None:
+        pass
+
+
+def _router(tmp_path: Path, pull: bool) -> tuple[ModelRouter, ModelManager, ModelStore]:
+    manager = ModelManager([], server_factory=_Server)
+    store = ModelStore(tmp_path / "store")
+    puller = OnDemandPuller(manager, store, HubAccess.from_env(), {"n_ctx": 512})
+    return ModelRouter(manager, puller=puller if pull else None), manager, store
+
+
+def _lease(router: ModelRouter, name: str) -> Any:
+    async def go() -> Any:
+        lease = await router.lease(name)
+        lease.release()
+        return lease
+
+    return asyncio.run(go())
+
+
+def test_a_requested_hub_model_is_pulled_and_served(hub: HubStandin, tmp_path: Path) -> None:
+    router, manager, store = _router(tmp_path, pull=True)
+    with manager:
+        lease = _lease(router, f"hf.co/{TINY}:q8_0")
+        assert lease.name == f"hf.co/{TINY}:Q8_0" and manager.names == [lease.name]
+        assert lease.server.path == store.find(lease.name).path
+        assert manager.spec(lease.name).options["n_ctx"] == 512
+        gets = len(hub.requests)
+        assert _lease(router, f"{TINY}:Q8_0").name == lease.name  # served now: no pull
+        assert len(hub.requests) == gets
+
+
+def test_without_the_option_or_a_hub_name_it_stays_unknown(hub: HubStandin,
+                                                          tmp_path: Path) -> None:
+    router, manager, _ = _router(tmp_path, pull=False)
+    with manager, pytest.raises(UnknownModelError):
+        _lease(router, f"hf.co/{TINY}:Q8_0")
+    router, manager, store = _router(tmp_path, pull=True)
+    with manager:
+        with pytest.raises(UnknownModelError):
+            _lease(router, "not a hub name")
+        with pytest.raises(HubModelNotFoundError):
+            _lease(router, f"{TINY}:Q2_K")
+        assert manager.names == [] and store.entries() == []
+    assert hub.file_requests("tiny-Q8_0.gguf") == []
+
+
+@pytest.mark.parametrize("argv", [["--pull-on-demand"],
+                                  ["--pull-on-demand", "--offline", "--models-dir", "."]])
+def test_pull_on_demand_flags_are_checked(argv: list[str], hub_env: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    assert "pull" in capsys.readouterr().err
