@@ -14,16 +14,7 @@ import sys
 from .errors import LlamapyError
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Generate from a prompt with the continuous-batching server, streaming to stdout (or run
-    a store command: see the module)."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    from .hub.cli import COMMANDS
-
-    if argv and argv[0] in COMMANDS:
-        from .hub.cli import main as store_main
-
-        return store_main(argv)
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m llamapy", description=__doc__)
     parser.add_argument("prompt", help="the prompt (sent through the model's chat template "
                         "unless --raw)")
@@ -34,7 +25,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=-1)
     parser.add_argument("--raw", action="store_true", help="no chat template")
     parser.add_argument("--verbose", action="store_true", help="show llama.cpp logs")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Generate from a prompt with the continuous-batching server, streaming to stdout (or run
+    a store command: see the module)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    from .hub.cli import COMMANDS
+
+    if argv and argv[0] in COMMANDS:
+        from .hub.cli import main as store_main
+
+        return store_main(argv)
+    args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.ERROR)
     from .models import default_model_path
     from .server import Server
@@ -50,9 +54,8 @@ def main(argv: list[str] | None = None) -> int:
                 prompt = apply_chat_template(model, [{"role": "user", "content": prompt}])
             for chunk in server.stream(prompt, max_tokens=args.max_tokens, temp=args.temp,
                                        seed=args.seed):
-                sys.stdout.write(chunk)
-                sys.stdout.flush()
-            sys.stdout.write("\n")
+                print(chunk, end="", flush=True)
+            print()
     except LlamapyError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

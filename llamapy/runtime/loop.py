@@ -158,12 +158,9 @@ class TickLoop:
             self._inbox.put(_Cancel(request_id))
 
     def call(self, fn: Callable[[Engine], T], timeout: float | None = 60.0) -> T:
-        """Run ``fn(engine)`` on the tick thread between ticks and return its result.
-
-        ``timeout`` bounds the wait for the tick thread to take the call: past it the call is
-        withdrawn and ``TimeoutError`` raised, and ``fn`` never runs; a call the thread took
-        meanwhile runs to its end and its result is returned (so a timeout never leaves an
-        engine change the caller does not know about)."""
+        """Run ``fn(engine)`` on the tick thread between ticks and return its result. Past
+        ``timeout`` a call still queued is withdrawn (``TimeoutError``: ``fn`` never ran); one
+        the thread took meanwhile runs to its end and its result is returned."""
         result: T = self._command(lambda future: _Call(fn, future), timeout)
         return result
 
