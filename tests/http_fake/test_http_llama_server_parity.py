@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
-from fake_http import FakeApp, sse_events
+import pytest
+from fake_http import ALIAS, FakeApp, sse_events
 
 MESSAGES = [{"role": "user", "content": "Say something."}]
 
@@ -22,4 +24,55 @@ def test_the_first_streamed_chunk_is_the_role_with_null_content(app: FakeApp):
     assert first["delta"] == {"role": "assistant", "content": None}
     for chunk in chunks[1:]:
         assert "role" not in chunk["choices"][0]["delta"]
+    app.check_idle()
+
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"]}}}
+
+
+def engine_options(app: FakeApp, monkeypatch: pytest.MonkeyPatch, path: str,
+                   body: dict[str, object]) -> dict[str, object]:
+    """The options the route passed to the server for ``body`` (streamed: every API's
+    streaming path opens a stream)."""
+    seen: dict[str, object] = {}
+    server = app.server
+    for name in ("open_stream", "open_astream"):
+        original = getattr(server, name)
+
+        def spy(token_ids: object, *, _original: Any = original, **options: object) -> Any:
+            seen.update(options)
+            return _original(token_ids, **options)
+
+        monkeypatch.setattr(server, name, spy)
+    r = app.send("POST", path, json={**body, "stream": True})
+    assert r.status_code == 200, r.text
+    return seen
+
+
+@pytest.mark.parametrize(("path", "body"), [
+    ("/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 4, "tools": [WEATHER]}),
+    ("/v1/messages", {"messages": MESSAGES, "max_tokens": 4, "tools": [
+        {"name": "get_weather", "input_schema": WEATHER["function"]["parameters"]}]}),
+    ("/v1/responses", {"input": "Say something.", "max_output_tokens": 16, "tools": [
+        {"type": "function", "name": "get_weather",
+         "parameters": WEATHER["function"]["parameters"]}]}),
+    ("/api/chat", {"messages": MESSAGES, "options": {"num_predict": 4},
+                   "tools": [WEATHER]}),
+])
+def test_offered_tools_get_a_lazy_grammar_of_the_declared_names(
+        app: FakeApp, monkeypatch: pytest.MonkeyPatch, path: str, body: dict[str, Any]) -> None:
+    options = engine_options(app, monkeypatch, path, {"model": ALIAS, **body})
+    assert options["grammar_triggers"] == ("<tool_call>",)
+    grammar = str(options["grammar"])
+    assert 'call-name ::= "\\"get_weather\\""' in grammar
+    app.check_idle()
+
+
+def test_no_lazy_grammar_without_tools_or_with_tool_choice_none(
+        app: FakeApp, monkeypatch: pytest.MonkeyPatch) -> None:
+    for extra in ({}, {"tools": [WEATHER], "tool_choice": "none"}):
+        options = engine_options(app, monkeypatch, "/v1/chat/completions",
+                                 {"messages": MESSAGES, "max_tokens": 4, **extra})
+        assert "grammar_triggers" not in options and not options.get("grammar")
     app.check_idle()
