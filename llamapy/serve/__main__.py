@@ -35,6 +35,7 @@ from .serving_flags import (
     template_kwargs,
     url_prefix,
 )
+from .vertex_env import vertex_settings
 
 if TYPE_CHECKING:
     from ..server import Server
@@ -85,8 +86,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_compat(args)
         template_kwargs(args)  # a bad --chat-template-kwargs fails before the model loads
         prefix = url_prefix(args.api_prefix)  # and so does a bad --api-prefix
+        vertex = vertex_settings(os.environ)  # Vertex AI's AIP_* variables
+        if vertex is not None and vertex.port is not None:
+            args.port = vertex.port
         logging.basicConfig(level=args.log_level.upper(), handlers=log_handlers(args))
         app, what = _build_app(args)
+        if vertex is not None:
+            from .vertex import install_vertex
+
+            install_vertex(app, vertex)
     except (LlamapyError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
