@@ -33,7 +33,7 @@ from .target import ServedModel
 
 #: llama-server request fields that only tune its own bookkeeping: accepted, ignored.
 IGNORED_FIELDS = ("n_keep", "post_sampling_probs", "verbose",
-                  "t_max_predict_ms", "n_indent", "response_fields", "n_cmpl")
+                  "t_max_predict_ms", "n_indent", "response_fields", "n_cmpl", "backend_sampling")
 #: ``/completion``'s token budget spellings (the tree's aliases of ``max_tokens``, then
 #: ``max_tokens`` itself); the first one present wins.
 BUDGET_FIELDS = (*aliases_of("max_tokens"), "max_tokens")
@@ -76,6 +76,8 @@ def prepare_native(served: ServedModel, request: Mapping[str, Any]
     if "prompt" not in request:
         raise InvalidOptionError("missing field 'prompt'", option="prompt")
     pairs = native_prompts(served, request["prompt"])
+    if not isinstance(request.get("backend_sampling", False), bool):
+        raise InvalidOptionError("backend_sampling must be a boolean", option="backend_sampling")
     extras = {k: v for k, v in request.items() if k not in OWN_FIELDS + IGNORED_FIELDS}
     options = served.own_options(engine_extras(extras))
     served.resolve_logit_bias(options)

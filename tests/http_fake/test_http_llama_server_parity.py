@@ -8,6 +8,8 @@ from typing import Any
 import pytest
 from fake_http import ALIAS, FakeApp, sse_events
 
+from llamapy.serve.__main__ import build_parser
+
 MESSAGES = [{"role": "user", "content": "Say something."}]
 
 
@@ -75,4 +77,20 @@ def test_no_lazy_grammar_without_tools_or_with_tool_choice_none(
         options = engine_options(app, monkeypatch, "/v1/chat/completions",
                                  {"messages": MESSAGES, "max_tokens": 4, **extra})
         assert "grammar_triggers" not in options and not options.get("grammar")
+    app.check_idle()
+
+
+def test_backend_sampling_is_accepted_and_changes_nothing(app: FakeApp) -> None:
+    body = {"prompt": "The countries of Europe are:", "n_predict": 6, "n_probs": 3,
+            "seed": 4242, "temperature": 0.8}
+    answers = [app.send("POST", "/completion", json={**body, "backend_sampling": flag})
+               for flag in (True, False)]
+    assert [r.status_code for r in answers] == [200, 200]
+    on, off = (r.json() for r in answers)
+    assert on["content"] == off["content"]
+    assert on["completion_probabilities"] == off["completion_probabilities"]
+    bad = app.send("POST", "/completion", json={**body, "backend_sampling": "yes"})
+    assert bad.status_code == 400 and "backend_sampling" in bad.text
+    for flag in ("-bs", "--backend-sampling", "--backend_sampling"):
+        assert build_parser().parse_args([flag]).backend_sampling is True
     app.check_idle()
