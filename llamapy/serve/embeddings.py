@@ -71,13 +71,11 @@ def _content_text(item: Mapping[str, Any]) -> str:
     """llama-server's ``{"content": [{"type": "text", "text": ...}, ...]}`` input item as its
     text (the parts joined; any other part type is a 400: no model here takes media)."""
     content = item.get("content")
-    if isinstance(content, str):
-        return content
     if isinstance(content, list) and content and all(
             isinstance(p, Mapping) and p.get("type") == "text" and isinstance(p.get("text"), str)
             for p in content):
         return "".join(p["text"] for p in content)
-    raise InvalidOptionError("an input object needs 'content': text or a list of "
+    raise InvalidOptionError("an input object needs 'content': a list of "
                              "{\"type\": \"text\", \"text\": ...} parts", option="input")
 
 

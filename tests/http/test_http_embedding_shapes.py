@@ -42,7 +42,7 @@ def test_a_mixed_list_is_its_parts_tokenized_in_place(http: httpx.Client) -> Non
 
 
 @pytest.mark.parametrize("value", ["", [], [[]], [True], [1.5], [{"prompt_string": {}}],
-                                   [10**9, "x"]])
+                                   [10**9, "x"], {"content": "string"}, ["a", {"content": "b"}]])
 def test_empty_and_malformed_inputs_are_400s(http: httpx.Client, value: object) -> None:
     r = http.post("/v1/embeddings", json={"input": value})
     assert r.status_code == 400, r.text
