@@ -94,3 +94,18 @@ def test_backend_sampling_is_accepted_and_changes_nothing(app: FakeApp) -> None:
     for flag in ("-bs", "--backend-sampling", "--backend_sampling"):
         assert build_parser().parse_args([flag]).backend_sampling is True
     app.check_idle()
+
+
+def test_response_fields_pick_paths_of_the_completion_response(app: FakeApp) -> None:
+    body = {"prompt": "I believe the meaning of life is", "n_predict": 5, "temperature": 0}
+    whole = app.send("POST", "/completion", json=body).json()
+    fields = ["content", "generation_settings/n_predict", "prompt", "timings/nothing"]
+    picked = app.send("POST", "/completion", json={**body, "response_fields": fields}).json()
+    assert picked == {"content": whole["content"], "prompt": whole["prompt"],
+                      "generation_settings/n_predict": 5}
+    assert app.send("POST", "/completion", json={**body, "response_fields": []}).json().keys() \
+        == whole.keys()
+    for bad in ("content", [1], [""], ["x" * 257], ["a"] * 65):
+        r = app.send("POST", "/completion", json={**body, "response_fields": bad})
+        assert r.status_code == 400 and "response_fields" in r.text
+    app.check_idle()
