@@ -103,7 +103,7 @@ def build_chain(model: Model, p: SamplingParams) -> SamplerChain:
     chain = SamplerChain(model)
     try:
         if p.grammar:
-            chain.add_grammar(p.grammar, p.grammar_root)
+            chain.add_grammar(p.grammar, p.grammar_root, lazy_patterns=p.grammar_triggers)
         if p.logit_bias:
             chain.add_logit_bias(p.logit_bias)
         greedy = p.temp <= 0.0

@@ -83,7 +83,8 @@ def verbose_dict(plan: ChatPlan, text: str, completion_tokens: int, reason: str
 
 class ChatStream:
     """Turns engine events of one request into ``chat.completion.chunk`` dicts (of choice
-    ``index``; ``usage=False``: no usage chunk, the caller sums the choices')."""
+    ``index``; ``usage=False``: no usage chunk, the caller sums the choices'). The first chunk
+    is the role alone, its ``content`` null, as llama-server sends it."""
 
     def __init__(self, plan: ChatPlan, index: int = 0, *, usage: bool = True) -> None:
         self.plan = plan
@@ -110,7 +111,7 @@ class ChatStream:
         if self.started:
             return []
         self.started = True
-        return [self._chunk({"role": "assistant", "content": ""})]
+        return [self._chunk({"role": "assistant", "content": None})]
 
     def _delta(self, delta: Delta) -> list[dict[str, Any]]:
         if delta.empty:

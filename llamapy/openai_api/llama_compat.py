@@ -2,9 +2,10 @@
 
 ``/completion`` (``n_predict``, ``cache_prompt``, ``n_probs``, ``timings``, ``stop_type``, ...),
 ``/tokenize``, ``/detokenize``, ``/apply-template``, ``/props`` and ``/slots``: request and
-response fields as llama-server's README documents them. A few llama-server request fields
-that only tune its own bookkeeping are accepted and ignored (:data:`IGNORED_FIELDS`); any other
-unknown field is a 400.
+response fields as llama-server's README documents them (``response_fields`` picks paths of a
+whole ``/completion`` response, such as ``generation_settings/n_predict``). A few llama-server
+request fields that only tune its own bookkeeping are accepted and ignored
+(:data:`IGNORED_FIELDS`); any other unknown field is a 400.
 """
 
 from __future__ import annotations
@@ -33,12 +34,16 @@ from .target import ServedModel
 
 #: llama-server request fields that only tune its own bookkeeping: accepted, ignored.
 IGNORED_FIELDS = ("n_keep", "post_sampling_probs", "verbose",
-                  "t_max_predict_ms", "n_indent", "response_fields", "n_cmpl")
+                  "t_max_predict_ms", "n_indent", "n_cmpl", "backend_sampling")
 #: ``/completion``'s token budget spellings (the tree's aliases of ``max_tokens``, then
 #: ``max_tokens`` itself); the first one present wins.
 BUDGET_FIELDS = (*aliases_of("max_tokens"), "max_tokens")
 #: Fields of ``/completion`` handled here rather than passed to the engine.
-OWN_FIELDS = ("prompt", "stream", "return_tokens", "model", "json_schema", *BUDGET_FIELDS)
+OWN_FIELDS = ("prompt", "stream", "return_tokens", "model", "json_schema", "response_fields",
+              *BUDGET_FIELDS)
+#: Most ``response_fields`` paths, and the longest one (characters).
+MAX_RESPONSE_FIELDS = 64
+MAX_FIELD_PATH = 256
 #: ``stop_type`` by engine finish reason.
 STOP_TYPES = {"eog": "eos", "stop": "word", "max_tokens": "limit", "prefill": "limit"}
 
@@ -76,6 +81,9 @@ def prepare_native(served: ServedModel, request: Mapping[str, Any]
     if "prompt" not in request:
         raise InvalidOptionError("missing field 'prompt'", option="prompt")
     pairs = native_prompts(served, request["prompt"])
+    _check_response_fields(request.get("response_fields", []))
+    if not isinstance(request.get("backend_sampling", False), bool):
+        raise InvalidOptionError("backend_sampling must be a boolean", option="backend_sampling")
     extras = {k: v for k, v in request.items() if k not in OWN_FIELDS + IGNORED_FIELDS}
     options = served.own_options(engine_extras(extras))
     served.resolve_logit_bias(options)
@@ -94,6 +102,32 @@ def prepare_native(served: ServedModel, request: Mapping[str, Any]
                          if n_predict < 0 else n_predict}) for ids, text in pairs], dict(request)
 
 
+def _check_response_fields(paths: object) -> None:
+    """``response_fields``: a list of ``/``-separated paths into the response."""
+    if not (isinstance(paths, list) and len(paths) <= MAX_RESPONSE_FIELDS and all(
+            isinstance(p, str) and 0 < len(p) <= MAX_FIELD_PATH for p in paths)):
+        raise InvalidOptionError(f"response_fields must be a list of at most "
+                                 f"{MAX_RESPONSE_FIELDS} paths ('a/b', at most "
+                                 f"{MAX_FIELD_PATH} characters each)", option="response_fields")
+
+
+def select_fields(response: dict[str, Any], paths: list[str]) -> dict[str, Any]:
+    """llama-server's ``response_fields``: only the values at ``paths`` (``/`` descends into
+    objects), keyed by the path; a path that leads nowhere is left out. No paths: all."""
+    if not paths:
+        return response
+    out: dict[str, Any] = {}
+    for path in paths:
+        value: Any = response
+        for key in path.split("/"):
+            if not isinstance(value, dict) or key not in value:
+                break
+            value = value[key]
+        else:
+            out[path] = value
+    return out
+
+
 def _settings(served: ServedModel, options: Mapping[str, Any]) -> dict[str, Any]:
     """llama-server's ``generation_settings``: ``logit_bias`` as ``[{"bias", "token"}]`` with
     ``null`` for a banned token (``-inf``), as it reports the EOG bans of ``ignore_eos``."""
@@ -108,12 +142,14 @@ def _settings(served: ServedModel, options: Mapping[str, Any]) -> dict[str, Any]
 
 
 def native_response(served: ServedModel, ids: list[int], text: str, options: Mapping[str, Any],
-                    request: Mapping[str, Any], completion: Completion) -> dict[str, Any]:
-    """The ``/completion`` response of a finished generation."""
+                    request: Mapping[str, Any], completion: Completion, index: int = 0
+                    ) -> dict[str, Any]:
+    """The ``/completion`` response of a finished generation (prompt ``index``; the route
+    reduces it to the request's ``response_fields``, :func:`select_fields`)."""
     model = served.model
     n_probs = int(request.get("n_probs") or 0)
     out: dict[str, Any] = {
-        "index": 0, "content": completion.text,
+        "index": index, "content": completion.text,
         "tokens": list(completion.token_ids) if request.get("return_tokens") else [],
         "id_slot": completion.timings.slot_id, "stop": True, "model": served.name,
         "tokens_predicted": completion.completion_tokens,

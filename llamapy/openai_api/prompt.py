@@ -29,7 +29,7 @@ from .params import (
     sampling_options,
 )
 from .target import ServedModel
-from .tool_grammar import tool_call_grammar, tool_instructions
+from .tool_grammar import offered_tool_grammar, tool_call_grammar, tool_instructions
 
 
 def new_id(prefix: str) -> str:
@@ -219,6 +219,10 @@ def prepare_chat(served: ServedModel, request: Mapping[str, Any]) -> ChatPlan:
             raise InvalidOptionError("grammar conflicts with tools/response_format",
                                      option="grammar")
         options["grammar"] = grammar
+    elif tools_active and body.tools and not options.get("grammar"):
+        tools = [tool.model_dump(exclude_none=True) for tool in body.tools]
+        options["grammar"], options["grammar_triggers"] = offered_tool_grammar(
+            tools, served.tool_protocol())
     if body.logprobs:
         options["n_probs"] = max(options.get("n_probs", 0), body.top_logprobs or 0, MIN_CANDIDATES)
     reasoning = _reasoning(served, body)

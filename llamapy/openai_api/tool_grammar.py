@@ -3,7 +3,10 @@
 With ``tool_choice`` ``"required"`` or a named function, generation is constrained to one call
 in the model's own tool-call framing (Hermes ``<tool_call>``, Mistral ``[TOOL_CALLS]``, Llama 3
 bare JSON), its ``arguments`` matching the function's ``parameters`` JSON schema, so even a
-small model emits a valid call. Built on :mod:`llamapy.grammar`'s schema converter.
+small model emits a valid call. With tools offered (``tool_choice`` ``"auto"``) the grammar is
+lazy: text is free until the model opens a call (the protocol's trigger), and from there the
+calls are constrained the same way, so a call always names a declared tool. Built on
+:mod:`llamapy.grammar`'s schema converter.
 """
 
 from __future__ import annotations
@@ -23,6 +26,17 @@ _FRAMES: dict[str, tuple[str, str, str]] = {
     "qwen": ("<tool_call>\n", "\n</tool_call>", "arguments"),
     "mistral": ("[TOOL_CALLS] [", "]", "arguments"),
     "llama3_json": ("", "", "parameters"),
+}
+
+
+#: Offered calls, by protocol: (trigger regex, text opening the calls, between two calls, text
+#: closing them). A trigger is searched anywhere in the output (llama.cpp's lazy grammar), or,
+#: written ``^...$``, matched against all of it with the grammar starting at its first group.
+_OFFERED: dict[str, tuple[str, str, str, str]] = {
+    "hermes": (r"<tool_call>", "<tool_call>", "</tool_call> <tool_call>", "</tool_call>"),
+    "qwen": (r"<tool_call>", "<tool_call>", "</tool_call> <tool_call>", "</tool_call>"),
+    "mistral": (r"\[TOOL_CALLS\]", "[TOOL_CALLS] [", ",", "]"),
+    "llama3_json": (r'^\s*(\{\s*"name")[\s\S]*$', "", ";", ""),
 }
 
 
@@ -67,6 +81,33 @@ def tool_call_grammar(tools: Sequence[Mapping[str, Any]], choice: object,
                                literal(after) if after else "") if part]
     builder.define(builder.reserve("root"), sequence(*parts))
     return builder.render()
+
+
+def _frame_parts(text: str, sep: str) -> list[str]:
+    """The words of ``text`` as literals, each after optional whitespace (rule ``sep``)."""
+    parts: list[str] = []
+    for word in text.split():
+        parts += [sep, literal(word)]
+    return parts
+
+
+def offered_tool_grammar(tools: Sequence[Mapping[str, Any]], protocol: str = "hermes"
+                         ) -> tuple[str, tuple[str, ...]]:
+    """The lazy grammar of ``tools`` offered, and its trigger patterns: once the model opens
+    a call in ``protocol``'s framing, one or more calls of the declared tools follow (the
+    name one of theirs, the arguments their schema's), whitespace-tolerant around the frame."""
+    trigger, opening, between, closing = _OFFERED.get(protocol, _OFFERED["hermes"])
+    arguments_key = _FRAMES.get(protocol, _FRAMES["hermes"])[2]
+    schemas = [call_schema(tool, arguments_key) for tool in tools]
+    schema: dict[str, Any] = schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
+    builder = GrammarBuilder()
+    call = SchemaConverter(builder).convert(schema, "call")
+    sep = builder.add("frame-space", "[ \\t\\n]*")
+    more = sequence(*_frame_parts(between, sep), sep, call)
+    body = sequence(*_frame_parts(opening, sep), sep, call, f"({more})*",
+                    *_frame_parts(closing, sep))
+    builder.define(builder.reserve("root"), body)
+    return builder.render(), (trigger,)
 
 
 def tool_instructions(tools: Sequence[Mapping[str, Any]]) -> str:

@@ -43,6 +43,9 @@ LLAMA_DEFAULT_SEED = 0xFFFFFFFF
 INT32_MAX = 2**31 - 1
 
 _DRY_BREAKERS = ("\n", ":", '"', "*")
+#: Most trigger patterns of a lazy grammar, and the longest one (characters).
+MAX_TRIGGERS = 16
+MAX_TRIGGER_LENGTH = 512
 
 
 def _no_bias() -> Mapping[int, float]:
@@ -55,7 +58,9 @@ class SamplingParams:
 
     ``seed=-1`` means random (the backend passes ``LLAMA_DEFAULT_SEED``); ``temp <= 0`` means
     greedy. ``logit_bias`` maps token id to an additive bias (``-inf`` bans a token).
-    ``grammar`` is GBNF text ("" = none), ``grammar_root`` its start rule. ``n_probs > 0`` asks
+    ``grammar`` is GBNF text ("" = none), ``grammar_root`` its start rule; with
+    ``grammar_triggers`` the grammar is lazy (llama.cpp's trigger patterns: free text until one
+    matches, then the grammar from the match's first group on). ``n_probs > 0`` asks
     for that many top log-probabilities per generated token. ``samplers`` orders the chain
     (llama-server's names, aliases and letters, see :mod:`llamapy.options.samplers`); a
     sampler left out is not applied.
@@ -98,6 +103,9 @@ class SamplingParams:
         "line a JSON object or llama-server's TOKEN_ID(+|-)BIAS, repeatable", flags=("-l",))
     grammar: str = option("", "GBNF grammar the output must match ('' = none)")
     grammar_root: str = option("root", "start rule of the grammar")
+    grammar_triggers: tuple[str, ...] = option(
+        (), "regexes that switch the grammar on (none: it applies from the first token); the "
+        "grammar then reads the output from the match's first group", accepts="Sequence[str]")
     n_probs: int = option(0, "top log-probabilities reported per generated token")
     samplers: tuple[str, ...] = option(
         DEFAULT_SAMPLERS, "sampler order (names; as a string, llama-server's letters "
@@ -132,6 +140,15 @@ class SamplingParams:
         check(isinstance(breakers, list | tuple) and all(isinstance(b, str) for b in breakers),
               "dry_sequence_breakers", "must be a sequence of strings")
         object.__setattr__(self, "dry_sequence_breakers", tuple(breakers))
+        triggers = self.grammar_triggers
+        check(isinstance(triggers, list | tuple) and all(
+            isinstance(t, str) and 0 < len(t) <= MAX_TRIGGER_LENGTH for t in triggers),
+            "grammar_triggers", f"must be a sequence of non-empty strings of at most "
+            f"{MAX_TRIGGER_LENGTH} characters")
+        check(len(triggers) <= MAX_TRIGGERS, "grammar_triggers",
+              f"at most {MAX_TRIGGERS} patterns, got {len(triggers)}")
+        check(not triggers or bool(self.grammar), "grammar_triggers", "need a grammar")
+        object.__setattr__(self, "grammar_triggers", tuple(triggers))
         bias = self.logit_bias
         check(isinstance(bias, Mapping), "logit_bias", "must map token id to bias")
         check(all(is_int(k) and (is_finite(v) or v == -math.inf) for k, v in bias.items()),

@@ -101,6 +101,9 @@ class GenerationOptions(TypedDict, total=False):
     grammar: str
     #: start rule of the grammar
     grammar_root: str
+    #: regexes that switch the grammar on (none: it applies from the first token); the grammar
+    #: then reads the output from the match's first group
+    grammar_triggers: Sequence[str]
     #: top log-probabilities reported per generated token
     n_probs: int
     #: sampler order (names; as a string, llama-server's letters 'edskypmxt'); ';' also

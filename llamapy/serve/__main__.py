@@ -38,6 +38,7 @@ from .serving_flags import (
     template_kwargs,
     url_prefix,
 )
+from .vertex_env import VertexSettings, vertex_settings
 
 if TYPE_CHECKING:
     from ..options.hub import HubOptions
@@ -91,11 +92,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         template_kwargs(args)  # a bad --chat-template-kwargs fails before the model loads
         prefix = url_prefix(args.api_prefix)  # and so does a bad --api-prefix
         hub = hub_options(args)  # and bad -hf / -hff / --hf-token values
+        vertex = vertex_settings(os.environ)  # Vertex AI's AIP_* variables
+        if vertex is not None and vertex.port is not None:
+            args.port = vertex.port
         logging.basicConfig(level=args.log_level.upper(), handlers=log_handlers(args))
-        named = hub_model_path(hub)  # -hf: downloaded (or found in the cache) now
-        if named is not None:
-            args.model = [str(named)]
-        app, what = _build_app(args, hub)
+        app, what = _build_named_app(args, hub, vertex)
     except (LlamapyError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -110,6 +111,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 3
     return EXIT_CRASHED if _crashed.is_set() else 0
 
+
+
+def _build_named_app(args: argparse.Namespace, hub: HubOptions,
+                     vertex: VertexSettings | None) -> tuple[Any, str]:
+    """The app, its model fetched first when named on the Hub (``-hf``), with Vertex AI's
+    prediction route when its variables are set."""
+    named = hub_model_path(hub)  # -hf: downloaded (or found in the cache) now
+    if named is not None:
+        args.model = [str(named)]
+    app, what = _build_app(args, hub)
+    if vertex is not None:
+        from .vertex import install_vertex
+
+        install_vertex(app, vertex)
+    return app, what
 
 #: The exit status after the model's thread died (EX_SOFTWARE): a supervisor restarts us.
 EXIT_CRASHED = 70

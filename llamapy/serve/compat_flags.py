@@ -13,6 +13,9 @@ them, so its command lines run unchanged.
   ``-nocb`` / ``--no-cont-batching`` is refused, since it cannot be honoured.
 - ``--threads-http N`` is accepted and changes nothing: HTTP runs on one asyncio event loop,
   which never blocks on a request (llama-server's HTTP threads each serve one connection).
+- ``-bs`` / ``--backend-sampling`` is accepted and changes nothing: llama-server's option to
+  sample on the accelerator, whose results are meant to equal CPU sampling's, which is what
+  llamapy does (a request's ``backend_sampling`` field is accepted alike).
 """
 
 from __future__ import annotations
@@ -56,6 +59,9 @@ def add_compat_flags(group: argparse._ArgumentGroup) -> None:
                        help="refused: batching is always continuous here")
     group.add_argument("--threads-http", type=int, metavar="N",
                        help="accepted, changes nothing: HTTP runs on one event loop")
+    group.add_argument("-bs", "--backend-sampling", "--backend_sampling", action="store_true",
+                       help="accepted, changes nothing: sampling runs on the CPU here (the "
+                       "results are those backend sampling gives)")
 
 
 def check_compat(args: argparse.Namespace) -> None:

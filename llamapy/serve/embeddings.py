@@ -5,8 +5,9 @@ cls or last; mean by default) on the same loaded model, touched only by the embe
 thread. All inputs of a request go into one decode (split only past ``n_ctx`` tokens or
 ``n_seq_max`` sequences); vectors are
 L2-normalised, as OpenAI's are. ``encoding_format`` ``float`` or ``base64`` (little-endian
-float32). ``input`` (or llama-server's ``content``): a string, token ids, or a list mixing
-strings, token-id lists and ``{"content": [text parts]}`` objects.
+float32). ``input`` (or llama-server's ``content``): a string, token ids (strings may be
+mixed in: ``[12, "text", 34]``), ``{"prompt_string": ...}`` or ``{"content": [text parts]}``,
+or a list of these, one input each.
 """
 
 from __future__ import annotations
@@ -20,51 +21,61 @@ from ..embeddings import Embedder
 from ..errors import InvalidOptionError, UnsupportedFeatureError
 from ..openai_api import ServedModel
 from ..openai_api.completions import check_token_ids
+from ..openai_api.prompt_shapes import PROMPT_STRING_KEY
 
 if TYPE_CHECKING:
     import numpy as np
 
 
 def embedding_inputs(served: ServedModel, value: object) -> list[list[int]]:
-    """``input`` as token lists: a string, a list of strings, token ids, or lists of them."""
-    if isinstance(value, str):
-        items: list[Any] = [value]
-    elif isinstance(value, list) and value and all(isinstance(v, int) for v in value):
-        items = [value]
-    elif isinstance(value, list) and value:
-        items = value
+    """``input`` as token lists, shaped as llama-server reads it: a list with token ids at its
+    top level is one input (ids and strings mixed); any other list holds one input per item (a
+    string, token ids, a mixed list, ``{"prompt_string": ...}`` or ``{"content": [parts]}``);
+    anything else is one input."""
+    if isinstance(value, list) and not any(_is_id(v) for v in value):
+        items: list[Any] = value
     else:
-        raise InvalidOptionError("input must be a string, a list of strings or token ids",
-                                 option="input")
+        items = [value]
+    if not items:
+        raise InvalidOptionError("input must not be empty", option="input")
     limit = served.server.start_options.engine.max_embedding_inputs
     if len(items) > limit:
         raise InvalidOptionError(f"input: at most {limit} inputs per request, got {len(items)}",
                                  option="input")
-    out = []
-    for item in items:
-        if isinstance(item, Mapping):
-            item = _content_text(item)
-        if isinstance(item, str):
-            out.append(served.model.tokenize(item, True, False))  # as Embedder.tokenize
-        elif isinstance(item, list):
-            out.append(check_token_ids(served, item, where="input"))
-        else:
-            raise InvalidOptionError("input items must be strings or token id lists",
-                                     option="input")
-    return out
+    return [_entry(served, item) for item in items]
+
+
+def _is_id(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _entry(served: ServedModel, item: object) -> list[int]:
+    """One input's tokens (strings as :meth:`Embedder.tokenize` reads them; in a mixed list,
+    special tokens only before a leading string)."""
+    if isinstance(item, Mapping):
+        item = item[PROMPT_STRING_KEY] if PROMPT_STRING_KEY in item else _content_text(item)
+    if isinstance(item, str):
+        return served.model.tokenize(item, True, False)
+    if isinstance(item, list) and item and all(_is_id(v) or isinstance(v, str) for v in item):
+        ids: list[int] = []
+        for position, part in enumerate(item):
+            ids += (served.model.tokenize(part, position == 0, False) if isinstance(part, str)
+                    else check_token_ids(served, [part], where="input"))
+        return ids
+    raise InvalidOptionError("input items must be strings, token id lists (strings may be "
+                             "mixed in), {\"prompt_string\": ...} or {\"content\": [...]} "
+                             "objects", option="input")
 
 
 def _content_text(item: Mapping[str, Any]) -> str:
     """llama-server's ``{"content": [{"type": "text", "text": ...}, ...]}`` input item as its
     text (the parts joined; any other part type is a 400: no model here takes media)."""
     content = item.get("content")
-    if isinstance(content, str):
-        return content
     if isinstance(content, list) and content and all(
             isinstance(p, Mapping) and p.get("type") == "text" and isinstance(p.get("text"), str)
             for p in content):
         return "".join(p["text"] for p in content)
-    raise InvalidOptionError("an input object needs 'content': text or a list of "
+    raise InvalidOptionError("an input object needs 'content': a list of "
                              "{\"type\": \"text\", \"text\": ...} parts", option="input")
 
 

@@ -60,8 +60,7 @@ async def complete_native(served: ServedModel, body: Any) -> list[dict[str, Any]
     """The whole ``/completion`` response of each prompt (run concurrently)."""
     prompts, request = await asyncio.to_thread(compat.prepare_native, served, body)
     done = await served.acomplete_all([(ids, options) for ids, _, options in prompts])
-    return [{**compat.native_response(served, ids, text, options, request, completion),
-             "index": index}
+    return [compat.native_response(served, ids, text, options, request, completion, index)
             for index, ((ids, text, options), completion) in enumerate(zip(prompts, done,
                                                                            strict=True))]
 
@@ -122,9 +121,11 @@ async def native_answer(ctx: AppContext, request: Request, served: ServedModel, 
     results = await cancel_on_disconnect(request, complete_native(served, body))
     for result in results:
         ctx.metrics.observe(result["timings"])
+    headers = cache_headers(results[0]["timings"])
+    fields = body.get("response_fields") if isinstance(body, dict) else None
+    results = [compat.select_fields(result, fields or []) for result in results]
     # llama-server's shape: the object for one prompt, the list for several
-    return JSONResponse(results[0] if len(results) == 1 else results,
-                        headers=cache_headers(results[0]["timings"]))
+    return JSONResponse(results[0] if len(results) == 1 else results, headers=headers)
 
 
 def infill_body(served: ServedModel, body: Any) -> dict[str, Any]:

@@ -54,8 +54,9 @@ def _add_identity(group: argparse._ArgumentGroup) -> None:
                             "missing); repeatable: several models, loaded on demand")
     group.add_argument("-a", "--alias", action=_ListAppend, default=[], metavar="NAME",
                        help="public model id (default: the file's stem); repeatable or "
-                            "comma-separated: the first is shown, the others are also "
-                            "accepted; with several --model, one per model, in order")
+                            "comma-separated: as llama-server, the alphabetically first is "
+                            "the id, all are accepted; with several --model, one per model, "
+                            "in order")
     group.add_argument("--accept-any-model", action="store_true",
                        help="answer requests naming any model (llama-server does; by default an "
                        "unknown model is a 404, as in vLLM)")
@@ -220,9 +221,9 @@ def app_options(args: argparse.Namespace) -> dict[str, Any]:
     """``create_app`` keywords (beyond the target and ``own_server``) from the flags."""
     template = (Path(args.chat_template_file).read_text(encoding="utf-8")
                 if args.chat_template_file else read_template(args.chat_template))
-    names = args.alias or [None]
+    names = sorted(set(args.alias)) or [None]  # llama-server keeps them in a std::set
     return {
-        "alias": names[0], "aliases": tuple(names[1:]), "tags": tuple(args.tags),
+        "alias": names[0], "aliases": tuple(names[1:]), "tags": tuple(sorted(set(args.tags))),
         "api_prefix": args.api_prefix, "sse_ping_interval": args.sse_ping_interval,
         "api_keys": api_keys(args), "cors_origins": args.cors_origin, "chat_template": template,
         "allowed_hosts": tuple(args.allowed_hosts), "bind_hosts": bind_hosts(args),

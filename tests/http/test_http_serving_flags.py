@@ -27,11 +27,12 @@ def options(*argv: str) -> dict:
     return app_options(build_parser().parse_args(list(argv)))
 
 
-def test_alias_is_repeatable_and_comma_separated_and_the_first_is_public() -> None:
-    got = options("--alias", "mymodel", "-a", "second,third", "--tags", "chat, small")
-    assert (got["alias"], got["aliases"], got["tags"]) == ("mymodel", ("second", "third"),
-                                                           ("chat", "small"))
+def test_alias_is_repeatable_and_comma_separated_and_the_first_in_order_is_public() -> None:
+    got = options("--alias", "tinyllama-2,fim", "-a", "code,fim", "--tags", "small, chat,fim")
+    assert (got["alias"], got["aliases"], got["tags"]) == ("code", ("fim", "tinyllama-2"),
+                                                           ("chat", "fim", "small"))
     assert (options()["alias"], options()["aliases"]) == (None, ())
+    assert options("--alias", "mymodel")["alias"] == "mymodel"
 
 
 def test_cors_origins_is_llama_servers_spelling_of_cors_origin() -> None:

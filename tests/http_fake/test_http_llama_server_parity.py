@@ -1,0 +1,111 @@
+"""llama-server's wire details that its own test suite checks, on the fake backend."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from fake_http import ALIAS, FakeApp, sse_events
+
+from llamapy.serve.__main__ import build_parser
+
+MESSAGES = [{"role": "user", "content": "Say something."}]
+
+
+def stream_chunks(app: FakeApp, body: dict[str, object]) -> list[dict[str, object]]:
+    r = app.send("POST", "/v1/chat/completions", json={**body, "stream": True})
+    assert r.status_code == 200, r.text
+    return [json.loads(d) for _, d in sse_events(r.text) if d != "[DONE]"]
+
+
+def test_the_first_streamed_chunk_is_the_role_with_null_content(app: FakeApp):
+    chunks = stream_chunks(app, {"messages": MESSAGES, "max_tokens": 6, "temperature": 0,
+                                 "logprobs": True, "top_logprobs": 2})
+    first = chunks[0]["choices"][0]
+    assert first["delta"] == {"role": "assistant", "content": None}
+    for chunk in chunks[1:]:
+        assert "role" not in chunk["choices"][0]["delta"]
+    app.check_idle()
+
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"]}}}
+
+
+def engine_options(app: FakeApp, monkeypatch: pytest.MonkeyPatch, path: str,
+                   body: dict[str, object]) -> dict[str, object]:
+    """The options the route passed to the server for ``body`` (streamed: every API's
+    streaming path opens a stream)."""
+    seen: dict[str, object] = {}
+    server = app.server
+    for name in ("open_stream", "open_astream"):
+        original = getattr(server, name)
+
+        def spy(token_ids: object, *, _original: Any = original, **options: object) -> Any:
+            seen.update(options)
+            return _original(token_ids, **options)
+
+        monkeypatch.setattr(server, name, spy)
+    r = app.send("POST", path, json={**body, "stream": True})
+    assert r.status_code == 200, r.text
+    return seen
+
+
+@pytest.mark.parametrize(("path", "body"), [
+    ("/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 4, "tools": [WEATHER]}),
+    ("/v1/messages", {"messages": MESSAGES, "max_tokens": 4, "tools": [
+        {"name": "get_weather", "input_schema": WEATHER["function"]["parameters"]}]}),
+    ("/v1/responses", {"input": "Say something.", "max_output_tokens": 16, "tools": [
+        {"type": "function", "name": "get_weather",
+         "parameters": WEATHER["function"]["parameters"]}]}),
+    ("/api/chat", {"messages": MESSAGES, "options": {"num_predict": 4},
+                   "tools": [WEATHER]}),
+])
+def test_offered_tools_get_a_lazy_grammar_of_the_declared_names(
+        app: FakeApp, monkeypatch: pytest.MonkeyPatch, path: str, body: dict[str, Any]) -> None:
+    options = engine_options(app, monkeypatch, path, {"model": ALIAS, **body})
+    assert options["grammar_triggers"] == ("<tool_call>",)
+    grammar = str(options["grammar"])
+    assert 'call-name ::= "\\"get_weather\\""' in grammar
+    app.check_idle()
+
+
+def test_no_lazy_grammar_without_tools_or_with_tool_choice_none(
+        app: FakeApp, monkeypatch: pytest.MonkeyPatch) -> None:
+    for extra in ({}, {"tools": [WEATHER], "tool_choice": "none"}):
+        options = engine_options(app, monkeypatch, "/v1/chat/completions",
+                                 {"messages": MESSAGES, "max_tokens": 4, **extra})
+        assert "grammar_triggers" not in options and not options.get("grammar")
+    app.check_idle()
+
+
+def test_backend_sampling_is_accepted_and_changes_nothing(app: FakeApp) -> None:
+    body = {"prompt": "The countries of Europe are:", "n_predict": 6, "n_probs": 3,
+            "seed": 4242, "temperature": 0.8}
+    answers = [app.send("POST", "/completion", json={**body, "backend_sampling": flag})
+               for flag in (True, False)]
+    assert [r.status_code for r in answers] == [200, 200]
+    on, off = (r.json() for r in answers)
+    assert on["content"] == off["content"]
+    assert on["completion_probabilities"] == off["completion_probabilities"]
+    bad = app.send("POST", "/completion", json={**body, "backend_sampling": "yes"})
+    assert bad.status_code == 400 and "backend_sampling" in bad.text
+    for flag in ("-bs", "--backend-sampling", "--backend_sampling"):
+        assert build_parser().parse_args([flag]).backend_sampling is True
+    app.check_idle()
+
+
+def test_response_fields_pick_paths_of_the_completion_response(app: FakeApp) -> None:
+    body = {"prompt": "I believe the meaning of life is", "n_predict": 5, "temperature": 0}
+    whole = app.send("POST", "/completion", json=body).json()
+    fields = ["content", "generation_settings/n_predict", "prompt", "timings/nothing"]
+    picked = app.send("POST", "/completion", json={**body, "response_fields": fields}).json()
+    assert picked == {"content": whole["content"], "prompt": whole["prompt"],
+                      "generation_settings/n_predict": 5}
+    assert app.send("POST", "/completion", json={**body, "response_fields": []}).json().keys() \
+        == whole.keys()
+    for bad in ("content", [1], [""], ["x" * 257], ["a"] * 65):
+        r = app.send("POST", "/completion", json={**body, "response_fields": bad})
+        assert r.status_code == 400 and "response_fields" in r.text
+    app.check_idle()
