@@ -102,7 +102,7 @@ def test_library_functions_on_a_bare_model(model_path: Path,
         assert result["object"] == "chat.completion"
         assert result["model"] == model_path.stem
         chunks = list(stream_chat_completion(model, body))
-        text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks
+        text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks
                        if c["choices"])
         assert text == result["choices"][0]["message"]["content"]
         done = completion(model, {"prompt": "Yes or no:", "max_tokens": 2, "temperature": 0})
