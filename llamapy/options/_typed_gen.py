@@ -14,7 +14,7 @@ import dataclasses
 import re
 import sys
 import textwrap
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from llamapy.options._spec import field_help, field_input_type
@@ -111,13 +111,19 @@ def render() -> str:
                              generation_option_keys())
 
 
+def write_or_check(target: Path, text: str, argv: Sequence[str]) -> None:
+    """Write a generated file, or with ``--check`` in ``argv`` exit 1 when ``target`` differs
+    from ``text`` (the generators' one command line)."""
+    if "--check" in argv:
+        stale = not target.exists() or target.read_text(encoding="utf-8") != text
+        sys.exit(1 if stale else 0)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text, encoding="utf-8")
+
+
 def main() -> None:
     """Rewrite ``llamapy/options/typed.py`` (or check it with ``--check``: exit 1 if stale)."""
-    target = Path(__file__).with_name("typed.py")
-    text = render()
-    if "--check" in sys.argv[1:]:
-        sys.exit(0 if target.read_text() == text else 1)
-    target.write_text(text)
+    write_or_check(Path(__file__).with_name("typed.py"), render(), sys.argv[1:])
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import re
 import sys
 from pathlib import Path
 
+from ..options._typed_gen import write_or_check
 from .__main__ import build_parser
 from .env_flags import LLAMA_ENV
 from .flags import option_specs
@@ -124,12 +125,7 @@ def render() -> str:
 
 def main() -> None:
     """Rewrite the page (or check it with ``--check``: exit 1 if it is stale)."""
-    target = target_path()
-    text = render()
-    if "--check" in sys.argv[1:]:
-        sys.exit(0 if target.exists() and target.read_text(encoding="utf-8") == text else 1)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(text, encoding="utf-8")
+    write_or_check(target_path(), render(), sys.argv[1:])
 
 
 if __name__ == "__main__":

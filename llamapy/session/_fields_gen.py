@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from llamapy.options._spec import field_input_type
-from llamapy.options._typed_gen import TypedKey, typed_dict_source
+from llamapy.options._typed_gen import TypedKey, typed_dict_source, write_or_check
 from llamapy.session.config import DecodeConfig
 
 __all__ = ["decode_field_keys", "render"]
@@ -43,11 +43,7 @@ def render() -> str:
 
 def main() -> None:
     """Rewrite ``llamapy/session/fields.py`` (``--check``: exit 1 if it is stale)."""
-    target = Path(__file__).with_name("fields.py")
-    text = render()
-    if "--check" in sys.argv[1:]:
-        sys.exit(0 if target.read_text() == text else 1)
-    target.write_text(text)
+    write_or_check(Path(__file__).with_name("fields.py"), render(), sys.argv[1:])
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
-"""The runtime tests' shared fixture: a tick loop on the fake backend."""
+"""The runtime tests' shared fixtures: a tick loop on the fake backend, a load gate."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -17,3 +18,12 @@ def loop() -> Iterator[TickLoop]:
     runtime.ready.wait(5)
     yield runtime
     runtime.close(5)
+
+
+@pytest.fixture
+def gate() -> Iterator[threading.Event]:
+    """An event a gated server's load waits on (set after the test: no loading thread is left
+    behind)."""
+    event = threading.Event()
+    yield event
+    event.set()

@@ -46,13 +46,6 @@ def slow() -> Iterator[Server]:
         yield s
 
 
-@pytest.fixture
-def gate() -> Iterator[threading.Event]:
-    event = threading.Event()
-    yield event
-    event.set()  # never leave a loading thread behind
-
-
 def test_a_call_during_a_slow_load_raises_its_timeout(gate: threading.Event) -> None:
     with gated_server(gate) as server:
         started = time.monotonic()

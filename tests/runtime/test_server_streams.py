@@ -34,13 +34,6 @@ def server() -> Iterator[Server]:
         yield s
 
 
-@pytest.fixture
-def gate() -> Iterator[threading.Event]:
-    event = threading.Event()
-    yield event
-    event.set()
-
-
 def test_a_stream_is_submitted_at_its_first_iteration(server: Server) -> None:
     chunks = server.stream("hello", max_tokens=4, request_id="lazy")
     assert isinstance(chunks, TextChunks) and chunks.request_id == "lazy"
