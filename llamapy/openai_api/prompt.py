@@ -29,7 +29,7 @@ from .params import (
     sampling_options,
 )
 from .target import ServedModel
-from .tool_grammar import offered_tool_grammar, tool_call_grammar, tool_instructions
+from .tool_grammar import offered_grammar_or_none, tool_call_grammar, tool_instructions
 
 
 def new_id(prefix: str) -> str:
@@ -221,8 +221,9 @@ def prepare_chat(served: ServedModel, request: Mapping[str, Any]) -> ChatPlan:
         options["grammar"] = grammar
     elif tools_active and body.tools and not options.get("grammar"):
         tools = [tool.model_dump(exclude_none=True) for tool in body.tools]
-        options["grammar"], options["grammar_triggers"] = offered_tool_grammar(
-            tools, served.tool_protocol())
+        offered = offered_grammar_or_none(tools, served.tool_protocol())
+        if offered is not None:
+            options["grammar"], options["grammar_triggers"] = offered
     if body.logprobs:
         options["n_probs"] = max(options.get("n_probs", 0), body.top_logprobs or 0, MIN_CANDIDATES)
     reasoning = _reasoning(served, body)

@@ -11,15 +11,19 @@ calls are constrained the same way, so a call always names a declared tool. Buil
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..errors import InvalidOptionError
+from ..errors import GrammarError, InvalidOptionError, UnsupportedFeatureError
 from ..grammar.gbnf import GrammarBuilder, literal, sequence
 from ..grammar.json_schema import SchemaConverter
 
 #: Text around one call, by tool-call protocol.
+log = logging.getLogger("llamapy.tools")
+
 _FRAMES: dict[str, tuple[str, str, str]] = {
     # protocol: (before the object, after it, arguments key)
     "hermes": ("<tool_call>\n", "\n</tool_call>", "arguments"),
@@ -89,6 +93,23 @@ def _frame_parts(text: str, sep: str) -> list[str]:
     for word in text.split():
         parts += [sep, literal(word)]
     return parts
+
+
+def offered_grammar_or_none(tools: Sequence[Mapping[str, Any]], protocol: str
+                            ) -> tuple[str, tuple[str, ...]] | None:
+    """:func:`offered_tool_grammar`, or None when a tool's schema has no grammar (a format or
+    bound the converter does not support): an offered tool stays usable, only unconstrained.
+    Memoised by the tools' JSON (agents send the same tool list on every turn)."""
+    try:
+        return _offered_cached(json.dumps(tools, sort_keys=True, default=str), protocol)
+    except (GrammarError, UnsupportedFeatureError, InvalidOptionError) as exc:
+        log.info("offered tools left unconstrained: %s", exc)
+        return None
+
+
+@functools.lru_cache(maxsize=64)
+def _offered_cached(tools_json: str, protocol: str) -> tuple[str, tuple[str, ...]]:
+    return offered_tool_grammar(json.loads(tools_json), protocol)
 
 
 def offered_tool_grammar(tools: Sequence[Mapping[str, Any]], protocol: str = "hermes"

@@ -80,6 +80,22 @@ def test_no_lazy_grammar_without_tools_or_with_tool_choice_none(
     app.check_idle()
 
 
+
+def test_offered_tools_whose_schema_has_no_grammar_stay_usable_unconstrained(
+        app: FakeApp, monkeypatch: pytest.MonkeyPatch) -> None:
+    fetch = {"type": "function", "function": {"name": "fetch", "parameters": {
+        "type": "object", "properties": {"url": {"type": "string", "format": "no-such-format"},
+                                         "timeout": {"type": "number", "maximum": 600}}}}}
+    options = engine_options(app, monkeypatch, "/v1/chat/completions",
+                             {"model": ALIAS, "messages": MESSAGES, "max_tokens": 4,
+                              "tools": [fetch]})
+    assert "grammar_triggers" not in options and not options.get("grammar")
+    forced = app.send("POST", "/v1/chat/completions", json={
+        "model": ALIAS, "messages": MESSAGES, "max_tokens": 4, "tools": [fetch],
+        "tool_choice": "required"})
+    assert forced.status_code == 400  # a forced call needs its grammar: a typed refusal
+    app.check_idle()
+
 def test_backend_sampling_is_accepted_and_changes_nothing(app: FakeApp) -> None:
     body = {"prompt": "The countries of Europe are:", "n_predict": 6, "n_probs": 3,
             "seed": 4242, "temperature": 0.8}
