@@ -143,15 +143,11 @@ class ServerCore:
         self.close()
 
     def _check_running(self) -> None:
-        """Raise unless the server is loading or ready."""
-        state = self._loop.state
-        if state is LoopState.CRASHED and self._loop.crash_error is not None:
-            raise self._loop.crash_error
-        if self._closed or state is LoopState.CLOSED:
-            raise NotRunningError("server is not running")
-        if state is LoopState.FAILED:
-            assert self._loop.load_error is not None
-            raise self._loop.load_error
+        """Raise unless the server is loading or ready (the reasons of :meth:`_unavailable`,
+        but for a load still under way)."""
+        error = self._unavailable(self._loop.model)
+        if error is not None and not isinstance(error, NotReadyError):
+            raise error
 
     # --- calls --------------------------------------------------------------------------------
 
