@@ -130,15 +130,7 @@ def test_replicas_report_their_load_and_cache_through_the_routing_stats_hook(
     served = http.post("/v1/chat/completions",
                        json=chat("Tell me a fact.", cache_scope="tenant-x", user="stats"))
     replica = served.headers[REPLICA_HEADER]
-    handle = serve.get_deployment_handle("llamapy-model", app_name="affinity")
-    reports: dict[str, dict[str, Any]] = {}
-    for _ in range(40):
-        report = handle.record_routing_stats.remote().result(timeout_s=30)
-        reports[report["replica"]] = report
-        if len(reports) == 2:
-            break
-    assert replica in reports and len(reports) == 2
-    mine = reports[replica]
+    mine = stats_of(replica)
     assert scope_id(None, "tenant-x") in mine["cache_scopes"] and mine["cached_tokens"] > 0
     assert 0 < mine["kv_used"] <= 1 and mine["n_parallel"] == 4
     assert {"queue_depth", "slots_active", "cached_slots"} <= set(mine)
@@ -183,13 +175,12 @@ def test_without_session_keys_the_longest_prefix_keeps_conversations_together(
 
 
 def stats_of(replica: str) -> dict[str, Any]:
-    """The routing stats of one replica (the handle's calls land on either)."""
-    handle = serve.get_deployment_handle("llamapy-model", app_name="affinity")
-    for _ in range(40):
-        report = handle.record_routing_stats.remote().result(timeout_s=30)
-        if report["replica"] == replica:
-            return dict(report)
-    raise AssertionError(f"no stats from {replica}")
+    """The routing stats of one replica, asked of its actor as Serve's routers ask it (a call
+    through a handle lands on the least-loaded replica, never on a busy one)."""
+    actor = ray.get_actor(f"SERVE_REPLICA::affinity#llamapy-model#{replica}", namespace="serve")
+    report = ray.get(actor.record_routing_stats.remote(), timeout=30)
+    assert report["replica"] == replica
+    return dict(report)
 
 
 def test_a_client_that_leaves_mid_stream_frees_its_slot_on_the_replica(
