@@ -41,6 +41,7 @@ from llamapy.engine.strategies import (
     DecodeMaximal,
     PrefillPriority,
     QueuedView,
+    ShortestFirst,
     SlotView,
     resolve_strategy,
 )
@@ -78,6 +79,7 @@ __all__ = [
     "Sampler",
     "SamplingParams",
     "Segment",
+    "ShortestFirst",
     "SimClock",
     "Sink",
     "SlotView",

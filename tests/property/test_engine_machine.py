@@ -63,7 +63,8 @@ SCOPES = (None, None, "a", "b")
 IDENTITIES = ("", "", "lora")
 ADAPTER_SETS = ((), (), (("a.gguf", 1.0),), (("b.gguf", 0.5),),
                 (("a.gguf", 1.0), ("b.gguf", 0.5)))
-STRATEGIES = ("decode_maximal", "prefill_priority", "balanced", "shortest_prompt_first")
+STRATEGIES = ("decode_maximal", "prefill_priority", "balanced", "shortest_first",
+              "shortest_prompt_first")
 STOPS = ((), (), ("w1",), ("\n", "é"), ("w3 w",))
 SPECULATIVE = (None, None, None, "off", False, "ngram", "draft", {"n_max": 2},
                {"type": "draft,ngram", "n_max": 3, "adaptive": False}, {"n_min": 2})
