@@ -20,10 +20,13 @@ TTFT is measured in the client: from sending to the first streamed output (a tex
 or thinking delta, or a tool call's start). The cached share of prompt tokens (turns >= 2) is
 read from each API's usage, the same field for both servers: ``cache_read_input_tokens /
 (cache_read_input_tokens + input_tokens)`` for Messages, ``input_tokens_details.cached_tokens
-/ input_tokens`` for Responses.
+/ input_tokens`` for Responses. Each run prints wall, output tokens, TTFT p50/p90 of turns >= 2
+and of turn 1, the cached share and prompt tokens of turns >= 2; then medians over rounds, the
+ratio second/first target of each, and all of it as JSON.
 
 ``--shape wave``: a cold wave of 8 concurrent ``/v1/completions`` on a shared ~500-token
-prefix (wall, TTFT). ``--shape multiturn``: the workload of ``bench_multiturn.py``.
+prefix (wall, TTFT). ``--shape multiturn``: the workload of ``bench_multiturn.py`` (its own
+sizes: 16 conversations x 4 turns, 4 in flight).
 
 Each server runs alone (a fresh process per run) with its serving defaults, alternated per
 round (A B, then B A). ``--baseline CHECKOUT`` compares with the ``llamapy.serve`` of another
@@ -108,11 +111,12 @@ class Turn:
 
 @dataclass(frozen=True, slots=True)
 class Sample:
-    """One streamed turn: time to first output, cached and total prompt tokens."""
+    """One streamed turn: time to first output, cached and total prompt tokens, output tokens."""
 
     ttft: float
     cached: int
     prompt: int
+    output: int
 
 
 @dataclass(slots=True)
@@ -123,9 +127,11 @@ class Run:
     later: list[float] = field(default_factory=list)
     cached: int = 0
     prompt: int = 0
+    output: int = 0
     wall_s: float = 0.0
 
     def add(self, turn: int, s: Sample) -> None:
+        self.output += s.output
         if turn == 0:
             self.first.append(s.ttft)
             return
@@ -135,7 +141,7 @@ class Run:
 
     def row(self) -> dict[str, float]:
         """The figures this run has (a shape without later turns has no later figures)."""
-        out = {"wall_s": self.wall_s}
+        out = {"wall_s": self.wall_s, **({"output_tokens": self.output} if self.output else {})}
         for label, xs in (("ttft", self.later), ("ttft_turn1", self.first)):
             if xs:
                 out[f"{label}_p50"], out[f"{label}_p90"] = q(xs, 0.5), q(xs, 0.9)
@@ -221,8 +227,9 @@ async def messages_turn(client: Any, turn: Turn) -> Sample:
             if not ttft and first_output(event):
                 ttft = time.perf_counter() - t0
         usage = (await stream.get_final_message()).usage
+    ttft = ttft or time.perf_counter() - t0  # no output at all: the time to the end
     cached = usage.cache_read_input_tokens or 0
-    return Sample(ttft, cached, cached + usage.input_tokens)
+    return Sample(ttft, cached, cached + usage.input_tokens, usage.output_tokens)
 
 
 async def responses_turn(client: Any, turn: Turn) -> Sample:
@@ -239,8 +246,10 @@ async def responses_turn(client: Any, turn: Turn) -> Sample:
                 usage = event.response.usage
     if usage is None:
         raise RuntimeError("the stream ended without response.completed")
+    ttft = ttft or time.perf_counter() - t0
     details = usage.input_tokens_details
-    return Sample(ttft, (details.cached_tokens or 0) if details else 0, usage.input_tokens)
+    cached = (details.cached_tokens or 0) if details else 0
+    return Sample(ttft, cached, usage.input_tokens, usage.output_tokens)
 
 
 TurnFn = Callable[[Any, Turn], Awaitable[Sample]]
@@ -327,7 +336,7 @@ def run_once(target: Target, s: Settings, fn: Callable[[int], Coroutine[Any, Any
 
 
 def num(key: str, v: float) -> str:
-    return f"{v:.0f}" if key == "prompt_tokens" else f"{v:.1f}" if key == "cached_pct" else \
+    return f"{v:.0f}" if key.endswith("_tokens") else f"{v:.1f}" if key == "cached_pct" else \
         f"{v:.3f}"
 
 
