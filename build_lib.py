@@ -359,6 +359,7 @@ def main(argv: list[str] | None = None) -> int:
         if not missing and is_complete(build, done, shim_key(build, key)):
             phase(f"up to date (key {key}); library in {lib_dir_of(build)}")
             write_current(build, key, flags, done["targets"])
+            byte_compile_package()
             return 0
         src = extract_source(cache, fetch_sdist(cache))
         if missing:
@@ -368,11 +369,24 @@ def main(argv: list[str] | None = None) -> int:
         record_path.write_text(json.dumps({"key": key, "flags": flags, "targets": all_targets,
                                            "shim": shim_key(build, key)}))
         write_current(build, key, flags, all_targets)
+        byte_compile_package()
     except StepError as exc:
         phase(f"FAILED: {exc}")
         return 1
     phase(f"done in {time.monotonic() - started:.0f}s; library in {lib_dir_of(build)}")
     return 0
+
+
+def byte_compile_package() -> None:
+    """Write the bytecode of the ``llamapy`` package beside its sources: an editable install
+    does not, nor does Python when ``PYTHONDONTWRITEBYTECODE`` is set, and every start of the
+    server would compile its modules again (a tenth of a second and more). Python checks each
+    file's source against its bytecode, so a later edit is never shadowed."""
+    import compileall
+
+    package = Path(__file__).resolve().parent / "llamapy"
+    if not compileall.compile_dir(package, quiet=2, workers=0):
+        phase("bytecode: some modules did not compile (the server compiles them at start)")
 
 
 def is_complete(build: Path, done: dict[str, object], shim: str) -> bool:
