@@ -32,14 +32,16 @@ class PinOutcome(str, Enum):
     """What :meth:`~llamapy.engine.prompt_cache.PromptCache.pin` did."""
 
     REFRESHED = "refreshed"  # the prefix was pinned already: its deadline moved
-    PINNED = "pinned"        # an entry holding the prefix is pinned now
-    STORED = "stored"        # held as an ordinary entry (over the pin budget)
+    PINNED = "pinned"        # an entry the cache held is pinned now
+    WRITTEN = "written"      # a new entry is stored and pinned
+    STORED = "stored"        # a new entry is stored as an ordinary one (over the pin budget)
+    HELD = "held"            # an entry the cache held stays ordinary (over the pin budget)
     NOT_HELD = "not_held"    # the cache does not hold it (off, too short, too large)
 
     @property
-    def held(self) -> bool:
-        """Whether the cache holds the prefix afterwards."""
-        return self is not PinOutcome.NOT_HELD
+    def written(self) -> bool:
+        """Whether the prefix was written to the cache by this pin."""
+        return self in (PinOutcome.WRITTEN, PinOutcome.STORED)
 
 
 @dataclass(slots=True)

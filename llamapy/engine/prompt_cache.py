@@ -168,7 +168,7 @@ class PromptCache:
         A prefix pinned already has its deadline moved. Otherwise the entry holding exactly
         the prefix is pinned, else a new entry of ``token_ids`` is stored and pinned, else (the
         sequence holds more than the prefix) the shortest entry holding the prefix is pinned.
-        Over the pin budget the entry stays ordinary (``STORED``)."""
+        Over the pin budget the entry stays ordinary (``STORED``, ``HELD``)."""
         token_ids = tuple(token_ids)
         prefix = token_ids[:pin_len]
         if not self.enabled or len(prefix) < max(1, self.min_tokens):
@@ -181,7 +181,8 @@ class PromptCache:
             return PinOutcome.REFRESHED
         entry_id = self._holder(key, prefix)
         exact = entry_id is not None and len(self._entries[entry_id].token_ids) == pin_len
-        if not exact and (entry_id is None or len(token_ids) == pin_len):
+        written = not exact and (entry_id is None or len(token_ids) == pin_len)
+        if written:
             stored = self._store(key, token_ids, get_size, get_data)
             entry_id = None if stored is None else self._ids[id(stored)]
         if entry_id is None:
@@ -189,9 +190,14 @@ class PromptCache:
         entry = self._entries[entry_id]
         self.touch(entry)
         if not self.pins.is_pinned(entry_id) and not self.pins.fits(entry.tenant, entry.nbytes):
-            return PinOutcome.STORED
+            return PinOutcome.STORED if written else PinOutcome.HELD
         self.pins.pin(entry_id, pin_key, entry.tenant, entry.nbytes, ttl_s)
-        return PinOutcome.PINNED
+        return PinOutcome.WRITTEN if written else PinOutcome.PINNED
+
+    def holds_exactly(self, key: Hashable, token_ids: Sequence[int]) -> bool:
+        """Whether an entry under ``key`` holds exactly ``token_ids``."""
+        entry_id = self._holder(key, tuple(token_ids))
+        return entry_id is not None and len(self._entries[entry_id].token_ids) == len(token_ids)
 
     def _holder(self, key: Hashable, prefix: tuple[int, ...]) -> int | None:
         """The shortest entry under ``key`` that holds ``prefix``, or None."""
