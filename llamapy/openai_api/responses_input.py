@@ -16,6 +16,9 @@ and output parser as ``/v1/chat/completions``):
   to ``response_format`` (``json_schema`` is structured output under a grammar);
   ``prompt_cache_key`` becomes the ``session`` affinity key; ``reasoning.effort`` goes to the
   template (``none`` sets ``enable_thinking: false``). Reasoning is always parsed out.
+- ``prompt_cache_retention`` pins the whole prompt in the RAM prompt cache (the
+  ``cache_pins`` option): ``in_memory`` (or ``in-memory``) for 5 minutes, ``24h`` for 24 hours,
+  within the cache's pin budget.
 """
 
 from __future__ import annotations
@@ -49,7 +52,9 @@ from .responses_params import (
 from .target import ServedModel
 
 #: Engine options the translation sets from the API's own fields.
-OWNED_OPTIONS = ("temp", "temperature", "top_p")
+OWNED_OPTIONS = ("temp", "temperature", "top_p", "cache_pins")
+#: Seconds each ``prompt_cache_retention`` pins the prompt for.
+RETENTION_S = {"in_memory": 300.0, "in-memory": 300.0, "24h": 86_400.0}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -204,4 +209,8 @@ def prepare_responses(served: ServedModel, request: Mapping[str, Any]) -> Respon
     """Validate a Responses request and turn it into a :class:`ResponsesPlan`."""
     body = parse_body(ResponsesBody, request)
     check_refused(body)
-    return ResponsesPlan(chat=prepare_chat(served, chat_request(served, body)), body=body)
+    chat = prepare_chat(served, chat_request(served, body))
+    if body.prompt_cache_retention is not None:
+        ttl_s = RETENTION_S[body.prompt_cache_retention]
+        chat.options["cache_pins"] = ((len(chat.token_ids), ttl_s),)
+    return ResponsesPlan(chat=chat, body=body)

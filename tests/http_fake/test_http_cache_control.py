@@ -123,3 +123,38 @@ def test_cache_pins_is_not_an_anthropic_body_field(app: FakeApp):
     body = {"model": ALIAS, "max_tokens": 4, "cache_pins": [[4, 300]],
             "messages": [{"role": "user", "content": "hi"}]}
     assert app.send("POST", "/v1/messages", json=body).status_code == 400
+
+
+# --- Responses' prompt_cache_retention -----------------------------------------------------------
+
+
+def response_usage(app: FakeApp, text: str, **fields: Any) -> dict[str, Any]:
+    body = {"model": ALIAS, "max_output_tokens": 4, "input": text, **fields}
+    response = app.send("POST", "/v1/responses", json=body)
+    assert response.status_code == 200, response.text
+    return response.json()["usage"]
+
+
+@pytest.mark.parametrize(("retention", "kept"), [("24h", True), ("in_memory", True),
+                                                 (None, False)])
+def test_prompt_cache_retention_keeps_the_whole_prompt_through_other_traffic(
+        app: FakeApp, retention: str | None, kept: bool):
+    text = "a long stable instruction to keep around " * 5
+    fields = {} if retention is None else {"prompt_cache_retention": retention}
+    first = response_usage(app, text, **fields)
+    other_traffic(app)
+    again = response_usage(app, text, **fields)
+    cached = again["input_tokens_details"]["cached_tokens"]
+    assert (cached == first["input_tokens"] - 1) is kept  # all but the last token
+    app.check_idle()
+
+
+@pytest.mark.parametrize("retention", ["1h", "", 24, "IN_MEMORY"])
+def test_a_bad_prompt_cache_retention_is_a_400_in_openais_shape(app: FakeApp, retention: Any):
+    body = {"model": ALIAS, "max_output_tokens": 4, "input": "hi",
+            "prompt_cache_retention": retention}
+    response = app.send("POST", "/v1/responses", json=body)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request_error"
+    assert "prompt_cache_retention" in error["message"]
