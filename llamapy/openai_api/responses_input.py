@@ -16,9 +16,8 @@ and output parser as ``/v1/chat/completions``):
   to ``response_format`` (``json_schema`` is structured output under a grammar);
   ``prompt_cache_key`` becomes the ``session`` affinity key; ``reasoning.effort`` goes to the
   template (``none`` sets ``enable_thinking: false``). Reasoning is always parsed out.
-- ``prompt_cache_retention`` pins the whole prompt in the RAM prompt cache (the
-  ``cache_pins`` option): ``in_memory`` (or ``in-memory``) for 5 minutes, ``24h`` for 24 hours,
-  within the cache's pin budget.
+- ``prompt_cache_retention`` passes to the chat request, which pins the whole prompt in the
+  RAM prompt cache (:func:`~.prompt.cache_options`).
 """
 
 from __future__ import annotations
@@ -53,8 +52,6 @@ from .target import ServedModel
 
 #: Engine options the translation sets from the API's own fields.
 OWNED_OPTIONS = ("temp", "temperature", "top_p", "cache_pins")
-#: Seconds each ``prompt_cache_retention`` pins the prompt for.
-RETENTION_S = {"in_memory": 300.0, "in-memory": 300.0, "24h": 86_400.0}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -197,6 +194,7 @@ def chat_request(served: ServedModel, body: ResponsesBody) -> dict[str, Any]:
         "parallel_tool_calls": body.parallel_tool_calls,
         "response_format": _response_format(body.text.format if body.text else None),
         "session": body.prompt_cache_key,
+        "prompt_cache_retention": body.prompt_cache_retention,
         "chat_template_kwargs": _template_kwargs(body, extra),
     }
     request = {key: value for key, value in fields.items() if value is not None}
@@ -209,8 +207,4 @@ def prepare_responses(served: ServedModel, request: Mapping[str, Any]) -> Respon
     """Validate a Responses request and turn it into a :class:`ResponsesPlan`."""
     body = parse_body(ResponsesBody, request)
     check_refused(body)
-    chat = prepare_chat(served, chat_request(served, body))
-    if body.prompt_cache_retention is not None:
-        ttl_s = RETENTION_S[body.prompt_cache_retention]
-        chat.options["cache_pins"] = ((len(chat.token_ids), ttl_s),)
-    return ResponsesPlan(chat=chat, body=body)
+    return ResponsesPlan(chat=prepare_chat(served, chat_request(served, body)), body=body)

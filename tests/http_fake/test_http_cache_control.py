@@ -158,3 +158,16 @@ def test_a_bad_prompt_cache_retention_is_a_400_in_openais_shape(app: FakeApp, re
     error = response.json()["error"]
     assert error["type"] == "invalid_request_error"
     assert "prompt_cache_retention" in error["message"]
+
+
+def test_chat_completions_take_prompt_cache_retention_and_key(app: FakeApp):
+    body = {"model": ALIAS, "max_tokens": 4, "prompt_cache_retention": "24h",
+            "prompt_cache_key": "agent-1",
+            "messages": [{"role": "user", "content": "keep this prompt around " * 6}]}
+    first = app.send("POST", "/v1/chat/completions", json=body).json()["usage"]
+    other_traffic(app)
+    again = app.send("POST", "/v1/chat/completions", json=body).json()["usage"]
+    assert again["prompt_tokens_details"]["cached_tokens"] == first["prompt_tokens"] - 1
+    bad = app.send("POST", "/v1/chat/completions",
+                   json={**body, "prompt_cache_retention": "forever"})
+    assert bad.status_code == 400 and "prompt_cache_retention" in bad.json()["error"]["message"]
