@@ -111,6 +111,8 @@ class PromptCache:
                  on_evict: Callable[[CacheEntry], object] | None = None,
                  tenant_share: float = 1.0, pin_share: float = 0.5,
                  clock: Callable[[], float] = time.monotonic) -> None:
+        if not 0.0 <= pin_share <= 1.0:
+            raise ValueError(f"pin_share must be in [0, 1], got {pin_share!r}")
         self.budget_bytes = budget_bytes
         #: The most bytes one tenant's entries may hold.
         self.tenant_budget = tenant_budget(budget_bytes, tenant_share)

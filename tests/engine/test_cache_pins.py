@@ -211,3 +211,11 @@ def test_pins_do_nothing_without_a_ram_cache():
     sink = submit(engine, "r", SYSTEM + [99] * 30, max_tokens=1, cache_pins=[(40, 300)])
     drain(engine)
     assert sink.final is not None and sink.final.timings.pinned_tokens == 0
+
+
+def test_a_pin_share_of_zero_pins_nothing_and_a_share_past_one_is_refused():
+    cache = PromptCache(400, min_tokens=1, pin_share=0.0, clock=Clock())
+    assert cache.pin(K, [1], 1, 300, *sized(96)) is PinOutcome.STORED
+    assert cache.pins.total_bytes == 0
+    with pytest.raises(ValueError, match="pin_share"):
+        PromptCache(400, pin_share=1.5)
