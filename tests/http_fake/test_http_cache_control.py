@@ -171,3 +171,15 @@ def test_chat_completions_take_prompt_cache_retention_and_key(app: FakeApp):
     bad = app.send("POST", "/v1/chat/completions",
                    json={**body, "prompt_cache_retention": "forever"})
     assert bad.status_code == 400 and "prompt_cache_retention" in bad.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/completion"])
+def test_cache_pins_is_a_request_option_on_other_routes(app: FakeApp, path: str):
+    prompt = "pin the first part of this prompt " * 4
+    body: dict[str, Any] = ({"messages": [{"role": "user", "content": prompt}]}
+                            if path.startswith("/v1") else {"prompt": prompt})
+    ok = app.send("POST", path, json={**body, "max_tokens": 2, "cache_pins": [[40, 300]]})
+    assert ok.status_code == 200, ok.text
+    assert app.server.stats()["ram_cache_pinned_bytes"] > 0
+    bad = app.send("POST", path, json={**body, "max_tokens": 2, "cache_pins": [[40, 7200, 1]]})
+    assert bad.status_code == 400 and "cache_pins" in bad.text
