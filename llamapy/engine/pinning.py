@@ -13,6 +13,11 @@ would not allow). After the reuse is applied and after each prefill chunk, :func
 pins each prefix the slot now holds
 (:meth:`~llamapy.engine.prompt_cache.PromptCache.pin`).
 
+With the disk cache on, a prefix pinned in RAM is also filed on disk as last used at its
+deadline (wall clock: files outlive the process), so disk eviction takes it after every
+unpinned file and a restarted server still finds it
+(:meth:`~llamapy.engine.disk_cache.DiskPromptCache.pin`).
+
 ``timings.pinned_tokens`` counts the prompt tokens the request computed itself and wrote as
 part of a pinned prefix: the longest prefix it wrote as a new entry (pinned, or stored as an
 ordinary entry over the pin budget) less the tokens it reused. A prefix pinned already only has
@@ -22,7 +27,11 @@ counts.
 
 from __future__ import annotations
 
+import time
+
 from llamapy.engine.backend import Backend
+from llamapy.engine.cache_pins import PinOutcome
+from llamapy.engine.disk_cache import DiskPromptCache
 from llamapy.engine.prompt_cache import PromptCache
 from llamapy.engine.request import Run
 from llamapy.engine.slots import Slot
@@ -54,8 +63,9 @@ def reuse_for_pins(run: Run, ram: PromptCache, n: int) -> int:
     return n
 
 
-def write_pins(run: Run, slot: Slot, ram: PromptCache, backend: Backend) -> None:
-    """Pin every prefix of ``run`` that ``slot`` now holds whole."""
+def write_pins(run: Run, slot: Slot, ram: PromptCache, disk: DiskPromptCache,
+               backend: Backend) -> None:
+    """Pin every prefix of ``run`` that ``slot`` now holds whole (in RAM, and on disk)."""
     held = len(slot.cached)
     seq = slot.seq_id
     while run.pins and run.pins[0][0] <= held:
@@ -65,3 +75,11 @@ def write_pins(run: Run, slot: Slot, ram: PromptCache, backend: Backend) -> None
         if outcome.written:
             timings = run.timings
             timings.pinned_tokens = max(timings.pinned_tokens, length - timings.reused_tokens)
+        if outcome in _LIVE and disk.enabled:
+            entry = ram.pinned_entry(slot.key, slot.cached[:length])
+            if entry is not None:
+                disk.pin(entry, time.time_ns() + int(ttl_s * 1e9))
+
+
+#: Outcomes after which the RAM cache holds the prefix pinned.
+_LIVE = (PinOutcome.PINNED, PinOutcome.WRITTEN, PinOutcome.REFRESHED)

@@ -118,7 +118,7 @@ class PrefixResolver:
         """Pin the prefixes of ``run``'s ``cache_pins`` its slot now holds
         (:mod:`llamapy.engine.pinning`)."""
         if run.pins and run.slot is not None:
-            write_pins(run, run.slot, self.ram, self.backend)
+            write_pins(run, run.slot, self.ram, self.disk, self.backend)
 
     def _apply(self, run: Run, slot: Slot, choice: _Choice, data: bytes | None) -> None:
         source, n = choice.source, choice.n

@@ -196,6 +196,11 @@ class PromptCache:
         self.pins.pin(entry_id, pin_key, entry.tenant, entry.nbytes, ttl_s)
         return PinOutcome.WRITTEN if written else PinOutcome.PINNED
 
+    def pinned_entry(self, key: Hashable, prefix: Sequence[int]) -> CacheEntry | None:
+        """The live pinned entry holding ``prefix`` under ``key`` (pinned for it), or None."""
+        entry_id = self.pins.find((key, tuple(prefix)))
+        return None if entry_id is None else self._entries[entry_id]
+
     def holds_exactly(self, key: Hashable, token_ids: Sequence[int]) -> bool:
         """Whether an entry under ``key`` holds exactly ``token_ids``."""
         entry_id = self._holder(key, tuple(token_ids))

@@ -4,14 +4,17 @@ length, and counted in ``timings.pinned_tokens`` only by the request that wrote 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from engine_helpers import submit
 
 from llamapy.engine import Engine, EngineConfig, EngineTuning, FakeBackend, FakeModel
 from llamapy.engine.cache_pins import PinOutcome
-from llamapy.engine.prompt_cache import PromptCache
+from llamapy.engine.disk_cache import CacheNamespace
+from llamapy.engine.prompt_cache import CacheEntry, PromptCache
 from llamapy.engine.request import CacheKey
 from llamapy.engine.testing import drain
 from llamapy.errors import InvalidOptionError
@@ -140,9 +143,12 @@ def test_cache_pins_are_stored_as_a_tuple_of_pairs():
 def pin_engine(**config: object) -> tuple[Engine, FakeBackend]:
     backend = FakeBackend(n_ctx=1024, n_seq_max=1, model=FakeModel(n_vocab=4096),
                           state_bytes_per_token=1000)
-    cfg = EngineConfig(n_parallel=1, prompt_cache_ram_mb=0.4, chunk_size=64, **config)
-    engine = Engine(backend, cfg, tuning=EngineTuning(ram_min_tokens=4),
-                    clock=backend.clock.now)
+    cfg = EngineConfig(**{"n_parallel": 1, "prompt_cache_ram_mb": 0.4, "chunk_size": 64,
+                          **config})
+    tuning = EngineTuning(ram_min_tokens=4, disk_min_tokens=4, disk_background=False)
+    engine = Engine(backend, cfg, tuning=tuning, clock=backend.clock.now,
+                    cache_namespace=CacheNamespace("fake") if "prompt_cache_dir" in config
+                    else None)
     return engine, backend
 
 
@@ -219,3 +225,39 @@ def test_a_pin_share_of_zero_pins_nothing_and_a_share_past_one_is_refused():
     assert cache.pins.total_bytes == 0
     with pytest.raises(ValueError, match="pin_share"):
         PromptCache(400, pin_share=1.5)
+
+
+def disk_files(engine: Engine) -> dict[tuple[int, ...], int]:
+    """The disk cache's files: tokens -> last use (wall-clock ns)."""
+    return {f.header.token_ids: f.mtime_ns for f in engine.disk.files()}
+
+
+def test_a_pin_is_filed_on_disk_until_its_deadline_and_outlives_eviction_and_covering(
+        tmp_path: Path):
+    engine, _ = pin_engine(prompt_cache_dir=str(tmp_path), prompt_cache_disk_mb=0.3)
+    before = time.time_ns()
+    turn(engine, "r0", 100, cache_pins=[(40, 3600)])
+    assert disk_files(engine)[tuple(SYSTEM)] >= before + 3600 * 10**9
+    for i in range(12):  # RAM evictions spill to the disk, over its budget
+        submit(engine, f"o{i}", list(range(200 + 70 * i, 270 + 70 * i)), max_tokens=1)
+        drain(engine, each=engine.check_integrity)
+    files = disk_files(engine)
+    assert engine.disk.num_evictions > 0
+    assert tuple(SYSTEM) in files  # pinned: evicted after every unpinned file
+    engine.disk.check_integrity()
+    engine.close()
+    again, _ = pin_engine(prompt_cache_dir=str(tmp_path), prompt_cache_disk_mb=0.3,
+                          prompt_cache_ram_mb=0)
+    late = turn(again, "r1", 900)
+    assert (late.reused_tokens, late.reuse_source) == (40, "disk")  # a restart finds it
+    again.close()
+
+
+def test_a_longer_file_covering_a_pinned_one_does_not_drop_it(tmp_path: Path):
+    engine, _ = pin_engine(prompt_cache_dir=str(tmp_path), prompt_cache_disk_mb=4)
+    turn(engine, "r0", 100, cache_pins=[(40, 300)])
+    pinned = engine.ram.entries()[0]
+    entry = CacheEntry(pinned.key, (*SYSTEM, 7, 8, 9), b"x" * 100)
+    assert engine.disk.offer_entry(entry)  # a longer prefix, covering the pinned 40
+    assert {tuple(SYSTEM), entry.token_ids} <= disk_files(engine).keys()
+    engine.close()
