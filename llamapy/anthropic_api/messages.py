@@ -5,10 +5,12 @@
 the asyncio form; ``count_message_tokens`` answers ``count_tokens`` without generating.
 ``target`` is a ``Server``, a ``Model`` or a ``ServedModel``, as for the OpenAI functions.
 
-``usage`` follows Anthropic's accounting: ``input_tokens`` are the prompt tokens computed for
-this request, ``cache_read_input_tokens`` the prompt prefix reused from the KV cache (their
-sum is the prompt, what ``count_tokens`` reports); ``cache_creation_input_tokens`` is 0
-(caching is automatic and costs nothing extra).
+``usage`` follows Anthropic's accounting: ``cache_read_input_tokens`` is the prompt prefix
+reused from the KV cache (any tier); ``cache_creation_input_tokens`` the prompt tokens this
+request computed and wrote to the prompt cache as part of a prefix its ``cache_control``
+breakpoints pinned (0 when those prefixes were cached already, or without breakpoints:
+caching is otherwise automatic and costs nothing extra); ``input_tokens`` the rest. The three
+sum to the prompt, what ``count_tokens`` reports.
 """
 
 from __future__ import annotations
@@ -33,10 +35,11 @@ def stop_reason(engine_reason: str, stop_word: str, tool_use: bool) -> tuple[str
     return ("tool_use" if tool_use else "end_turn"), None
 
 
-def usage_dict(prompt_tokens: int, cached_tokens: int, output_tokens: int) -> dict[str, Any]:
+def usage_dict(prompt_tokens: int, cached_tokens: int, output_tokens: int,
+               created_tokens: int = 0) -> dict[str, Any]:
     """Anthropic ``usage`` (see the module docstring)."""
-    return {"input_tokens": prompt_tokens - cached_tokens,
-            "cache_creation_input_tokens": 0,
+    return {"input_tokens": prompt_tokens - cached_tokens - created_tokens,
+            "cache_creation_input_tokens": created_tokens,
             "cache_read_input_tokens": cached_tokens,
             "output_tokens": output_tokens}
 
@@ -65,7 +68,7 @@ def message_response(plan: MessagesPlan, completion: Completion) -> dict[str, An
     return {**envelope(plan), "content": builder.blocks, "stop_reason": reason,
             "stop_sequence": sequence,
             "usage": usage_dict(usage.prompt_tokens, usage.cached_tokens,
-                                usage.completion_tokens)}
+                                usage.completion_tokens, completion.timings.pinned_tokens)}
 
 
 def create_message(target: Target, request: Mapping[str, Any], *,

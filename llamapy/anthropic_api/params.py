@@ -2,15 +2,16 @@
 
 Top-level fields are Anthropic's (``model``, ``messages``, ``max_tokens``, ``system``,
 ``stop_sequences``, ``temperature``, ``top_p``, ``top_k``, ``metadata``, ``tools``,
-``tool_choice``, ``thinking``, ``output_config``, ``stream``; ``cache_control``,
-``service_tier``, ``inference_geo`` and ``speed`` are accepted and change nothing); any other
+``tool_choice``, ``thinking``, ``output_config``, ``stream``, ``cache_control`` (see
+:mod:`.cache_control`); ``service_tier``, ``inference_geo`` and ``speed`` are accepted and
+change nothing); any other
 field must be an engine request option or a llamapy API extra (see
 :func:`~llamapy.openai_api.bridge.forward_extras`).
 Content blocks are validated one by one by their ``type`` (:func:`parse_block`), so a block we
 do not support (``image``, ``document``, server tool blocks) is a clear
 :class:`~llamapy.errors.UnsupportedFeatureError` rather than a union mismatch. Blocks echoed
-back from a response may carry fields we do not use (``citations``, ``cache_control``): those
-are data, not options, and are ignored.
+back from a response may carry fields we do not use (``citations``): those are data, not
+options, and are ignored; a block's ``cache_control`` is a cache breakpoint.
 """
 
 from __future__ import annotations
@@ -183,8 +184,9 @@ class MessagesBody(BaseModel):
     thinking: Thinking | None = None
     output_config: OutputConfig | None = None
     stream: bool = False
-    #: Accepted, change nothing: caching is automatic, there is one tier, speed and place.
+    #: The whole prompt's cache breakpoint (checked by :mod:`.cache_control`).
     cache_control: dict[str, Any] | None = None
+    #: Accepted, change nothing: there is one tier, speed and place.
     service_tier: Literal["auto", "standard_only"] | None = None
     inference_geo: str | None = None
     speed: Literal["standard", "fast"] | None = None

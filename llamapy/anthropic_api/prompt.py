@@ -19,6 +19,7 @@ grammar, request options and output parser are those of ``/v1/chat/completions``
   ``metadata.user_id`` becomes the ``session`` affinity key; ``thinking`` sets the template's
   ``enable_thinking``; ``output_config.format`` is ``response_format`` ``json_schema``.
   Reasoning (``<think>``) is always parsed out of the answer.
+- ``cache_control`` breakpoints become the ``cache_pins`` option (:mod:`.cache_control`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from ..openai_api.bridge import api_id, forward_extras, polyfill_history
 from ..openai_api.params import parse_body
 from ..openai_api.prompt import ChatPlan, prepare_chat
 from ..openai_api.target import ServedModel
+from .cache_control import breakpoints, cache_pins
 from .params import (
     MESSAGES_FIELDS,
     Block,
@@ -52,7 +54,7 @@ from .params import (
 BILLING_HEADER = "x-anthropic-billing-header:"
 _BILLING_STAMP = re.compile(r"cch=[0-9A-Za-z]*;")
 #: Engine options the translation sets from Anthropic's own fields.
-OWNED_OPTIONS = ("stop", "temp", "temperature", "top_p", "top_k")
+OWNED_OPTIONS = ("stop", "temp", "temperature", "top_p", "top_k", "cache_pins")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -227,4 +229,9 @@ def prepare_messages(served: ServedModel, request: Mapping[str, Any], *,
     body = parse_body(MessagesBody, request)
     if generate and body.max_tokens is None:
         raise InvalidOptionError("max_tokens is required", option="max_tokens")
-    return MessagesPlan(chat=prepare_chat(served, chat_request(served, body)), body=body)
+    points = breakpoints(body)
+    chat = prepare_chat(served, chat_request(served, body))
+    if generate and points:
+        chat.options["cache_pins"] = cache_pins(served, body, chat.token_ids, points,
+                                                chat_request)
+    return MessagesPlan(chat=chat, body=body)

@@ -8,7 +8,7 @@ and ``message_stop``. Each event is a dict whose ``type`` is its SSE event name.
 
 Nothing is yielded before the engine's first event, so a rejected request raises from the
 first ``next()``. ``message_start`` reports the whole prompt as ``input_tokens``; the final
-``message_delta`` carries the split into computed and reused tokens (cumulative counts
+``message_delta`` carries the split into computed, written and reused tokens (cumulative counts
 overwrite, as the Messages API defines them), so the accumulated message equals the
 non-streamed one.
 """
@@ -52,7 +52,7 @@ class MessageStream:
         reason, sequence = stop_reason(event.finish_reason, event.stop_word,
                                        self.blocks.has_tool_use)
         usage = usage_dict(event.prompt_tokens, event.timings.reused_tokens,
-                           event.completion_tokens)
+                           event.completion_tokens, event.timings.pinned_tokens)
         events.append({"type": "message_delta",
                        "delta": {"stop_reason": reason, "stop_sequence": sequence},
                        "usage": usage})

@@ -27,6 +27,8 @@ Contract (the shape of :class:`~llamapy.engine.prompt_cache.PromptCache`):
   and cover checks go through a prefix index per identity and scope
   (:mod:`llamapy.engine.disk_index`). ``read`` (or ``read_async``, off the caller's thread)
   returns the verified state, or None when the file vanished or is corrupt (then removed).
+- ``pin`` files a pinned RAM entry as last used at its deadline (:meth:`pin`): it is evicted
+  after every unpinned file, and a file covering it does not drop it until then.
 - Named blobs (:meth:`save_blob` / :meth:`load_blob`: session snapshots, which carry and
   verify their own manifest) live in the same files, budget, LRU and lock; no prompt ever
   matches one.
@@ -146,6 +148,30 @@ class DiskPromptCache:
         with self._mutex:
             if self._index.covers(ident, key.cache_scope, tokens):
                 return False
+        return self._submit(key, tokens, ident, get_size, get_data, wait, last_used_ns)
+
+    def pin(self, entry: CacheEntry, until_ns: int) -> bool:
+        """Keep a pinned RAM cache entry on disk until ``until_ns`` (wall-clock ns): its file is
+        filed as last used then, so least-recently-used eviction takes it after every file
+        not pinned (pinned ones by earliest deadline), and a longer file covering it does not
+        drop it before then. A file of the entry already there has its deadline moved."""
+        key = entry.key
+        if not self.enabled or not isinstance(key, CacheKey) or self.store is None:
+            return False
+        ident = self.identity(key)
+        name = entry_name(ident, entry.token_ids)
+        with self._mutex:
+            stored = self._index.files.get(name)
+        if stored is not None:
+            self.store.keep_until(stored, until_ns)
+            return True
+        return self._submit(key, entry.token_ids, ident, lambda: len(entry.data),
+                            lambda: entry.data, False, until_ns)
+
+    def _submit(self, key: CacheKey, tokens: tuple[int, ...], ident: bytes,
+                get_size: Callable[[], int], get_data: Callable[[], bytes], wait: bool,
+                last_used_ns: int | None) -> bool:
+        """Size, serialise, reserve and queue the write of an entry (see :meth:`offer`)."""
         if file_size(key.cache_scope, len(tokens), get_size(), key.tenant) > self.tenant_budget:
             return False
         data = get_data()
@@ -339,7 +365,8 @@ class DiskPromptCache:
             self.store.sweep_temps()
         with self._mutex:
             covered = self._index.covered_by(keep) if keep is not None else []
-        for stored in covered:
+        now = time.time_ns()
+        for stored in (f for f in covered if f.mtime_ns <= now):  # (later: pinned)
             self.store.remove(stored, "covered")
             self._forget(stored)
         with self._mutex:

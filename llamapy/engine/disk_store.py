@@ -207,8 +207,14 @@ class DiskStore:
             log.debug("disk prompt cache: removed %s (%s)", stored.name, why)
 
     def touch(self, stored: StoredFile) -> None:
-        """Mark an entry most recently used (its mtime); a vanished file is ignored."""
-        stamp = self._stamp()
+        """Mark an entry most recently used (its mtime; a pinned file's later deadline stays);
+        a vanished file is ignored."""
+        self.keep_until(stored, self._stamp())
+
+    def keep_until(self, stored: StoredFile, stamp: int) -> None:
+        """Set an entry's last use to ``stamp`` unless the file's is later already (a pinned
+        file's deadline); a vanished file is ignored."""
+        stamp = max(stamp, self.last_use(stored) or 0)
         with contextlib.suppress(OSError):
             os.utime(self.path(stored.name), ns=(stamp, stamp))
             stored.mtime_ns = stamp

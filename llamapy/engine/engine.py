@@ -87,7 +87,8 @@ class Engine:
         self.ram = PromptCache(config.prompt_cache_ram_bytes, min_tokens=tuning.ram_min_tokens,
                                min_fraction=tuning.ram_min_fraction,
                                on_evict=self.disk.offer_entry,
-                               tenant_share=config.tenant_cache_share)
+                               tenant_share=config.tenant_cache_share,
+                               pin_share=tuning.ram_pin_share, clock=clock)
         self.prefix = PrefixResolver(backend, self.pool, self.ram, self.counters, tuning,
                                      self.instability_events.append, self.disk,
                                      cache_idle_slots=config.cache_idle_slots)

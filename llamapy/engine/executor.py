@@ -124,6 +124,7 @@ class Executor:
             if entry.prefill:
                 self.counters.num_prefill_tokens += len(entry.token_ids)
                 run.timings.prefill_tokens += len(entry.token_ids)
+                self.prefix.write_pins(run)
                 self._progress(run)
             if row is not None and entry.draft:
                 self._verify(entry, row)

@@ -97,6 +97,7 @@ def build_stats(engine: Engine) -> EngineStats:
         queue_depth=len(engine.queue), ram_cache_entries=len(engine.ram),
         ram_cache_bytes=engine.ram.total_bytes, ram_cache_budget_bytes=engine.ram.budget_bytes,
         ram_cache_evictions=engine.ram.num_evictions,
+        ram_cache_pinned_bytes=engine.ram.pins.total_bytes,
         **_disk_stats(engine),
         counters=_copy(engine.counters, engine.disk.num_writes),
         instability_events=list(engine.instability_events),

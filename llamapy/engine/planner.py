@@ -194,7 +194,7 @@ class Planner:
         run = slot.run
         assert run is not None, "prefill entry"
         start = len(slot.cached)
-        end = start + n
+        end = start + run.chunk_to_pin(start, n)
         samples = end == len(run.prompt) and not run.prefill_only
         return Entry(slot, run, run.prompt[start:end], start, prefill=True, samples=samples)
 

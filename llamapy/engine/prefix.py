@@ -21,6 +21,9 @@ evictions (and prefixes too large for RAM) go to the disk cache, and with the RA
 discarded prefix goes to disk directly. At close, :meth:`PrefixResolver.persist` writes what
 the slots and the RAM cache hold to disk, so a restarted server finds it.
 
+Prefixes a request asks to keep (``cache_pins``) are pinned in the RAM cache as its slot comes
+to hold them (:mod:`llamapy.engine.pinning`).
+
 Only the same key ``(cache_scope, cache_identity, adapter_set)`` may reuse, on every path above
 and in in-flight dedup (so KV computed under one adapter set is never read under another);
 reuse is capped at prompt length - 1 (prompt length for prefill-only runs);
@@ -44,6 +47,7 @@ from llamapy.engine.disk_cache import DiskPromptCache
 from llamapy.engine.disk_reads import DiskReads, ReadStatus
 from llamapy.engine.disk_store import StoredFile
 from llamapy.engine.options import EngineTuning
+from llamapy.engine.pinning import plan_pins, reuse_for_pins, write_pins
 from llamapy.engine.prompt_cache import CacheEntry, PromptCache, common_prefix
 from llamapy.engine.request import Run
 from llamapy.engine.slots import Slot, SlotPool
@@ -105,8 +109,16 @@ class PrefixResolver:
         self.reads.forget(run.serial)
         run.resolved = True
         self._note_instability(run, slot)
-        self._apply(run, slot, choice, data)
+        run.pins = plan_pins(run, self.ram)
+        self._apply(run, slot, choice._replace(n=reuse_for_pins(run, self.ram, choice.n)), data)
+        self.write_pins(run)
         return True
+
+    def write_pins(self, run: Run) -> None:
+        """Pin the prefixes of ``run``'s ``cache_pins`` its slot now holds
+        (:mod:`llamapy.engine.pinning`)."""
+        if run.pins and run.slot is not None:
+            write_pins(run, run.slot, self.ram, self.disk, self.backend)
 
     def _apply(self, run: Run, slot: Slot, choice: _Choice, data: bytes | None) -> None:
         source, n = choice.source, choice.n

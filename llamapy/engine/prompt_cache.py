@@ -18,6 +18,11 @@ Contract:
   restoring when at least ``min_fraction`` of the entry is reusable (the tail is trimmed).
 - ``on_evict`` (the level below, the disk cache) receives each entry evicted as least
   recently used; entries dropped because a new one covers them are not passed on.
+- ``pin`` keeps a prefix cached for a time (:mod:`llamapy.engine.cache_pins`): a pinned entry
+  is skipped by least-recently-used eviction and by the drop of covered entries until its
+  deadline on ``clock``, within ``pin_share`` of the budget (and of each tenant's bound);
+  over that bound the prefix is stored as an ordinary entry. An entry that would only fit by
+  evicting pinned ones is not stored.
 - ``total_bytes <= budget_bytes`` and each tenant's bytes ``<= tenant_budget`` always;
   ``check_integrity`` verifies the bookkeeping. (An entry's tenant is its key's ``tenant``,
   None for keys without one.)
@@ -34,10 +39,12 @@ min_tokens)`` (at least 1, at most ``min_tokens``) leading tokens with the promp
 from __future__ import annotations
 
 import math
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
+from llamapy.engine.cache_pins import PinOutcome, PinTable
 from llamapy.engine.prefix_trie import PrefixTrie, restorable
 
 __all__ = ["CacheEntry", "PromptCache", "charged_bytes", "common_prefix", "tenant_budget"]
@@ -88,7 +95,12 @@ class CacheEntry:
     @property
     def tenant(self) -> Hashable:
         """The tenant the entry is charged to: its key's ``tenant`` (None without one)."""
-        return getattr(self.key, "tenant", None)
+        return tenant_of(self.key)
+
+
+def tenant_of(key: Hashable) -> Hashable:
+    """The tenant a cache key charges: its ``tenant`` (None without one)."""
+    return getattr(key, "tenant", None)
 
 
 class PromptCache:
@@ -97,10 +109,16 @@ class PromptCache:
     def __init__(self, budget_bytes: int, *, min_tokens: int = 32,
                  min_fraction: float = 0.5,
                  on_evict: Callable[[CacheEntry], object] | None = None,
-                 tenant_share: float = 1.0) -> None:
+                 tenant_share: float = 1.0, pin_share: float = 0.5,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if not 0.0 <= pin_share <= 1.0:
+            raise ValueError(f"pin_share must be in [0, 1], got {pin_share!r}")
         self.budget_bytes = budget_bytes
         #: The most bytes one tenant's entries may hold.
         self.tenant_budget = tenant_budget(budget_bytes, tenant_share)
+        #: Pinned entries, within ``pin_share`` of the budget and of each tenant's bound.
+        self.pins = PinTable(int(pin_share * budget_bytes),
+                             int(pin_share * self.tenant_budget), clock)
         self.on_evict = on_evict
         self.min_tokens = min_tokens
         self.min_fraction = min_fraction
@@ -142,19 +160,80 @@ class PromptCache:
         token_ids = tuple(token_ids)
         if not self.enabled or len(token_ids) < self.min_tokens or self._covered(key, token_ids):
             return False
-        if charged_bytes(get_size(), len(token_ids)) > self.tenant_budget:
-            return False
+        return self._store(key, token_ids, get_size, get_data) is not None
+
+    def pin(self, key: Hashable, token_ids: Sequence[int], pin_len: int, ttl_s: float,
+            get_size: Callable[[], int], get_data: Callable[[], bytes]) -> PinOutcome:
+        """Keep the first ``pin_len`` of ``token_ids`` (what a sequence holds now, serialised by
+        ``get_size``/``get_data`` as for :meth:`offer`) cached for ``ttl_s`` seconds.
+
+        A prefix pinned already has its deadline moved. Otherwise the entry holding exactly
+        the prefix is pinned, else a new entry of ``token_ids`` is stored and pinned, else (the
+        sequence holds more than the prefix) the shortest entry holding the prefix is pinned.
+        Over the pin budget the entry stays ordinary (``STORED``, ``HELD``)."""
+        token_ids = tuple(token_ids)
+        prefix = token_ids[:pin_len]
+        if not self.enabled or len(prefix) < max(1, self.min_tokens):
+            return PinOutcome.NOT_HELD
+        pin_key = (key, prefix)
+        entry_id = self.pins.find(pin_key)
+        if entry_id is not None:
+            self.pins.pin(entry_id, pin_key, tenant_of(key), 0, ttl_s)
+            self.touch(self._entries[entry_id])
+            return PinOutcome.REFRESHED
+        entry_id = self._holder(key, prefix)
+        exact = entry_id is not None and len(self._entries[entry_id].token_ids) == pin_len
+        written = not exact and (entry_id is None or len(token_ids) == pin_len)
+        if written:
+            stored = self._store(key, token_ids, get_size, get_data)
+            entry_id = None if stored is None else self._ids[id(stored)]
+        if entry_id is None:
+            return PinOutcome.NOT_HELD
+        entry = self._entries[entry_id]
+        self.touch(entry)
+        if not self.pins.is_pinned(entry_id) and not self.pins.fits(entry.tenant, entry.nbytes):
+            return PinOutcome.STORED if written else PinOutcome.HELD
+        self.pins.pin(entry_id, pin_key, entry.tenant, entry.nbytes, ttl_s)
+        return PinOutcome.WRITTEN if written else PinOutcome.PINNED
+
+    def pinned_entry(self, key: Hashable, prefix: Sequence[int]) -> CacheEntry | None:
+        """The live pinned entry holding ``prefix`` under ``key`` (pinned for it), or None."""
+        entry_id = self.pins.find((key, tuple(prefix)))
+        return None if entry_id is None else self._entries[entry_id]
+
+    def holds_exactly(self, key: Hashable, token_ids: Sequence[int]) -> bool:
+        """Whether an entry under ``key`` holds exactly ``token_ids``."""
+        entry_id = self._holder(key, tuple(token_ids))
+        return entry_id is not None and len(self._entries[entry_id].token_ids) == len(token_ids)
+
+    def _holder(self, key: Hashable, prefix: tuple[int, ...]) -> int | None:
+        """The shortest entry under ``key`` that holds ``prefix``, or None."""
+        trie = self._tries.get(key)
+        if trie is None:
+            return None
+        entry_id, _ = trie.best(prefix, lambda n, _size: n >= len(prefix))
+        return entry_id
+
+    def _store(self, key: Hashable, token_ids: tuple[int, ...], get_size: Callable[[], int],
+               get_data: Callable[[], bytes]) -> CacheEntry | None:
+        """Store an entry if it fits beside the pinned ones, evicting unpinned entries."""
+        self.pins.expire()
+        tenant = tenant_of(key)
+        room = min(self.tenant_budget - self.pins.pinned_bytes(tenant),
+                   self.budget_bytes - self.pins.total_bytes)
+        if charged_bytes(get_size(), len(token_ids)) > room:
+            return None
         entry = CacheEntry(key, token_ids, get_data())
-        if entry.nbytes > self.tenant_budget:  # the size lied (a broken backend): never overrun
-            return False
+        if entry.nbytes > room:  # the size lied (a broken backend): never overrun
+            return None
         self._drop_covered_by(entry)
-        while self._tenant_bytes.get(entry.tenant, 0) + entry.nbytes > self.tenant_budget:
-            self._evict_lru(self._tenants[entry.tenant])  # (it holds some: the entry fits alone)
+        while self._tenant_bytes.get(tenant, 0) + entry.nbytes > self.tenant_budget:
+            self._evict_lru(self._tenants[tenant])  # (it holds unpinned ones: the entry fits)
         while self.total_bytes + entry.nbytes > self.budget_bytes:
             self._evict_lru(self._entries)
         self._add(entry)
         self.num_stored += 1
-        return True
+        return entry
 
     def lookup(self, key: Hashable, prompt: Sequence[int], cap: int, *,
                exact: bool = False) -> tuple[CacheEntry | None, int]:
@@ -182,6 +261,7 @@ class PromptCache:
         self._ids.clear()
         self._tenants.clear()
         self._tenant_bytes.clear()
+        self.pins.clear()
         self.total_bytes = 0
 
     def check_integrity(self) -> None:
@@ -199,6 +279,7 @@ class PromptCache:
             raise AssertionError("ram cache: the prefix index disagrees with the entries")
         for trie in self._tries.values():
             trie.check()
+        self.pins.check({i: (e.tenant, e.nbytes) for i, e in self._entries.items()})
 
     def _check_tenants(self) -> None:
         order: dict[Hashable, list[int]] = {}
@@ -223,11 +304,13 @@ class PromptCache:
     def _drop_covered_by(self, entry: CacheEntry) -> None:
         trie = self._tries.get(entry.key)
         for entry_id in trie.prefixes_of(entry.token_ids) if trie else ():
-            self._remove(entry_id)
+            if not self.pins.is_pinned(entry_id):
+                self._remove(entry_id)
 
     def _evict_lru(self, order: Mapping[int, object]) -> None:
-        """Evict the first entry of ``order`` (the cache's or one tenant's LRU order)."""
-        entry_id = next(iter(order))
+        """Evict the first unpinned entry of ``order`` (the cache's or one tenant's LRU
+        order)."""
+        entry_id = next(i for i in order if not self.pins.is_pinned(i))
         entry = self._entries[entry_id]
         self._remove(entry_id)
         self.num_evictions += 1
@@ -245,6 +328,7 @@ class PromptCache:
         self._tenant_bytes[entry.tenant] = self._tenant_bytes.get(entry.tenant, 0) + entry.nbytes
 
     def _remove(self, entry_id: int) -> None:
+        self.pins.unpin(entry_id)
         entry = self._entries.pop(entry_id)
         self.total_bytes -= entry.nbytes
         trie = self._tries[entry.key]

@@ -104,7 +104,9 @@ class RequestTimings:
     biggest part came from (``"own"``, ``"donor"``, ``"ram"``, ``"inflight"`` or ``None``);
     ``inflight_tokens`` were adopted from another slot computing the same prefix right now.
     ``draft_tokens`` / ``draft_accepted`` count speculative draft tokens verified / accepted.
-    ``slot_id`` is the slot the request ran on (-1 until it has one).
+    ``slot_id`` is the slot the request ran on (-1 until it has one). ``pinned_tokens`` are
+    prompt tokens this request computed and wrote to the prompt cache as part of a prefix its
+    ``cache_pins`` asked to keep (0 when the pinned prefixes were cached already).
     """
 
     submitted_at: float = 0.0
@@ -122,6 +124,7 @@ class RequestTimings:
     draft_tokens: int = 0
     draft_accepted: int = 0
     slot_id: int = -1
+    pinned_tokens: int = 0
 
     @property
     def prefill_tok_per_s(self) -> float | None:
@@ -274,6 +277,8 @@ class Run:
     finish: FinishReason | None = None
     error: LlamapyError | None = None
     spec: Speculation | None = None
+    #: ``(length, ttl_s)`` of the pins still to write, shortest first (set when resolved).
+    pins: list[tuple[int, float]] = field(default_factory=list)
 
     @property
     def request_id(self) -> Hashable:
@@ -300,6 +305,14 @@ class Run:
         """Most prompt tokens that may be reused: all but the last, whose logits are needed,
         unless nothing will be sampled."""
         return len(self.prompt) if self.prefill_only else max(0, len(self.prompt) - 1)
+
+    def chunk_to_pin(self, start: int, n: int) -> int:
+        """``n`` prompt tokens from ``start``, cut to end at the next pin still to write (so
+        the sequence holds exactly the pinned prefix once, to serialise)."""
+        for length, _ in self.pins:
+            if length > start:
+                return min(n, length - start)
+        return n
 
     @property
     def num_generated(self) -> int:

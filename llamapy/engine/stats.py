@@ -132,6 +132,7 @@ class EngineStats:
     ram_cache_bytes: int
     ram_cache_budget_bytes: int
     ram_cache_evictions: int
+    ram_cache_pinned_bytes: int
     disk_cache_entries: int
     disk_cache_bytes: int
     disk_cache_budget_bytes: int

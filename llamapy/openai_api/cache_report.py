@@ -3,9 +3,10 @@
 
 Every number a response gives about reuse (``timings.cache_n``,
 ``usage.prompt_tokens_details.cached_tokens``, Responses' ``input_tokens_details``,
-Anthropic's ``cache_read_input_tokens``, the ``X-Llamapy-Cache-*`` and
-``X-Llamapy-Prompt-Computed`` headers, ``cache_diverged_at``, ``prompt_progress``, the timings
-of ``timings_per_token`` and of streams' final and usage chunks) is derived from the engine's
+Anthropic's ``cache_read_input_tokens`` and ``cache_creation_input_tokens``, the
+``X-Llamapy-Cache-*`` and ``X-Llamapy-Prompt-Computed`` headers, ``cache_diverged_at``,
+``prompt_progress``, the timings of ``timings_per_token`` and of streams' final and usage
+chunks) is derived from the engine's
 :class:`~llamapy.engine.RequestTimings` and :class:`~llamapy.engine.ProgressEvent`. Exact
 counts are an oracle: how many leading tokens of a guessed prompt matched an earlier request
 in the same scope, one token at a time. So the served model passes every event and completion
@@ -67,7 +68,8 @@ def _shown(tokens: int, mode: str) -> int:
 def reported_timings(timings: RequestTimings, mode: str) -> RequestTimings:
     """``timings`` as ``mode`` reports them (the same object for ``exact``): reuse and
     in-flight reuse shown by :func:`_shown` (their sum rounded, not each), the tokens hidden
-    counted as computed, the source kept only by ``exact``."""
+    counted as computed, the source kept only by ``exact``, and no tokens reported as written
+    to a pinned prefix (whether a prefix was pinned already says another request sent it)."""
     if mode == "exact":
         return timings
     matched = timings.reused_tokens + timings.inflight_tokens
@@ -75,7 +77,7 @@ def reported_timings(timings: RequestTimings, mode: str) -> RequestTimings:
     inflight = _shown(matched, mode) - reused
     hidden = matched - reused - inflight
     return replace(timings, reused_tokens=reused, inflight_tokens=inflight, reuse_source=None,
-                   prefill_tokens=timings.prefill_tokens + hidden)
+                   prefill_tokens=timings.prefill_tokens + hidden, pinned_tokens=0)
 
 
 def _reported_progress(event: ProgressEvent, mode: str) -> ProgressEvent:

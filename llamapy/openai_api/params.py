@@ -137,6 +137,10 @@ class GenerationBody(BaseModel):
         return bool(self.stream_options and self.stream_options.include_usage)
 
 
+#: Seconds each ``prompt_cache_retention`` pins the whole prompt for.
+RETENTION_S = {"in_memory": 300.0, "in-memory": 300.0, "24h": 86_400.0}
+
+
 class ChatBody(GenerationBody):
     """``POST /v1/chat/completions``."""
 
@@ -148,6 +152,10 @@ class ChatBody(GenerationBody):
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
     response_format: ResponseFormat | None = None
+    #: The ``session`` affinity key when the body sets no ``session``.
+    prompt_cache_key: str | None = Field(default=None, max_length=256)
+    #: Pins the whole prompt in the RAM prompt cache (:data:`RETENTION_S`).
+    prompt_cache_retention: Literal["in_memory", "in-memory", "24h"] | None = None
 
     def token_budget(self) -> int | None:
         """``max_completion_tokens`` or else ``max_tokens``."""

@@ -21,6 +21,7 @@ from ..grammar.json_schema import json_object_grammar, schema_to_gbnf
 from ..options import check_reasoning_format
 from .logprobs import MIN_CANDIDATES
 from .params import (
+    RETENTION_S,
     ChatBody,
     ResponseFormat,
     api_extra,
@@ -203,6 +204,16 @@ def call_options(served: ServedModel, body: ChatBody | Any, budget: int | None,
     return options
 
 
+def cache_options(body: ChatBody, options: dict[str, Any], prompt_tokens: int) -> None:
+    """OpenAI's prompt caching fields as engine options, in place: ``prompt_cache_key`` is the
+    ``session`` (unless the body sets one), ``prompt_cache_retention`` pins the whole prompt
+    (``cache_pins``) for 5 minutes (``in_memory``) or 24 hours (``24h``)."""
+    if body.prompt_cache_key is not None:
+        options.setdefault("session", body.prompt_cache_key)
+    if body.prompt_cache_retention is not None:
+        options["cache_pins"] = ((prompt_tokens, RETENTION_S[body.prompt_cache_retention]),)
+
+
 def prepare_chat(served: ServedModel, request: Mapping[str, Any]) -> ChatPlan:
     """Validate a chat request and turn it into a :class:`ChatPlan` (no generation yet)."""
     body = parse_body(ChatBody, request)
@@ -214,6 +225,7 @@ def prepare_chat(served: ServedModel, request: Mapping[str, Any]) -> ChatPlan:
     prompt = render_prompt(served, body, tools_active)
     token_ids = served.tokenize_prompt(prompt)
     options = call_options(served, body, body.token_budget(), len(token_ids))
+    cache_options(body, options, len(token_ids))
     if grammar is not None:
         if options.get("grammar"):
             raise InvalidOptionError("grammar conflicts with tools/response_format",

@@ -16,6 +16,8 @@ and output parser as ``/v1/chat/completions``):
   to ``response_format`` (``json_schema`` is structured output under a grammar);
   ``prompt_cache_key`` becomes the ``session`` affinity key; ``reasoning.effort`` goes to the
   template (``none`` sets ``enable_thinking: false``). Reasoning is always parsed out.
+- ``prompt_cache_retention`` passes to the chat request, which pins the whole prompt in the
+  RAM prompt cache (:func:`~.prompt.cache_options`).
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ from .responses_params import (
 from .target import ServedModel
 
 #: Engine options the translation sets from the API's own fields.
-OWNED_OPTIONS = ("temp", "temperature", "top_p")
+OWNED_OPTIONS = ("temp", "temperature", "top_p", "cache_pins")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -192,6 +194,7 @@ def chat_request(served: ServedModel, body: ResponsesBody) -> dict[str, Any]:
         "parallel_tool_calls": body.parallel_tool_calls,
         "response_format": _response_format(body.text.format if body.text else None),
         "session": body.prompt_cache_key,
+        "prompt_cache_retention": body.prompt_cache_retention,
         "chat_template_kwargs": _template_kwargs(body, extra),
     }
     request = {key: value for key, value in fields.items() if value is not None}

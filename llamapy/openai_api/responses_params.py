@@ -162,7 +162,8 @@ class ResponsesBody(BaseModel):
     user: str | None = None
     safety_identifier: str | None = None
     prompt_cache_key: str | None = None
-    prompt_cache_retention: str | None = None
+    #: Pins the whole prompt in the RAM prompt cache (``in_memory``: 5 min, ``24h``: 24 h).
+    prompt_cache_retention: Literal["in_memory", "in-memory", "24h"] | None = None
     service_tier: str | None = None
     include: list[str] | None = None
     truncation: Literal["auto", "disabled"] | None = None

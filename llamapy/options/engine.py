@@ -165,7 +165,8 @@ class EngineTuning:
     """Engine heuristics (not server options; tests and simulations adjust them).
 
     ``ram_min_tokens`` / ``ram_min_fraction``: the RAM cache skips shorter prefixes and
-    restores an entry only when this share of it is reusable. ``inflight_dedup``: requests whose
+    restores an entry only when this share of it is reusable; ``ram_pin_share`` bounds the
+    entries requests pin (``cache_pins``) to this share of it. ``inflight_dedup``: requests whose
     prefix another slot is computing right now adopt it instead of recomputing it;
     ``follow_min_tokens`` is the least shared remainder worth waiting a tick for.
     ``instability_min_history``: histories shorter than this never raise prefix instability.
@@ -180,6 +181,8 @@ class EngineTuning:
 
     ram_min_tokens: int = option(32, "shortest prefix the RAM cache keeps")
     ram_min_fraction: float = option(0.5, "reusable share needed to restore a RAM entry")
+    ram_pin_share: float = option(0.5, "most of the RAM cache (and of each tenant's bound) "
+                                  "that pinned entries may hold")
     inflight_dedup: bool = option(True, "adopt a prefix another slot is computing")
     follow_min_tokens: int = option(8, "least shared remainder worth waiting a tick for")
     instability_min_history: int = option(256, "shortest history that can be unstable")

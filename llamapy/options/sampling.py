@@ -25,6 +25,7 @@ from llamapy.options._spec import (
     option_factory,
     option_names,
 )
+from llamapy.options.cache_pins import check_cache_pins
 from llamapy.options.samplers import DEFAULT_SAMPLERS, sampler_names
 from llamapy.options.speculative import speculative_overrides
 
@@ -175,7 +176,8 @@ class RequestOptions:
     comes from the API key, never from the body. ``cache_salt`` isolates the request's reuse
     inside its tenant and scope: only requests with the same salt share KV with it (vLLM's
     field; the engine keeps a digest of it, never the salt). ``stop`` strings end generation
-    and are never emitted.
+    and are never emitted. ``cache_pins`` keeps prompt prefixes in the prompt cache for a
+    time: ``(length, ttl_s)`` pairs (see :mod:`llamapy.options.cache_pins`).
     ``adapters`` is the request's adapter set (``()`` = the base model), opaque to the engine:
     any hashable items, kept in order; the backend interprets it (``LlamaBackend``:
     ``((path, scale), ...)``). Runs of different sets never share a decode call or any KV.
@@ -197,6 +199,9 @@ class RequestOptions:
                                 "across tenants (None = the default tenant)")
     cache_salt: str | None = option(None, "only requests with the same salt reuse each "
                                     "other's KV (None = no salt)")
+    cache_pins: tuple[tuple[int, float], ...] = option(
+        (), "prompt prefixes to keep cached: (length in tokens, seconds) pairs, at most 4",
+        accepts="Sequence[tuple[int, float]]")
     adapters: tuple[Hashable, ...] = option((), "the request's LoRA adapter set (() = none)",
                                             accepts="Sequence[Hashable]")
     stop: tuple[str, ...] = option((), "strings that end generation (never emitted)",
@@ -231,6 +236,7 @@ class RequestOptions:
         check(all(isinstance(s, str) and s for s in stop), "stop", "must be non-empty strings")
         object.__setattr__(self, "stop", stop)
         object.__setattr__(self, "adapters", _adapter_set(self.adapters))
+        object.__setattr__(self, "cache_pins", check_cache_pins(self.cache_pins))
         spec = speculative_overrides(self.speculative)
         object.__setattr__(self, "speculative", None if spec is None else MappingProxyType(spec))
         check(isinstance(self.sampling, SamplingParams), "sampling", "must be SamplingParams")

@@ -35,6 +35,8 @@ class GenerationOptions(TypedDict, total=False):
     tenant: str | None
     #: only requests with the same salt reuse each other's KV (None = no salt)
     cache_salt: str | None
+    #: prompt prefixes to keep cached: (length in tokens, seconds) pairs, at most 4
+    cache_pins: Sequence[tuple[int, float]]
     #: the request's LoRA adapter set (() = none)
     adapters: Sequence[Hashable]
     #: strings that end generation (never emitted)

@@ -56,7 +56,7 @@ SECTIONS = {
                  "errors": "num_errors"},
     "ram_cache": {"bytes": "ram_cache_bytes", "budget_bytes": "ram_cache_budget_bytes",
                   "entries": "ram_cache_entries", "evictions": "ram_cache_evictions",
-                  "restores": "num_ram_restores"},
+                  "restores": "num_ram_restores", "pinned_bytes": "ram_cache_pinned_bytes"},
     "disk_cache": {"bytes": "disk_cache_bytes", "budget_bytes": "disk_cache_budget_bytes",
                    "entries": "disk_cache_entries", "evictions": "disk_cache_evictions",
                    "restores": "num_disk_restores", "writes": "num_disk_writes"},

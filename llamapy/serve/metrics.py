@@ -60,6 +60,7 @@ ENGINE_GAUGES = {
     "ram_cache_bytes": "Bytes held by the RAM prompt cache",
     "ram_cache_entries": "Entries in the RAM prompt cache",
     "ram_cache_budget_bytes": "RAM prompt cache budget in bytes",
+    "ram_cache_pinned_bytes": "Bytes of RAM prompt cache entries pinned by cache_pins",
     "disk_cache_bytes": "Bytes of the disk prompt cache's files",
     "disk_cache_entries": "Files in the disk prompt cache",
     "disk_cache_budget_bytes": "Disk prompt cache budget in bytes",

@@ -65,6 +65,8 @@ ADAPTER_SETS = ((), (), (("a.gguf", 1.0),), (("b.gguf", 0.5),),
                 (("a.gguf", 1.0), ("b.gguf", 0.5)))
 STRATEGIES = ("decode_maximal", "prefill_priority", "balanced", "shortest_first",
               "shortest_prompt_first")
+#: Pinned prefixes: none, short, two of them (one expiring within a few decodes), too long.
+CACHE_PINS = ((), (), ((4, 300),), ((5, 0.05), (12, 3600)), ((100, 300),))
 STOPS = ((), (), ("w1",), ("\n", "é"), ("w3 w",))
 SPECULATIVE = (None, None, None, "off", False, "ngram", "draft", {"n_max": 2},
                {"type": "draft,ngram", "n_max": 3, "adaptive": False}, {"n_min": 2})
@@ -178,15 +180,16 @@ class EngineMachine(RuleBasedStateMachine):
           session=st.sampled_from([None, 1, 2]),
           cache_prompt=st.sampled_from([None, None, True, False]), stop=st.sampled_from(STOPS),
           speculative=st.sampled_from(SPECULATIVE),
-          slot_id=st.sampled_from([None, None, None, 0, 1, 3]))
+          slot_id=st.sampled_from([None, None, None, 0, 1, 3]),
+          pins=st.sampled_from(CACHE_PINS))
     def submit(self, prefix, tail, max_tokens, seed, greedy, scope, identity, adapters, session,
-               cache_prompt, stop, speculative, slot_id):
+               cache_prompt, stop, speculative, slot_id, pins):
         prompt = prefix + tail
         if not prompt:
             prompt = [1]
         options = RequestOptions(max_tokens=max_tokens, cache_scope=scope, session=session,
                                  cache_prompt=cache_prompt, stop=stop, adapters=adapters,
-                                 speculative=speculative, slot_id=slot_id,
+                                 speculative=speculative, slot_id=slot_id, cache_pins=pins,
                                  sampling=SamplingParams(seed=seed, temp=0.0 if greedy else 0.8))
         return self._submit(prompt, options, identity, None)
 
