@@ -7,7 +7,9 @@ come first served). Every agent sends the same ~650-token system prompt and offe
 tools (JSON schemas). Turn 1 is the agent's task; each later turn appends the previous answer,
 a tool call with fixed arguments and the tool's result (~100-180 words, its own per agent and
 turn), then the model answers (greedy, at most 48 tokens, streamed). The history holds a fixed
-synthetic answer, never the model's output, so both servers get the same request. They need
+synthetic answer, never the model's output, so both servers get the same request
+(``--own-answers``: the model's own answers instead, as a real agent loop has them, whose KV a
+server can reuse; the requests then differ by what each server answered). They need
 not render the same prompt: with a chat template that knows no tools (SmolLM2's), llama-server
 leaves the offered tools and the tool calls out of the prompt, llamapy.serve writes them in
 (about 360 + 50 tokens). ``prompt_tokens`` shows it; ``--no-tools`` offers none and writes
@@ -102,11 +104,18 @@ class Turn:
     task: str
     steps: list[Step]
     tools: bool
+    #: The model's own answers to the earlier turns (``--own-answers``), else empty.
+    answers: tuple[str, ...] = ()
 
-    def call_text(self, s: Step) -> str:
-        """A tool call written as text (when no tools are offered)."""
-        return f"{s.answer}\n<tool_call>{json.dumps({'name': s.name, 'arguments': s.args})}" \
-               "</tool_call>"
+    def answer(self, k: int) -> str:
+        """The history's answer of past turn ``k``: the model's own, else the fixed text."""
+        return self.answers[k] if k < len(self.answers) else self.steps[k].answer
+
+    def call_text(self, k: int) -> str:
+        """Past turn ``k``'s answer and tool call written as text (when no tools are offered)."""
+        s = self.steps[k]
+        return f"{self.answer(k)}\n<tool_call>" \
+               f"{json.dumps({'name': s.name, 'arguments': s.args})}</tool_call>"
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +126,7 @@ class Sample:
     cached: int
     prompt: int
     output: int
+    text: str = ""
 
 
 @dataclass(slots=True)
@@ -175,13 +185,13 @@ def steps_of(agent: int, turns: int) -> tuple[str, list[Step]]:
 
 def messages_input(turn: Turn) -> list[dict[str, Any]]:
     msgs: list[dict[str, Any]] = [{"role": "user", "content": turn.task}]
-    for s in turn.steps:
+    for k, s in enumerate(turn.steps):
         if not turn.tools:
-            msgs += [{"role": "assistant", "content": turn.call_text(s)},
+            msgs += [{"role": "assistant", "content": turn.call_text(k)},
                      {"role": "user", "content": s.result}]
             continue
         msgs.append({"role": "assistant", "content": [
-            {"type": "text", "text": s.answer},
+            {"type": "text", "text": turn.answer(k)},
             {"type": "tool_use", "id": s.call_id, "name": s.name, "input": s.args}]})
         msgs.append({"role": "user", "content": [
             {"type": "tool_result", "tool_use_id": s.call_id, "content": s.result}]})
@@ -190,14 +200,14 @@ def messages_input(turn: Turn) -> list[dict[str, Any]]:
 
 def responses_input(turn: Turn) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = [{"role": "user", "content": turn.task}]
-    for s in turn.steps:
+    for k, s in enumerate(turn.steps):
         if not turn.tools:
             items += [{"type": "message", "role": "assistant", "content": [
-                {"type": "output_text", "text": turn.call_text(s)}]},
+                {"type": "output_text", "text": turn.call_text(k)}]},
                 {"role": "user", "content": s.result}]
             continue
         items.append({"type": "message", "role": "assistant",
-                      "content": [{"type": "output_text", "text": s.answer}]})
+                      "content": [{"type": "output_text", "text": turn.answer(k)}]})
         items.append({"type": "function_call", "call_id": s.call_id, "name": s.name,
                       "arguments": json.dumps(s.args)})
         items.append({"type": "function_call_output", "call_id": s.call_id,
@@ -226,14 +236,15 @@ async def messages_turn(client: Any, turn: Turn) -> Sample:
         async for event in stream:
             if not ttft and first_output(event):
                 ttft = time.perf_counter() - t0
-        usage = (await stream.get_final_message()).usage
+        final = await stream.get_final_message()
     ttft = ttft or time.perf_counter() - t0  # no output at all: the time to the end
-    cached = usage.cache_read_input_tokens or 0
-    return Sample(ttft, cached, cached + usage.input_tokens, usage.output_tokens)
+    usage, cached = final.usage, final.usage.cache_read_input_tokens or 0
+    text = "".join(b.text for b in final.content if b.type == "text")
+    return Sample(ttft, cached, cached + usage.input_tokens, usage.output_tokens, text)
 
 
 async def responses_turn(client: Any, turn: Turn) -> Sample:
-    t0, ttft, usage = time.perf_counter(), 0.0, None
+    t0, ttft, usage, text = time.perf_counter(), 0.0, None, []
     stream = await client.responses.create(
         model=MODEL, instructions=SYSTEM, input=responses_input(turn),
         tools=RESPONSES_TOOLS if turn.tools else openai.omit, max_output_tokens=MAX_TOKENS,
@@ -242,6 +253,8 @@ async def responses_turn(client: Any, turn: Turn) -> Sample:
         async for event in stream:
             if not ttft and first_output(event):
                 ttft = time.perf_counter() - t0
+            if event.type == "response.output_text.delta":
+                text.append(event.delta)
             if event.type in ("response.completed", "response.incomplete"):
                 usage = event.response.usage
     if usage is None:
@@ -249,18 +262,23 @@ async def responses_turn(client: Any, turn: Turn) -> Sample:
     ttft = ttft or time.perf_counter() - t0
     details = usage.input_tokens_details
     cached = (details.cached_tokens or 0) if details else 0
-    return Sample(ttft, cached, usage.input_tokens, usage.output_tokens)
+    return Sample(ttft, cached, usage.input_tokens, usage.output_tokens, "".join(text))
 
 
 TurnFn = Callable[[Any, Turn], Awaitable[Sample]]
 
 
-async def agent(turn_fn: TurnFn, client: Any, i: int, turns: int, tools: bool,
+async def agent(turn_fn: TurnFn, client: Any, i: int, turns: int, tools: bool, own: bool,
                 gate: asyncio.Semaphore, run: Run) -> None:
     task, steps = steps_of(i, turns)
+    answers: list[str] = []
     for t in range(turns):
         async with gate:
-            run.add(t, await turn_fn(client, Turn(f"agent-{i}", task, steps[:t], tools)))
+            sample = await turn_fn(client, Turn(f"agent-{i}", task, steps[:t], tools,
+                                                tuple(answers)))
+        run.add(t, sample)
+        if own:
+            answers.append(sample.text)
 
 
 async def agents_workload(port: int, api: str, args: argparse.Namespace) -> Run:
@@ -275,8 +293,9 @@ async def agents_workload(port: int, api: str, args: argparse.Namespace) -> Run:
     run, gate = Run(), asyncio.Semaphore(args.slots)
     async with client:
         t0 = time.perf_counter()
-        await asyncio.gather(*(agent(turn_fn, client, i, args.turns, not args.no_tools, gate,
-                                     run) for i in range(args.agents)))
+        await asyncio.gather(*(agent(turn_fn, client, i, args.turns, not args.no_tools,
+                                     args.own_answers, gate, run)
+                               for i in range(args.agents)))
         run.wall_s = time.perf_counter() - t0
     return run
 
@@ -380,6 +399,10 @@ def main() -> None:
     p.add_argument("--no-tools", action="store_true",
                    help="offer no tools; write each tool call into the answer's text and each "
                         "result as a user turn (identical prompts on both servers)")
+    p.add_argument("--own-answers", action="store_true",
+                   help="the history holds the model's own answers, as in a real agent loop "
+                        "(their KV can be reused; the servers' prompts then differ by the "
+                        "greedy answers they gave)")
     p.add_argument("--port", type=int, default=Settings().port)
     p.add_argument("--targets", default="", help="comma-separated subset, in this order")
     p.add_argument("--extra-llamapy-args", default="",
