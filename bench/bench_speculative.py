@@ -369,7 +369,11 @@ def select_prompts(keys: str) -> dict[str, list[Prompt]]:
 
 def main() -> None:
     args = parse_args()
-    s = Settings(n_parallel=4, llamapy_dir=args.llamapy_dir)
+    # as many slots as the most concurrent streams (at least 4), 2048 cells each: a wave
+    # never queues and never runs out of KV
+    n_parallel = max(4, *args.streams)
+    s = Settings(n_ctx=max(8192, 2048 * n_parallel), n_parallel=n_parallel,
+                 llamapy_dir=args.llamapy_dir)
     classes = select_prompts(args.prompts)
     print(f"n_ctx {s.n_ctx}, n_parallel {s.n_parallel}, n_batch {s.n_batch}, threads "
           f"{s.threads}, max_tokens {args.max_tokens}, rounds {args.rounds}, streams "
