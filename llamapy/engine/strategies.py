@@ -170,7 +170,8 @@ class BaseStrategy:
 
 
 class DecodeMaximal(BaseStrategy):
-    """Default: every decoding slot gets its token; prefill chunks fill the rest (FIFO)."""
+    """Every decoding slot gets its token; prefill chunks, up to ``chunk_size`` per slot, fill
+    the rest of ``n_batch`` in admission order (FIFO)."""
 
     name = "decode_maximal"
 
@@ -239,7 +240,8 @@ class Balanced(BaseStrategy):
 
 
 class ShortestFirst(BaseStrategy):
-    """Time to first token: the shortest remaining prefill first, one chunk of prefill per tick.
+    """Default. Time to first token: the shortest remaining prefill first, one chunk of prefill
+    per tick.
 
     Decoding slots always get their token (a stream waits one tick at most). Prefill takes at
     most ``chunk_size`` tokens a tick, given to prefilling slots in order of remaining prefill,

@@ -35,8 +35,8 @@ class EngineConfig(RequestLimits):
     ``kv_unified`` must match the backend's. ``prompt_cache_ram_mb`` is the level-2 RAM prompt
     cache budget (0 = off); ``prompt_cache_dir`` and ``prompt_cache_disk_mb`` the level-3 disk
     prompt cache's folder (None = off) and budget (see :mod:`llamapy.engine.disk_cache`).
-    ``batch_strategy`` is a strategy name (``"decode_maximal"``,
-    ``"prefill_priority"``, ``"balanced"``, ``"shortest_first"``), class or instance (see
+    ``batch_strategy`` is a strategy name (``"shortest_first"``, the default,
+    ``"decode_maximal"``, ``"prefill_priority"``, ``"balanced"``), class or instance (see
     :mod:`llamapy.engine.strategies`). ``slot_prompt_similarity`` and ``cache_idle_slots``
     are llama-server's options of those names: the share of a prompt a free slot's cached
     prefix must match to be chosen, and parking idle slots in the RAM cache (see
@@ -72,8 +72,8 @@ class EngineConfig(RequestLimits):
     prompt_cache_disk_mb: float = option(8192, "disk prompt cache budget in MB (with "
                                          "--prompt-cache-dir; 0 = off)")
     batch_strategy: Any = option(
-        "decode_maximal", "batch strategy: decode_maximal, prefill_priority, balanced or "
-        "shortest_first")
+        "shortest_first", "batch strategy: shortest_first (time to first token), "
+        "decode_maximal, prefill_priority or balanced")
     slot_prompt_similarity: float = option(
         0.1, "share of a prompt a free slot's cached prefix must match for the request to "
         "take that slot (0 = off: the least recently used slot)", flags=("-sps",))

@@ -45,7 +45,7 @@ class Server(AsyncMethods):
     (0 = unlimited), ``cache_prompt`` True, ``kv_unified`` True, ``prompt_cache_ram_mb`` 0,
     ``prompt_cache_dir`` None (the disk prompt cache: kept across restarts; closing the server
     writes its slots' and RAM cache's prefixes there), ``batch_strategy``
-    ``"decode_maximal"``, sampling defaults, context tuning and model loading options
+    ``"shortest_first"``, sampling defaults, context tuning and model loading options
     (``n_threads`` defaults to the physical core count).
 
     Per request, ``adapters`` runs it under a LoRA adapter set (see

@@ -42,7 +42,7 @@ def test_request_and_engine_defaults():
     c = EngineConfig()
     assert (c.n_parallel, c.n_batch, c.chunk_size, c.max_queue) == (4, 2048, 512, 64)
     assert (c.cache_prompt, c.kv_unified, c.prompt_cache_ram_mb) == (True, True, 0)
-    assert c.batch_strategy == "decode_maximal"
+    assert c.batch_strategy == "shortest_first"
 
 
 def test_keys_derive_from_the_dataclasses():
