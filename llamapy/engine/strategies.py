@@ -158,9 +158,11 @@ class BaseStrategy:
         return sorted(view.decoding, key=lambda s: (s.last_token_at or 0.0, s.serial))
 
     @staticmethod
-    def fill_prefill(view: BatchView, budget: int, decision: BatchDecision) -> int:
-        """Give prefilling slots tokens in admission order until ``budget`` is spent."""
-        for slot in sorted(view.prefilling, key=admission_key):
+    def fill_prefill(view: BatchView, budget: int, decision: BatchDecision,
+                     order: Sequence[SlotView] | None = None) -> int:
+        """Give prefilling slots tokens in ``order`` (default: admission order) until
+        ``budget`` is spent; returns what is left of it."""
+        for slot in sorted(view.prefilling, key=admission_key) if order is None else order:
             n = min(budget, view.chunk_for(slot))
             if n <= 0:
                 break
@@ -270,13 +272,9 @@ class ShortestFirst(BaseStrategy):
         decision = BatchDecision()
         decoders = self.decoders_by_wait(view)[: view.n_batch]
         decision.decode = [s.slot_id for s in decoders]
-        budget = min(view.n_batch - len(decoders), view.chunk_size)
-        for slot in sorted(view.prefilling, key=lambda s: self._prefill_key(s, view.now)):
-            n = min(budget, view.chunk_for(slot))
-            if n <= 0:
-                break
-            decision.prefill[slot.slot_id] = n
-            budget -= n
+        order = sorted(view.prefilling, key=lambda s: self._prefill_key(s, view.now))
+        self.fill_prefill(view, min(view.n_batch - len(decoders), view.chunk_size), decision,
+                          order)
         return decision
 
     def admission_order(self, queue: Sequence[QueuedView], now: float) -> Sequence[int]:
