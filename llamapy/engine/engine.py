@@ -30,7 +30,7 @@ from llamapy.engine.leases import LeaseOps
 from llamapy.engine.options import EngineConfig, EngineTuning
 from llamapy.engine.planner import Planner, ScheduledBatch
 from llamapy.engine.prefix import PrefixResolver
-from llamapy.engine.prompt_cache import PromptCache
+from llamapy.engine.prompt_cache import open_ram_cache
 from llamapy.engine.request import (
     CacheKey,
     Event,
@@ -84,11 +84,7 @@ class Engine:
         self.instability_events: deque[InstabilityEvent] = recent_events()
         self.pool = SlotPool(config.n_parallel, min_route_share=config.slot_prompt_similarity)
         self.disk = open_disk_cache(config, tuning, cache_namespace)
-        self.ram = PromptCache(config.prompt_cache_ram_bytes, min_tokens=tuning.ram_min_tokens,
-                               min_fraction=tuning.ram_min_fraction,
-                               on_evict=self.disk.offer_entry,
-                               tenant_share=config.tenant_cache_share,
-                               pin_share=tuning.ram_pin_share, clock=clock)
+        self.ram = open_ram_cache(config, tuning, self.disk.offer_entry, clock)
         self.prefix = PrefixResolver(backend, self.pool, self.ram, self.counters, tuning,
                                      self.instability_events.append, self.disk,
                                      cache_idle_slots=config.cache_idle_slots)

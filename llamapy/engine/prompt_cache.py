@@ -45,9 +45,11 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 from llamapy.engine.cache_pins import PinOutcome, PinTable
+from llamapy.engine.options import EngineConfig, EngineTuning
 from llamapy.engine.prefix_trie import PrefixTrie, restorable
 
-__all__ = ["CacheEntry", "PromptCache", "charged_bytes", "common_prefix", "tenant_budget"]
+__all__ = ["CacheEntry", "PromptCache", "charged_bytes", "common_prefix", "open_ram_cache",
+           "tenant_budget"]
 
 
 _BLOCK = 256
@@ -341,3 +343,14 @@ class PromptCache:
         self._tenant_bytes[tenant] -= entry.nbytes
         if not self._tenants[tenant]:
             del self._tenants[tenant], self._tenant_bytes[tenant]
+
+
+def open_ram_cache(config: EngineConfig, tuning: EngineTuning,
+                   on_evict: Callable[[CacheEntry], object], clock: Callable[[], float]
+                   ) -> PromptCache:
+    """The engine's RAM prompt cache as ``config`` and ``tuning`` size it; its evictions go to
+    ``on_evict`` (the disk cache), its pins expire on ``clock``."""
+    return PromptCache(config.prompt_cache_ram_bytes, min_tokens=tuning.ram_min_tokens,
+                       min_fraction=tuning.ram_min_fraction, on_evict=on_evict,
+                       tenant_share=config.tenant_cache_share, pin_share=tuning.ram_pin_share,
+                       clock=clock)
