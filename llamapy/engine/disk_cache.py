@@ -23,7 +23,8 @@ Contract (the shape of :class:`~llamapy.engine.prompt_cache.PromptCache`):
 - ``lookup`` finds the entry sharing the longest prefix with a prompt (at least
   ``min_fraction`` of it usable). When another server changed the folder (see
   :mod:`llamapy.engine.disk_store`), it is rescanned: on the writer thread in the background
-  (the lookup answers from the index as it stands), on the calling thread otherwise. Lookups
+  (the lookup answers from the index as it stands), on the calling thread otherwise
+  (:mod:`llamapy.engine.disk_sync`). Lookups
   and cover checks go through a prefix index per identity and scope
   (:mod:`llamapy.engine.disk_index`). ``read`` (or ``read_async``, off the caller's thread)
   returns the verified state, or None when the file vanished or is corrupt (then removed).
@@ -40,7 +41,6 @@ Contract (the shape of :class:`~llamapy.engine.prompt_cache.PromptCache`):
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import threading
@@ -57,6 +57,7 @@ from llamapy.engine.disk_format import (
 )
 from llamapy.engine.disk_index import DiskIndex, Found
 from llamapy.engine.disk_store import DiskStore, StoredFile, entry_name
+from llamapy.engine.disk_sync import FolderIndex
 from llamapy.engine.options import EngineConfig, EngineTuning
 from llamapy.engine.prefix_trie import restorable
 from llamapy.engine.prompt_cache import CacheEntry, tenant_budget
@@ -68,7 +69,7 @@ __all__ = ["CacheNamespace", "DiskPromptCache", "open_disk_cache"]
 log = logging.getLogger("llamapy.engine.disk_cache")
 
 
-class DiskPromptCache:
+class DiskPromptCache(FolderIndex):
     """A byte-bounded LRU of entry files in ``folder`` (see the module docstring). Thread-safe.
 
     ``folder=None`` or a budget of 0 is a disabled cache. ``background=False`` writes and reads
@@ -307,85 +308,6 @@ class DiskPromptCache:
         if stored is not None and data is not None:
             self.touch(stored)
         return data
-
-    # --- the index -------------------------------------------------------------------------
-
-    def refresh(self, *, force: bool = False) -> None:
-        """Rescan the folder if it changed since the last scan (or ``force``)."""
-        if self.store is None:
-            return
-        try:
-            if not force and not self.store.changed():
-                return
-            with self.store.lock() as fresh:
-                if force or not fresh:  # (not the case when the change was its own write)
-                    self._sync_locked()
-        except OSError as exc:
-            log.warning("disk prompt cache: cannot scan %s: %s", self.store.folder, exc)
-
-    def _refresh_soon(self) -> None:
-        """Before a lookup (on the tick thread): :meth:`refresh` without background threads;
-        else a changed folder is rescanned on the writer thread, one rescan queued at most, as
-        a rescan stats every file and waits for the writers' lock."""
-        writer = self._writer
-        if writer is None or self.store is None:
-            self.refresh()
-            return
-        with contextlib.suppress(OSError):  # (a failing rescan warns)
-            if not self.store.changed():
-                return
-        with self._mutex:
-            if self._rescan_queued:
-                return
-            self._rescan_queued = True
-        try:
-            writer.submit(self._queued_refresh)
-        except RuntimeError:  # closed meanwhile
-            self._rescan_queued = False
-
-    def _queued_refresh(self) -> None:
-        with self._mutex:
-            self._rescan_queued = False
-        self.refresh()
-
-    def _sync_locked(self, keep: str | None = None, fresh: bool = False) -> None:
-        """Bring the index up to date (under the lock): rescan the folder, or with ``fresh``
-        (the folder as last seen) only take the just committed ``keep``; then drop the entries
-        ``keep`` covers and evict LRU files to each tenant's share and to the budget."""
-        assert self.store is not None
-        if not fresh:
-            with self._mutex:
-                known = dict(self._index.files)
-            files = self.store.scan(known)
-            with self._mutex:
-                self._index.set_files(files)
-        elif keep is not None and (new := self.store.stored(keep)) is not None:
-            with self._mutex:
-                self._index.add_file(new)
-            self.store.sweep_temps()
-        with self._mutex:
-            covered = self._index.covered_by(keep) if keep is not None else []
-        now = time.time_ns()
-        for stored in (f for f in covered if f.mtime_ns <= now):  # (later: pinned)
-            self.store.remove(stored, "covered")
-            self._forget(stored)
-        with self._mutex:
-            groups = self._index.tenants_over(self.tenant_budget)
-        for own in groups:
-            self._evict(own, self.tenant_budget)
-        with self._mutex:
-            candidates = self._index.over(self.budget_bytes)
-        self._evict(candidates, self.budget_bytes)
-
-    def _evict(self, candidates: list[StoredFile], budget: int) -> None:
-        assert self.store is not None
-        for stored in self.store.evict(candidates, budget):
-            self.num_evictions += 1
-            self._forget(stored)
-
-    def _forget(self, entry: StoredFile) -> None:
-        with self._mutex:
-            self._index.forget(entry)
 
     # --- lifecycle -------------------------------------------------------------------------
 
