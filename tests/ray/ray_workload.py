@@ -112,6 +112,18 @@ def run_workload(base_url: str, *, conversations: int = 8, turns: int = 4,
     return out
 
 
+def first_visits(turns: list[Turn]) -> list[Turn]:
+    """The later turns served by a replica that had served none of the conversation's earlier
+    turns: all such a replica can hold of the prompt is what other conversations share."""
+    seen: set[tuple[int, str]] = set()
+    out = []
+    for t in sorted(turns, key=lambda t: (t.conversation, t.turn)):
+        if t.turn > 0 and (t.conversation, t.replica) not in seen:
+            out.append(t)
+        seen.add((t.conversation, t.replica))
+    return out
+
+
 def summary(turns: list[Turn]) -> dict[str, float]:
     """Over the turns after the first of each conversation: the share served by the replica
     that served the conversation's previous turn, the share of prompt tokens read from the KV
