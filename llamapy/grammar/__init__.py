@@ -2,7 +2,8 @@
 
 - :func:`schema_to_gbnf` converts a JSON schema (``response_format: json_schema``).
 - :func:`json_object_grammar` is any JSON object (``response_format: json_object``).
-- :func:`tool_call_grammar` forces a valid call of one of the request's tools.
+- :func:`tool_call_grammar` forces a valid call of one of the request's tools, and
+  :func:`offered_tool_grammar` is the lazy grammar of tools offered.
 
 Unsupported schema keywords raise :class:`~llamapy.errors.UnsupportedFeatureError` naming the
 keyword; unsatisfiable or malformed schemas raise :class:`~llamapy.errors.GrammarError`.
@@ -11,15 +12,19 @@ keyword; unsatisfiable or malformed schemas raise :class:`~llamapy.errors.Gramma
 from llamapy.grammar.gbnf import GrammarBuilder
 from llamapy.grammar.json_schema import SchemaConverter, json_object_grammar, schema_to_gbnf
 from llamapy.grammar.primitives import STRING_FORMATS
-from llamapy.grammar.tool_calls import TOOL_CALL_STYLES, chosen_function, tool_call_grammar
+from llamapy.grammar.tool_calls import (
+    chosen_function,
+    offered_tool_grammar,
+    tool_call_grammar,
+)
 
 __all__ = [
     "STRING_FORMATS",
-    "TOOL_CALL_STYLES",
     "GrammarBuilder",
     "SchemaConverter",
     "chosen_function",
     "json_object_grammar",
+    "offered_tool_grammar",
     "schema_to_gbnf",
     "tool_call_grammar",
 ]

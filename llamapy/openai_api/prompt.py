@@ -16,8 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..chat import OutputParser
+from ..chat.tool_prompt import tool_instructions
 from ..errors import InvalidOptionError
 from ..grammar.json_schema import json_object_grammar, schema_to_gbnf
+from ..grammar.tool_calls import offered_grammar_or_none, tool_call_grammar
 from ..options import check_reasoning_format
 from .logprobs import MIN_CANDIDATES
 from .params import (
@@ -30,7 +32,6 @@ from .params import (
     sampling_options,
 )
 from .target import ServedModel
-from .tool_grammar import offered_grammar_or_none, tool_call_grammar, tool_instructions
 
 
 def new_id(prefix: str) -> str:
@@ -160,7 +161,8 @@ def _tool_grammar(served: ServedModel, body: ChatBody) -> str | None:
         raise InvalidOptionError("tool_choice needs tools", option="tool_choice")
     tools = [tool.model_dump(exclude_none=True) for tool in body.tools]
     choice_value = choice if isinstance(choice, str) else choice.model_dump()
-    return tool_call_grammar(tools, choice_value, served.tool_protocol())
+    return tool_call_grammar(tools, choice_value, served.tool_protocol(),
+                             parallel=bool(body.parallel_tool_calls))
 
 
 def _format_grammar(fmt: ResponseFormat | None) -> str | None:

@@ -1,4 +1,4 @@
-"""tool_call_grammar: forced calls in each style, and a round trip through the output parser."""
+"""tool_call_grammar: forced calls in each protocol, and a round trip through the output parser."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ from gbnf_match import Grammar
 from schema_strategies import validator
 
 from llamapy.chat import OutputParser
+from llamapy.chat.parsers import TOOL_CALL_PROTOCOLS
 from llamapy.errors import InvalidOptionError, UnsupportedFeatureError
-from llamapy.grammar import TOOL_CALL_STYLES, chosen_function, tool_call_grammar
+from llamapy.grammar import chosen_function, tool_call_grammar
+from llamapy.grammar.tool_calls import select_functions
 
 WEATHER = {
     "type": "function",
@@ -40,7 +42,7 @@ PARAMETERS = {
 
 
 def grammar(style: str, choice: Any = "required", parallel: bool = False) -> Grammar:
-    text = tool_call_grammar(TOOLS, choice, style=style, parallel=parallel)
+    text = tool_call_grammar(TOOLS, choice, style, parallel=parallel)
     assert text is not None
     return Grammar.parse(text)
 
@@ -72,6 +74,7 @@ def test_named_choice_restricts_to_that_function() -> None:
     call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "X"}}\n</tool_call>'
     assert not g.matches(call)
     assert chosen_function({"type": "function", "name": "now"}) == "now"  # Responses API shape
+    assert [f["name"] for f in select_functions(TOOLS, "required")] == ["get_weather", "now"]
 
 
 def test_choices_without_a_grammar_and_bad_input() -> None:
@@ -83,11 +86,13 @@ def test_choices_without_a_grammar_and_bad_input() -> None:
     with pytest.raises(InvalidOptionError):
         tool_call_grammar(TOOLS, "sometimes")
     with pytest.raises(InvalidOptionError):
+        select_functions(TOOLS, {"type": "function", "function": {"name": "missing"}})
+    with pytest.raises(InvalidOptionError):
         tool_call_grammar([], "required")
     with pytest.raises(InvalidOptionError):
         tool_call_grammar([{"type": "function"}], "required")
     with pytest.raises(UnsupportedFeatureError) as unsupported:
-        tool_call_grammar(TOOLS, "required", style="granite")
+        tool_call_grammar(TOOLS, "required", "granite")
     assert unsupported.value.feature == "granite"
     bad = {"type": "function", "function": {"name": "f", "parameters": {"not": {}}}}
     with pytest.raises(UnsupportedFeatureError) as keyword:
@@ -95,7 +100,7 @@ def test_choices_without_a_grammar_and_bad_input() -> None:
     assert keyword.value.feature == "not"
 
 
-@pytest.mark.parametrize("style", TOOL_CALL_STYLES)
+@pytest.mark.parametrize("style", sorted(TOOL_CALL_PROTOCOLS))
 def test_generated_calls_parse_back_into_valid_tool_calls(style: str) -> None:
     """What the grammar lets a model write, the matching parser turns into valid calls."""
     g = grammar(style, parallel=True)

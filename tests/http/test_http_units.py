@@ -32,7 +32,6 @@ from llamapy.openai_api.params import (
     sampling_options,
 )
 from llamapy.openai_api.report import diverged_at, finish_reason, timings_dict
-from llamapy.openai_api.tool_grammar import select_tools, tool_call_grammar
 from llamapy.serve.__main__ import build_parser
 from llamapy.serve.context import cache_headers
 from llamapy.serve.errors import error_body, error_headers
@@ -176,18 +175,6 @@ def test_cache_explanation() -> None:
     assert headers["X-Llamapy-Cache-Tokens"] == "40"
     assert headers["X-Llamapy-Cache-Source"] == "donor"
     assert headers["X-Llamapy-Cache-Diverged-At"] == "40"
-
-
-def test_tool_call_grammar_frames_one_call() -> None:
-    grammar = tool_call_grammar(TOOLS, "required", "hermes")
-    root = next(line for line in grammar.splitlines() if line.startswith("root ::="))
-    assert '"<tool_call>\\n"' in root and '"\\n</tool_call>"' in root
-    assert '\\"get_weather\\"' in grammar
-    llama3 = tool_call_grammar(TOOLS, {"type": "function", "function": {"name": "get_weather"}},
-                               "llama3_json")
-    assert "parameters" in llama3 and "<tool_call>" not in llama3
-    with pytest.raises(InvalidOptionError):
-        select_tools(TOOLS, {"type": "function", "function": {"name": "missing"}})
 
 
 def test_every_start_option_has_a_flag() -> None:

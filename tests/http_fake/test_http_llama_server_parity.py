@@ -80,6 +80,23 @@ def test_no_lazy_grammar_without_tools_or_with_tool_choice_none(
     app.check_idle()
 
 
+def test_a_forced_call_is_one_call_unless_parallel_tool_calls(
+        app: FakeApp, monkeypatch: pytest.MonkeyPatch) -> None:
+    """tool_choice required frames the calls in the template's protocol; with
+    parallel_tool_calls more calls may follow, each framed alike (the grammar's shapes are
+    matched in tests/grammar)."""
+    between = '"\\n</tool_call>\\n<tool_call>\\n"'
+    for parallel in (False, True):
+        options = engine_options(app, monkeypatch, "/v1/chat/completions", {
+            "model": ALIAS, "messages": MESSAGES, "max_tokens": 4, "tools": [WEATHER],
+            "tool_choice": "required", "parallel_tool_calls": parallel})
+        root = next(line for line in str(options["grammar"]).splitlines()
+                    if line.startswith("root ::="))
+        assert "grammar_triggers" not in options
+        assert root.startswith('root ::= "<tool_call>\\n" call'), root
+        assert (between in root) is parallel, root
+    app.check_idle()
+
 
 def test_offered_tools_whose_schema_has_no_grammar_stay_usable_unconstrained(
         app: FakeApp, monkeypatch: pytest.MonkeyPatch) -> None:

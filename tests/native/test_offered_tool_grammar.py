@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from llamapy._native import Batch, Context, Model, SamplerChain
-from llamapy.openai_api.tool_grammar import offered_tool_grammar
+from llamapy.grammar import offered_tool_grammar
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"location": {"type": "string"}},
