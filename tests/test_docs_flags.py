@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from llamapy.serve import _docs_gen
-from llamapy.serve.__main__ import build_parser
+from llamapy.serve.cli import build_parser
 
 
 def test_flag_reference_is_generated_from_the_parser() -> None:

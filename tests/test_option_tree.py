@@ -114,8 +114,8 @@ def test_timeouts_have_one_default_each() -> None:
 
 def test_every_consumer_reads_its_timeout_from_the_tree() -> None:
     from llamapy.openai_api.target import DEFAULT_REQUEST_TIMEOUT, ServedModel
-    from llamapy.serve.__main__ import build_parser
     from llamapy.serve.app import create_app
+    from llamapy.serve.cli import build_parser
     from llamapy.server.options import DEFAULT_CALL_TIMEOUT, DEFAULT_STREAM_TIMEOUT
 
     assert TIMEOUTS.call == DEFAULT_CALL_TIMEOUT

@@ -85,7 +85,7 @@ def app(args: Mapping[str, str]) -> Application:
     switches). Several models (``models_dir=`` ...) are refused: one model per application."""
     ours = {k: v for k, v in args.items() if k in deployment_option_keys()}
     flags = _parse_flags({k: v for k, v in args.items() if k not in ours})
-    from ..serve.__main__ import model_path
+    from ..serve.cli import model_path
     from ..serve.compat_flags import check_compat
     from ..serve.flags import serve_start_options
     from ..serve.models_flags import serves_several
@@ -102,7 +102,7 @@ def app(args: Mapping[str, str]) -> Application:
 
 def _parse_flags(args: Mapping[str, str]) -> Any:
     """The ``llamapy.serve`` command line of ``key=value`` arguments, parsed."""
-    from ..serve.__main__ import build_parser
+    from ..serve.cli import build_parser
 
     argv: list[str] = []
     for key, value in args.items():

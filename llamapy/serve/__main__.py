@@ -23,18 +23,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import LlamapyError
-from .compat_flags import add_compat_flags, check_compat, ssl_files
+from .cli import build_parser, model_path
+from .compat_flags import check_compat, ssl_files
 from .env_flags import env_argv
-from .flags import add_option_flags, serve_start_options
-from .hub_flags import add_hub_flags, hub_model_path, hub_options, hub_puller
-from .log_flags import add_log_flags, log_handlers
-from .models_flags import add_models_flags, serves_several
+from .flags import serve_start_options
+from .hub_flags import hub_model_path, hub_options, hub_puller
+from .log_flags import log_handlers
+from .models_flags import serves_several
 from .serving_flags import (
-    LOG_LEVELS,
-    add_serving_flags,
     app_options,
     bind_hosts,
-    read_template,
     template_kwargs,
     url_prefix,
 )
@@ -44,36 +42,9 @@ if TYPE_CHECKING:
     from ..options.hub import HubOptions
     from ..server import Server
 
-__all__ = ["LOG_LEVELS", "build_parser", "main", "model_path", "read_template"]
+__all__ = ["main"]
 
 log = logging.getLogger("llamapy.serve")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The CLI parser: serving flags, then one group per start-option owner."""
-    parser = argparse.ArgumentParser(
-        prog="python -m llamapy.serve",
-        description="Serve a GGUF model with an OpenAI-compatible API (plus llama-server's "
-                    "native endpoints, /metrics and a chat page at /). llama-server's flag "
-                    "spellings are accepted (-m, -c, -np, -ngl, -fa, --alias, ...).",
-        # no abbreviations: llama-server's ``--keep 64`` must not become ``--keep-alive 64``
-        allow_abbrev=False)
-    add_serving_flags(parser.add_argument_group("serving"))
-    add_models_flags(parser.add_argument_group("several models"))
-    add_hub_flags(parser.add_argument_group("models by name (Hugging Face Hub)"))
-    add_compat_flags(parser.add_argument_group("llama-server compatibility"))
-    add_log_flags(parser.add_argument_group("logging"))
-    add_option_flags(parser)
-    return parser
-
-
-def model_path(value: str | None) -> Path:
-    """``--model``, or the default model (fetched when missing)."""
-    if value:
-        return Path(value)
-    from ..models import default_model_path
-
-    return default_model_path(fetch=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -2,7 +2,7 @@
 
 Run ``python -m llamapy.serve._docs_gen`` after adding, renaming or documenting a flag or an
 option; a test fails while the checked-in page and this rendering disagree (``--check`` exits
-1 then). The page walks :func:`llamapy.serve.__main__.build_parser`, so it lists exactly the
+1 then). The page walks :func:`llamapy.serve.cli.build_parser`, so it lists exactly the
 flags ``python -m llamapy.serve`` takes: the serving groups, then one group per start-option
 owner of the option tree (:data:`llamapy.options.START_OPTION_OWNERS`), where each flag also
 names its ``Server`` keyword. Each row gives every spelling of the flag, the llama-server
@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from ..options._typed_gen import write_or_check
-from .__main__ import build_parser
+from .cli import build_parser
 from .env_flags import LLAMA_ENV
 from .flags import option_specs
 

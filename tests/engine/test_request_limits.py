@@ -78,7 +78,7 @@ def test_each_limit_allows_its_value_and_refuses_one_more(limit: str, field: str
 
 
 def test_the_limits_are_start_options_and_cli_flags() -> None:
-    from llamapy.serve.__main__ import build_parser
+    from llamapy.serve.cli import build_parser
 
     config = EngineConfig(max_stop_strings=3)
     assert config.max_stop_strings == 3 and config.max_choices == 128

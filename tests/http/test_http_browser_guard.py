@@ -22,8 +22,8 @@ from starlette.testclient import TestClient
 
 from llamapy.errors import LoadFailedError
 from llamapy.serve import create_app
-from llamapy.serve.__main__ import build_parser
 from llamapy.serve.app import STATIC_DIR
+from llamapy.serve.cli import build_parser
 from llamapy.serve.guard import HostPolicy, is_json_type, same_origin
 from llamapy.serve.serving_flags import app_options
 from llamapy.server import Server

@@ -13,7 +13,8 @@ import pytest
 import trustme
 from http_helpers import WAIT_S, free_port, poll
 
-from llamapy.serve.__main__ import build_parser, main
+from llamapy.serve.__main__ import main
+from llamapy.serve.cli import build_parser
 from llamapy.serve.flags import serve_start_options
 from llamapy.serve.serving_flags import app_options
 

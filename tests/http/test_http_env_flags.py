@@ -12,7 +12,8 @@ import pytest
 from http_helpers import WAIT_S, free_port, poll
 
 from llamapy.errors import InvalidOptionError
-from llamapy.serve.__main__ import build_parser, main
+from llamapy.serve.__main__ import main
+from llamapy.serve.cli import build_parser
 from llamapy.serve.env_flags import LLAMA_ENV, env_argv
 from llamapy.serve.flags import start_options
 from llamapy.serve.serving_flags import app_options

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from llamapy.serve.__main__ import build_parser
+from llamapy.serve.cli import build_parser
 from llamapy.serve.env_flags import env_argv
 from llamapy.serve.log_flags import log_formatter, log_handlers
 

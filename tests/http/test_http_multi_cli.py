@@ -14,7 +14,7 @@ import pytest
 from http_helpers import WAIT_S, free_port, poll
 
 from llamapy.errors import InvalidOptionError, UnknownOptionError
-from llamapy.serve.__main__ import build_parser
+from llamapy.serve.cli import build_parser
 from llamapy.serve.flags import start_options
 from llamapy.serve.models_flags import serves_several
 from llamapy.serve.models_specs import build_manager

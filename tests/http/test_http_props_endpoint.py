@@ -8,7 +8,7 @@ from http_helpers import MODEL_ALIAS
 from live import LiveApp
 
 from llamapy.serve import create_app
-from llamapy.serve.__main__ import build_parser
+from llamapy.serve.cli import build_parser
 from llamapy.serve.env_flags import env_argv
 from llamapy.serve.serving_flags import app_options
 from llamapy.server import Server

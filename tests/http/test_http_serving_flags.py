@@ -16,7 +16,7 @@ from llamapy.chat.builtin_templates import BUILTIN_TEMPLATES
 from llamapy.errors import InvalidOptionError, LoadFailedError
 from llamapy.openai_api.target import ServedModel
 from llamapy.serve import create_app
-from llamapy.serve.__main__ import build_parser
+from llamapy.serve.cli import build_parser
 from llamapy.serve.serving_flags import app_options
 from llamapy.server import Server
 

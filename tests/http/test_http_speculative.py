@@ -8,7 +8,7 @@ import pytest
 from http_helpers import MODEL_ALIAS
 
 from llamapy.options import resolve_start_options
-from llamapy.serve.__main__ import build_parser
+from llamapy.serve.cli import build_parser
 from llamapy.serve.flags import start_options
 
 CODE = ("def area(width, height):\n    return width * height\n\n"

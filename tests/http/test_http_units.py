@@ -32,7 +32,7 @@ from llamapy.openai_api.params import (
     sampling_options,
 )
 from llamapy.openai_api.report import diverged_at, finish_reason, timings_dict
-from llamapy.serve.__main__ import build_parser
+from llamapy.serve.cli import build_parser
 from llamapy.serve.context import cache_headers
 from llamapy.serve.errors import error_body, error_headers
 from llamapy.serve.flags import option_specs, shown_default, start_options

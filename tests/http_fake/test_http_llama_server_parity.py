@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from fake_http import ALIAS, FakeApp, sse_events
 
-from llamapy.serve.__main__ import build_parser
+from llamapy.serve.cli import build_parser
 
 MESSAGES = [{"role": "user", "content": "Say something."}]
 

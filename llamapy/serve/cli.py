@@ -1,0 +1,45 @@
+"""The command line of ``python -m llamapy.serve``: its parser and the model it names.
+
+A library module, so the Ray builder, the flag reference and tests read the same parser as the
+entry point without importing it."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .compat_flags import add_compat_flags
+from .flags import add_option_flags
+from .hub_flags import add_hub_flags
+from .log_flags import add_log_flags
+from .models_flags import add_models_flags
+from .serving_flags import add_serving_flags
+
+__all__ = ["build_parser", "model_path"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The CLI parser: serving flags, then one group per start-option owner."""
+    parser = argparse.ArgumentParser(
+        prog="python -m llamapy.serve",
+        description="Serve a GGUF model with an OpenAI-compatible API (plus llama-server's "
+                    "native endpoints, /metrics and a chat page at /). llama-server's flag "
+                    "spellings are accepted (-m, -c, -np, -ngl, -fa, --alias, ...).",
+        # no abbreviations: llama-server's ``--keep 64`` must not become ``--keep-alive 64``
+        allow_abbrev=False)
+    add_serving_flags(parser.add_argument_group("serving"))
+    add_models_flags(parser.add_argument_group("several models"))
+    add_hub_flags(parser.add_argument_group("models by name (Hugging Face Hub)"))
+    add_compat_flags(parser.add_argument_group("llama-server compatibility"))
+    add_log_flags(parser.add_argument_group("logging"))
+    add_option_flags(parser)
+    return parser
+
+
+def model_path(value: str | None) -> Path:
+    """``--model``, or the default model (fetched when missing)."""
+    if value:
+        return Path(value)
+    from ..models import default_model_path
+
+    return default_model_path(fetch=True)
