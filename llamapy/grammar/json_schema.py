@@ -46,6 +46,9 @@ _INFERRED_TYPES = (
     ("number", ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")),
 )
 _MAX_REF_CHAIN = 64
+#: Deepest nesting of schemas converted. Deeper is refused (``InvalidOptionError``) well before
+#: Python's recursion limit, wherever a library or the host has set it (a level takes ~5 frames).
+MAX_SCHEMA_DEPTH = 100
 
 
 def _infer_type(schema: Mapping[str, Any]) -> str | None:
@@ -92,6 +95,7 @@ class SchemaConverter:
         self.primitive = Primitives(builder)
         self._document: Any = None
         self._refs: dict[tuple[int, str], str] = {}
+        self._depth = 0
 
     def convert(self, schema: Any, hint: str) -> str:
         """Rule name for a whole schema document (its ``$ref``s resolve against it)."""
@@ -116,7 +120,18 @@ class SchemaConverter:
         return self.builder.add(hint, body)
 
     def body(self, schema: Any, hint: str) -> str:
-        """A GBNF expression matching ``schema``."""
+        """A GBNF expression matching ``schema`` (nested at most :data:`MAX_SCHEMA_DEPTH`
+        deep)."""
+        if self._depth >= MAX_SCHEMA_DEPTH:
+            raise InvalidOptionError(f"json_schema: nested deeper than {MAX_SCHEMA_DEPTH} levels",
+                                     option="json_schema")
+        self._depth += 1
+        try:
+            return self._body(schema, hint)
+        finally:
+            self._depth -= 1
+
+    def _body(self, schema: Any, hint: str) -> str:
         if schema is True or schema == {}:
             return self.primitive("value")
         if schema is False:
