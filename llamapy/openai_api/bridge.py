@@ -28,7 +28,7 @@ from typing import Any
 from ..chat import REASONING_PROTOCOLS
 from ..engine import DoneEvent, StreamEvent
 from ..errors import UnknownOptionError
-from ..server import Completion, request_option_keys
+from ..server import Completion, server_request_option_keys
 from .params import API_EXTRAS, ENGINE_ALIASES
 from .prompt import ChatPlan
 from .report import timings_dict
@@ -54,7 +54,8 @@ def forward_extras(extra: Mapping[str, Any], *, fields: Iterable[str],
     engine options the translation sets itself from the API's own fields (``stop``), which a
     body may not set twice.
     """
-    allowed = (set(request_option_keys()) | set(ENGINE_ALIASES) | set(API_EXTRAS)) - set(owned)
+    allowed = ((set(server_request_option_keys()) | set(ENGINE_ALIASES) | set(API_EXTRAS))
+               - set(owned))
     unknown = [key for key in extra if key not in allowed]
     if unknown:
         raise UnknownOptionError(unknown, set(fields) | allowed, where="request")

@@ -3,7 +3,7 @@
 Field names and semantics follow the OpenAI API. Fields that are not OpenAI's ("extras") are
 accepted when they are engine request options (``top_k``, ``min_p``, ``grammar``,
 ``cache_prompt``, ``cache_scope``, ``session``, ... as listed by
-:func:`llamapy.server.request_option_keys`) or llama-server's spelling of one
+:func:`llamapy.server.server_request_option_keys`) or llama-server's spelling of one
 (:data:`ENGINE_ALIASES`). Any other unknown field is a 400 naming it: nothing is silently
 dropped. A body that fails validation raises :class:`~llamapy.errors.InvalidOptionError` with
 ``option`` set to the offending field's path.
@@ -20,13 +20,13 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
 from ..errors import InvalidOptionError, UnknownOptionError, UnsupportedFeatureError
 from ..options import ALIASES, LLAMA_DEFAULT_SEED
-from ..server import request_option_keys
+from ..server import server_request_option_keys
 
 #: llama-server / OpenAI names of engine request options that the engine spells differently:
 #: the part of the tree's alias table (:data:`llamapy.options.ALIASES`) that names request
 #: options (the token budget spellings are fields of their own).
 ENGINE_ALIASES: dict[str, str] = {
-    alias: name for alias, name in ALIASES.items() if name in request_option_keys()
+    alias: name for alias, name in ALIASES.items() if name in server_request_option_keys()
 }
 
 #: Extras that are ours, not engine options: handled by the API layer itself.
@@ -282,7 +282,7 @@ def _bias_value(bias: object) -> float:
 
 def engine_extras(extra: Mapping[str, Any]) -> dict[str, Any]:
     """Engine options from a body's extra fields (aliases renamed); unknown names raise."""
-    engine_keys = set(request_option_keys())
+    engine_keys = set(server_request_option_keys())
     out: dict[str, Any] = {}
     unknown = []
     for key, value in extra.items():

@@ -5,7 +5,7 @@ from ..adapters import AdapterSet, resolve_adapters
 from ..runtime import Completion, Usage
 from .manager import ModelManager
 from .model_spec import ModelLease, ModelSpec, ModelState, ModelStatus, parse_keep_alive
-from .options import call_option_keys, request_option_keys, start_option_keys
+from .options import call_option_keys, server_request_option_keys, start_option_keys
 from .server import Server
 
 __all__ = [
@@ -21,7 +21,7 @@ __all__ = [
     "call_option_keys",
     "parse_keep_alive",
     "physical_cores",
-    "request_option_keys",
     "resolve_adapters",
+    "server_request_option_keys",
     "start_option_keys",
 ]

@@ -15,9 +15,9 @@ from ..options.start import (
     ServerOptions,
     call_option_keys,
     resolve_start_options,
+    server_request_option_keys,
     start_option_keys,
 )
-from ..options.start import server_request_option_keys as request_option_keys
 from ..options.timeouts import TIMEOUTS
 
 __all__ = [
@@ -27,8 +27,8 @@ __all__ = [
     "ResolvedStart",
     "ServerOptions",
     "call_option_keys",
-    "request_option_keys",
     "resolve_start_options",
+    "server_request_option_keys",
     "start_option_keys",
 ]
 

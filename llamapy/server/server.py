@@ -124,7 +124,7 @@ class Server(AsyncMethods):
 
     def generate(self, prompt: str, **options: Unpack[GenerationOptions]) -> str:
         """Generate text from a prompt (blocking; see :meth:`complete_tokens`). Options: see
-        ``request_option_keys()``; OpenAI spellings (``temperature``, ``max_tokens``) and the
+        ``call_option_keys()``; OpenAI spellings (``temperature``, ``max_tokens``) and the
         option tree's (``temp``) are both accepted, one of them per option."""
         return self.complete(prompt, **options).text
 

@@ -36,7 +36,7 @@ from llamapy.serve.cli import build_parser
 from llamapy.serve.context import cache_headers
 from llamapy.serve.errors import error_body, error_headers
 from llamapy.serve.flags import option_specs, shown_default, start_options
-from llamapy.server import request_option_keys, start_option_keys
+from llamapy.server import server_request_option_keys, start_option_keys
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 TOOLS = [{"type": "function", "function": {
@@ -59,18 +59,18 @@ def test_openai_fields_map_to_engine_options() -> None:
         "penalty_repeat": 1.1, "cache_prompt": False, "cache_scope": "tenant",
         "session": "conv-1", "grammar": 'root ::= "x"',
     }
-    assert set(options) <= set(request_option_keys())
+    assert set(options) <= set(server_request_option_keys())
 
 
 def test_every_engine_request_option_is_accepted_as_an_extra() -> None:
-    for key in request_option_keys():
+    for key in server_request_option_keys():
         if key in SERVER_ONLY:
             with pytest.raises(InvalidOptionError, match="cannot be set over HTTP"):
                 engine_extras({key: 1})
             continue
         assert key in engine_extras({key: {} if key == "logit_bias" else 1})
     for alias, name in ENGINE_ALIASES.items():
-        assert name in request_option_keys()
+        assert name in server_request_option_keys()
         assert name in engine_extras({alias: 1})
     assert engine_extras({"top_k": None}) == {}
 

@@ -32,10 +32,11 @@ from llamapy.openai_api.params import (
 )
 from llamapy.openai_api.responses_params import ResponsesBody
 from llamapy.serve.routes_llama import INFILL_FIELDS
-from llamapy.server import request_option_keys
+from llamapy.server import server_request_option_keys
 
 #: What a generation body may carry besides its model's fields.
-EXTRAS = tuple(sorted({*request_option_keys(), *ENGINE_ALIASES, *API_EXTRAS} - set(SERVER_ONLY)))
+EXTRAS = tuple(sorted({*server_request_option_keys(), *ENGINE_ALIASES, *API_EXTRAS}
+                      - set(SERVER_ONLY)))
 MESSAGES = [{"role": "user", "content": "hi"}]
 
 

@@ -19,7 +19,7 @@ from llamapy._native import Context, Model
 from llamapy.engine import BatchPlan, Segment
 from llamapy.errors import DecodeError, InvalidOptionError, ModelLoadError
 from llamapy.llama_backend import LlamaBackend
-from llamapy.server import Completion, Server, request_option_keys, resolve_adapters
+from llamapy.server import Completion, Server, resolve_adapters, server_request_option_keys
 from llamapy.testing import write_random_lora
 
 GREEDY: dict[str, Any] = {"temp": 0.0}
@@ -100,7 +100,7 @@ def test_backend_switches_adapters_only_when_the_set_changes(
 
 def test_adapters_is_a_request_option_and_is_validated(loras: tuple[Path, Path]) -> None:
     a, _ = loras
-    assert "adapters" in request_option_keys()
+    assert "adapters" in server_request_option_keys()
     assert resolve_adapters(None) == resolve_adapters([]) == ()
     pair = resolve_adapters([(a, 0.5)])
     assert pair == ((str(a.resolve()), 0.5),) == resolve_adapters([{"path": str(a), "scale": 0.5}])

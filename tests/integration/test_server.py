@@ -27,7 +27,7 @@ from llamapy.errors import (
     RequestTimeoutError,
     UnknownOptionError,
 )
-from llamapy.server import Server, request_option_keys, start_option_keys
+from llamapy.server import Server, server_request_option_keys, start_option_keys
 
 GREEDY = {"temp": 0.0}
 
@@ -63,7 +63,7 @@ def test_option_keys_and_unknown_options(model_path: Path) -> None:
               "n_threads", "flash_attn", "type_k", "use_mmap", "n_gpu_layers"):
         assert k in keys
     for k in ("cache_prompt", "session", "cache_scope", "stop", "seed", "grammar"):
-        assert k in request_option_keys()
+        assert k in server_request_option_keys()
     with pytest.raises(UnknownOptionError, match="valid keys"):
         Server(model_path, n_paralel=2)
     assert "model_path" not in keys  # Server's positional argument, never an option
