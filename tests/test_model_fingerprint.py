@@ -17,7 +17,7 @@ import pytest
 
 import llamapy.fingerprint as fp
 from llamapy.engine.request import CacheKey
-from llamapy.engine.slot_state import SlotState
+from llamapy.engine.slot_ops import SlotSnapshot
 from llamapy.errors import InvalidRequestError
 from llamapy.fingerprint import model_fingerprint, start_fingerprint
 from llamapy.runtime.identity import describe_adapter_files
@@ -127,7 +127,7 @@ def test_a_missing_file_raises_and_a_started_one_fails_its_future(tmp_path: Path
 
 
 def test_a_slot_file_of_another_model_file_is_refused() -> None:
-    saved = SlotState(b"kv", (1, 2, 3), CacheKey(None, ""))
+    saved = SlotSnapshot(b"kv", (1, 2, 3), CacheKey(None, ""))
     ours = {"model": "m.gguf", "model_fingerprint": "a" * 64, "n_vocab": 7}
     data = slot_files.encode(saved, ours)
     assert slot_files.decode(data, ours) == saved

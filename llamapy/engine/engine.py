@@ -39,7 +39,7 @@ from llamapy.engine.request import (
     Run,
     TokenEvent,
 )
-from llamapy.engine.slot_state import SlotOps
+from llamapy.engine.slot_ops import SlotOps
 from llamapy.engine.slots import Slot, SlotPool
 from llamapy.engine.speculation import Speculator, with_ngram
 from llamapy.engine.states import RequestState, SlotState
@@ -99,7 +99,7 @@ class Engine:
         #: KV operations on leased slots (snapshot, restore, clear, next-token logits).
         self.leases = LeaseOps(backend, self.pool, self.prefix)
         #: KV operations on idle slots (save, restore, erase: llama-server's slot actions).
-        self.slot_state = SlotOps(backend, self.pool, self.prefix)
+        self.slot_ops = SlotOps(backend, self.pool, self.prefix)
         self._queue: list[Run] = []
         self._runs: dict[Hashable, Run] = {}
         self._gone: list[Run] = []

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..engine.request import CacheKey
-from ..engine.slot_state import SlotState
+from ..engine.slot_ops import SlotSnapshot
 from ..errors import EndpointDisabledError, InvalidRequestError, PermissionDeniedError
 from ..fingerprint import model_fingerprint
 from ..openai_api import ServedModel
@@ -83,23 +83,23 @@ def tenant_folder(folder: str, principal: Principal) -> Path:
 def _check_slot(engine: Engine, slot_id: int, principal: Principal, *, empty_ok: bool) -> None:
     """Raise :class:`PermissionDeniedError` unless ``principal`` may act on the slot: an admin,
     or the slot's KV is its tenant's (or it holds none and ``empty_ok``). Engine thread."""
-    tenant, n_tokens = engine.slot_state.holder(slot_id)
+    tenant, n_tokens = engine.slot_ops.holder(slot_id)
     if not (principal.admin or principal.owns(tenant) or (empty_ok and n_tokens == 0)):
         raise PermissionDeniedError(f"slot {slot_id} holds another tenant's cache")
 
 
 def _erase(engine: Engine, slot_id: int, principal: Principal) -> int:
     _check_slot(engine, slot_id, principal, empty_ok=True)
-    return engine.slot_state.erase(slot_id)
+    return engine.slot_ops.erase(slot_id)
 
 
 def _save(served: ServedModel, path: Path, slot_id: int, principal: Principal
           ) -> dict[str, Any]:
     started = time.perf_counter()
 
-    def save(engine: Engine) -> SlotState:
+    def save(engine: Engine) -> SlotSnapshot:
         _check_slot(engine, slot_id, principal, empty_ok=False)
-        return engine.slot_state.save(slot_id)
+        return engine.slot_ops.save(slot_id)
 
     saved = served.server.call(save)
     data = encode(saved, _model_id(served))
@@ -126,7 +126,7 @@ def _restore(served: ServedModel, path: Path, slot_id: int, principal: Principal
 
     def restore(engine: Engine) -> int:
         _check_slot(engine, slot_id, principal, empty_ok=True)
-        return engine.slot_state.restore(slot_id, saved)
+        return engine.slot_ops.restore(slot_id, saved)
 
     n = served.server.call(restore)
     return {"id_slot": slot_id, "filename": path.name, "n_restored": n, "n_read": len(data),
@@ -142,7 +142,7 @@ def _model_id(served: ServedModel) -> dict[str, Any]:
     return {"model": path.name, "model_fingerprint": fingerprint, "n_vocab": model.n_vocab}
 
 
-def encode(saved: SlotState, model: dict[str, Any]) -> bytes:
+def encode(saved: SlotSnapshot, model: dict[str, Any]) -> bytes:
     """A slot file's bytes."""
     body = struct.pack(f"<{len(saved.token_ids)}i", *saved.token_ids) + saved.state
     key = saved.key
@@ -155,7 +155,7 @@ def encode(saved: SlotState, model: dict[str, Any]) -> bytes:
     return MAGIC + struct.pack("<I", len(head)) + head + body
 
 
-def decode(data: bytes, model: dict[str, Any]) -> SlotState:
+def decode(data: bytes, model: dict[str, Any]) -> SlotSnapshot:
     """A slot file's contents; ``InvalidRequestError`` naming what is wrong with it."""
     fixed = len(MAGIC) + 4
     if len(data) < fixed or not data.startswith(MAGIC):
@@ -178,7 +178,7 @@ def decode(data: bytes, model: dict[str, Any]) -> SlotState:
                    tuple(tuple(a) for a in header.get("adapter_set", ())),
                    header.get("tenant"), header.get("salt"))
     tokens = struct.unpack_from(f"<{n}i", body)
-    return SlotState(body[4 * n:], tuple(tokens), key)
+    return SlotSnapshot(body[4 * n:], tuple(tokens), key)
 
 
 def _ms(started: float) -> float:

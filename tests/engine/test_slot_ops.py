@@ -8,7 +8,7 @@ import pytest
 from llamapy.engine import Engine, EngineConfig, Request, resolve_request_options
 from llamapy.engine.fake import FakeBackend
 from llamapy.engine.request import CacheKey
-from llamapy.engine.slot_state import SlotState
+from llamapy.engine.slot_ops import SlotSnapshot
 from llamapy.engine.testing import Recorder, drain
 from llamapy.errors import InvalidOptionError, SlotBusyError
 
@@ -33,10 +33,10 @@ def test_save_erase_restore_keeps_the_scope() -> None:
     first = run(eng, 1, "a")
     drain(eng, each=eng.check_integrity)
     slot = next(s for s in eng.pool.slots if s.cached)
-    saved = eng.slot_state.save(slot.slot_id)
+    saved = eng.slot_ops.save(slot.slot_id)
     assert saved.key == CacheKey("a") and len(saved.token_ids) == len(slot.cached)
-    assert eng.slot_state.erase(slot.slot_id) == len(saved.token_ids) and not slot.cached
-    assert eng.slot_state.restore(slot.slot_id, saved) == len(saved.token_ids)
+    assert eng.slot_ops.erase(slot.slot_id) == len(saved.token_ids) and not slot.cached
+    assert eng.slot_ops.restore(slot.slot_id, saved) == len(saved.token_ids)
     again, other = run(eng, 2, "a"), run(eng, 3, "b")
     drain(eng, each=lambda: (eng.check_integrity(), backend.check_integrity()))
     assert again.tokens == first.tokens == other.tokens
@@ -49,17 +49,17 @@ def test_only_idle_slots_take_actions() -> None:
     run(eng, 1, None, max_tokens=50)
     eng.tick()
     busy = next(s for s in eng.pool.slots if not s.is_free)
-    for action in (lambda: eng.slot_state.save(busy.slot_id),
-                   lambda: eng.slot_state.erase(busy.slot_id)):
+    for action in (lambda: eng.slot_ops.save(busy.slot_id),
+                   lambda: eng.slot_ops.erase(busy.slot_id)):
         with pytest.raises(SlotBusyError):
             action()
     lease = eng.lease()
     assert lease is not None
     leased = eng.pool.leased_slot(lease)
     with pytest.raises(SlotBusyError):
-        eng.slot_state.erase(leased.slot_id)
+        eng.slot_ops.erase(leased.slot_id)
     with pytest.raises(InvalidOptionError, match="invalid slot id"):
-        eng.slot_state.erase(5)
+        eng.slot_ops.erase(5)
 
 
 def test_a_refused_restore_leaves_the_slot_empty() -> None:
@@ -67,10 +67,10 @@ def test_a_refused_restore_leaves_the_slot_empty() -> None:
     run(eng, 1, None)
     drain(eng)
     slot = next(s for s in eng.pool.slots if s.cached)
-    saved = eng.slot_state.save(slot.slot_id)
-    broken = SlotState(saved.state[:10], saved.token_ids, saved.key)
+    saved = eng.slot_ops.save(slot.slot_id)
+    broken = SlotSnapshot(saved.state[:10], saved.token_ids, saved.key)
     with pytest.raises(InvalidOptionError, match="does not fit"):
-        eng.slot_state.restore(slot.slot_id, broken)
+        eng.slot_ops.restore(slot.slot_id, broken)
     assert not slot.cached and backend.seq_pos_max(slot.seq_id) == -1
     eng.check_integrity()
 
@@ -85,21 +85,21 @@ def tenant_run(eng: Engine, rid: int, tenant: str, session: str) -> Recorder:
 
 def test_holder_names_the_tenant_of_the_slots_kv() -> None:
     eng, _ = engine()
-    assert eng.slot_state.holder(0) == (None, 0)
+    assert eng.slot_ops.holder(0) == (None, 0)
     tenant_run(eng, 1, "a", "s")
     drain(eng)
-    assert eng.slot_state.holder(0) == ("a", len(eng.pool.slots[0].cached))
-    eng.slot_state.erase(0)
-    assert eng.slot_state.holder(0) == ("a", 0)
+    assert eng.slot_ops.holder(0) == ("a", len(eng.pool.slots[0].cached))
+    eng.slot_ops.erase(0)
+    assert eng.slot_ops.holder(0) == ("a", 0)
     with pytest.raises(InvalidOptionError, match="invalid slot id"):
-        eng.slot_state.holder(2)
+        eng.slot_ops.holder(2)
 
 
 def test_a_slots_info_is_all_of_one_tenant() -> None:
     eng, _ = engine()
     tenant_run(eng, 1, "a", "session-a")
     drain(eng)
-    saved = eng.slot_state.save(0)
+    saved = eng.slot_ops.save(0)
     info = eng.stats().slots[0]
     assert (info.tenant, info.session, info.cached_tokens) == (
         "a", "session-a", len(eng.pool.slots[0].cached))
@@ -110,8 +110,8 @@ def test_a_slots_info_is_all_of_one_tenant() -> None:
         "b", "session-b", 0, 2)
     drain(eng)
     # a's file restored where b's session ran: a's KV, no session of b's
-    eng.slot_state.erase(0)
-    eng.slot_state.restore(0, saved)
+    eng.slot_ops.erase(0)
+    eng.slot_ops.restore(0, saved)
     info = eng.stats().slots[0]
     assert (info.tenant, info.session, info.cached_tokens) == ("a", None, len(saved.token_ids))
     eng.check_integrity()

@@ -19,11 +19,11 @@ from llamapy.engine.request import CacheKey
 from llamapy.engine.slots import Slot, SlotPool
 from llamapy.errors import InvalidOptionError, SlotBusyError
 
-__all__ = ["SlotOps", "SlotState"]
+__all__ = ["SlotOps", "SlotSnapshot"]
 
 
 @dataclass(frozen=True, slots=True)
-class SlotState:
+class SlotSnapshot:
     """One slot's KV as bytes, the tokens it holds and the key they are filed under."""
 
     state: bytes
@@ -39,13 +39,13 @@ class SlotOps:
         self._pool = pool
         self._prefix = prefix
 
-    def save(self, slot_id: int) -> SlotState:
+    def save(self, slot_id: int) -> SlotSnapshot:
         """The slot's state, tokens and key (``SlotBusyError`` unless it is idle)."""
         slot = self._idle(slot_id)
-        return SlotState(self._backend.state_seq_get(slot.seq_id), tuple(slot.cached),
+        return SlotSnapshot(self._backend.state_seq_get(slot.seq_id), tuple(slot.cached),
                          slot.key or CacheKey())
 
-    def restore(self, slot_id: int, saved: SlotState) -> int:
+    def restore(self, slot_id: int, saved: SlotSnapshot) -> int:
         """Replace the slot's KV with ``saved``; the number of tokens restored."""
         slot = self._idle(slot_id)
         self._prefix.trim(slot, 0)
