@@ -1,13 +1,16 @@
 """One model fingerprint (:mod:`llamapy.fingerprint`): the sha256 of the file, computed once per
-version of the file, shared by concurrent callers, off the caller's thread when started early,
-and the same value for every user (sessions, the disk cache's adapters, slot files). No model:
-the real-model side is ``tests/integration/test_fingerprint_users.py``."""
+version of the file, shared by concurrent callers, started in the background at idle priority
+(a caller never waits for that one: it hashes itself, first result wins), and the same value for
+every user (sessions, the disk cache's adapters, slot files). No model: the real-model side is
+``tests/integration/test_fingerprint_users.py``."""
 
 from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
@@ -26,7 +29,8 @@ from llamapy.session.manifest import file_digest
 
 
 class CountingSha:
-    """Wraps the fingerprint's hashing: counts the hashes made and holds each on ``gate``."""
+    """Wraps the fingerprint's hashing: counts the hashes made, holds the first on ``gate``
+    and records the scheduling policy of the thread each ran on."""
 
     def __init__(self, compute: Callable[..., None]) -> None:
         self.compute = compute
@@ -34,11 +38,15 @@ class CountingSha:
         self.gate = threading.Event()
         self.gate.set()
         self.started = threading.Event()
+        self.policies: list[int] = []
 
     def __call__(self, *args: Any) -> None:
         self.made += 1
-        self.started.set()
-        assert self.gate.wait(30), "the test never released the hash"
+        if hasattr(os, "sched_getscheduler"):
+            self.policies.append(os.sched_getscheduler(0))
+        if self.made == 1:
+            self.started.set()
+            assert self.gate.wait(30), "the test never released the hash"
         self.compute(*args)
 
 
@@ -92,19 +100,46 @@ def test_n_concurrent_callers_share_one_computation(tmp_path: Path, sha: Countin
     assert results == [hashlib.sha256(b"x" * (1 << 20)).hexdigest()] * n
 
 
-def test_a_started_fingerprint_runs_off_the_callers_thread_and_is_awaited(
-        tmp_path: Path, sha: CountingSha) -> None:
-    path = model_file(tmp_path, b"y" * 4096)
+def test_a_caller_does_not_wait_for_the_background_hash(tmp_path: Path,
+                                                         sha: CountingSha) -> None:
+    """The background hash runs at idle priority (it may not get a CPU for long on a busy
+    machine): a caller hashes the file itself, and the background one stops at its next block."""
+    data = b"y" * (3 * fp._BLOCK)
+    path = model_file(tmp_path, data)
     sha.gate.clear()  # hold the background hash
-    future = start_fingerprint(path)  # returns at once, the hash held
+    future = start_fingerprint(path)  # returns at once
     assert sha.started.wait(30) and not future.done()
-    waiter_result: list[str] = []
-    waiter = threading.Thread(target=lambda: waiter_result.append(model_fingerprint(path)))
-    waiter.start()
     assert start_fingerprint(path) is future  # under way: not started twice
-    sha.gate.set()
-    waiter.join(30)
-    assert waiter_result == [future.result(30)] and sha.made == 1
+    assert model_fingerprint(path) == hashlib.sha256(data).hexdigest()  # not held: its own
+    assert future.done() and sha.made == 2
+    sha.gate.set()  # the background hash finds the result given and stops
+    assert future.result(30) == hashlib.sha256(data).hexdigest()
+    if sys.platform.startswith("linux"):
+        assert sha.policies[0] == os.SCHED_IDLE  # the background thread
+        assert sha.policies[1] != os.SCHED_IDLE  # the caller's, untouched
+
+
+def test_a_background_hash_nobody_races_gives_the_result(tmp_path: Path,
+                                                         sha: CountingSha) -> None:
+    path = model_file(tmp_path, b"z" * 4096)
+    future = start_fingerprint(path)
+    assert future.result(30) == hashlib.sha256(b"z" * 4096).hexdigest()
+    assert model_fingerprint(path) == future.result() and sha.made == 1  # memoized
+    deadline = time.monotonic() + 30
+    while fp._background and time.monotonic() < deadline:  # the thread's last step
+        time.sleep(0.01)
+    assert not fp._background
+
+
+def test_a_delayed_start_claims_nothing_until_its_time(tmp_path: Path) -> None:
+    path = model_file(tmp_path, b"d" * 4096)
+    assert start_fingerprint(path, delay=0.3) is None
+    key = fp._key_of(path)
+    assert key not in fp._known  # nothing claimed yet: a caller now would hash it itself
+    deadline = time.monotonic() + 30
+    while key not in fp._known and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert fp._known[key].result(30) == hashlib.sha256(b"d" * 4096).hexdigest()
 
 
 def test_a_changed_file_is_hashed_again(tmp_path: Path, sha: CountingSha) -> None:

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ClosedError, InvalidOptionError, ModelLoadError, NativeError
-from ..fingerprint import start_fingerprint
 from ..options.model import (
     LOAD_MODE_DIRECT_IO,
     LOAD_MODE_MLOCK,
@@ -34,9 +33,7 @@ class Model:
 
     Use as a context manager or call :meth:`close`; contexts made from the model must be
     closed first (``Context`` keeps its model alive and closing a model with live contexts
-    defers the free until the last one closes). Loading starts the file's fingerprint on a
-    background thread (:func:`llamapy.fingerprint.start_fingerprint`; not for ``vocab_only``),
-    so sessions and the disk cache find it computed.
+    defers the free until the last one closes).
     """
 
     def __init__(self, path: str | os.PathLike[str], options: ModelOptions | None = None,
@@ -54,8 +51,6 @@ class Model:
         self._eog: tuple[int, ...] | None = None
         self._is_eog: dict[int, bool] = {}
         self._eog_lock = threading.Lock()
-        if not options.vocab_only and self.path.is_file():
-            start_fingerprint(self.path)  # hashed while (and after) the weights load
         self._ptr = self._load(options)
         nat = native()
         self._vocab = nat.lib.llama_model_get_vocab(self._ptr)

@@ -9,6 +9,7 @@ import asyncio
 from llamapy._native import Model
 from llamapy.adapters import resolve_adapters
 from llamapy.engine.options import EngineConfig
+from llamapy.fingerprint import start_fingerprint
 from llamapy.runtime import TickLoop
 from llamapy.runtime.native import host_model
 from llamapy.session.config import SessionConfig, standalone_context_options
@@ -26,6 +27,7 @@ def open_standalone(model: Model, config: SessionConfig | None = None, *,
     thread; the model stays the caller's unless ``owns_model`` (then the session closes it
     last, as :func:`~llamapy.session.factory.open_path` asks)."""
     config = config or SessionConfig()
+    start_fingerprint(model.path)  # the manifest names the model by it: hashed meanwhile
     adapter_set = resolve_adapters(config.adapters)
     options = standalone_context_options(config)
     engine = EngineConfig(n_parallel=1, n_batch=options.effective_n_batch,
