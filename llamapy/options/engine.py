@@ -90,6 +90,8 @@ class EngineConfig(RequestLimits):
                                      flags=("--draft-p-min",))
     spec_ngram_size: int = option(4, "longest n-gram the prompt lookup matches")
     spec_adaptive: bool = option(True, "adapt draft length to acceptance, off below break-even")
+    spec_max_streams: int = option(1, "draft only while at most this many requests decode (0 = "
+                                      "any number; on a CPU drafts pay only for few streams)")
     sampling: SamplingParams = option_factory(SamplingParams, "the server's sampling defaults")
 
     def __post_init__(self) -> None:
@@ -132,7 +134,8 @@ class EngineConfig(RequestLimits):
         return SpeculativeParams(
             type=parse_spec_type(self.spec_type), n_max=self.spec_draft_n_max,
             n_min=self.spec_draft_n_min, p_min=self.spec_draft_p_min,
-            ngram_size=self.spec_ngram_size, adaptive=self.spec_adaptive)
+            ngram_size=self.spec_ngram_size, adaptive=self.spec_adaptive,
+            max_streams=self.spec_max_streams)
 
     @property
     def prompt_cache_ram_bytes(self) -> int:

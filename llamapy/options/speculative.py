@@ -64,7 +64,10 @@ class SpeculativeParams:
     draft model stops drafting at a token its own top probability is below. ``ngram_size``:
     the longest n-gram the lookup matches (it falls back down to 2 tokens). ``adaptive``: draft
     length follows the measured acceptance and speculation turns itself off for a request whose
-    acceptance stays below break-even.
+    acceptance stays below break-even. ``max_streams``: a tick with more requests decoding
+    than this drafts nothing (0: no limit); on a CPU the batch's extra tokens cost about what a
+    stream's own do once several streams share each decode, so drafts pay only while few do
+    (measured in the project's benchmarks: 1 stream gains, 4 and 16 lose).
     """
 
     type: tuple[str, ...] = option((), "drafters tried in order: ngram, draft (() = off)")
@@ -73,6 +76,8 @@ class SpeculativeParams:
     p_min: float = option(0.0, "draft model: stop at a token less likely than this")
     ngram_size: int = option(4, "longest n-gram the lookup matches")
     adaptive: bool = option(True, "draft length follows acceptance; off below break-even")
+    max_streams: int = option(1, "speculate only while at most this many requests decode "
+                                 "(0 = any number)")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "type", parse_spec_type(self.type))
@@ -85,6 +90,8 @@ class SpeculativeParams:
         check(is_int(self.ngram_size) and 2 <= self.ngram_size <= 64, "speculative.ngram_size",
               "must be an integer in [2, 64]")
         check(isinstance(self.adaptive, bool), "speculative.adaptive", "must be a bool")
+        check(is_int(self.max_streams) and self.max_streams >= 0, "speculative.max_streams",
+              "must be an integer >= 0 (0 = any number)")
 
     @property
     def enabled(self) -> bool:

@@ -174,7 +174,10 @@ def spec_engine(*, drafter: object | None = None, n_ctx: int = 2048, n_parallel:
                 ) -> tuple[Engine, FakeBackend]:
     """An engine on a fresh fake backend whose clock is the backend's simulated clock;
     ``drafter`` is registered as ``"draft"``, ``ngram`` replaces the built-in n-gram drafter,
-    ``config`` goes to :class:`EngineConfig` (e.g. ``spec_type="draft"``)."""
+    ``config`` goes to :class:`EngineConfig` (e.g. ``spec_type="draft"``). Drafts are verified
+    at any number of decoding streams unless ``spec_max_streams`` is given (the tests prove
+    verification with many streams at once; the gate has tests of its own)."""
+    config.setdefault("spec_max_streams", 0)
     backend = backend_cls(n_ctx=n_ctx, n_seq_max=n_parallel, kv_unified=unified,
                           supports_partial_removal=partial, model=model or FakeModel(n_vocab=512),
                           cost=cost, record_plans=True)

@@ -101,8 +101,9 @@ def test_greedy_output_is_unchanged_by_ngram_speculation(model_path: Path, n_par
     runs, drafted = [], []
     for spec in ("off", "ngram"):
         # not adaptive: how much is drafted then depends on the text alone, never on timings
+        # and at any number of streams (the default drafts only while one decodes)
         with Server(model_path, n_ctx=4096, n_parallel=n_parallel, spec_type=spec,
-                    spec_adaptive=False) as srv:
+                    spec_adaptive=False, spec_max_streams=0) as srv:
             runs.append(run_all(srv, PROMPTS))
             drafted.append(srv.call(lambda e: (e.counters.num_draft_tokens,
                                                e.counters.num_draft_accepted)))

@@ -125,6 +125,7 @@ def engine_setups(draw: st.DrawFn) -> dict:
         spec=draw(st.sampled_from(["off", "draft", "ngram,draft", "ngram"])),
         spec_error_rate=draw(st.sampled_from([0.0, 0.3, 0.9])),
         spec_n_max=draw(st.integers(1, 6)), spec_adaptive=draw(st.booleans()),
+        spec_max_streams=draw(st.sampled_from([0, 1, 2])),
     )
 
 
@@ -161,7 +162,8 @@ class EngineMachine(RuleBasedStateMachine):
             prompt_cache_disk_mb=setup["disk_mb"],
             batch_strategy=ShortestPromptFirst() if strategy == "shortest_prompt_first"
             else strategy, spec_type=setup["spec"],
-            spec_draft_n_max=setup["spec_n_max"], spec_adaptive=setup["spec_adaptive"])
+            spec_draft_n_max=setup["spec_n_max"], spec_adaptive=setup["spec_adaptive"],
+            spec_max_streams=setup["spec_max_streams"])
         tuning = EngineTuning(ram_min_tokens=4, follow_min_tokens=2, instability_min_history=12,
                               inflight_dedup=setup["dedup"], disk_min_tokens=4,
                               disk_background=False)
