@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from typing import Any
 
 import pytest
 from gbnf_match import Grammar
 
-from llamapy.errors import GrammarError, InvalidOptionError, UnsupportedFeatureError
+from llamapy.errors import GrammarError, UnsupportedFeatureError
 from llamapy.grammar import json_object_grammar, schema_to_gbnf
 from llamapy.grammar.gbnf import GrammarBuilder, char_class, literal, repeat
 
@@ -426,29 +425,3 @@ def test_grammar_builder() -> None:
     with pytest.raises(GrammarError, match="no root"):
         GrammarBuilder().render()
 
-
-def _nested(levels: int) -> dict:
-    schema: dict = {"type": "string"}
-    for _ in range(levels):
-        schema = {"type": "object", "properties": {"a": schema}, "required": ["a"]}
-    return schema
-
-
-@pytest.mark.parametrize("recursion_limit", [1000, 100_000])
-def test_a_schema_nested_past_the_bound_is_refused_whatever_the_recursion_limit(
-        recursion_limit: int) -> None:
-    """The bound is the converter's own, not Python's recursion limit (which libraries move):
-    the same schema gets the same typed refusal either way."""
-    from llamapy.grammar.json_schema import MAX_SCHEMA_DEPTH
-
-    before = sys.getrecursionlimit()
-    sys.setrecursionlimit(recursion_limit)
-    try:
-        assert "root ::=" in schema_to_gbnf(_nested(MAX_SCHEMA_DEPTH - 1))
-        with pytest.raises(InvalidOptionError) as info:
-            schema_to_gbnf(_nested(MAX_SCHEMA_DEPTH))
-        assert info.value.option == "json_schema"
-        with pytest.raises(InvalidOptionError):
-            schema_to_gbnf(_nested(3 * MAX_SCHEMA_DEPTH))
-    finally:
-        sys.setrecursionlimit(before)
