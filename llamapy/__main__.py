@@ -10,8 +10,12 @@ import argparse
 import logging
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from .errors import LlamapyError
+
+if TYPE_CHECKING:
+    from .server import Server
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -46,14 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         path = _model_path(args.model) if args.model else default_model_path(fetch=True)
         with Server(path, n_ctx=4096, n_parallel=1) as server:
-            model = server.wait_ready().model
-            prompt = args.prompt
-            if not args.raw:
-                from ._native import apply_chat_template
-
-                prompt = apply_chat_template(model, [{"role": "user", "content": prompt}])
-            for chunk in server.stream(prompt, max_tokens=args.max_tokens, temp=args.temp,
-                                       seed=args.seed):
+            tokens = _prompt_tokens(server.wait_ready(), args.prompt, args.raw)
+            for chunk in server.stream_tokens(tokens, max_tokens=args.max_tokens, temp=args.temp,
+                                              seed=args.seed):
                 print(chunk, end="", flush=True)
             print()
     except LlamapyError as exc:
@@ -62,6 +61,17 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     return 0
+
+
+def _prompt_tokens(server: Server, prompt: str, raw: bool) -> list[int]:
+    """``prompt`` as a user message through the chat template the HTTP server renders (the
+    GGUF's Jinja template, BOS added once), or as raw text."""
+    from .openai_api import ServedModel
+
+    served = ServedModel(server)
+    if raw:
+        return server.tokenize(prompt)
+    return served.tokenize_prompt(served.template().render([{"role": "user", "content": prompt}]))
 
 
 def _model_path(value: str) -> str:
