@@ -150,5 +150,6 @@ def refuse_model_op(operation: str) -> UnsupportedFeatureError:
     """The typed refusal of a model management operation (``pull``, ``push``, ...)."""
     return UnsupportedFeatureError(
         operation, f"/api/{operation} is not supported: llamapy serves the models it was "
-                   "started with (--model, or several with --models); pulling models by name "
-                   "is not built yet")
+                   "started with (--model, or several with --models); Hub models are pulled "
+                   "with python -m llamapy pull, or by /api/pull and by name in a request "
+                   "with --models-dir and --pull-on-demand")

@@ -104,15 +104,26 @@ from its spec); ``accept_any_model`` sends unknown names to the first model; ``p
                 return names[0]
             raise
 
-    async def lease(self, requested: str | None) -> ModelLease:
-        """A lease on the requested model: at once on the event loop when it is loaded, else
-        (starting its load) waiting in a worker thread, bounded by the request timeout."""
+    @property
+    def pulls(self) -> bool:
+        """Whether a Hub model that is not served is pulled when named (``--pull-on-demand``)."""
+        return self._puller is not None
+
+    async def pick_or_pull(self, requested: str | None) -> str:
+        """:meth:`pick`, or with :attr:`pulls` a Hub model pulled into the store and served
+        first (on a worker thread); ``UnknownModelError`` for a name that is neither."""
         try:
-            name = self.pick(requested)
+            return self.pick(requested)
         except UnknownModelError:
             if self._puller is None or not requested:
                 raise
-            name = await run_in_threadpool(self._puller, requested)
+            return await run_in_threadpool(self._puller, requested)
+
+    async def lease(self, requested: str | None) -> ModelLease:
+        """A lease on the requested model (:meth:`pick_or_pull`): at once on the event loop
+        when it is loaded, else (starting its load) waiting in a worker thread, bounded by the
+        request timeout."""
+        name = await self.pick_or_pull(requested)
         lease = self.manager.try_acquire(name)
         if lease is not None:
             return lease

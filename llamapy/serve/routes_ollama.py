@@ -1,6 +1,7 @@
 """Ollama's native API: ``/api/chat``, ``/api/generate``, ``/api/embed``, ``/api/embeddings``,
-``/api/tags``, ``/api/show``, ``/api/ps``, ``/api/version``, and refusals for ``/api/pull``,
-``push``, ``create``, ``copy`` and ``delete`` (a pull of a served model answers success).
+``/api/tags``, ``/api/show``, ``/api/ps``, ``/api/version``, ``/api/pull`` (success for a
+served model; with ``--pull-on-demand`` a Hub model is pulled into the store), and refusals for
+``push``, ``create``, ``copy`` and ``delete``.
 
 Handlers read JSON, call :mod:`llamapy.ollama_api` and frame the result: NDJSON while
 ``stream`` (Ollama's default) is true, else one JSON object. Every error, a wrong API key
@@ -227,9 +228,13 @@ def _served_here(ctx: AppContext, name: str) -> bool:
 def _management_routes(router: Router, ctx: AppContext) -> None:
     @router.post("/api/pull")
     async def pull(request: Request) -> Response:
-        """Success for a model that is served; otherwise a typed refusal."""
+        """Success for a model that is served; with ``--pull-on-demand`` a Hub model is pulled
+        into the store and served first (the answer comes when the pull ends: no progress
+        lines); otherwise a typed refusal."""
         body = parse_body(ModelOpBody, await read_json(request))
-        if not _served_here(ctx, body.model_name):
+        if ctx.models is not None and ctx.models.pulls and body.model_name:
+            await ctx.models.pick_or_pull(body.model_name)
+        elif not _served_here(ctx, body.model_name):
             raise refuse_model_op("pull")
         if body.stream:
             return Response(b'{"status":"success"}\n', media_type="application/x-ndjson")

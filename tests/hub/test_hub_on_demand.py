@@ -80,3 +80,48 @@ def test_pull_on_demand_flags_are_checked(argv: list[str], hub_env: Path,
                                           capsys: pytest.CaptureFixture[str]) -> None:
     assert main(argv) == 2
     assert "pull" in capsys.readouterr().err
+
+
+def _pull_app(tmp_path: Path, pull: bool) -> tuple[Any, ModelManager, ModelStore]:
+    from llamapy.serve.app import create_app
+
+    manager = ModelManager([], server_factory=_Server)
+    store = ModelStore(tmp_path / "store")
+    puller = OnDemandPuller(manager, store, HubAccess.from_env(), {"n_ctx": 512})
+    app = create_app(manager, **({"puller": puller} if pull else {}))
+    return app, manager, store
+
+
+def test_ollamas_pull_pulls_a_hub_model_with_pull_on_demand(hub: HubStandin,
+                                                            tmp_path: Path) -> None:
+    """POST /api/pull pulls into the store and serves the model (Ollama's answer: one
+    ``success`` object, or an NDJSON line of it while ``stream``); a failed pull is an error
+    in Ollama's shape and adds nothing; a second pull of a served model pulls nothing."""
+    from starlette.testclient import TestClient
+
+    app, manager, store = _pull_app(tmp_path, pull=True)
+    with manager, TestClient(app, base_url="http://localhost") as client:
+        r = client.post("/api/pull", json={"model": f"hf.co/{TINY}:Q8_0", "insecure": False,
+                                           "stream": False})  # what ollama.pull() sends
+        assert r.status_code == 200 and r.json() == {"status": "success"}
+        assert manager.names == [f"hf.co/{TINY}:Q8_0"] and store.find(manager.names[0])
+        gets = len(hub.requests)
+        streamed = client.post("/api/pull", json={"model": f"hf.co/{TINY}:Q8_0"})
+        assert streamed.status_code == 200 and streamed.text == '{"status":"success"}\n'
+        assert len(hub.requests) == gets  # served now: nothing pulled
+        missing = client.post("/api/pull", json={"model": f"hf.co/{TINY}:Q2_K"})
+        assert missing.status_code == 404 and "error" in missing.json()
+        assert client.post("/api/pull", json={"model": "not a hub name"}).status_code == 404
+        assert manager.names == [f"hf.co/{TINY}:Q8_0"]
+
+
+def test_ollamas_pull_without_pull_on_demand_is_a_typed_refusal(hub: HubStandin,
+                                                                tmp_path: Path) -> None:
+    from starlette.testclient import TestClient
+
+    app, manager, store = _pull_app(tmp_path, pull=False)
+    with manager, TestClient(app, base_url="http://localhost") as client:
+        r = client.post("/api/pull", json={"model": f"hf.co/{TINY}:Q8_0", "stream": False})
+        assert r.status_code == 400 and "pull-on-demand" in r.json()["error"]
+    assert manager.names == [] and store.entries() == [] and hub.file_requests(
+        "tiny-Q8_0.gguf") == []
