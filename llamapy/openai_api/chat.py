@@ -25,6 +25,7 @@ from .logprobs import chat_logprob, chat_logprobs
 from .params import choice_options
 from .prompt import ChatPlan, prepare_chat
 from .report import (
+    SYSTEM_FINGERPRINT,
     finish_reason,
     per_token_timings,
     progress_dict,
@@ -39,7 +40,7 @@ Target = Server | Model | ServedModel
 
 def _envelope(plan: ChatPlan, kind: str) -> dict[str, Any]:
     return {"id": plan.id, "object": kind, "created": plan.created, "model": plan.model_name,
-            "system_fingerprint": None}
+            "system_fingerprint": SYSTEM_FINGERPRINT}
 
 
 def chat_response(plan: ChatPlan, completion: Completion) -> dict[str, Any]:

@@ -22,7 +22,13 @@ from .chat import Target, aready, ready
 from .logprobs import MIN_CANDIDATES, legacy_logprobs
 from .params import CompletionBody, check_unsupported, choice_options, parse_body
 from .prompt import call_options, new_id
-from .report import finish_reason, timings_dict, total_usage, usage_dict
+from .report import (
+    SYSTEM_FINGERPRINT,
+    finish_reason,
+    timings_dict,
+    total_usage,
+    usage_dict,
+)
 from .target import ServedModel
 
 
@@ -41,7 +47,7 @@ class CompletionPlan:
     def envelope(self) -> dict[str, Any]:
         """Fields common to every response object."""
         return {"id": self.id, "object": "text_completion", "created": self.created,
-                "model": self.served.name, "system_fingerprint": None}
+                "model": self.served.name, "system_fingerprint": SYSTEM_FINGERPRINT}
 
 
 def check_token_ids(served: ServedModel, token_ids: Sequence[int], where: str = "prompt"

@@ -19,9 +19,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from .. import __version__
 from .._native import Model
+from .._pins import LLAMA_CPP_COMMIT
 from ..engine import ProgressEvent, RequestTimings
 from ..server import Usage
+
+#: ``system_fingerprint`` of every OpenAI response: the serving build (llamapy's version and the
+#: pinned llama.cpp commit), where llama-server names its own build (``b<build>-<commit>``).
+SYSTEM_FINGERPRINT = f"llamapy-{__version__}-llama.cpp-{LLAMA_CPP_COMMIT}"
 
 #: Prompt tokens shown around the divergence point.
 DIVERGED_TEXT_TOKENS = 8

@@ -142,3 +142,18 @@ def test_response_fields_pick_paths_of_the_completion_response(app: FakeApp) -> 
         r = app.send("POST", "/completion", json={**body, "response_fields": bad})
         assert r.status_code == 400 and "response_fields" in r.text
     app.check_idle()
+
+
+def test_every_openai_response_names_the_serving_build_in_system_fingerprint(app: FakeApp):
+    """As llama-server names its build there; the official client reads it as a string."""
+    from llamapy.openai_api.report import SYSTEM_FINGERPRINT
+
+    assert SYSTEM_FINGERPRINT.startswith("llamapy-") and "llama.cpp-" in SYSTEM_FINGERPRINT
+    chat = {"model": ALIAS, "messages": MESSAGES, "max_tokens": 3}
+    assert app.send("POST", "/v1/chat/completions", json=chat).json()[
+        "system_fingerprint"] == SYSTEM_FINGERPRINT
+    assert {c["system_fingerprint"] for c in stream_chunks(app, chat)} == {SYSTEM_FINGERPRINT}
+    completion = {"model": ALIAS, "prompt": "Say", "max_tokens": 3}
+    assert app.send("POST", "/v1/completions", json=completion).json()[
+        "system_fingerprint"] == SYSTEM_FINGERPRINT
+    app.check_idle()
