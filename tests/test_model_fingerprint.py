@@ -132,15 +132,28 @@ def test_a_background_hash_nobody_races_gives_the_result(tmp_path: Path,
     assert key not in fp._background
 
 
-def test_a_delayed_start_claims_nothing_until_its_time(tmp_path: Path) -> None:
+def test_a_delayed_start_claims_nothing_until_its_timer_fires(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    timers: list[tuple[float, Callable[..., Any], tuple[Any, ...]]] = []
+
+    class Timer:  # records the timer instead of running it, so the test fires it
+        def __init__(self, delay: float, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+            timers.append((delay, fn, args))
+            self.daemon = False
+
+        def start(self) -> None:
+            pass
+
+    monkeypatch.setattr(fp.threading, "Timer", Timer)
     path = model_file(tmp_path, b"d" * 4096)
-    assert start_fingerprint(path, delay=0.3) is None
+    assert start_fingerprint(path, delay=1.5) is None
     key = fp._key_of(path)
     assert key not in fp._known  # nothing claimed yet: a caller now would hash it itself
-    deadline = time.monotonic() + 30
-    while key not in fp._known and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert fp._known[key].result(30) == hashlib.sha256(b"d" * 4096).hexdigest()
+    ((delay, fn, args),) = timers
+    assert delay == 1.5
+    future = fn(*args)  # the timer fires
+    assert future is fp._known[key]
+    assert future.result(30) == hashlib.sha256(b"d" * 4096).hexdigest()
 
 
 def test_a_changed_file_is_hashed_again(tmp_path: Path, sha: CountingSha) -> None:
