@@ -6,12 +6,11 @@ module only maps them to ``llama_context_params``.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._system import physical_cores
-from ..errors import ClosedError, InvalidOptionError, NativeError, UnknownOptionError, decode_error
+from ..errors import InvalidOptionError, NativeError, UnknownOptionError, decode_error
 from ..options.context import (
     SERVER_OWNED_KEYS,
     ContextOptions,
@@ -22,6 +21,7 @@ from . import _logging
 from ._loader import c_bytes, native
 from ._shim import WHAT_SIZE, check_error
 from .model import LoraAdapter, Model
+from .owned import Owned, not_null
 
 if TYPE_CHECKING:
     import numpy as np
@@ -50,12 +50,15 @@ def _enum(table: dict[Any, int], value: Any, name: str) -> int:
     raise InvalidOptionError(f"{name} must be one of {valid}, got {value!r}", option=name)
 
 
-class Context:
+class Context(Owned):
     """A llama.cpp context: KV memory, decode, logits and per-sequence state.
 
     One context must be used from one thread at a time. It keeps its model alive and is freed
-    before it (``close()`` is idempotent; use after close raises :class:`ClosedError`).
+    before it (``close()`` is idempotent; use after close raises
+    :class:`~llamapy.errors.ClosedError`).
     """
+
+    KIND = "context"
 
     def __init__(self, model: Model, options: ContextOptions | None = None, **kwargs: Any):
         if options is None:
@@ -87,7 +90,7 @@ class Context:
 
     @staticmethod
     def _create(model: Model, o: ContextOptions) -> Any:
-        ffi, lib = native().ffi, native().lib
+        lib = native().lib
         p = lib.llama_context_default_params()
         for name in ("n_ctx", "n_ubatch", "n_seq_max", "offload_kqv", "op_offload",
                      "embeddings", "swa_full", "kv_unified", "no_perf", "rope_freq_base",
@@ -105,42 +108,15 @@ class Context:
         p.rope_scaling_type = _enum(_ROPE_SCALING, o.rope_scaling_type, "rope_scaling_type")
         with _logging.loud_call() as lines:
             ptr = lib.llama_init_from_model(model.ptr, p)
-        if ptr == ffi.NULL:
-            reason = _logging.captured_message(lines, "llama_init_from_model returned NULL")
-            raise NativeError(f"failed to create context: {reason}")
-        return ptr
+        return not_null(ptr, lambda: NativeError("failed to create context: " + (
+            _logging.captured_message(lines, "llama_init_from_model returned NULL"))))
 
     # --- lifetime -----------------------------------------------------------------------------
 
-    @property
-    def ptr(self) -> Any:
-        """The raw ``llama_context *``; raises :class:`ClosedError` after close."""
-        if self._ptr is None:
-            raise ClosedError("context is closed")
-        return self._ptr
-
-    def close(self) -> None:
-        """Free the context, then let the model go. Idempotent."""
-        if self._ptr is None:
-            return
-        native().lib.llama_free(self._ptr)
-        self._ptr = None
+    def _free(self, ptr: Any) -> None:
+        """Free the context, then let the model go."""
+        native().lib.llama_free(ptr)
         self.model._release()
-
-    @property
-    def closed(self) -> bool:
-        """Whether :meth:`close` was called."""
-        return self._ptr is None
-
-    def __enter__(self) -> Context:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        with contextlib.suppress(Exception):
-            self.close()
 
     # --- decode and outputs -------------------------------------------------------------------
 
@@ -164,9 +140,8 @@ class Context:
         import numpy as np
 
         ffi, lib = native().ffi, native().lib
-        ptr = lib.llama_get_logits_ith(self.ptr, index)
-        if ptr == ffi.NULL:
-            raise NativeError(f"no logits for batch index {index}")
+        ptr = not_null(lib.llama_get_logits_ith(self.ptr, index),
+                       lambda: NativeError(f"no logits for batch index {index}"))
         return np.frombuffer(ffi.buffer(ptr, self.n_vocab * 4), dtype=np.float32)
 
     def embeddings(self, index: int) -> np.ndarray:
@@ -180,9 +155,7 @@ class Context:
     def _embd(self, ptr: Any, which: int) -> np.ndarray:
         import numpy as np
 
-        ffi = native().ffi
-        if ptr == ffi.NULL:
-            raise NativeError(f"no embeddings for {which} (is embeddings=True?)")
+        not_null(ptr, lambda: NativeError(f"no embeddings for {which} (is embeddings=True?)"))
         n = self.model.n_embd
         vector: np.ndarray = np.frombuffer(c_bytes(ptr, n * 4), dtype=np.float32).copy()
         return vector

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import ClosedError, InvalidOptionError, ModelLoadError, NativeError
+from ..errors import InvalidOptionError, ModelLoadError, NativeError
 from ..options.model import (
     LOAD_MODE_DIRECT_IO,
     LOAD_MODE_MLOCK,
@@ -23,18 +23,21 @@ from . import _logging
 from ._loader import c_bytes, c_text, native
 from ._shim import WHAT_SIZE, check_error
 from .devices import model_devices
+from .owned import Owned, not_null
 
 __all__ = ["LOAD_MODE_DIRECT_IO", "LOAD_MODE_MLOCK", "LOAD_MODE_MMAP", "LOAD_MODE_MMAP_MLOCK",
            "LOAD_MODE_NONE", "LoraAdapter", "Model", "ModelOptions", "load_option_keys"]
 
 
-class Model:
+class Model(Owned):
     """A loaded GGUF model. Thread-safe for read-only use (tokenize, metadata).
 
     Use as a context manager or call :meth:`close`; contexts made from the model must be
     closed first (``Context`` keeps its model alive and closing a model with live contexts
     defers the free until the last one closes).
     """
+
+    KIND = "model"
 
     def __init__(self, path: str | os.PathLike[str], options: ModelOptions | None = None,
                  **kwargs: Any) -> None:
@@ -79,19 +82,16 @@ class Model:
             params.tensor_split = keep
         with _logging.loud_call() as lines:
             ptr = lib.llama_model_load_from_file(str(self.path).encode(), params)
-        if ptr == ffi.NULL:
-            reason = _logging.captured_message(lines, "llama_model_load_from_file returned NULL")
-            raise ModelLoadError(f"failed to load model {self.path}: {reason}")
-        return ptr
+        return not_null(ptr, lambda: ModelLoadError(
+            f"failed to load model {self.path}: " + _logging.captured_message(
+                lines, "llama_model_load_from_file returned NULL")))
 
     # --- lifetime -----------------------------------------------------------------------------
 
     @property
-    def ptr(self) -> Any:
-        """The raw ``llama_model *``; raises :class:`ClosedError` after close."""
-        if self._ptr is None or self._close_requested:
-            raise ClosedError("model is closed")
-        return self._ptr
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called (the free may wait for the last context)."""
+        return self._ptr is None or self._close_requested
 
     @property
     def vocab(self) -> Any:
@@ -106,7 +106,7 @@ class Model:
     def _release(self) -> None:
         self._contexts -= 1
         if self._close_requested and self._contexts == 0:
-            self._free()
+            super().close()
 
     def close(self) -> None:
         """Free the model (deferred until its last context closes). Idempotent."""
@@ -114,30 +114,10 @@ class Model:
             return
         self._close_requested = True
         if self._contexts == 0:
-            self._free()
+            super().close()
 
-    def _free(self) -> None:
-        if self._ptr is not None:
-            native().lib.llama_model_free(self._ptr)
-            self._ptr = None
-
-    @property
-    def closed(self) -> bool:
-        """Whether :meth:`close` was called."""
-        return self._ptr is None or self._close_requested
-
-    def __enter__(self) -> Model:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:  # safety net only; close() is the contract
-        try:
-            if self._ptr is not None and self._contexts == 0:
-                self._free()
-        except Exception:
-            pass
+    def _free(self, ptr: Any) -> None:
+        native().lib.llama_model_free(ptr)
 
     # --- metadata -----------------------------------------------------------------------------
 
@@ -327,37 +307,25 @@ def _model_options(kwargs: dict[str, Any]) -> ModelOptions:
     return ModelOptions(**kwargs)
 
 
-class LoraAdapter:
+class LoraAdapter(Owned):
     """A LoRA adapter loaded for a model (valid while the model lives)."""
+
+    KIND = "LoRA adapter"
+    FREE_ON_GC = False  # a context may still use it; the model frees its adapters itself
 
     def __init__(self, model: Model, path: str | os.PathLike[str]) -> None:
         self.model = model
         self.path = Path(path)
         if not self.path.is_file():
             raise ModelLoadError(f"LoRA adapter not found: {self.path}")
-        ffi, lib = native().ffi, native().lib
+        lib = native().lib
         with _logging.capture() as lines:
             ptr = lib.llama_adapter_lora_init(model.ptr, str(self.path).encode())
-        if ptr == ffi.NULL:
-            reason = _logging.captured_message(lines, "llama_adapter_lora_init returned NULL")
-            raise ModelLoadError(f"failed to load LoRA adapter {self.path}: {reason}")
-        self._ptr: Any = ptr
+        self._ptr: Any = not_null(ptr, lambda: ModelLoadError(
+            f"failed to load LoRA adapter {self.path}: " + _logging.captured_message(
+                lines, "llama_adapter_lora_init returned NULL")))
 
-    @property
-    def ptr(self) -> Any:
-        """The raw ``llama_adapter_lora *``."""
-        if self._ptr is None:
-            raise ClosedError("LoRA adapter is closed")
-        return self._ptr
-
-    def close(self) -> None:
-        """Free the adapter. Idempotent; the model frees remaining adapters itself."""
-        if self._ptr is not None and not self.model.closed:
-            native().lib.llama_adapter_lora_free(self._ptr)
-        self._ptr = None
-
-    def __enter__(self) -> LoraAdapter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def _free(self, ptr: Any) -> None:
+        """Free the adapter, unless its model is gone (the model freed it)."""
+        if not self.model.closed:
+            native().lib.llama_adapter_lora_free(ptr)

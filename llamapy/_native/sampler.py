@@ -9,7 +9,6 @@ an accept that fails leaves it failed (a grammar may be half-advanced), so that 
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -19,11 +18,12 @@ from ._loader import native
 from ._shim import WHAT_SIZE, check_error, shim_error
 from .context import Context
 from .model import Model
+from .owned import Owned, not_null
 
 DEFAULT_SEED = 0xFFFFFFFF
 
 
-class SamplerChain:
+class SamplerChain(Owned):
     """A chain of native samplers. Add samplers in order, then ``sample(ctx, row)``.
 
     Each ``add_*`` call creates a native sampler that the chain owns from then on. ``sample``
@@ -31,6 +31,8 @@ class SamplerChain:
     (so penalties, grammar and mirostat state advance). ``close()`` frees the chain. After a
     native failure (see the module docstring) every use but ``close()`` raises.
     """
+
+    KIND = "sampler chain"
 
     def __init__(self, model: Model, *, no_perf: bool = True) -> None:
         lib = native().lib
@@ -55,7 +57,7 @@ class SamplerChain:
     def ptr(self) -> Any:
         """The raw ``llama_sampler *`` of the chain (closed or failed chains raise)."""
         if self._ptr is None:
-            raise ClosedError("sampler chain is closed")
+            raise ClosedError(f"{self.KIND} is closed")
         if self._failure is not None:
             raise NativeError(f"sampler chain failed earlier ({self._failure}); close it")
         return self._ptr
@@ -75,8 +77,7 @@ class SamplerChain:
 
     def _add(self, name: str, smpl: Any) -> SamplerChain:
         nat = native()
-        if smpl == nat.ffi.NULL:
-            raise GrammarError(f"failed to create sampler {name}")
+        not_null(smpl, lambda: GrammarError(f"failed to create sampler {name}"))
         status = nat.shim.llamapy_sampler_chain_add(self.ptr, smpl, self._what, WHAT_SIZE)
         if status:
             nat.lib.llama_sampler_free(smpl)  # not the chain's
@@ -193,9 +194,9 @@ class SamplerChain:
                 smpl = self._make("llama_sampler_init_grammar", lambda out: (
                     shim.llamapy_sampler_init_grammar(vocab, text, start, out, what,
                                                       WHAT_SIZE)))
-        if smpl == ffi.NULL:
-            parse = [line for line in err if "error parsing grammar" in line]
-            raise GrammarError(_logging.captured_message(parse or lines, "failed to parse grammar"))
+        not_null(smpl, lambda: GrammarError(_logging.captured_message(
+            [line for line in err if "error parsing grammar" in line] or lines,
+            "failed to parse grammar")))
         return self._add("grammar", smpl)
 
     # --- use ---------------------------------------------------------------------------------
@@ -228,18 +229,6 @@ class SamplerChain:
     def __len__(self) -> int:
         return int(native().lib.llama_sampler_chain_n(self.ptr))
 
-    def close(self) -> None:
-        """Free the chain and every sampler in it. Idempotent."""
-        if self._ptr is not None:
-            native().lib.llama_sampler_free(self._ptr)
-            self._ptr = None
-
-    def __enter__(self) -> SamplerChain:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        with contextlib.suppress(Exception):
-            self.close()
+    def _free(self, ptr: Any) -> None:
+        """Free the chain and every sampler in it."""
+        native().lib.llama_sampler_free(ptr)
