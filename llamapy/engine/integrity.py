@@ -16,6 +16,10 @@ if TYPE_CHECKING:
 __all__ = ["build_stats", "check_engine"]
 
 
+#: The states of a run placed on a slot.
+ON_SLOT = frozenset({RequestState.RESOLVING, RequestState.RUNNING})
+
+
 def _require(ok: bool, message: str) -> None:
     if not ok:
         raise AssertionError(f"engine integrity: {message}")
@@ -44,7 +48,7 @@ def _check_slot(engine: Engine, slot: Slot) -> None:
     _require((run is None) == slot.is_free, f"{sid}: run {run!r} in state {slot.state}")
     if run is None:
         return
-    _require(run.slot is slot and run.state is RequestState.RUNNING, f"{sid}: run not bound")
+    _require(run.slot is slot and run.state in ON_SLOT, f"{sid}: run not bound")
     if not run.resolved:
         return
     _require(slot.key == run.key, f"{sid}: cache key {slot.key!r} != run's {run.key!r}")

@@ -89,12 +89,12 @@ class PrefixResolver:
 
     def resolve(self, run: Run) -> bool:
         """Pick and apply the reuse source for a run just placed on ``run.slot``. False, with
-        nothing applied (``run.resolved`` stays False), while the best source is a disk entry
+        nothing applied (the run stays ``RESOLVING``), while the best source is a disk entry
         still being read: call again on a later tick."""
         slot = run.slot
         assert slot is not None, "resolve: run has no slot"
         if not run.cache_prompt:
-            run.resolved = True
+            run.machine.fire("resolve")
             self.discard(slot, 0)
             slot.key = run.key
             return True
@@ -107,7 +107,7 @@ class PrefixResolver:
                 self.counters.num_disk_failures += 1
                 choice = self._choose(run, slot, disk=False)
         self.reads.forget(run.serial)
-        run.resolved = True
+        run.machine.fire("resolve")
         self._note_instability(run, slot)
         run.pins = plan_pins(run, self.ram)
         self._apply(run, slot, choice._replace(n=reuse_for_pins(run, self.ram, choice.n)), data)

@@ -270,7 +270,6 @@ class Run:
     machine: StateMachine[RequestState] = field(default_factory=request_machine)
     timings: RequestTimings = field(default_factory=RequestTimings)
     slot: Slot | None = None
-    resolved: bool = False
     admitted_at: float = 0.0
     prefill_started_at: float | None = None
     last_token_at: float | None = None
@@ -321,8 +320,13 @@ class Run:
 
     @property
     def state(self) -> RequestState:
-        """Queued, running or finished."""
+        """Queued, resolving, running or finished."""
         return self.machine.state
+
+    @property
+    def resolved(self) -> bool:
+        """Whether the run's prefix reuse is applied on its slot (state ``RUNNING``)."""
+        return self.machine.state is RequestState.RUNNING
 
     def final_event(self, reason: FinishReason, error: LlamapyError | None = None) -> Event:
         """The run's one final event: ``ErrorEvent`` for ``FinishReason.ERROR``, else

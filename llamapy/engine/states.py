@@ -10,8 +10,11 @@ Slot::
 
 Request::
 
-    QUEUED --admit--> RUNNING --finish--> FINISHED
-    QUEUED --finish--> FINISHED   (cancelled, rejected or engine closed while queued)
+    QUEUED --admit--> RESOLVING --resolve--> RUNNING --finish--> FINISHED
+    QUEUED | RESOLVING --finish--> FINISHED   (cancelled, rejected or engine closed first)
+
+RESOLVING: placed on a slot, its prefix reuse not applied yet (the best source may be a disk
+entry still being read); RUNNING: the slot holds the reused prefix, prefill and decode follow.
 """
 
 from __future__ import annotations
@@ -46,9 +49,11 @@ class SlotState(Enum):
 
 
 class RequestState(Enum):
-    """Where a request is: the queue, a slot, or done (its final event sent)."""
+    """Where a request is: the queue, a slot (reuse being resolved, then running), or done
+    (its final event sent)."""
 
     QUEUED = "queued"
+    RESOLVING = "resolving"
     RUNNING = "running"
     FINISHED = "finished"
 
@@ -73,8 +78,10 @@ SLOT_TRANSITIONS: dict[tuple[SlotState, str], SlotState] = {
 }
 
 REQUEST_TRANSITIONS: dict[tuple[RequestState, str], RequestState] = {
-    (RequestState.QUEUED, "admit"): RequestState.RUNNING,
+    (RequestState.QUEUED, "admit"): RequestState.RESOLVING,
+    (RequestState.RESOLVING, "resolve"): RequestState.RUNNING,
     (RequestState.QUEUED, "finish"): RequestState.FINISHED,
+    (RequestState.RESOLVING, "finish"): RequestState.FINISHED,
     (RequestState.RUNNING, "finish"): RequestState.FINISHED,
 }
 

@@ -47,7 +47,8 @@ def test_slot_lifecycle():
 
 def test_request_lifecycle_and_finished_is_terminal():
     m = request_machine()
-    assert m.fire("admit") is RequestState.RUNNING
+    assert m.fire("admit") is RequestState.RESOLVING
+    assert m.fire("resolve") is RequestState.RUNNING
     assert m.fire("finish") is RequestState.FINISHED
     for event in {e for _, e in REQUEST_TRANSITIONS}:
         with pytest.raises(IllegalTransitionError):
@@ -57,4 +58,12 @@ def test_request_lifecycle_and_finished_is_terminal():
 
 def test_queued_request_can_finish_without_running():
     m = request_machine()
+    assert m.fire("finish") is RequestState.FINISHED
+
+
+def test_a_request_placed_on_a_slot_can_finish_before_its_reuse_is_resolved():
+    m = request_machine()
+    m.fire("admit")
+    with pytest.raises(IllegalTransitionError):
+        m.fire("admit")
     assert m.fire("finish") is RequestState.FINISHED
