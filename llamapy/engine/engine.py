@@ -272,19 +272,19 @@ class Engine:
                 waiting.add(run.slot.slot_id)
         for run in runs:
             slot = run.slot
-            if slot is None or slot.state is not SlotState.PREFILLING or run.finish is not None \
+            if slot is None or slot.state is not SlotState.PREFILLING or run.ending \
                     or not run.resolved:
                 continue
             if self.prefix.follow(run):
                 waiting.add(slot.slot_id)
             elif run.prefill_only and slot.remaining_prefill == 0:
-                run.finish = FinishReason.PREFILL
+                run.end(FinishReason.PREFILL)
         return waiting
 
     def _plan_batch(self, waiting: set[int]) -> ScheduledBatch | None:
         decoding, prefilling = [], []
         for slot in self.pool.running():
-            if slot.run is None or slot.run.finish is not None:
+            if slot.run is None or slot.run.ending:
                 continue
             if slot.state is SlotState.DECODING:
                 decoding.append(slot)
@@ -295,7 +295,7 @@ class Engine:
     def _reap(self) -> None:
         for slot in self.pool.running():
             run = slot.run
-            if run is not None and run.finish is not None:
+            if run is not None and run.ending and run.finish is not None:
                 self._finish(run, run.finish, run.error)
         gone, self._gone = self._gone, []
         for run in gone:
@@ -335,8 +335,8 @@ class Engine:
             alive = False
         if alive is False and isinstance(event, TokenEvent):
             self._gone.append(run)
-            if run.finish is None:  # a verification step emits nothing more to it
-                run.finish = FinishReason.CANCELLED
+            if run.state is RequestState.RUNNING:  # a verification emits nothing more to it
+                run.end(FinishReason.CANCELLED)
 
     # --- leases (for workspace sessions) -------------------------------------------------------
 

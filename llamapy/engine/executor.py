@@ -18,8 +18,8 @@ thread's CPU time for one token (``SamplingTooCostlyError``: a grammar that cost
 every slot at each of its tokens; the first such token is paid, not the next ones). CPU time,
 not wall time, so a busy machine does not fail a request that would fit.
 
-Runs are only *marked* finished here (``run.finish``); the engine's reap phase sends the final
-event and frees the slot.
+Runs are only *marked* finished here (``run.end``: state ``ENDING``); the engine's reap phase
+sends the final event and frees the slot.
 """
 
 from __future__ import annotations
@@ -104,18 +104,16 @@ class Executor:
         entry = batch.entries[0]
         unified = self.backend.kv_unified
         self.counters.num_context_overflows += 1
-        entry.run.error = ContextOverflowError(
+        entry.run.end(FinishReason.ERROR, ContextOverflowError(
             stage="prefill" if entry.prefill else "decode",
             resident_tokens=len(entry.slot.cached), additional_tokens=len(entry.token_ids),
-            n_ctx=self.backend.n_ctx if unified else self.backend.n_ctx_seq)
-        entry.run.finish = FinishReason.ERROR
+            n_ctx=self.backend.n_ctx if unified else self.backend.n_ctx_seq))
         self.prefix.discard(entry.slot, 0)  # its cells go to the requests that carry on
 
     def _fail(self, batch: ScheduledBatch, exc: DecodeError) -> None:
         for entry in batch.entries:
             self.prefix.resync(entry.slot)
-            entry.run.error = exc
-            entry.run.finish = FinishReason.ERROR
+            entry.run.end(FinishReason.ERROR, exc)
 
     def _commit(self, batch: ScheduledBatch, rows: list[int | None]) -> None:
         for entry, row in zip(batch.entries, rows, strict=True):
@@ -132,7 +130,7 @@ class Executor:
                 self._sample(entry, row)
             elif run.prefill_only and entry.slot.remaining_prefill == 0:
                 run.timings.prefill_s = self.clock() - (run.prefill_started_at or 0.0)
-                run.finish = FinishReason.PREFILL
+                run.end(FinishReason.PREFILL)
 
     def _verify(self, entry: Entry, row: int) -> None:
         """Sample the rows of a drafted entry while they confirm the draft; trim the rest."""
@@ -142,7 +140,7 @@ class Executor:
             token = self._sample(entry, first + i)
             matched = token is not None and i < len(draft) and token == draft[i]
             accepted += matched
-            if not matched or run.finish is not None:
+            if not matched or run.ending:
                 break
         trim_to_run(self.backend, run, entry.slot.seq_id, entry.slot.cached)
         self.speculator.verified(run, len(draft), accepted, entry.draft_bucket)
@@ -157,11 +155,11 @@ class Executor:
             n_probs = run.request.options.sampling.n_probs
             logprobs = _logprobs(run.sampler, row, token, n_probs) if n_probs else None
         except Exception as exc:  # e.g. a grammar with no allowed token: this run only
-            run.error = exc if isinstance(exc, LlamapyError) else EngineError("sample", exc)
-            run.finish = FinishReason.ERROR
+            run.end(FinishReason.ERROR,
+                    exc if isinstance(exc, LlamapyError) else EngineError("sample", exc))
             return None
         if time.thread_time() - started > self.max_sample_s:  # it stalls every slot each token
-            run.error, run.finish = SamplingTooCostlyError(self.max_sample_s), FinishReason.ERROR
+            run.end(FinishReason.ERROR, SamplingTooCostlyError(self.max_sample_s))
             return None
         run.tokens.append(token)
         self.counters.num_generated_tokens += 1
@@ -170,7 +168,7 @@ class Executor:
             slot.machine.fire("prefilled")
         text, reason = self._text_for(run, token)
         if reason is not None:
-            run.finish = reason
+            run.end(reason)
         timings = None
         if run.request.options.timings_per_token:
             timings = replace(run.timings, completion_tokens=run.num_generated)

@@ -17,7 +17,7 @@ __all__ = ["build_stats", "check_engine"]
 
 
 #: The states of a run placed on a slot.
-ON_SLOT = frozenset({RequestState.RESOLVING, RequestState.RUNNING})
+ON_SLOT = frozenset({RequestState.RESOLVING, RequestState.RUNNING, RequestState.ENDING})
 
 
 def _require(ok: bool, message: str) -> None:
@@ -54,7 +54,7 @@ def _check_slot(engine: Engine, slot: Slot) -> None:
     _require(slot.key == run.key, f"{sid}: cache key {slot.key!r} != run's {run.key!r}")
     n = len(slot.cached)
     _require(slot.cached == run.tokens[:n], f"{sid}: KV is not a prefix of the run's tokens")
-    if slot.state is SlotState.DECODING and run.finish is None:
+    if slot.state is SlotState.DECODING and not run.ending:
         _require(n == len(run.tokens) - 1, f"{sid}: decoding with {n} of {len(run.tokens)}")
     if slot.state is SlotState.PREFILLING:
         _require(len(run.tokens) == len(run.prompt), f"{sid}: sampled while prefilling")

@@ -254,6 +254,9 @@ class Request:
         return None if session is None else (self.cache_key.scope, session)
 
 
+_RESOLVED = frozenset({RequestState.RUNNING, RequestState.ENDING})
+
+
 @dataclass(slots=True, eq=False)
 class Run:
     """A submitted :class:`Request` and everything the engine tracks about it while it is queued
@@ -320,13 +323,26 @@ class Run:
 
     @property
     def state(self) -> RequestState:
-        """Queued, resolving, running or finished."""
+        """Queued, resolving, running, ending or finished."""
         return self.machine.state
 
     @property
     def resolved(self) -> bool:
-        """Whether the run's prefix reuse is applied on its slot (state ``RUNNING``)."""
-        return self.machine.state is RequestState.RUNNING
+        """Whether the run's prefix reuse is applied on its slot (``RUNNING`` or ``ENDING``)."""
+        return self.machine.state in _RESOLVED
+
+    @property
+    def ending(self) -> bool:
+        """Whether the run's finish reason is known (state ``ENDING``; sent at the reap)."""
+        return self.machine.state is RequestState.ENDING
+
+    def end(self, reason: FinishReason, error: LlamapyError | None = None) -> None:
+        """Mark the running run to finish with ``reason`` (and ``error``) at the tick's reap;
+        ``IllegalTransitionError`` if it is not running."""
+        self.machine.fire("end")
+        self.finish = reason
+        if error is not None:
+            self.error = error
 
     def final_event(self, reason: FinishReason, error: LlamapyError | None = None) -> Event:
         """The run's one final event: ``ErrorEvent`` for ``FinishReason.ERROR``, else

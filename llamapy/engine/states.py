@@ -10,11 +10,13 @@ Slot::
 
 Request::
 
-    QUEUED --admit--> RESOLVING --resolve--> RUNNING --finish--> FINISHED
-    QUEUED | RESOLVING --finish--> FINISHED   (cancelled, rejected or engine closed first)
+    QUEUED --admit--> RESOLVING --resolve--> RUNNING --end--> ENDING --finish--> FINISHED
+    QUEUED | RESOLVING | RUNNING --finish--> FINISHED   (cancelled, rejected, engine closed)
 
 RESOLVING: placed on a slot, its prefix reuse not applied yet (the best source may be a disk
-entry still being read); RUNNING: the slot holds the reused prefix, prefill and decode follow.
+entry still being read); RUNNING: the slot holds the reused prefix, prefill and decode follow;
+ENDING: its finish reason is known (a stop, an error, a cancel seen mid-tick), its final event
+is sent by the tick's reap.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ class RequestState(Enum):
     QUEUED = "queued"
     RESOLVING = "resolving"
     RUNNING = "running"
+    ENDING = "ending"
     FINISHED = "finished"
 
     __hash__ = object.__hash__  # as SlotState's
@@ -82,7 +85,9 @@ REQUEST_TRANSITIONS: dict[tuple[RequestState, str], RequestState] = {
     (RequestState.RESOLVING, "resolve"): RequestState.RUNNING,
     (RequestState.QUEUED, "finish"): RequestState.FINISHED,
     (RequestState.RESOLVING, "finish"): RequestState.FINISHED,
+    (RequestState.RUNNING, "end"): RequestState.ENDING,
     (RequestState.RUNNING, "finish"): RequestState.FINISHED,
+    (RequestState.ENDING, "finish"): RequestState.FINISHED,
 }
 
 S = TypeVar("S", bound=Enum)

@@ -49,6 +49,9 @@ def test_request_lifecycle_and_finished_is_terminal():
     m = request_machine()
     assert m.fire("admit") is RequestState.RESOLVING
     assert m.fire("resolve") is RequestState.RUNNING
+    assert m.fire("end") is RequestState.ENDING
+    with pytest.raises(IllegalTransitionError):
+        m.fire("end")  # one finish reason
     assert m.fire("finish") is RequestState.FINISHED
     for event in {e for _, e in REQUEST_TRANSITIONS}:
         with pytest.raises(IllegalTransitionError):
