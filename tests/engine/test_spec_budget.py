@@ -7,9 +7,13 @@ import itertools
 
 import pytest
 from spec_helpers import (
+    ENDLESS,
+    PROMPTS,
     Job,
     OracleDrafter,
+    assert_reference,
     checked_drain,
+    draft_lens,
     job,
     reference_of,
     run_jobs,
@@ -22,32 +26,8 @@ from llamapy.engine import (
     Engine,
     ErrorEvent,
     FakeBackend,
-    FakeModel,
 )
 from llamapy.errors import ContextOverflowError
-
-MODEL = FakeModel(n_vocab=512)
-ENDLESS = FakeModel(n_vocab=512, eog_permille=0)  # never draws EOG: outputs reach max_tokens
-SMALL = FakeModel(n_vocab=8)  # generated tokens often repeat the prompt's n-grams
-PROMPTS = ([*range(1, 13)], [7, 8, 9] * 4 + [3], [300, 301, 302, 5, 6])
-SMALL_PROMPTS = ([1, 2, 3, 4] * 4, [5, 6, 7, 5, 6, 7, 5, 6], [2, 3] * 6 + [4])
-
-
-def draft_lens(plans: list[BatchPlan]) -> list[int]:
-    """Draft length of every segment that asked for output rows."""
-    return [seg.n_outputs - 1 for plan in plans for seg in plan.segments if seg.logits]
-
-
-def mixed_jobs(prompts, max_tokens: int = 30, **options) -> list[Job]:
-    """Each prompt greedy and sampled (temp 0.8, its own seed)."""
-    return [job(f"{i}-{temp}", p, max_tokens=max_tokens, temp=temp, seed=10 + i, **options)
-            for i, p in enumerate(prompts) for temp in (0.0, 0.8)]
-
-
-def assert_reference(backend: FakeBackend, jobs: list[Job]) -> None:
-    for j in jobs:
-        assert j.sink.tokens == reference_of(backend, j), f"{j.request_id}: not the reference"
-
 
 # --- the batch budget and KV pressure ------------------------------------------------------
 

@@ -5,15 +5,20 @@ reference's either way."""
 from __future__ import annotations
 
 import pytest
-from spec_helpers import OracleDrafter, job, reference_of, run_jobs, spec_engine
+from spec_helpers import (
+    ENDLESS,
+    SMALL,
+    SMALL_PROMPTS,
+    OracleDrafter,
+    job,
+    reference_of,
+    run_jobs,
+    spec_engine,
+)
 
-from llamapy.engine import FakeBackend, FakeModel
+from llamapy.engine import FakeBackend
 from llamapy.errors import InvalidOptionError
 from llamapy.options.speculative import speculative_overrides
-
-ENDLESS = FakeModel(n_vocab=512, eog_permille=0)  # never draws EOG: outputs reach max_tokens
-SMALL = FakeModel(n_vocab=8)  # generated tokens often repeat the prompt's n-grams
-SMALL_PROMPTS = ([1, 2, 3, 4] * 4, [5, 6, 7, 5, 6, 7, 5, 6])
 
 
 def drafting_streams(backend: FakeBackend) -> list[tuple[int, int]]:
