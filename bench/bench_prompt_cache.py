@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """The prompt caches' bookkeeping with many entries behind one system prompt.
 
-Fills a :class:`~llamapy.engine.prompt_cache.PromptCache` with ``--entries`` conversations of
+Fills a :class:`~llamapy.engine.cache.ram.PromptCache` with ``--entries`` conversations of
 500-1,500 random tokens that all start with the same ``--system`` tokens (no model: the cost
 measured is the index, which runs on the engine's tick thread), then times a lookup for a new
 conversation (it shares only the system prompt), a lookup for an entry's next turn, an offer
 and a cover check. ``--disk`` does the same with a
-:class:`~llamapy.engine.disk_cache.DiskPromptCache` in a temporary folder (tiny states; the
+:class:`~llamapy.engine.cache.disk.DiskPromptCache` in a temporary folder (tiny states; the
 offer timed is one the cover check refuses, the part that runs on the tick thread), a
 write (what the writer thread does per entry, holding the GIL for its Python part), and a
 lookup right after another instance wrote to the folder, with and without background threads
@@ -23,8 +23,8 @@ import tempfile
 import time
 from collections.abc import Callable
 
-from llamapy.engine.disk_cache import CacheNamespace, DiskPromptCache
-from llamapy.engine.prompt_cache import PromptCache
+from llamapy.engine.cache.disk import CacheNamespace, DiskPromptCache
+from llamapy.engine.cache.ram import PromptCache
 from llamapy.engine.request import CacheKey
 
 

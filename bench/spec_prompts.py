@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-#: ``DecodeCost`` from ``llamapy/engine/speculation.py`` (about 390 tokens).
+#: ``DecodeCost`` from ``llamapy/engine/speculation/speculator.py`` (about 390 tokens).
 CODE_DECODECOST = '''\
 class DecodeCost:
     """The marginal cost of a batch token relative to a one-token decode (``beta``), fitted

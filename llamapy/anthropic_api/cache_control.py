@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from ..engine.prompt_cache import common_prefix
+from ..engine.cache.ram import common_prefix
 from ..errors import InvalidOptionError, LlamapyError
 from ..openai_api.params import ChatBody, parse_body
 from ..openai_api.prompt import render_prompt

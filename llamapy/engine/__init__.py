@@ -5,8 +5,8 @@ Never imports cffi or ``llamapy._native``: it drives any :class:`Backend`.
 
 from llamapy.engine.backend import Backend, BatchPlan, Sampler, Segment
 from llamapy.engine.engine import Engine
-from llamapy.engine.fake import FakeBackend, FakeSampler
-from llamapy.engine.fake_model import CostModel, FakeModel, SimClock, reference
+from llamapy.engine.fake.backend import FakeBackend, FakeSampler
+from llamapy.engine.fake.model import CostModel, FakeModel, SimClock, reference
 from llamapy.engine.options import (
     LLAMA_DEFAULT_SEED,
     EngineConfig,

@@ -8,10 +8,10 @@ import operator
 from collections.abc import Callable, Container, Hashable, Iterator
 
 from llamapy.engine.backend import Backend
+from llamapy.engine.cache.ram import common_prefix
+from llamapy.engine.cache.resolver import PrefixResolver
 from llamapy.engine.options import EngineConfig, RequestOptions
 from llamapy.engine.planner import queued_view
-from llamapy.engine.prefix import PrefixResolver
-from llamapy.engine.prompt_cache import common_prefix
 from llamapy.engine.request import Request, Run
 from llamapy.engine.slots import Slot, SlotPool
 from llamapy.engine.tenants import Tenants, tenant_of

@@ -1,7 +1,7 @@
 """The contract between the serving core and a model backend.
 
 The engine is backend-agnostic: it only talks to an object satisfying :class:`Backend`.
-``llamapy.engine.fake.FakeBackend`` implements it in pure Python for tests and simulation;
+``llamapy.engine.fake.backend.FakeBackend`` implements it in pure Python for tests and simulation;
 the libllama backend implements it on ``llamapy._native``. The protocol is deliberately close to
 libllama so that each method is one or two native calls:
 

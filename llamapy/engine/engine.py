@@ -22,15 +22,14 @@ from collections.abc import Callable, Hashable, Mapping
 
 from llamapy.engine.admission import Admission, check_backend, check_request
 from llamapy.engine.backend import Backend, Sampler
-from llamapy.engine.disk_cache import CacheNamespace, open_disk_cache
-from llamapy.engine.drafting import Drafter
+from llamapy.engine.cache.disk import CacheNamespace, open_disk_cache
+from llamapy.engine.cache.ram import open_ram_cache
+from llamapy.engine.cache.resolver import PrefixResolver
 from llamapy.engine.executor import Executor
 from llamapy.engine.integrity import build_stats, check_engine
 from llamapy.engine.leases import LeaseOps
 from llamapy.engine.options import EngineConfig, EngineTuning
 from llamapy.engine.planner import Planner, ScheduledBatch
-from llamapy.engine.prefix import PrefixResolver
-from llamapy.engine.prompt_cache import open_ram_cache
 from llamapy.engine.request import (
     CacheKey,
     Event,
@@ -41,7 +40,8 @@ from llamapy.engine.request import (
 )
 from llamapy.engine.slot_ops import SlotOps
 from llamapy.engine.slots import Slot, SlotPool
-from llamapy.engine.speculation import Speculator, with_ngram
+from llamapy.engine.speculation.drafting import Drafter
+from llamapy.engine.speculation.speculator import Speculator, with_ngram
 from llamapy.engine.states import RequestState, SlotState
 from llamapy.engine.stats import Counters, EngineStats, InstabilityEvent, recent_events
 from llamapy.engine.strategies import resolve_strategy
@@ -63,7 +63,8 @@ class Engine:
     """Continuous batching over a :class:`~llamapy.engine.backend.Backend`.
 
     ``drafters`` adds speculative drafters by name (``"draft"``: a
-    :class:`~llamapy.engine.model_drafter.ModelDrafter`); the ``"ngram"`` drafter is built in.
+    :class:`~llamapy.engine.speculation.model_drafter.ModelDrafter`); the ``"ngram"`` drafter
+    is built in.
     The engine closes them with itself. ``cache_namespace`` names the model and runtime for the
     disk prompt cache (required with ``config.prompt_cache_dir``: only the host knows them).
     """

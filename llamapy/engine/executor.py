@@ -9,8 +9,8 @@ fails the runs of the batch with that error, after trimming whatever the backend
 each slot's known KV.
 
 A decode entry carrying a draft is verified row by row (see
-:mod:`llamapy.engine.speculation`): sampling goes on while the sampled token equals the drafted
-one, then the rejected positions' KV is removed.
+:mod:`llamapy.engine.speculation.speculator`): sampling goes on while the sampled token
+equals the drafted one, then the rejected positions' KV is removed.
 
 Sampling fails only the run it samples for: a typed error (a grammar that allows no token), a
 foreign one (``EngineError``), or a sampler that took more than ``max_sample_ms`` of the tick
@@ -30,10 +30,10 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from llamapy.engine.backend import Backend, Sampler
+from llamapy.engine.cache.resolver import PrefixResolver
 from llamapy.engine.planner import Entry, ScheduledBatch
-from llamapy.engine.prefix import PrefixResolver
 from llamapy.engine.request import Event, FinishReason, ProgressEvent, Run, TokenEvent
-from llamapy.engine.speculation import Speculator, trim_to_run
+from llamapy.engine.speculation.speculator import Speculator, trim_to_run
 from llamapy.engine.states import SlotState
 from llamapy.engine.stats import Counters
 from llamapy.errors import (

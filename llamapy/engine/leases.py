@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from llamapy.engine.backend import Backend, BatchPlan, Segment
-from llamapy.engine.prefix import PrefixResolver
+from llamapy.engine.cache.resolver import PrefixResolver
 from llamapy.engine.request import CacheKey
 from llamapy.engine.slots import Slot, SlotPool
 from llamapy.errors import InvalidOptionError, UnsupportedFeatureError

@@ -25,7 +25,7 @@ from llamapy.errors import LlamapyError
 if TYPE_CHECKING:
     from llamapy.engine.backend import Sampler
     from llamapy.engine.slots import Slot
-    from llamapy.engine.speculation import Speculation
+    from llamapy.engine.speculation.speculator import Speculation
 
 __all__ = [
     "CacheKey",

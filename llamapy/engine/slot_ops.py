@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llamapy.engine.backend import Backend
-from llamapy.engine.prefix import PrefixResolver
+from llamapy.engine.cache.resolver import PrefixResolver
 from llamapy.engine.request import CacheKey
 from llamapy.engine.slots import Slot, SlotPool
 from llamapy.errors import InvalidOptionError, SlotBusyError

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 
-from llamapy.engine.prompt_cache import common_prefix
+from llamapy.engine.cache.ram import common_prefix
 from llamapy.engine.request import CacheKey, Run
 from llamapy.engine.states import (
     FREE_SLOT_STATES,

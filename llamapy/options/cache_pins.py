@@ -1,7 +1,7 @@
 """The ``cache_pins`` request option: prompt prefixes to keep in the prompt cache for a time.
 
 A pin is ``(length, ttl_s)``: keep the prompt's first ``length`` tokens cached for ``ttl_s``
-seconds (see :mod:`llamapy.engine.cache_pins` for what the engine does with it). A request
+seconds (see :mod:`llamapy.engine.cache.pin_table` for what the engine does with it). A request
 carries at most :data:`MAX_CACHE_PINS` of them (Anthropic allows four cache breakpoints); a
 time to live is at most :data:`MAX_PIN_TTL_S` (Responses' longest retention, 24 h).
 """

@@ -34,13 +34,13 @@ class EngineConfig(RequestLimits):
     :mod:`llamapy.engine.tenants`).
     ``kv_unified`` must match the backend's. ``prompt_cache_ram_mb`` is the level-2 RAM prompt
     cache budget (0 = off); ``prompt_cache_dir`` and ``prompt_cache_disk_mb`` the level-3 disk
-    prompt cache's folder (None = off) and budget (see :mod:`llamapy.engine.disk_cache`).
+    prompt cache's folder (None = off) and budget (see :mod:`llamapy.engine.cache.disk`).
     ``batch_strategy`` is a strategy name (``"shortest_first"``, the default,
     ``"decode_maximal"``, ``"prefill_priority"``, ``"balanced"``), class or instance (see
     :mod:`llamapy.engine.strategies`). ``slot_prompt_similarity`` and ``cache_idle_slots``
     are llama-server's options of those names: the share of a prompt a free slot's cached
     prefix must match to be chosen, and parking idle slots in the RAM cache (see
-    :meth:`~llamapy.engine.prefix.PrefixResolver.park_idle`). ``sampling`` holds the
+    :meth:`~llamapy.engine.cache.resolver.PrefixResolver.park_idle`). ``sampling`` holds the
     server's sampling defaults. The ``max_*`` fields are the serving limits on one request
     (:class:`~llamapy.options.limits.RequestLimits`).
     The ``spec_*`` fields are the server's speculative decoding defaults (llama-server's flag

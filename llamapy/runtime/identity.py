@@ -1,5 +1,5 @@
 """What makes serialised KV valid to restore, from the host's side: the disk prompt cache's
-namespace digest (see :class:`~llamapy.engine.disk_cache.CacheNamespace`) and the description
+namespace digest (see :class:`~llamapy.engine.cache.disk.CacheNamespace`) and the description
 of an adapter set by its files' fingerprints (:func:`llamapy.fingerprint.model_fingerprint`,
 the one fingerprint sessions and slot files use too).
 

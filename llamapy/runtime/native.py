@@ -14,10 +14,10 @@ from llamapy._native import Context, Model
 from llamapy._native._loader import native
 from llamapy._native.context import ContextOptions
 from llamapy._pins import LLAMA_CPP_COMMIT
-from llamapy.engine.disk_cache import CacheNamespace
+from llamapy.engine.cache.disk import CacheNamespace
 from llamapy.engine.engine import Engine
-from llamapy.engine.model_drafter import ModelDrafter, check_same_vocab
 from llamapy.engine.options import EngineConfig
+from llamapy.engine.speculation.model_drafter import ModelDrafter, check_same_vocab
 from llamapy.fingerprint import model_fingerprint
 from llamapy.llama_backend import LlamaBackend
 from llamapy.options.context import KV_RUNTIME_KEYS

@@ -2,8 +2,8 @@
 
 ``fake_server(**options)`` takes a real server's start options (``n_ctx``, ``n_parallel``,
 ``n_batch``, ``max_queue``, sampling defaults, ...). Its tick thread hosts an
-:class:`~llamapy.engine.Engine` on a :class:`~llamapy.engine.fake.FakeBackend` sized by them,
-and its model is a :class:`~llamapy.engine.fake_text.FakeTextModel` (byte tokenizer, ChatML
+:class:`~llamapy.engine.Engine` on a :class:`~llamapy.engine.FakeBackend` sized by them,
+and its model is a :class:`~llamapy.engine.fake.text.FakeTextModel` (byte tokenizer, ChatML
 template): ``create_app(fake_server())`` serves every route in-process, deterministically and
 in milliseconds. Importing or serving it never loads libllama.
 
@@ -18,10 +18,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..engine.disk_format import CacheNamespace
+from ..engine.cache.disk_format import CacheNamespace
 from ..engine.engine import Engine
-from ..engine.fake import FakeBackend
-from ..engine.fake_text import FakeTextModel
+from ..engine.fake.backend import FakeBackend
+from ..engine.fake.text import FakeTextModel
 from ..errors import UnsupportedFeatureError
 from ..runtime import Hosted
 from .options import ResolvedStart

@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from llamapy.engine.cache.ram import common_prefix
 from llamapy.engine.leases import LeaseState
 from llamapy.engine.options import RequestOptions
-from llamapy.engine.prompt_cache import common_prefix
 from llamapy.engine.request import CacheKey, Request, RequestTimings
 from llamapy.errors import (
     ContextOverflowError,

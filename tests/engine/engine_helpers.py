@@ -14,7 +14,7 @@ from llamapy.engine import (
     RequestOptions,
     SamplingParams,
 )
-from llamapy.engine.disk_cache import CacheNamespace
+from llamapy.engine.cache.disk import CacheNamespace
 from llamapy.engine.testing import Recorder
 
 SAMPLING_KEYS = frozenset(SamplingParams.__dataclass_fields__)

@@ -28,9 +28,9 @@ from llamapy.engine import (
     SamplingParams,
     TokenEvent,
 )
-from llamapy.engine.drafting import DraftJob, NgramDrafter
-from llamapy.engine.fake_model import adapter_salt, chain_hash
+from llamapy.engine.fake.model import adapter_salt, chain_hash
 from llamapy.engine.request import CacheKey, Run
+from llamapy.engine.speculation.drafting import DraftJob, NgramDrafter
 from llamapy.engine.testing import Recorder, drain
 
 #: A decode costs 10 ms plus 3 ms per batch token: beta = 3 / 13 (a small model on a CPU).

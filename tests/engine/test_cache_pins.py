@@ -12,9 +12,9 @@ import pytest
 from engine_helpers import submit
 
 from llamapy.engine import Engine, EngineConfig, EngineTuning, FakeBackend, FakeModel
-from llamapy.engine.cache_pins import PinOutcome
-from llamapy.engine.disk_cache import CacheNamespace
-from llamapy.engine.prompt_cache import CacheEntry, PromptCache
+from llamapy.engine.cache.disk import CacheNamespace
+from llamapy.engine.cache.pin_table import PinOutcome
+from llamapy.engine.cache.ram import CacheEntry, PromptCache
 from llamapy.engine.request import CacheKey
 from llamapy.engine.testing import drain
 from llamapy.errors import InvalidOptionError

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from llamapy.engine.disk_cache import CacheNamespace, DiskPromptCache
-from llamapy.engine.disk_format import FORMAT_VERSION, MAGIC, file_size
-from llamapy.engine.disk_store import SUFFIX
+from llamapy.engine.cache.disk import CacheNamespace, DiskPromptCache
+from llamapy.engine.cache.disk_format import FORMAT_VERSION, MAGIC, file_size
+from llamapy.engine.cache.disk_store import SUFFIX
 from llamapy.engine.request import CacheKey
 
 K = CacheKey("tenant-a", "", ())
@@ -129,7 +129,7 @@ def test_left_over_temp_files_are_never_read(tmp_path):
 META = len(b'{"scope": "tenant-a"}')
 N_TOKENS = 100
 HEADER_END = 96 + META + 4 * N_TOKENS
-#: One offset for every class of byte in the file (see llamapy/engine/disk_format.py).
+#: One offset for every class of byte in the file (see llamapy/engine/cache/disk_format.py).
 BYTE_CLASSES = {
     "magic": 0, "version": 8, "meta_len": 12, "n_tokens": 16, "state_len": 24,
     "identity": 40, "body_sha256": 70, "metadata": 97, "token_ids": 96 + META + 17,
@@ -157,7 +157,7 @@ def flip(path: Path, offset: int) -> None:
 def test_a_corrupt_byte_anywhere_is_skipped_removed_and_warned_about(tmp_path, caplog, where):
     path = written(tmp_path)
     flip(path, BYTE_CLASSES[where])
-    with caplog.at_level(logging.WARNING, logger="llamapy.engine.disk_cache"):
+    with caplog.at_level(logging.WARNING, logger="llamapy.engine.cache.disk"):
         disk = cache(tmp_path)
         found, _ = disk.lookup(K, TOKENS, 100)
         assert found is None or disk.read(found) is None  # header: at start; state: at read
@@ -408,7 +408,7 @@ def test_a_write_failing_under_the_lock_moves_the_generation_and_leaves_no_temp(
 _WRITER = """
 import os
 import sys
-from llamapy.engine.disk_cache import CacheNamespace, DiskPromptCache
+from llamapy.engine.cache.disk import CacheNamespace, DiskPromptCache
 from llamapy.engine.request import CacheKey
 folder, base, budget = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 disk = DiskPromptCache(folder, budget, namespace=CacheNamespace("model-A"), min_tokens=4,

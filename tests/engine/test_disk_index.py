@@ -7,11 +7,11 @@ import tempfile
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llamapy.engine.disk_cache import CacheNamespace, DiskPromptCache
-from llamapy.engine.disk_format import EntryHeader
-from llamapy.engine.disk_index import DiskIndex, Found
-from llamapy.engine.disk_store import StoredFile
-from llamapy.engine.prompt_cache import CacheEntry, common_prefix
+from llamapy.engine.cache.disk import CacheNamespace, DiskPromptCache
+from llamapy.engine.cache.disk_format import EntryHeader
+from llamapy.engine.cache.disk_index import DiskIndex, Found
+from llamapy.engine.cache.disk_store import StoredFile
+from llamapy.engine.cache.ram import CacheEntry, common_prefix
 from llamapy.engine.request import CacheKey
 
 IDS = (b"model-a", b"model-b")

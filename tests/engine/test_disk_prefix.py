@@ -11,8 +11,8 @@ import pytest
 from engine_helpers import make_engine, ref, submit
 
 from llamapy.engine import EngineTuning
-from llamapy.engine.disk_cache import CacheNamespace
-from llamapy.engine.disk_store import SUFFIX
+from llamapy.engine.cache.disk import CacheNamespace
+from llamapy.engine.cache.disk_store import SUFFIX
 from llamapy.engine.testing import drain
 from llamapy.errors import InvalidOptionError
 

@@ -16,10 +16,16 @@ from spec_helpers import (
 )
 
 from llamapy.engine import FakeModel, Request, RequestOptions
-from llamapy.engine.drafting import POOL_NGRAM, DraftJob, NgramDrafter, NgramIndex, NgramPool
 from llamapy.engine.request import CacheKey, Run
 from llamapy.engine.slots import Slot
-from llamapy.engine.speculation import Speculation
+from llamapy.engine.speculation.drafting import (
+    POOL_NGRAM,
+    DraftJob,
+    NgramDrafter,
+    NgramIndex,
+    NgramPool,
+)
+from llamapy.engine.speculation.speculator import Speculation
 from llamapy.options.speculative import SpeculativeParams
 
 ENDLESS = FakeModel(n_vocab=512, eog_permille=0)

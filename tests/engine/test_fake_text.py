@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llamapy.engine.fake import FakeBackend
-from llamapy.engine.fake_model import N_BYTE_TOKENS, FakeModel
-from llamapy.engine.fake_text import END_OF_TURN, FakeTextModel
+from llamapy.engine.fake.backend import FakeBackend
+from llamapy.engine.fake.model import N_BYTE_TOKENS, FakeModel
+from llamapy.engine.fake.text import END_OF_TURN, FakeTextModel
 from llamapy.engine.options import SamplingParams
 
 MODEL = FakeTextModel()

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llamapy.engine.prefix_trie import PrefixTrie, restorable
-from llamapy.engine.prompt_cache import common_prefix
+from llamapy.engine.cache.radix import PrefixTrie, restorable
+from llamapy.engine.cache.ram import common_prefix
 
 # A two-token alphabet and a shared head make items prefixes of each other, equal, and split
 # edges at every depth; removes merge them again.

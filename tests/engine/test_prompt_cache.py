@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llamapy.engine.prompt_cache import PromptCache
+from llamapy.engine.cache.ram import PromptCache
 
 K = ("scope", "")
 

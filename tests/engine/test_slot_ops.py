@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from llamapy.engine import Engine, EngineConfig, Request, resolve_request_options
-from llamapy.engine.fake import FakeBackend
+from llamapy.engine.fake.backend import FakeBackend
 from llamapy.engine.request import CacheKey
 from llamapy.engine.slot_ops import SlotSnapshot
 from llamapy.engine.testing import Recorder, drain

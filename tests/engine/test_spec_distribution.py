@@ -25,8 +25,8 @@ import pytest
 from spec_helpers import job, spec_engine, submit_jobs
 
 from llamapy.engine import FakeBackend, FakeModel, SamplingParams
-from llamapy.engine.drafting import DraftJob
 from llamapy.engine.request import Run
+from llamapy.engine.speculation.drafting import DraftJob
 from llamapy.engine.testing import drain
 
 VOCAB = (1, 2, 3)

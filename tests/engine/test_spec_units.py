@@ -8,8 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from llamapy.engine import EngineConfig, RequestOptions, resolve_request_options
-from llamapy.engine.fake import FakeBackend
-from llamapy.engine.speculation import (
+from llamapy.engine.fake.backend import FakeBackend
+from llamapy.engine.speculation.speculator import (
     MIN_STEPS_BEFORE_OFF,
     PRIOR_ACCEPTED,
     PRIOR_REJECTED,

@@ -39,7 +39,7 @@ from llamapy.engine import (
     Request,
     SamplingParams,
 )
-from llamapy.engine.speculation import EXPLORE_EVERY, MIN_STEPS_BEFORE_OFF
+from llamapy.engine.speculation.speculator import EXPLORE_EVERY, MIN_STEPS_BEFORE_OFF
 from llamapy.engine.testing import Recorder, drain
 
 # --- the proofs: the oracle drafter and the backend's violation check ------------------------

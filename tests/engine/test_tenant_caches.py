@@ -9,10 +9,10 @@ from pathlib import Path
 
 from engine_helpers import make_engine, submit
 
-from llamapy.engine.disk_cache import CacheNamespace, DiskPromptCache
-from llamapy.engine.disk_format import encode_entry, entry_identity, file_size, read_header
-from llamapy.engine.disk_store import SUFFIX
-from llamapy.engine.prompt_cache import PromptCache
+from llamapy.engine.cache.disk import CacheNamespace, DiskPromptCache
+from llamapy.engine.cache.disk_format import encode_entry, entry_identity, file_size, read_header
+from llamapy.engine.cache.disk_store import SUFFIX
+from llamapy.engine.cache.ram import PromptCache
 from llamapy.engine.request import CacheKey
 from llamapy.engine.testing import drain
 

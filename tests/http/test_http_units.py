@@ -316,7 +316,7 @@ def test_disk_cache_flags_derive_from_the_option_names():
 def _disk_engine_stats(folder) -> dict:
     """The stats of a fake-backend engine that wrote a prefix to disk and restored it."""
     from llamapy.engine import Engine, EngineConfig, EngineTuning, FakeBackend, Request
-    from llamapy.engine.disk_cache import CacheNamespace
+    from llamapy.engine.cache.disk import CacheNamespace
     from llamapy.engine.options import RequestOptions
     from llamapy.engine.testing import drain
 

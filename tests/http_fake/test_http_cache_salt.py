@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from fake_http import FakeApp, fake_app
 
-from llamapy.engine.fake_text import FakeTextModel
+from llamapy.engine.fake.text import FakeTextModel
 
 PROMPT = "A prompt long enough for its prefix to be worth reusing, twice over. " * 3
 

@@ -8,7 +8,7 @@ from typing import Any
 from starlette.testclient import TestClient
 
 from llamapy.engine import FakeBackend
-from llamapy.engine.fake_text import FakeTextModel
+from llamapy.engine.fake.text import FakeTextModel
 from llamapy.engine.testing import CrashingEngine
 from llamapy.runtime import Hosted, LoopState
 from llamapy.serve import create_app

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from fake_http import ALIAS, FakeApp, fake_app
 
-from llamapy.engine.fake_text import FakeTextModel
+from llamapy.engine.fake.text import FakeTextModel
 from llamapy.errors import InvalidOptionError
 from llamapy.openai_api import ServedModel
 from llamapy.serve.embeddings import embedding_inputs

@@ -22,7 +22,7 @@ from starlette.requests import Request
 from starlette.testclient import TestClient
 
 from llamapy.engine import Engine
-from llamapy.engine.fake_text import FakeTextModel
+from llamapy.engine.fake.text import FakeTextModel
 from llamapy.serve import create_app
 from llamapy.serve.live_view import events_router
 from llamapy.serve.tenant_view import BARE_FIELDS, feed_view

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from llamapy.engine.disk_store import SUFFIX
+from llamapy.engine.cache.disk_store import SUFFIX
 from llamapy.server import Server
 
 GREEDY = {"temp": 0.0}
@@ -70,7 +70,7 @@ def small_entry(model_path: Path, folder: Path) -> tuple[list[int], list[int]]:
 
 
 def _offsets(path: Path) -> dict[str, int]:
-    """An offset in each byte class of the file (see llamapy/engine/disk_format.py)."""
+    """An offset in each byte class of the file (see llamapy/engine/cache/disk_format.py)."""
     data = path.read_bytes()
     meta_len = int.from_bytes(data[12:16], "little")
     n_tokens = int.from_bytes(data[16:24], "little")

@@ -17,8 +17,8 @@ from __future__ import annotations
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from llamapy.engine.cache_pins import PinOutcome
-from llamapy.engine.prompt_cache import PromptCache
+from llamapy.engine.cache.pin_table import PinOutcome
+from llamapy.engine.cache.ram import PromptCache
 from llamapy.engine.request import CacheKey
 
 KEYS = (CacheKey(None, "", (), None), CacheKey(None, "", (), "a"), CacheKey(None, "", (), "b"),

@@ -48,9 +48,9 @@ from llamapy.engine import (
     RequestOptions,
     SamplingParams,
 )
-from llamapy.engine.disk_cache import CacheNamespace
+from llamapy.engine.cache.disk import CacheNamespace
 from llamapy.engine.engine import Engine
-from llamapy.engine.fake import FakeBackend
+from llamapy.engine.fake.backend import FakeBackend
 from llamapy.engine.states import SlotState
 from llamapy.engine.testing import Recorder, drain
 from llamapy.errors import ContextOverflowError, QueueFullError, TenantBusyError

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from llamapy.engine.fake_text import FakeTextModel
+from llamapy.engine.fake.text import FakeTextModel
 from llamapy.runtime import Hosted
 from llamapy.server import Server
 from llamapy.server.fake import host_fake

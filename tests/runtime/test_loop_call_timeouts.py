@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from llamapy.engine.engine import Engine
-from llamapy.engine.fake import FakeBackend
+from llamapy.engine.fake.backend import FakeBackend
 from llamapy.engine.options import EngineConfig
 from llamapy.runtime import Hosted, TickLoop
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 from server_fixtures import gated_server
 
-from llamapy.engine.fake_text import FakeTextModel
+from llamapy.engine.fake.text import FakeTextModel
 from llamapy.engine.request import FinishReason
 from llamapy.errors import (
     CancelledError,

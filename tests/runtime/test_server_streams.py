@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 from server_fixtures import gated_server, submitted
 
-from llamapy.engine.fake_text import FakeTextModel
+from llamapy.engine.fake.text import FakeTextModel
 from llamapy.engine.request import DoneEvent, TokenEvent
 from llamapy.errors import (
     InvalidOptionError,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from llamapy.engine.disk_cache import CacheNamespace
+from llamapy.engine.cache.disk import CacheNamespace
 from llamapy.engine.engine import Engine
-from llamapy.engine.fake import FakeBackend
+from llamapy.engine.fake.backend import FakeBackend
 from llamapy.engine.options import EngineConfig, EngineTuning, SamplingParams
 from llamapy.session import ContextManifest, InlineHost, Session, SessionConfig
 from llamapy.session.manifest import sha256_hex

@@ -11,7 +11,7 @@ import pytest
 from session_fakes import disk_engine, open_fake
 
 from llamapy.engine.engine import Engine
-from llamapy.engine.fake import FakeBackend
+from llamapy.engine.fake.backend import FakeBackend
 from llamapy.engine.options import EngineConfig
 from llamapy.errors import CancelledError, UnsupportedFeatureError
 from llamapy.runtime import Hosted, InlineRuntime, TickLoop

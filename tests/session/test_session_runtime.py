@@ -10,7 +10,7 @@ import pytest
 from session_fakes import fake_manifest, fake_tokenize, open_fake
 
 from llamapy.engine.engine import Engine
-from llamapy.engine.fake import FakeBackend
+from llamapy.engine.fake.backend import FakeBackend
 from llamapy.engine.options import EngineConfig, SamplingParams
 from llamapy.errors import ManifestMismatchError, RequestTimeoutError
 from llamapy.runtime import Hosted, TickLoop

@@ -12,7 +12,7 @@ and each tenant's within ``pin_share`` of its own bound. A pin past the bound is
 its entry is stored (or stays) as an ordinary entry. So at least ``1 - pin_share`` of the
 budget always remains for the least-recently-used entries.
 
-:class:`PinTable` is the bookkeeping only; :class:`~llamapy.engine.prompt_cache.PromptCache`
+:class:`PinTable` is the bookkeeping only; :class:`~llamapy.engine.cache.ram.PromptCache`
 owns the entries and asks it whether an entry may be evicted.
 """
 
@@ -29,7 +29,7 @@ PinKey = tuple[Hashable, tuple[int, ...]]
 
 
 class PinOutcome(str, Enum):
-    """What :meth:`~llamapy.engine.prompt_cache.PromptCache.pin` did."""
+    """What :meth:`~llamapy.engine.cache.ram.PromptCache.pin` did."""
 
     REFRESHED = "refreshed"  # the prefix was pinned already: its deadline moved
     PINNED = "pinned"        # an entry the cache held is pinned now

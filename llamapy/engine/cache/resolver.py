@@ -6,11 +6,11 @@ Sources for a newly admitted run, longest match wins, ties to the cheaper
 - **own**: the longest common prefix of the slot's cached tokens and the prompt;
 - **donor** (``kv_unified`` only): another slot's computed tokens, adopted by a metadata-only
   ``seq_cp`` (an active slot counts with the tokens it has already computed);
-- **RAM**: a :class:`~llamapy.engine.prompt_cache.PromptCache` entry restored with
+- **RAM**: a :class:`~llamapy.engine.cache.ram.PromptCache` entry restored with
   ``state_seq_set`` and trimmed to the match (a failed restore clears the sequence and the run
   prefills from scratch);
-- **disk**: a :class:`~llamapy.engine.disk_cache.DiskPromptCache` entry, read and verified off
-  the tick thread (:mod:`llamapy.engine.disk_reads`; the run waits unresolved meanwhile), then
+- **disk**: a :class:`~llamapy.engine.cache.disk.DiskPromptCache` entry, read and verified off
+  the tick thread (:mod:`llamapy.engine.cache.disk_reads`; the run waits unresolved meanwhile), then
   restored like a RAM entry. A read that fails (file vanished or corrupt) is counted and the
   run chooses again without it.
 
@@ -22,7 +22,7 @@ discarded prefix goes to disk directly. At close, :meth:`PrefixResolver.persist`
 the slots and the RAM cache hold to disk, so a restarted server finds it.
 
 Prefixes a request asks to keep (``cache_pins``) are pinned in the RAM cache as its slot comes
-to hold them (:mod:`llamapy.engine.pinning`).
+to hold them (:mod:`llamapy.engine.cache.pinning`).
 
 Only the same key ``(cache_scope, cache_identity, adapter_set)`` may reuse, on every path above
 and in in-flight dedup (so KV computed under one adapter set is never read under another);
@@ -43,12 +43,12 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from llamapy.engine.backend import Backend
-from llamapy.engine.disk_cache import DiskPromptCache
-from llamapy.engine.disk_reads import DiskReads, ReadStatus
-from llamapy.engine.disk_store import StoredFile
+from llamapy.engine.cache.disk import DiskPromptCache
+from llamapy.engine.cache.disk_reads import DiskReads, ReadStatus
+from llamapy.engine.cache.disk_store import StoredFile
+from llamapy.engine.cache.pinning import plan_pins, reuse_for_pins, write_pins
+from llamapy.engine.cache.ram import CacheEntry, PromptCache, common_prefix
 from llamapy.engine.options import EngineTuning
-from llamapy.engine.pinning import plan_pins, reuse_for_pins, write_pins
-from llamapy.engine.prompt_cache import CacheEntry, PromptCache, common_prefix
 from llamapy.engine.request import Run
 from llamapy.engine.slots import Slot, SlotPool
 from llamapy.engine.states import SlotState
@@ -116,7 +116,7 @@ class PrefixResolver:
 
     def write_pins(self, run: Run) -> None:
         """Pin the prefixes of ``run``'s ``cache_pins`` its slot now holds
-        (:mod:`llamapy.engine.pinning`)."""
+        (:mod:`llamapy.engine.cache.pinning`)."""
         if run.pins and run.slot is not None:
             write_pins(run, run.slot, self.ram, self.disk, self.backend)
 

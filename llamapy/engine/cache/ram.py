@@ -18,7 +18,7 @@ Contract:
   restoring when at least ``min_fraction`` of the entry is reusable (the tail is trimmed).
 - ``on_evict`` (the level below, the disk cache) receives each entry evicted as least
   recently used; entries dropped because a new one covers them are not passed on.
-- ``pin`` keeps a prefix cached for a time (:mod:`llamapy.engine.cache_pins`): a pinned entry
+- ``pin`` keeps a prefix cached for a time (:mod:`llamapy.engine.cache.pin_table`): a pinned entry
   is skipped by least-recently-used eviction and by the drop of covered entries until its
   deadline on ``clock``, within ``pin_share`` of the budget (and of each tenant's bound);
   over that bound the prefix is stored as an ordinary entry. An entry that would only fit by
@@ -27,7 +27,7 @@ Contract:
   ``check_integrity`` verifies the bookkeeping. (An entry's tenant is its key's ``tenant``,
   None for keys without one.)
 
-Entries are indexed per key by a :class:`~llamapy.engine.prefix_trie.PrefixTrie` (a radix
+Entries are indexed per key by a :class:`~llamapy.engine.cache.radix.PrefixTrie` (a radix
 tree of their token ids): a lookup, an offer and a cover check walk the prompt's path once and
 never look at entries one by one (a full cache holds thousands, often all behind one system
 prompt, and the engine looks up every queued request when it orders admissions).
@@ -44,9 +44,9 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
-from llamapy.engine.cache_pins import PinOutcome, PinTable
+from llamapy.engine.cache.pin_table import PinOutcome, PinTable
+from llamapy.engine.cache.radix import PrefixTrie, restorable
 from llamapy.engine.options import EngineConfig, EngineTuning
-from llamapy.engine.prefix_trie import PrefixTrie, restorable
 
 __all__ = ["CacheEntry", "PromptCache", "charged_bytes", "common_prefix", "open_ram_cache",
            "tenant_budget"]

@@ -1,4 +1,4 @@
-"""The file format of the disk prompt cache (:mod:`llamapy.engine.disk_cache`).
+"""The file format of the disk prompt cache (:mod:`llamapy.engine.cache.disk`).
 
 One file per entry, version 1, integers little-endian::
 

@@ -1,6 +1,6 @@
 """Keeping the disk prompt cache's index in step with its folder.
 
-:class:`FolderIndex` is the part of :class:`~llamapy.engine.disk_cache.DiskPromptCache` that
+:class:`FolderIndex` is the part of :class:`~llamapy.engine.cache.disk.DiskPromptCache` that
 rescans the folder when another instance changed it (on the writer thread when there is one,
 one rescan queued at most), takes a just committed file into the index, drops the entries it
 covers (not pinned ones before their deadline) and evicts least-recently-used files to each
@@ -15,12 +15,12 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from llamapy.engine.disk_index import DiskIndex
-from llamapy.engine.disk_store import DiskStore, StoredFile
+from llamapy.engine.cache.disk_index import DiskIndex
+from llamapy.engine.cache.disk_store import DiskStore, StoredFile
 
 __all__ = ["FolderIndex"]
 
-log = logging.getLogger("llamapy.engine.disk_cache")
+log = logging.getLogger("llamapy.engine.cache.disk")
 
 
 class FolderIndex:

@@ -1,7 +1,7 @@
 """Level-3 prompt cache: serialised sequence state in files, byte-bounded on disk, LRU, kept
 across restarts and shareable by servers on one folder.
 
-Contract (the shape of :class:`~llamapy.engine.prompt_cache.PromptCache`):
+Contract (the shape of :class:`~llamapy.engine.cache.ram.PromptCache`):
 
 - An entry is ``(identity, cache_scope, token ids, state bytes)``. Its *identity* is a sha256
   of the host's :class:`CacheNamespace` (what the engine cannot know: the model file, tokenizer,
@@ -22,11 +22,11 @@ Contract (the shape of :class:`~llamapy.engine.prompt_cache.PromptCache`):
   whoever's, until it fits the budget (the RAM cache's policy).
 - ``lookup`` finds the entry sharing the longest prefix with a prompt (at least
   ``min_fraction`` of it usable). When another server changed the folder (see
-  :mod:`llamapy.engine.disk_store`), it is rescanned: on the writer thread in the background
+  :mod:`llamapy.engine.cache.disk_store`), it is rescanned: on the writer thread in the background
   (the lookup answers from the index as it stands), on the calling thread otherwise
-  (:mod:`llamapy.engine.disk_sync`). Lookups
+  (:mod:`llamapy.engine.cache.disk_sync`). Lookups
   and cover checks go through a prefix index per identity and scope
-  (:mod:`llamapy.engine.disk_index`). ``read`` (or ``read_async``, off the caller's thread)
+  (:mod:`llamapy.engine.cache.disk_index`). ``read`` (or ``read_async``, off the caller's thread)
   returns the verified state, or None when the file vanished or is corrupt (then removed).
 - ``pin`` files a pinned RAM entry as last used at its deadline (:meth:`pin`): it is evicted
   after every unpinned file, and a file covering it does not drop it until then.
@@ -34,8 +34,8 @@ Contract (the shape of :class:`~llamapy.engine.prompt_cache.PromptCache`):
   verify their own manifest) live in the same files, budget, LRU and lock; no prompt ever
   matches one.
 - Start: the index is rebuilt from the headers in the folder, bad files removed, the budget
-  enforced. See :mod:`llamapy.engine.disk_store` (atomicity, locking) and
-  :mod:`llamapy.engine.disk_format` (the file format). Never raises to the engine for disk
+  enforced. See :mod:`llamapy.engine.cache.disk_store` (atomicity, locking) and
+  :mod:`llamapy.engine.cache.disk_format` (the file format). Never raises to the engine for disk
   trouble: an unwritable folder costs a warning and the write.
 """
 
@@ -48,25 +48,25 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from llamapy.engine.disk_format import (
+from llamapy.engine.cache.disk_format import (
     CacheNamespace,
     blob_identity,
     encode_entry,
     entry_identity,
     file_size,
 )
-from llamapy.engine.disk_index import DiskIndex, Found
-from llamapy.engine.disk_store import DiskStore, StoredFile, entry_name
-from llamapy.engine.disk_sync import FolderIndex
+from llamapy.engine.cache.disk_index import DiskIndex, Found
+from llamapy.engine.cache.disk_store import DiskStore, StoredFile, entry_name
+from llamapy.engine.cache.disk_sync import FolderIndex
+from llamapy.engine.cache.radix import restorable
+from llamapy.engine.cache.ram import CacheEntry, tenant_budget
 from llamapy.engine.options import EngineConfig, EngineTuning
-from llamapy.engine.prefix_trie import restorable
-from llamapy.engine.prompt_cache import CacheEntry, tenant_budget
 from llamapy.engine.request import CacheKey
 from llamapy.errors import DiskCacheFormatError, InvalidOptionError
 
 __all__ = ["CacheNamespace", "DiskPromptCache", "open_disk_cache"]
 
-log = logging.getLogger("llamapy.engine.disk_cache")
+log = logging.getLogger("llamapy.engine.cache.disk")
 
 
 class DiskPromptCache(FolderIndex):

@@ -2,7 +2,7 @@
 
 The routes and the API adapters ask a model for its tokenizer, its token pieces, its special
 tokens, its chat template and its metadata. This class answers them for a
-:class:`~llamapy.engine.fake_model.FakeModel` with byte tokens, so that a
+:class:`~llamapy.engine.fake.model.FakeModel` with byte tokens, so that a
 :class:`~llamapy.server.Server` on the fake backend (:func:`llamapy.server.fake.fake_server`)
 serves the whole HTTP app without libllama:
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from llamapy.engine.fake_model import N_BYTE_TOKENS, FakeModel
+from llamapy.engine.fake.model import N_BYTE_TOKENS, FakeModel
 
 __all__ = ["CHAT_TEMPLATE", "END_OF_TURN", "FakeTextModel"]
 

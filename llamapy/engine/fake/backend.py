@@ -10,7 +10,7 @@ simulation (like httpcore's mock backend).
   llama.cpp (consecutive positions, ``n_batch``), raises ``KVCacheFullError`` (changing nothing)
   when a stream lacks free cells, and records a violation when a segment attends to a cell
   written under another tag or computed under another adapter set.
-- Next tokens come from :class:`~llamapy.engine.fake_model.FakeModel`, a pure function of the
+- Next tokens come from :class:`~llamapy.engine.fake.model.FakeModel`, a pure function of the
   history hash stored in the KV cells (salted by each cell's adapter set) and the seed: wrong
   reuse or wrong batching across adapter sets changes the output.
 - Fault switches (:meth:`inject`), a cost model advancing a :class:`SimClock`, and
@@ -25,8 +25,8 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 
 from llamapy.engine.backend import BatchPlan, Segment
-from llamapy.engine.fake_kv import Cell, decode_cells, encode_cells, encoded_size
-from llamapy.engine.fake_model import (
+from llamapy.engine.fake.kv import Cell, decode_cells, encode_cells, encoded_size
+from llamapy.engine.fake.model import (
     ROOT_HASH,
     CostModel,
     FakeModel,
@@ -34,7 +34,7 @@ from llamapy.engine.fake_model import (
     adapter_salt,
     chain_hash,
 )
-from llamapy.engine.fake_sampler import FakeSampler
+from llamapy.engine.fake.sampler import FakeSampler
 from llamapy.engine.options import SamplingParams
 from llamapy.errors import (
     DecodeAbortedError,

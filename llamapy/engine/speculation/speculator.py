@@ -45,9 +45,9 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 
 from llamapy.engine.backend import Backend
-from llamapy.engine.drafting import Drafter, DraftJob, NgramDrafter
 from llamapy.engine.planner import ScheduledBatch
 from llamapy.engine.request import Run
+from llamapy.engine.speculation.drafting import Drafter, DraftJob, NgramDrafter
 from llamapy.engine.stats import Counters
 from llamapy.options.speculative import SpeculativeParams
 

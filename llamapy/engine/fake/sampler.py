@@ -8,7 +8,7 @@ from llamapy.engine.options import SamplingParams
 from llamapy.errors import GrammarError
 
 if TYPE_CHECKING:
-    from llamapy.engine.fake import FakeBackend
+    from llamapy.engine.fake.backend import FakeBackend
 
 __all__ = ["FakeSampler"]
 

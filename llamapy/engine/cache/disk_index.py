@@ -1,5 +1,5 @@
 """The disk prompt cache's in-memory index: its files and its pending writes, by name, and per
-``(identity, scope)`` a :class:`~llamapy.engine.prefix_trie.PrefixTrie` of their token ids.
+``(identity, scope)`` a :class:`~llamapy.engine.cache.radix.PrefixTrie` of their token ids.
 
 The index also sums the bytes of each tenant's files (the tenant of an entry's header), for
 the per-tenant share of the budget.
@@ -10,9 +10,9 @@ identity costs microseconds a file: a folder of thousands of entries behind one 
 stalled every decoding stream for milliseconds a lookup. Through the tries, both walk the
 prompt's path once, as the RAM cache does.
 
-The owner (:class:`~llamapy.engine.disk_cache.DiskPromptCache`) holds its mutex around every
+The owner (:class:`~llamapy.engine.cache.disk.DiskPromptCache`) holds its mutex around every
 call. A rescan hands over the whole new file map; files it kept (the same
-:class:`~llamapy.engine.disk_store.StoredFile`) stay indexed as they are, so only new files
+:class:`~llamapy.engine.cache.disk_store.StoredFile`) stay indexed as they are, so only new files
 are walked.
 """
 
@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from llamapy.engine.disk_store import StoredFile
-from llamapy.engine.prefix_trie import PrefixTrie
-from llamapy.engine.prompt_cache import CacheEntry
+from llamapy.engine.cache.disk_store import StoredFile
+from llamapy.engine.cache.radix import PrefixTrie
+from llamapy.engine.cache.ram import CacheEntry
 
 __all__ = ["DiskIndex", "Found"]
 

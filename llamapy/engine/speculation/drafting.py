@@ -2,7 +2,7 @@
 
 A :class:`Drafter` fills :class:`DraftJob` s (one per decoding slot that speculates this tick)
 with proposed token ids; the engine verifies them in the tick's batch (see
-:mod:`llamapy.engine.speculation`). Proposals never change what is generated, only how fast.
+:mod:`.speculator`). Proposals never change what is generated, only how fast.
 
 - :class:`NgramDrafter` (``"ngram"``): prompt lookup. The longest n-gram ending the request's
   tokens (prompt + generated, ``ngram_size`` down to 2) is looked up in those same tokens; the
@@ -10,7 +10,7 @@ with proposed token ids; the engine verifies them in the tick's batch (see
   has no match, a pool learned from finished requests is asked, one pool per cache key
   (``cache_scope``, model identity, adapter set): one tenant's text is never proposed to
   another, as KV is never reused across scopes.
-- :class:`~llamapy.engine.model_drafter.ModelDrafter` (``"draft"``): a smaller model on a
+- :class:`~.model_drafter.ModelDrafter` (``"draft"``): a smaller model on a
   backend of its own.
 
 Each job records ``source``, the cache key of the text its draft came from; the engine passes

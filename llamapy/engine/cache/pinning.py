@@ -11,12 +11,12 @@ reason the reuse stops at the first pinned prefix the cache does not hold exactl
 that other conversations sharing only that prefix can restore it, which a much longer entry
 would not allow). After the reuse is applied and after each prefill chunk, :func:`write_pins`
 pins each prefix the slot now holds
-(:meth:`~llamapy.engine.prompt_cache.PromptCache.pin`).
+(:meth:`~llamapy.engine.cache.ram.PromptCache.pin`).
 
 With the disk cache on, a prefix pinned in RAM is also filed on disk as last used at its
 deadline (wall clock: files outlive the process), so disk eviction takes it after every
 unpinned file and a restarted server still finds it
-(:meth:`~llamapy.engine.disk_cache.DiskPromptCache.pin`).
+(:meth:`~llamapy.engine.cache.disk.DiskPromptCache.pin`).
 
 ``timings.pinned_tokens`` counts the prompt tokens the request computed itself and wrote as
 part of a pinned prefix: the longest prefix it wrote as a new entry (pinned, or stored as an
@@ -30,9 +30,9 @@ from __future__ import annotations
 import time
 
 from llamapy.engine.backend import Backend
-from llamapy.engine.cache_pins import PinOutcome
-from llamapy.engine.disk_cache import DiskPromptCache
-from llamapy.engine.prompt_cache import PromptCache
+from llamapy.engine.cache.disk import DiskPromptCache
+from llamapy.engine.cache.pin_table import PinOutcome
+from llamapy.engine.cache.ram import PromptCache
 from llamapy.engine.request import Run
 from llamapy.engine.slots import Slot
 

@@ -20,9 +20,9 @@ import math
 from collections.abc import Hashable, Sequence
 
 from llamapy.engine.backend import Backend, BatchPlan, Sampler, Segment
-from llamapy.engine.drafting import DraftJob
-from llamapy.engine.prompt_cache import common_prefix
+from llamapy.engine.cache.ram import common_prefix
 from llamapy.engine.request import Run
+from llamapy.engine.speculation.drafting import DraftJob
 from llamapy.errors import InvalidOptionError, LlamapyError
 from llamapy.options.sampling import SamplingParams
 

@@ -17,7 +17,7 @@ What this module guarantees, for any number of processes sharing one folder:
   after its own writes. (The mtime catches other tools, e.g. a user's ``rm``, except within
   the same clock tick as our own change; such a file vanishes as a miss when read.)
 - **Nothing foreign is trusted**: :meth:`DiskStore.scan` reads headers only
-  (:func:`~llamapy.engine.disk_format.read_header`); a file with our suffix whose header is
+  (:func:`~llamapy.engine.cache.disk_format.read_header`); a file with our suffix whose header is
   corrupt, truncated, of another version or not ours at all is removed with a warning (only if
   it is still the file that was read: same inode). Files without the suffix are left alone.
 """
@@ -36,7 +36,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from llamapy.engine.disk_format import EntryHeader, read_header, read_state, token_bytes
+from llamapy.engine.cache.disk_format import EntryHeader, read_header, read_state, token_bytes
 from llamapy.errors import DiskCacheFormatError
 
 try:
@@ -46,7 +46,7 @@ except ImportError:  # Windows: one process per folder (the thread lock still ho
 
 __all__ = ["SUFFIX", "DiskStore", "StoredFile", "entry_name"]
 
-log = logging.getLogger("llamapy.engine.disk_cache")
+log = logging.getLogger("llamapy.engine.cache.disk")
 
 SUFFIX = ".lpkv"
 #: Temp files older than this are left over from a crash (a write takes seconds at most).

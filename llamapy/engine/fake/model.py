@@ -68,7 +68,7 @@ class FakeModel:
 
     With ``byte_tokens`` the vocabulary ends with :data:`N_BYTE_TOKENS` tokens whose pieces are
     the single bytes 0..255 (what a byte tokenizer maps text to, see
-    :class:`~llamapy.engine.fake_text.FakeTextModel`); generation draws only from the
+    :class:`~llamapy.engine.fake.text.FakeTextModel`); generation draws only from the
     :attr:`n_words` tokens before them.
     """
 

@@ -1,7 +1,7 @@
 """Disk cache reads for runs waiting to be resolved, off the tick thread.
 
 A run whose best reuse source is a disk entry starts a read
-(:meth:`~llamapy.engine.disk_cache.DiskPromptCache.read_async`: the file is read and its
+(:meth:`~llamapy.engine.cache.disk.DiskPromptCache.read_async`: the file is read and its
 checksum verified on the disk cache's reader thread) and stays unresolved, skipping ticks, until
 the read completes; the other slots keep decoding meanwhile. Only ``state_seq_set`` (copying the
 bytes into the KV) runs on the tick thread. When there is nothing else to decode the tick
@@ -18,13 +18,13 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 
-from llamapy.engine.disk_cache import DiskPromptCache
-from llamapy.engine.disk_store import StoredFile
-from llamapy.engine.prompt_cache import CacheEntry
+from llamapy.engine.cache.disk import DiskPromptCache
+from llamapy.engine.cache.disk_store import StoredFile
+from llamapy.engine.cache.ram import CacheEntry
 
 __all__ = ["DiskReads", "ReadStatus"]
 
-log = logging.getLogger("llamapy.engine.disk_cache")
+log = logging.getLogger("llamapy.engine.cache.disk")
 
 
 class ReadStatus(enum.Enum):
