@@ -187,7 +187,7 @@ def conversations(ram_mb: float, n_conv: int = 8, turns: int = 6) -> dict[str, f
     makespan = sim.run()
     c = sim.engine.counters
     return {"reuse %": 100 * c.num_reused_tokens / c.num_prompt_tokens,
-            "prefill tokens": c.num_prefill_tokens, "ram restores": c.num_ram_restores,
+            "prefill tokens": c.num_prefill_tokens, "ram restores": c.restores["ram"],
             "ttft mean": statistics.mean(sim.ttfts()), "wall s": makespan}
 
 

@@ -227,7 +227,7 @@ class Engine:
                 self.speculator.extend(batch, self.n_batch, self.backend.n_ctx_seq)
                 self.executor.execute(batch)
             else:  # nothing to decode: block briefly on a pending disk read, do not spin
-                self.prefix.reads.wait()
+                self.prefix.wait()
         except Exception as exc:  # planning or decoding: fail the runs on slots
             self._fail_runs([s.run for s in self.pool.running() if s.run], "tick", exc)
         self._reap()
@@ -319,7 +319,7 @@ class Engine:
         run.machine.fire("finish")
         del self._runs[run.request_id]
         self.tenants.removed(run)
-        self.prefix.reads.forget(run.serial)
+        self.prefix.forget(run.serial)
         self.speculator.finished(run)
         if run.sampler is not None:
             run.sampler.close()

@@ -146,5 +146,7 @@ def _disk_stats(engine: Engine) -> dict[str, int]:
 def _copy(counters: Counters, num_disk_writes: int) -> Counters:
     """A snapshot of the counters (the disk writes are counted by the disk cache's writer)."""
     return replace(counters, finish_reasons=dict(counters.finish_reasons),
+                   reused=dict(counters.reused), restores=dict(counters.restores),
+                   restore_failures=dict(counters.restore_failures),
                    draft_accepted_per_pos=list(counters.draft_accepted_per_pos),
                    num_disk_writes=num_disk_writes)

@@ -6,7 +6,13 @@ from collections import deque
 from collections.abc import Hashable
 from dataclasses import asdict, dataclass, field
 
-__all__ = ["Counters", "EngineStats", "InstabilityEvent", "SlotInfo"]
+__all__ = ["REUSE_SOURCES", "TIERS", "Counters", "EngineStats", "InstabilityEvent", "SlotInfo"]
+
+#: The engine's cache tiers, cheapest to restore from first.
+TIERS = ("ram", "disk")
+#: Where a run's reused prompt tokens come from: its own slot, a donor slot, a cache tier, or
+#: adopted in flight from a slot computing the same prefix.
+REUSE_SOURCES = ("own", "donor", *TIERS, "inflight")
 
 
 @dataclass(slots=True, frozen=True)
@@ -69,18 +75,15 @@ class Counters:
     num_cancelled: int = 0
     num_errors: int = 0
     num_prompt_tokens: int = 0
-    num_reused_own: int = 0
-    num_reused_donor: int = 0
-    num_reused_ram: int = 0
-    num_reused_disk: int = 0
-    num_reused_inflight: int = 0
+    #: Prompt tokens reused, by source (:data:`REUSE_SOURCES`).
+    reused: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REUSE_SOURCES, 0))
     num_prefill_tokens: int = 0
     num_generated_tokens: int = 0
-    num_ram_restores: int = 0
-    num_ram_restore_failures: int = 0
+    #: Prefixes restored from each cache tier, and restores that failed (the entry vanished,
+    #: was corrupt, too slow to read, or the backend refused it), by tier name.
+    restores: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TIERS, 0))
+    restore_failures: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TIERS, 0))
     num_disk_writes: int = 0  # the disk cache's writer counts them: read it from stats()
-    num_disk_restores: int = 0
-    num_disk_failures: int = 0
     num_purged_slots: int = 0
     num_parked_slots: int = 0
     num_kv_pressure_events: int = 0
@@ -97,8 +100,22 @@ class Counters:
     @property
     def num_reused_tokens(self) -> int:
         """Prompt tokens reused from any source."""
-        return (self.num_reused_own + self.num_reused_donor + self.num_reused_ram
-                + self.num_reused_disk + self.num_reused_inflight)
+        return sum(self.reused.values())
+
+    def flat(self) -> dict[str, object]:
+        """The counters as one flat dict: the per-source and per-tier ones under their stats
+        names (``num_reused_<source>``, ``num_<tier>_restores``,
+        ``num_<tier>_restore_failures``; the disk's failures also as ``num_disk_failures``)."""
+        out = asdict(self)
+        for name in ("reused", "restores", "restore_failures"):
+            del out[name]
+        out.update({f"num_reused_{source}": n for source, n in self.reused.items()})
+        out.update({f"num_{tier}_restores": n for tier, n in self.restores.items()})
+        out.update({f"num_{tier}_restore_failures": n
+                    for tier, n in self.restore_failures.items()})
+        out["num_disk_failures"] = self.restore_failures.get("disk", 0)
+        out["num_reused_tokens"] = self.num_reused_tokens
+        return out
 
     def count_finish(self, reason: str) -> None:
         """Count one finished request by reason (``cancelled`` and ``error`` in their own
@@ -146,8 +163,7 @@ class EngineStats:
         """A JSON-friendly dict (counters flattened in)."""
         out = {k: getattr(self, k) for k in self.__dataclass_fields__
                if k not in ("counters", "instability_events", "slots")}
-        out.update(asdict(self.counters))
-        out["num_reused_tokens"] = self.counters.num_reused_tokens
+        out.update(self.counters.flat())
         out["slots"] = [slot.as_dict() for slot in self.slots]
         out["instability_events"] = [
             {**asdict(e), "request_id": repr(e.request_id)} for e in self.instability_events

@@ -91,7 +91,7 @@ def test_no_donor_and_no_in_flight_sharing_across_sets():
     base = submit(engine, "base", [*SYSTEM, 1], max_tokens=3)
     lora = submit(engine, "lora", [*SYSTEM, 2], max_tokens=3, adapters=A)
     run_all(engine)
-    assert engine.counters.num_reused_donor == engine.counters.num_reused_inflight == 0
+    assert engine.counters.reused["donor"] == engine.counters.reused["inflight"] == 0
     assert engine.counters.num_prefill_tokens == 2 * (len(SYSTEM) + 1)
     assert base.tokens == ref(backend, [*SYSTEM, 1], 3)
     assert lora.tokens == ref(backend, [*SYSTEM, 2], 3, adapters=A)

@@ -31,7 +31,7 @@ def test_every_later_turn_reuses_its_whole_history_with_more_agents_than_slots()
                 # never decoded): nothing is computed twice
                 assert done.timings.reused_tokens == len(history[agent]) - 1, (agent, turn)
             history[agent] = prompt + sink.tokens
-    assert engine.counters.num_ram_restores > 0  # two of six agents had to come from RAM
+    assert engine.counters.restores["ram"] > 0  # two of six agents had to come from RAM
 
 
 def test_a_new_agent_takes_the_slot_of_the_conversation_idle_longest():

@@ -54,7 +54,7 @@ def test_a_discarded_prefix_is_restored_from_disk_when_ram_is_off(tmp_path):
     run_all(engine)
     assert sink.final.timings.reuse_source == "disk"
     assert sink.final.timings.reused_tokens == len(LONG_A)
-    assert engine.counters.num_disk_restores == 1 and engine.counters.num_reused_disk == 60
+    assert engine.counters.restores["disk"] == 1 and engine.counters.reused["disk"] == 60
     assert sink.tokens == ref(backend, [*LONG_A, 5], 3)
 
 
@@ -108,7 +108,7 @@ def test_corrupt_files_after_a_restart_cost_a_prefill_not_an_answer(tmp_path):
     sink = submit(engine, "a2", [*LONG_A, 5], max_tokens=3)
     run_all(engine)
     assert sink.final.timings.reused_tokens == 0
-    assert engine.counters.num_disk_failures == 1
+    assert engine.counters.restore_failures["disk"] == 1
     assert sink.tokens == ref(backend, [*LONG_A, 5], 3)
 
 
@@ -118,7 +118,7 @@ def test_a_failed_restore_falls_back_to_prefill(tmp_path):
     backend.inject("restore_fail")
     sink = submit(engine, "a2", [*LONG_A, 5], max_tokens=2)
     run_all(engine)
-    assert engine.counters.num_disk_failures == 1 and sink.final.timings.reused_tokens == 0
+    assert engine.counters.restore_failures["disk"] == 1 and sink.final.timings.reused_tokens == 0
     assert sink.tokens == ref(backend, [*LONG_A, 5], 2)
 
 
@@ -172,9 +172,9 @@ def test_cancelling_a_run_that_waits_for_a_read(tmp_path, monkeypatch):
     gate = slow_reads(engine, monkeypatch)
     sink = submit(engine, "a2", [*LONG_A, 5], max_tokens=2)
     engine.tick()
-    assert engine.prefix.reads.pending
+    assert engine.disk.reads.pending
     engine.cancel("a2")
-    assert sink.finish_reason == "cancelled" and not engine.prefix.reads.pending
+    assert sink.finish_reason == "cancelled" and not engine.disk.reads.pending
     gate.set()
     engine.check_integrity()
     again = submit(engine, "a3", [*LONG_A, 6], max_tokens=2)
@@ -189,12 +189,12 @@ def test_a_read_that_takes_too_long_is_abandoned(tmp_path, monkeypatch):
     evict_a(first)
     first.close()
     engine, backend = disk_engine(tmp_path, background=True)
-    engine.prefix.reads.wait_s = 0.05
+    engine.disk.reads.wait_s = 0.05
     gate = slow_reads(engine, monkeypatch)
     sink = submit(engine, "a2", [*LONG_A, 5], max_tokens=2)
     run_all(engine)
     gate.set()
-    assert sink.final.timings.reused_tokens == 0 and engine.counters.num_disk_failures == 1
+    assert sink.final.timings.reused_tokens == 0 and engine.counters.restore_failures["disk"] == 1
     assert sink.tokens == ref(backend, [*LONG_A, 5], 2)
     engine.close()
 

@@ -75,7 +75,7 @@ def test_donor_used_when_the_routed_slot_is_busy_elsewhere():
     run_all(engine)
     assert sink.final.timings.reuse_source == "donor"
     assert sink.final.timings.reused_tokens == len(SYSTEM)
-    assert engine.counters.num_reused_donor == len(SYSTEM)
+    assert engine.counters.reused["donor"] == len(SYSTEM)
     assert sink.tokens == ref(backend, [*SYSTEM, 300], 2)
 
 
@@ -86,7 +86,7 @@ def test_no_donor_reuse_with_split_kv():
     submit(engine, "busy", [*SYSTEM, 100, 5], max_tokens=30)
     sink = submit(engine, "new", [*SYSTEM, 300], max_tokens=2)
     run_all(engine)
-    assert engine.counters.num_reused_donor == 0
+    assert engine.counters.reused["donor"] == 0
     assert sink.final.timings.reused_tokens == 0
     assert sink.tokens == ref(backend, [*SYSTEM, 300], 2)
 
@@ -143,7 +143,7 @@ def test_ram_cache_restores_an_evicted_prefix():
     run_all(engine)
     assert sink.final.timings.reuse_source == "ram"
     assert sink.final.timings.reused_tokens == len(long_a)
-    assert engine.counters.num_ram_restores == 1
+    assert engine.counters.restores["ram"] == 1
     assert backend.num_state_gets == engine.ram.num_stored == 2  # A, then B: each when stored
     assert sink.tokens == ref(backend, [*long_a, 5], 2)
 
@@ -199,7 +199,7 @@ def test_failed_restore_falls_back_to_prefill():
     backend.inject("restore_fail")
     sink = submit(engine, "a2", [*long_a, 5], max_tokens=2)
     run_all(engine)
-    assert engine.counters.num_ram_restore_failures == 1
+    assert engine.counters.restore_failures["ram"] == 1
     assert sink.final.timings.reused_tokens == 0
     assert sink.tokens == ref(backend, [*long_a, 5], 2)
 
@@ -232,7 +232,7 @@ def test_in_flight_dedup_computes_a_shared_prefix_once():
     without, with_dedup = wave(False), wave(True)
     assert without.num_prefill_tokens == 8 * (494 + 12)
     assert with_dedup.num_prefill_tokens == 494 + 8 * 12
-    assert with_dedup.num_reused_inflight == 7 * 494
+    assert with_dedup.reused["inflight"] == 7 * 494
 
 
 def test_in_flight_dedup_follows_chunk_by_chunk():

@@ -141,10 +141,10 @@ def flood_then_return(share: float) -> tuple[object, int]:
         submit(engine, i, [i + 10] * 40, max_tokens=1, tenant="a")
         drain(engine, each=engine.check_integrity)
         assert all(n <= engine.ram.tenant_budget for n in engine.ram.tenant_bytes().values())
-    reused = engine.counters.num_reused_ram
+    reused = engine.counters.reused["ram"]
     submit(engine, "b1", [7] * 40, max_tokens=1, tenant="b")
     drain(engine)
-    return engine, engine.counters.num_reused_ram - reused
+    return engine, engine.counters.reused["ram"] - reused
 
 
 def test_a_flooding_tenant_does_not_evict_another_tenants_ram_entries():

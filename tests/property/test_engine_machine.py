@@ -476,7 +476,7 @@ class EngineMachine(RuleBasedStateMachine):
                      "num_reused_inflight", "num_kv_pressure_events", "num_purged_slots",
                      "num_batch_splits", "num_context_overflows", "num_ram_restores",
                      "num_ram_restore_failures", "num_instability_events"):
-            if getattr(counters, name):
+            if counters.flat()[name]:
                 event(name)
 
 

@@ -279,7 +279,7 @@ class TenantMachine(RuleBasedStateMachine):
         assert self.engine.tenants.active() == {}
         counters = self.engine.counters
         for name in ("num_reused_own", "num_reused_donor", "num_reused_ram", "num_reused_disk"):
-            if getattr(counters, name):
+            if counters.flat()[name]:
                 event(name)
         if self.num_busy:
             event("TenantBusyError")

@@ -56,10 +56,12 @@ from llamapy.engine.cache.disk_format import (
     file_size,
 )
 from llamapy.engine.cache.disk_index import DiskIndex, Found
+from llamapy.engine.cache.disk_reads import DiskReads
 from llamapy.engine.cache.disk_store import DiskStore, StoredFile, entry_name
 from llamapy.engine.cache.disk_sync import FolderIndex
 from llamapy.engine.cache.radix import restorable
 from llamapy.engine.cache.ram import CacheEntry, tenant_budget
+from llamapy.engine.cache.tier import ReadStatus
 from llamapy.engine.options import EngineConfig, EngineTuning
 from llamapy.engine.request import CacheKey
 from llamapy.errors import DiskCacheFormatError, InvalidOptionError
@@ -75,13 +77,17 @@ class DiskPromptCache(FolderIndex):
     ``folder=None`` or a budget of 0 is a disabled cache. ``background=False`` writes and reads
     on the calling thread (deterministic tests). ``max_pending_bytes`` bounds the states
     waiting to be written; an offer beyond it is dropped (or waits, with ``wait=True``).
-    ``tenant_share`` is the share of the budget one tenant's files may hold.
+    ``tenant_share`` is the share of the budget one tenant's files may hold. The disk
+    :class:`~llamapy.engine.cache.tier.CacheTier`: :meth:`fetch` reads on the reader thread,
+    and a read still running after ``read_wait_s`` fails.
     """
+
+    name = "disk"
 
     def __init__(self, folder: str | os.PathLike[str] | None, budget_bytes: int, *,
                  namespace: CacheNamespace, min_tokens: int = 32, min_fraction: float = 0.5,
                  background: bool = True, max_pending_bytes: int = 1 << 30,
-                 tenant_share: float = 1.0) -> None:
+                 tenant_share: float = 1.0, read_wait_s: float = 30.0) -> None:
         self.budget_bytes = budget_bytes if folder is not None else 0
         self.tenant_budget = tenant_budget(self.budget_bytes, tenant_share)
         self.namespace = namespace
@@ -97,6 +103,7 @@ class DiskPromptCache(FolderIndex):
         self.store = DiskStore(folder) if self.enabled and folder is not None else None
         self._writer = _executor("llamapy-disk-write") if background and self.store else None
         self._reader = _executor("llamapy-disk-read") if background and self.store else None
+        self.reads = DiskReads(self.read_async, read_wait_s)
         self.refresh(force=True)
 
     @property
@@ -150,6 +157,14 @@ class DiskPromptCache(FolderIndex):
             if self._index.covers(ident, key.cache_scope, tokens):
                 return False
         return self._submit(key, tokens, ident, get_size, get_data, wait, last_used_ns)
+
+    def covers(self, key: CacheKey | None, token_ids: Sequence[int]) -> bool:
+        """Whether a file (or one being written) under ``key`` holds ``token_ids`` or more."""
+        if not self.enabled or key is None:
+            return False
+        ident = self.identity(key)
+        with self._mutex:
+            return self._index.covers(ident, key.cache_scope, tuple(token_ids))
 
     def pin(self, entry: CacheEntry, until_ns: int) -> bool:
         """Keep a pinned RAM cache entry on disk until ``until_ns`` (wall-clock ns): its file is
@@ -271,6 +286,19 @@ class DiskPromptCache(FolderIndex):
         future.set_result(self.read(entry))
         return future
 
+    def fetch(self, serial: int, entry: Found) -> tuple[ReadStatus, bytes | None]:
+        """Start reading ``entry`` on the reader thread for run ``serial``, or collect that
+        read (:class:`~llamapy.engine.cache.disk_reads.DiskReads`)."""
+        return self.reads.poll(serial, entry)
+
+    def forget(self, serial: int) -> None:
+        """Drop run ``serial``'s read."""
+        self.reads.forget(serial)
+
+    def wait(self, timeout: float = 0.05) -> None:
+        """Block up to ``timeout`` seconds until a pending read completes."""
+        self.reads.wait(timeout)
+
     def touch(self, entry: Found) -> None:
         """Mark ``entry`` most recently used."""
         if isinstance(entry, StoredFile) and self.store is not None:
@@ -356,7 +384,8 @@ def open_disk_cache(config: EngineConfig, tuning: EngineTuning,
                                min_tokens=tuning.disk_min_tokens,
                                min_fraction=tuning.disk_min_fraction,
                                background=tuning.disk_background,
-                               tenant_share=config.tenant_cache_share)
+                               tenant_share=config.tenant_cache_share,
+                               read_wait_s=tuning.disk_read_wait_s)
     except OSError as exc:
         raise InvalidOptionError(f"prompt_cache_dir: cannot use {folder}: {exc}",
                                  option="prompt_cache_dir") from exc

@@ -11,28 +11,19 @@ abandoned (the run then chooses again without it); a run that ends while waiting
 
 from __future__ import annotations
 
-import enum
 import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 
-from llamapy.engine.cache.disk import DiskPromptCache
 from llamapy.engine.cache.disk_store import StoredFile
 from llamapy.engine.cache.ram import CacheEntry
+from llamapy.engine.cache.tier import ReadStatus
 
-__all__ = ["DiskReads", "ReadStatus"]
+__all__ = ["DiskReads"]
 
 log = logging.getLogger("llamapy.engine.cache.disk")
-
-
-class ReadStatus(enum.Enum):
-    """Where a run's disk read stands."""
-
-    PENDING = "pending"
-    READY = "ready"
-    FAILED = "failed"
 
 
 @dataclass(slots=True, eq=False)
@@ -45,9 +36,9 @@ class _Read:
 class DiskReads:
     """Pending reads by run serial (see the module docstring)."""
 
-    def __init__(self, disk: DiskPromptCache, wait_s: float,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.disk = disk
+    def __init__(self, read_async: Callable[[StoredFile | CacheEntry], Future[bytes | None]],
+                 wait_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.read_async = read_async
         self.wait_s = wait_s
         self.clock = clock
         self._reads: dict[int, _Read] = {}
@@ -64,7 +55,7 @@ class DiskReads:
         ``(FAILED, None)`` (vanished, corrupt, or too slow)."""
         read = self._reads.get(serial)
         if read is None or read.entry is not entry:
-            read = _Read(entry, self.disk.read_async(entry), self.clock() + self.wait_s)
+            read = _Read(entry, self.read_async(entry), self.clock() + self.wait_s)
             self._reads[serial] = read
         if not read.future.done():
             if self.clock() < read.deadline:

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 
 from llamapy.engine.cache.pin_table import PinOutcome, PinTable
 from llamapy.engine.cache.radix import PrefixTrie, restorable
+from llamapy.engine.cache.tier import ReadStatus
 from llamapy.engine.options import EngineConfig, EngineTuning
 
 __all__ = ["CacheEntry", "PromptCache", "charged_bytes", "common_prefix", "open_ram_cache",
@@ -106,7 +107,10 @@ def tenant_of(key: Hashable) -> Hashable:
 
 
 class PromptCache:
-    """A byte-bounded LRU of :class:`CacheEntry`, with a bound per tenant."""
+    """A byte-bounded LRU of :class:`CacheEntry`, with a bound per tenant: the RAM
+    :class:`~llamapy.engine.cache.tier.CacheTier` (its entries are read at once)."""
+
+    name = "ram"
 
     def __init__(self, budget_bytes: int, *, min_tokens: int = 32,
                  min_fraction: float = 0.5,
@@ -247,6 +251,20 @@ class PromptCache:
             return None, 0
         entry_id, n = trie.best(tuple(prompt[:cap]), restorable(self.min_fraction, exact))
         return (None, 0) if entry_id is None else (self._entries[entry_id], n)
+
+    def fetch(self, serial: int, entry: CacheEntry) -> tuple[ReadStatus, bytes | None]:
+        """``(READY, entry.data)``: RAM entries are read at once."""
+        return ReadStatus.READY, entry.data
+
+    def forget(self, serial: int) -> None:
+        """Nothing to drop: RAM reads never wait."""
+
+    def wait(self, timeout: float = 0.05) -> None:
+        """Returns at once: RAM reads never wait."""
+
+    def token_ids(self, entry: CacheEntry) -> tuple[int, ...]:
+        """The tokens ``entry`` holds."""
+        return entry.token_ids
 
     def touch(self, entry: CacheEntry) -> None:
         """Mark ``entry`` most recently used."""

@@ -1,18 +1,18 @@
 """Prefix reuse: which KV a run starts from, and what happens to KV that is dropped.
 
-Sources for a newly admitted run, longest match wins, ties to the cheaper
-(own < donor < RAM < disk):
+Sources for a newly admitted run, longest match wins, ties to the cheaper (own < donor < each
+cache tier in order):
 
 - **own**: the longest common prefix of the slot's cached tokens and the prompt;
 - **donor** (``kv_unified`` only): another slot's computed tokens, adopted by a metadata-only
   ``seq_cp`` (an active slot counts with the tokens it has already computed);
-- **RAM**: a :class:`~llamapy.engine.cache.ram.PromptCache` entry restored with
-  ``state_seq_set`` and trimmed to the match (a failed restore clears the sequence and the run
-  prefills from scratch);
-- **disk**: a :class:`~llamapy.engine.cache.disk.DiskPromptCache` entry, read and verified off
-  the tick thread (:mod:`llamapy.engine.cache.disk_reads`; the run waits unresolved meanwhile), then
-  restored like a RAM entry. A read that fails (file vanished or corrupt) is counted and the
-  run chooses again without it.
+- **a cache tier** (:class:`~llamapy.engine.cache.tier.CacheTier`; the RAM tier
+  :class:`~llamapy.engine.cache.ram.PromptCache`, then the disk tier
+  :class:`~llamapy.engine.cache.disk.DiskPromptCache`): its entry's state, fetched (the disk
+  tier reads and verifies it off the tick thread; the run waits unresolved meanwhile),
+  restored with ``state_seq_set`` and trimmed to the match. A fetch that fails (file vanished,
+  corrupt, too slow) is counted under the tier and the run chooses again without it; a restore
+  the backend refuses clears the sequence and the run prefills from scratch.
 
 Dropped KV goes down a level: a prefix about to lose at least ``min_tokens`` of its tail (a
 conversation whose slot another conversation with the same system prompt takes over) is
@@ -44,10 +44,9 @@ from typing import NamedTuple
 
 from llamapy.engine.backend import Backend
 from llamapy.engine.cache.disk import DiskPromptCache
-from llamapy.engine.cache.disk_reads import DiskReads, ReadStatus
-from llamapy.engine.cache.disk_store import StoredFile
 from llamapy.engine.cache.pinning import plan_pins, reuse_for_pins, write_pins
-from llamapy.engine.cache.ram import CacheEntry, PromptCache, common_prefix
+from llamapy.engine.cache.ram import PromptCache, common_prefix
+from llamapy.engine.cache.tier import CacheTier, ReadStatus
 from llamapy.engine.options import EngineTuning
 from llamapy.engine.request import Run
 from llamapy.engine.slots import Slot, SlotPool
@@ -56,19 +55,19 @@ from llamapy.engine.stats import Counters, InstabilityEvent
 
 __all__ = ["PrefixResolver"]
 
-_COST_ORDER = {"own": 0, "donor": 1, "ram": 2, "disk": 3}
-
-
 class _Choice(NamedTuple):
-    source: str
+    source: str  # "own", "donor" or a tier's name
     n: int
+    cost: int  # 0 own, 1 donor, 2.. the tiers in order
     donor: Slot | None = None
-    ram: CacheEntry | None = None
-    disk: StoredFile | CacheEntry | None = None
+    tier: CacheTier | None = None
+    entry: object = None
 
 
 class PrefixResolver:
-    """Applies reuse decisions to the backend and keeps ``slot.cached`` exact."""
+    """Applies reuse decisions to the backend and keeps ``slot.cached`` exact. ``tiers`` are
+    the cache tiers below the slots, cheapest first; ``ram`` (the RAM tier) also parks idle
+    slots and keeps pins, and the last tier takes what the slots and RAM hold at close."""
 
     def __init__(self, backend: Backend, pool: SlotPool, ram: PromptCache, counters: Counters,
                  tuning: EngineTuning, on_instability: Callable[[InstabilityEvent], None],
@@ -78,7 +77,7 @@ class PrefixResolver:
         self.pool = pool
         self.ram = ram
         self.disk = disk
-        self.reads = DiskReads(disk, tuning.disk_read_wait_s)
+        self.tiers: tuple[CacheTier, ...] = (ram, disk)
         self.counters = counters
         self.tuning = tuning
         self.on_instability = on_instability
@@ -89,7 +88,7 @@ class PrefixResolver:
 
     def resolve(self, run: Run) -> bool:
         """Pick and apply the reuse source for a run just placed on ``run.slot``. False, with
-        nothing applied (the run stays ``RESOLVING``), while the best source is a disk entry
+        nothing applied (the run stays ``RESOLVING``), while the best source is a tier entry
         still being read: call again on a later tick."""
         slot = run.slot
         assert slot is not None, "resolve: run has no slot"
@@ -98,21 +97,34 @@ class PrefixResolver:
             self.discard(slot, 0)
             slot.key = run.key
             return True
-        choice, data = self._choose(run, slot), None
-        if choice.source == "disk" and choice.disk is not None:
-            status, data = self.reads.poll(run.serial, choice.disk)
+        skip: list[CacheTier] = []
+        choice, data = self._choose(run, slot, skip), None
+        while choice.tier is not None:
+            status, data = choice.tier.fetch(run.serial, choice.entry)
             if status is ReadStatus.PENDING:
                 return False
-            if status is ReadStatus.FAILED:
-                self.counters.num_disk_failures += 1
-                choice = self._choose(run, slot, disk=False)
-        self.reads.forget(run.serial)
+            if status is ReadStatus.READY:
+                break
+            self.counters.restore_failures[choice.tier.name] += 1
+            skip.append(choice.tier)
+            choice = self._choose(run, slot, skip)
+        self.forget(run.serial)
         run.machine.fire("resolve")
         self._note_instability(run, slot)
         run.pins = plan_pins(run, self.ram)
         self._apply(run, slot, choice._replace(n=reuse_for_pins(run, self.ram, choice.n)), data)
         self.write_pins(run)
         return True
+
+    def forget(self, serial: int) -> None:
+        """Drop run ``serial``'s pending tier reads (it is resolved, or it ended)."""
+        for tier in self.tiers:
+            tier.forget(serial)
+
+    def wait(self, timeout: float = 0.05) -> None:
+        """Nothing to decode: block up to ``timeout`` seconds on a pending tier read."""
+        for tier in self.tiers:
+            tier.wait(timeout)
 
     def write_pins(self, run: Run) -> None:
         """Pin the prefixes of ``run``'s ``cache_pins`` its slot now holds
@@ -121,34 +133,30 @@ class PrefixResolver:
             write_pins(run, run.slot, self.ram, self.disk, self.backend)
 
     def _apply(self, run: Run, slot: Slot, choice: _Choice, data: bytes | None) -> None:
-        source, n = choice.source, choice.n
-        if source == "own":
+        n = choice.n
+        if choice.source == "own":
             self.discard(slot, n)
         else:
             self.discard(slot, 0)
-            if source == "donor" and choice.donor is not None:
+            if choice.donor is not None:
                 self.backend.seq_cp(choice.donor.seq_id, slot.seq_id, 0, n)
                 slot.cached = run.prompt[:n]
-            elif source == "ram" and choice.ram is not None:
-                n = self._restore(slot, choice.ram, n)
-            elif source == "disk" and choice.disk is not None and data is not None:
-                n = self._restore_disk(slot, choice.disk, data, n)
+            elif choice.tier is not None and data is not None:
+                n = self._restore(slot, choice.tier, choice.entry, data, n)
         slot.key = run.key
-        self._record(run, source if n else None, n)
+        self._record(run, choice.source if n else None, n)
 
-    def _choose(self, run: Run, slot: Slot, *, disk: bool = True) -> _Choice:
-        own = self._own(run, slot)
+    def _choose(self, run: Run, slot: Slot, skip: Sequence[CacheTier] = ()) -> _Choice:
+        """The longest source of ``run``'s prompt, the cheapest of equals (so a tier wins only
+        with strictly more tokens than every cheaper source)."""
         donor, n_donor = self._best_donor(run, slot) if self.can_share else (None, 0)
-        entry, n_ram = self.ram.lookup(run.key, run.prompt, run.reuse_cap, exact=self.exact)
-        options = [_Choice("own", own), _Choice("donor", n_donor, donor=donor),
-                   _Choice("ram", n_ram, ram=entry)]
-        best = max(o.n for o in options)
-        if disk and self.disk.enabled:
-            stored, n_disk = self.disk.lookup(run.key, run.prompt, run.reuse_cap,
-                                              exact=self.exact)
-            if n_disk > best:  # disk only when strictly longer: it is the costliest source
-                return _Choice("disk", n_disk, disk=stored)
-        return max(options, key=lambda o: (o.n, -_COST_ORDER[o.source]))
+        options = [_Choice("own", self._own(run, slot), 0),
+                   _Choice("donor", n_donor, 1, donor=donor)]
+        for cost, tier in enumerate(self.tiers, start=2):
+            if tier.enabled and tier not in skip:
+                entry, n = tier.lookup(run.key, run.prompt, run.reuse_cap, exact=self.exact)
+                options.append(_Choice(tier.name, n, cost, tier=tier, entry=entry))
+        return max(options, key=lambda o: (o.n, -o.cost))
 
     def _own(self, run: Run, slot: Slot) -> int:
         if slot.key != run.key:
@@ -168,22 +176,12 @@ class PrefixResolver:
                 best, best_n = other, n
         return best, best_n
 
-    def _restore_disk(self, slot: Slot, entry: StoredFile | CacheEntry, data: bytes,
-                      n: int) -> int:
-        if not self.load(slot, data, self.disk.token_ids(entry)):
-            self.counters.num_disk_failures += 1
+    def _restore(self, slot: Slot, tier: CacheTier, entry: object, data: bytes, n: int) -> int:
+        if not self.load(slot, data, tier.token_ids(entry)):
+            self.counters.restore_failures[tier.name] += 1
             return 0
-        self.disk.touch(entry)
-        self.counters.num_disk_restores += 1
-        self.trim(slot, n)
-        return len(slot.cached)
-
-    def _restore(self, slot: Slot, entry: CacheEntry, n: int) -> int:
-        if not self.load(slot, entry.data, entry.token_ids):
-            self.counters.num_ram_restore_failures += 1
-            return 0
-        self.ram.touch(entry)
-        self.counters.num_ram_restores += 1
+        tier.touch(entry)
+        self.counters.restores[tier.name] += 1
         self.trim(slot, n)
         return len(slot.cached)
 
@@ -201,14 +199,8 @@ class PrefixResolver:
     def _record(self, run: Run, source: str | None, n: int) -> None:
         run.timings.reused_tokens = n
         run.timings.reuse_source = source
-        if source == "own":
-            self.counters.num_reused_own += n
-        elif source == "donor":
-            self.counters.num_reused_donor += n
-        elif source == "ram":
-            self.counters.num_reused_ram += n
-        elif source == "disk":
-            self.counters.num_reused_disk += n
+        if source is not None:
+            self.counters.reused[source] += n
 
     def _note_instability(self, run: Run, slot: Slot) -> None:
         history = len(slot.cached)
@@ -229,10 +221,10 @@ class PrefixResolver:
         for slot in idle:
             if slot.key == run.key and len(slot.cached) > best:
                 best = max(best, min(common_prefix(slot.cached, run.prompt), run.reuse_cap))
-        for cache in (self.ram, self.disk):
-            if cache.enabled:
-                best = max(best, cache.lookup(run.key, run.prompt, run.reuse_cap,
-                                              exact=self.exact)[1])
+        for tier in self.tiers:
+            if tier.enabled:
+                best = max(best, tier.lookup(run.key, run.prompt, run.reuse_cap,
+                                             exact=self.exact)[1])
         return best
 
     # --- in-flight dedup -----------------------------------------------------------------------
@@ -250,7 +242,7 @@ class PrefixResolver:
         if donor is not None:
             self.backend.seq_cp(donor.seq_id, slot.seq_id, have, n)
             slot.cached.extend(run.prompt[have:n])
-            self.counters.num_reused_inflight += n - have
+            self.counters.reused["inflight"] += n - have
             run.timings.inflight_tokens += n - have
             have = n
         return self._leader_ahead(run, slot, have)
@@ -285,14 +277,14 @@ class PrefixResolver:
         self.trim(slot, keep)
 
     def _offer(self, slot: Slot) -> None:
-        """Offer ``slot``'s whole prefix to the RAM cache, else to the disk cache."""
-        seq, tokens = slot.seq_id, slot.cached
-        if self.ram.enabled and (
-                self.ram.offer(slot.key, tokens, lambda: self.backend.state_seq_size(seq),
+        """Offer ``slot``'s whole prefix down the tiers until one takes or covers it."""
+        seq, tokens, key = slot.seq_id, slot.cached, slot.key
+        for tier in self.tiers:
+            if tier.enabled and (
+                    tier.offer(key, tokens, lambda: self.backend.state_seq_size(seq),
                                lambda: self.backend.state_seq_get(seq))
-                or self.ram.covers(slot.key, tokens)):
-            return
-        self._offer_disk(slot)
+                    or tier.covers(key, tokens)):
+                return
 
     def _offer_disk(self, slot: Slot, *, wait: bool = False,
                     last_used_ns: int | None = None) -> None:
