@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 import llamapy.fingerprint as fp
+from llamapy.engine.kv_ops import KvState
 from llamapy.engine.request import CacheKey
-from llamapy.engine.slot_ops import SlotSnapshot
 from llamapy.errors import InvalidRequestError
 from llamapy.fingerprint import model_fingerprint, start_fingerprint
 from llamapy.runtime.identity import describe_adapter_files
@@ -176,7 +176,7 @@ def test_a_missing_file_raises_and_a_started_one_fails_its_future(tmp_path: Path
 
 
 def test_a_slot_file_of_another_model_file_is_refused() -> None:
-    saved = SlotSnapshot(b"kv", (1, 2, 3), CacheKey(None, ""))
+    saved = KvState(b"kv", (1, 2, 3), CacheKey(None, ""))
     ours = {"model": "m.gguf", "model_fingerprint": "a" * 64, "n_vocab": 7}
     data = slot_files.encode(saved, ours)
     assert slot_files.decode(data, ours) == saved

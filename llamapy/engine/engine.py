@@ -27,7 +27,7 @@ from llamapy.engine.cache.ram import open_ram_cache
 from llamapy.engine.cache.resolver import PrefixResolver
 from llamapy.engine.executor import Executor
 from llamapy.engine.integrity import build_stats, check_engine
-from llamapy.engine.leases import LeaseOps
+from llamapy.engine.kv_ops import KvOps
 from llamapy.engine.options import EngineConfig, EngineTuning
 from llamapy.engine.planner import Planner, ScheduledBatch
 from llamapy.engine.request import (
@@ -38,7 +38,6 @@ from llamapy.engine.request import (
     Run,
     TokenEvent,
 )
-from llamapy.engine.slot_ops import SlotOps
 from llamapy.engine.slots import Slot, SlotPool
 from llamapy.engine.speculation.drafting import Drafter
 from llamapy.engine.speculation.speculator import Speculator, with_ngram
@@ -98,9 +97,9 @@ class Engine:
         self.executor = Executor(backend, self.prefix, self.counters, clock, self._deliver,
                                  self.speculator, config.max_sample_ms / 1000)
         #: KV operations on leased slots (snapshot, restore, clear, next-token logits).
-        self.leases = LeaseOps(backend, self.pool, self.prefix)
+        self.leases = KvOps(backend, self.pool, self.prefix, leased=True)
         #: KV operations on idle slots (save, restore, erase: llama-server's slot actions).
-        self.slot_ops = SlotOps(backend, self.pool, self.prefix)
+        self.slot_ops = KvOps(backend, self.pool, self.prefix, leased=False)
         self._queue: list[Run] = []
         self._runs: dict[Hashable, Run] = {}
         self._gone: list[Run] = []

@@ -33,9 +33,14 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..engine.kv_ops import KvState
 from ..engine.request import CacheKey
-from ..engine.slot_ops import SlotSnapshot
-from ..errors import EndpointDisabledError, InvalidRequestError, PermissionDeniedError
+from ..errors import (
+    EndpointDisabledError,
+    InvalidOptionError,
+    InvalidRequestError,
+    PermissionDeniedError,
+)
 from ..fingerprint import model_fingerprint
 from ..openai_api import ServedModel
 from .tenants import OPEN, Principal, check_tenant_name
@@ -90,14 +95,14 @@ def _check_slot(engine: Engine, slot_id: int, principal: Principal, *, empty_ok:
 
 def _erase(engine: Engine, slot_id: int, principal: Principal) -> int:
     _check_slot(engine, slot_id, principal, empty_ok=True)
-    return engine.slot_ops.erase(slot_id)
+    return engine.slot_ops.clear(slot_id)
 
 
 def _save(served: ServedModel, path: Path, slot_id: int, principal: Principal
           ) -> dict[str, Any]:
     started = time.perf_counter()
 
-    def save(engine: Engine) -> SlotSnapshot:
+    def save(engine: Engine) -> KvState:
         _check_slot(engine, slot_id, principal, empty_ok=False)
         return engine.slot_ops.save(slot_id)
 
@@ -126,7 +131,10 @@ def _restore(served: ServedModel, path: Path, slot_id: int, principal: Principal
 
     def restore(engine: Engine) -> int:
         _check_slot(engine, slot_id, principal, empty_ok=True)
-        return engine.slot_ops.restore(slot_id, saved)
+        if not engine.slot_ops.restore(slot_id, saved):
+            raise InvalidOptionError(f"slot {slot_id}: the saved state does not fit this "
+                                     "model and context (or it is corrupt)", option="filename")
+        return len(saved.token_ids)
 
     n = served.server.call(restore)
     return {"id_slot": slot_id, "filename": path.name, "n_restored": n, "n_read": len(data),
@@ -142,7 +150,7 @@ def _model_id(served: ServedModel) -> dict[str, Any]:
     return {"model": path.name, "model_fingerprint": fingerprint, "n_vocab": model.n_vocab}
 
 
-def encode(saved: SlotSnapshot, model: dict[str, Any]) -> bytes:
+def encode(saved: KvState, model: dict[str, Any]) -> bytes:
     """A slot file's bytes."""
     body = struct.pack(f"<{len(saved.token_ids)}i", *saved.token_ids) + saved.state
     key = saved.key
@@ -155,7 +163,7 @@ def encode(saved: SlotSnapshot, model: dict[str, Any]) -> bytes:
     return MAGIC + struct.pack("<I", len(head)) + head + body
 
 
-def decode(data: bytes, model: dict[str, Any]) -> SlotSnapshot:
+def decode(data: bytes, model: dict[str, Any]) -> KvState:
     """A slot file's contents; ``InvalidRequestError`` naming what is wrong with it."""
     fixed = len(MAGIC) + 4
     if len(data) < fixed or not data.startswith(MAGIC):
@@ -178,7 +186,7 @@ def decode(data: bytes, model: dict[str, Any]) -> SlotSnapshot:
                    tuple(tuple(a) for a in header.get("adapter_set", ())),
                    header.get("tenant"), header.get("salt"))
     tokens = struct.unpack_from(f"<{n}i", body)
-    return SlotSnapshot(body[4 * n:], tuple(tokens), key)
+    return KvState(body[4 * n:], tuple(tokens), key)
 
 
 def _ms(started: float) -> float:

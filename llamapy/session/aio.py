@@ -26,7 +26,7 @@ from llamapy.session.watch import CallWatch
 
 if TYPE_CHECKING:
     from llamapy.engine.engine import Engine
-    from llamapy.engine.leases import LeaseState
+    from llamapy.engine.kv_ops import KvState
     from llamapy.engine.request import RequestTimings
     from llamapy.runtime import Runtime
     from llamapy.session.config import PrefixInput, PrefixStatus, SuffixInput, SuffixStatus
@@ -58,7 +58,7 @@ class AsyncPrimitives:
                             on_progress: ProgressCallback | None,
                             loop: asyncio.AbstractEventLoop) -> RequestTimings: ...
 
-        def _snapshot_of(self, state: LeaseState) -> SessionSnapshot: ...
+        def _snapshot_of(self, state: KvState) -> SessionSnapshot: ...
 
         def _restore_fn(self, snapshot: SessionSnapshot) -> Callable[[Engine], bool]: ...
 
@@ -116,7 +116,7 @@ class AsyncPrimitives:
         """Async ``snapshot``."""
         lease = self._lease
         async with self._acall("snapshot", timeout) as watch:
-            state = await watch.acall(lambda engine: engine.leases.snapshot(lease))
+            state = await watch.acall(lambda engine: engine.leases.save(lease))
             return self._snapshot_of(state)
 
     async def arestore(self, snapshot: SessionSnapshot, *,

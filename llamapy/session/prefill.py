@@ -186,7 +186,7 @@ class Prefills:
         self.num_prefill_calls += 1
         return self._request(plan.tokens, 0, plan.manifest.identity_digest, progress=True)
 
-    def _wipe_fn(self, plan: PrefillPlan) -> Callable[[Engine], None]:
+    def _wipe_fn(self, plan: PrefillPlan) -> Callable[[Engine], int]:
         """Drop the resident KV and re-file the slot under the new identity (a new manifest
         identity must never reuse KV, whatever the engine's reuse paths would do)."""
         lease, identity = self._lease, plan.manifest.identity_digest

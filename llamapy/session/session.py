@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from llamapy.engine.cache.ram import common_prefix
-from llamapy.engine.leases import LeaseState
+from llamapy.engine.kv_ops import KvState
 from llamapy.engine.options import RequestOptions
 from llamapy.engine.request import CacheKey, Request, RequestTimings
 from llamapy.errors import (
@@ -232,7 +232,7 @@ class Session(AsyncPrimitives, Prefills, DecodeStreams):
         """The resident state: KV bytes of the session's sequence plus its tokens."""
         lease = self._lease
         with self._call("snapshot", timeout) as watch:
-            return self._snapshot_of(watch.call(lambda engine: engine.leases.snapshot(lease)))
+            return self._snapshot_of(watch.call(lambda engine: engine.leases.save(lease)))
 
     def restore(self, snapshot: SessionSnapshot, *, timeout: float | None = None) -> None:
         """Replace the resident state with ``snapshot``.
@@ -320,7 +320,7 @@ class Session(AsyncPrimitives, Prefills, DecodeStreams):
         return PrefillPlan("prefill_suffix", self._prefix + tokens, n_prefix, self._manifest,
                            False, self.resident)
 
-    def _snapshot_of(self, state: LeaseState) -> SessionSnapshot:
+    def _snapshot_of(self, state: KvState) -> SessionSnapshot:
         resident, kv = self.resident, list(state.token_ids)
         assert kv == resident[:len(kv)] and len(resident) - len(kv) <= 1, "KV out of sync"
         return SessionSnapshot(state=state.state, token_ids=tuple(resident),
@@ -334,8 +334,8 @@ class Session(AsyncPrimitives, Prefills, DecodeStreams):
         if snapshot.n_ctx != self.n_ctx:
             raise ManifestMismatchError("n_ctx", self.n_ctx, snapshot.n_ctx)
         lease, identity = self._lease, snapshot.manifest.identity_digest
-        state = LeaseState(snapshot.state, tuple(snapshot.token_ids[:snapshot.kv_tokens]))
-        return lambda engine: engine.leases.restore(lease, state, identity)
+        state = KvState(snapshot.state, tuple(snapshot.token_ids[:snapshot.kv_tokens]))
+        return lambda engine: engine.leases.restore(lease, state, cache_identity=identity)
 
     def _restored(self, snapshot: SessionSnapshot, ok: bool) -> None:
         if not ok:

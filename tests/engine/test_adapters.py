@@ -130,7 +130,7 @@ def test_lease_carries_its_adapter_set():
     assert first.finish_reason == "prefill"
     assert again.final.timings.reused_tokens == len(SYSTEM)
     assert again.tokens == ref(backend, [*SYSTEM, 5], 2, adapters=A)
-    state = engine.leases.snapshot(lease)
+    state = engine.leases.save(lease)
     assert engine.leases.restore(lease, state, cache_identity="new")
     assert engine.pool.leased_slot(lease).key == ("s", "new", A, None, None)
     assert engine.leases.tokens(lease) == list(state.token_ids)

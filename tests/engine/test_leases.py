@@ -88,7 +88,7 @@ def test_snapshot_clear_restore_keep_the_slot_exact():
     lease = engine.lease()
     submit(engine, 1, PREFIX, max_tokens=0, lease_id=lease)
     drain(engine)
-    state = engine.leases.snapshot(lease)
+    state = engine.leases.save(lease)
     assert state.token_ids == tuple(PREFIX)
     engine.leases.clear(lease)
     assert engine.leases.tokens(lease) == [] and backend.seq_pos_max(0) == -1
@@ -107,7 +107,7 @@ def test_restore_that_does_not_match_leaves_the_slot_empty():
     lease = engine.lease()
     submit(engine, 1, PREFIX, max_tokens=0, lease_id=lease)
     drain(engine)
-    state = engine.leases.snapshot(lease)
+    state = engine.leases.save(lease)
     lying = type(state)(state.state, state.token_ids[:3])  # bytes hold 30 positions
     assert not engine.leases.restore(lease, lying, cache_identity="x")
     assert engine.leases.tokens(lease) == [] and backend.seq_pos_max(0) == -1
@@ -141,7 +141,7 @@ def test_lease_ops_refuse_while_a_request_runs_on_the_lease():
     submit(engine, 1, PREFIX, max_tokens=50, lease_id=lease)
     engine.tick()
     with pytest.raises(InvalidOptionError):
-        engine.leases.snapshot(lease)
+        engine.leases.save(lease)
     with pytest.raises(InvalidOptionError):
         engine.leases.clear(lease)
 

@@ -1,5 +1,6 @@
-"""Slot actions on the fake backend: only idle slots, the saved key travels with the KV (a
-restored prefix serves its own scope only), and a refused restore leaves the slot empty."""
+"""Slot actions (``Engine.slot_ops``, the idle-slot view of the KV operations) on the fake
+backend: only idle slots, the saved key travels with the KV (a restored prefix serves its own
+scope only), and a refused restore leaves the slot empty."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import pytest
 
 from llamapy.engine import Engine, EngineConfig, Request, resolve_request_options
 from llamapy.engine.fake.backend import FakeBackend
+from llamapy.engine.kv_ops import KvState
 from llamapy.engine.request import CacheKey
-from llamapy.engine.slot_ops import SlotSnapshot
 from llamapy.engine.testing import Recorder, drain
 from llamapy.errors import InvalidOptionError, SlotBusyError
 
@@ -35,8 +36,9 @@ def test_save_erase_restore_keeps_the_scope() -> None:
     slot = next(s for s in eng.pool.slots if s.cached)
     saved = eng.slot_ops.save(slot.slot_id)
     assert saved.key == CacheKey("a") and len(saved.token_ids) == len(slot.cached)
-    assert eng.slot_ops.erase(slot.slot_id) == len(saved.token_ids) and not slot.cached
-    assert eng.slot_ops.restore(slot.slot_id, saved) == len(saved.token_ids)
+    assert eng.slot_ops.clear(slot.slot_id) == len(saved.token_ids) and not slot.cached
+    assert eng.slot_ops.restore(slot.slot_id, saved)
+    assert slot.cached == list(saved.token_ids) and slot.key == CacheKey("a")
     again, other = run(eng, 2, "a"), run(eng, 3, "b")
     drain(eng, each=lambda: (eng.check_integrity(), backend.check_integrity()))
     assert again.tokens == first.tokens == other.tokens
@@ -50,16 +52,16 @@ def test_only_idle_slots_take_actions() -> None:
     eng.tick()
     busy = next(s for s in eng.pool.slots if not s.is_free)
     for action in (lambda: eng.slot_ops.save(busy.slot_id),
-                   lambda: eng.slot_ops.erase(busy.slot_id)):
+                   lambda: eng.slot_ops.clear(busy.slot_id)):
         with pytest.raises(SlotBusyError):
             action()
     lease = eng.lease()
     assert lease is not None
     leased = eng.pool.leased_slot(lease)
     with pytest.raises(SlotBusyError):
-        eng.slot_ops.erase(leased.slot_id)
+        eng.slot_ops.clear(leased.slot_id)
     with pytest.raises(InvalidOptionError, match="invalid slot id"):
-        eng.slot_ops.erase(5)
+        eng.slot_ops.clear(5)
 
 
 def test_a_refused_restore_leaves_the_slot_empty() -> None:
@@ -68,9 +70,8 @@ def test_a_refused_restore_leaves_the_slot_empty() -> None:
     drain(eng)
     slot = next(s for s in eng.pool.slots if s.cached)
     saved = eng.slot_ops.save(slot.slot_id)
-    broken = SlotSnapshot(saved.state[:10], saved.token_ids, saved.key)
-    with pytest.raises(InvalidOptionError, match="does not fit"):
-        eng.slot_ops.restore(slot.slot_id, broken)
+    broken = KvState(saved.state[:10], saved.token_ids, saved.key)
+    assert not eng.slot_ops.restore(slot.slot_id, broken)
     assert not slot.cached and backend.seq_pos_max(slot.seq_id) == -1
     eng.check_integrity()
 
@@ -89,7 +90,7 @@ def test_holder_names_the_tenant_of_the_slots_kv() -> None:
     tenant_run(eng, 1, "a", "s")
     drain(eng)
     assert eng.slot_ops.holder(0) == ("a", len(eng.pool.slots[0].cached))
-    eng.slot_ops.erase(0)
+    eng.slot_ops.clear(0)
     assert eng.slot_ops.holder(0) == ("a", 0)
     with pytest.raises(InvalidOptionError, match="invalid slot id"):
         eng.slot_ops.holder(2)
@@ -110,8 +111,8 @@ def test_a_slots_info_is_all_of_one_tenant() -> None:
         "b", "session-b", 0, 2)
     drain(eng)
     # a's file restored where b's session ran: a's KV, no session of b's
-    eng.slot_ops.erase(0)
-    eng.slot_ops.restore(0, saved)
+    eng.slot_ops.clear(0)
+    assert eng.slot_ops.restore(0, saved)
     info = eng.stats().slots[0]
     assert (info.tenant, info.session, info.cached_tokens) == ("a", None, len(saved.token_ids))
     eng.check_integrity()

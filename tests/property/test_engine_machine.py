@@ -325,9 +325,9 @@ class EngineMachine(RuleBasedStateMachine):
             ops.clear(lease_id)
             assert ops.tokens(lease_id) == []
         elif op == "roundtrip":
-            state = ops.snapshot(lease_id)
+            state = ops.save(lease_id)
             ops.clear(lease_id)
-            restored = ops.restore(lease_id, state, identity)
+            restored = ops.restore(lease_id, state, cache_identity=identity)
             assert ops.tokens(lease_id) == (list(state.token_ids) if restored else [])
         elif ops.tokens(lease_id) and self.backend.supports_partial_removal:
             tokens = ops.tokens(lease_id)
