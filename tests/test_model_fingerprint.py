@@ -24,7 +24,7 @@ from llamapy.engine.request import CacheKey
 from llamapy.errors import InvalidRequestError
 from llamapy.fingerprint import model_fingerprint, start_fingerprint
 from llamapy.runtime.identity import describe_adapter_files
-from llamapy.serve import slot_files
+from llamapy.serve.routes import slot_files
 from llamapy.session.manifest import file_digest
 
 

@@ -21,7 +21,7 @@ from ray.serve.deployment import Application
 
 from ..errors import InvalidOptionError, UnknownOptionError
 from ..options.deployment import DeploymentOptions, deployment_option_keys
-from ..serve.flags import DEFAULT_MAX_BODY_BYTES
+from ..serve.flags.start import DEFAULT_MAX_BODY_BYTES
 from ..server import start_option_keys
 from .ingress import LlamapyIngress
 from .replica import LlamapyReplica
@@ -86,10 +86,10 @@ def app(args: Mapping[str, str]) -> Application:
     ours = {k: v for k, v in args.items() if k in deployment_option_keys()}
     flags = _parse_flags({k: v for k, v in args.items() if k not in ours})
     from ..serve.cli import model_path
-    from ..serve.compat_flags import check_compat
-    from ..serve.flags import serve_start_options
-    from ..serve.models_flags import serves_several
-    from ..serve.serving_flags import app_options
+    from ..serve.flags.compat import check_compat
+    from ..serve.flags.models import serves_several
+    from ..serve.flags.serving import app_options
+    from ..serve.flags.start import serve_start_options
 
     if serves_several(flags):
         raise InvalidOptionError("llamapy.ray serves one model per application", option="model")

@@ -37,7 +37,7 @@ from ..errors import (
 )
 from ..serve.anthropic_errors import anthropic_error_body, anthropic_error_response
 from ..serve.errors import error_body, error_response
-from ..serve.flags import DEFAULT_MAX_BODY_BYTES
+from ..serve.flags.start import DEFAULT_MAX_BODY_BYTES
 from .forward import ForwardedRequest
 from .keys import BLOCK_CHARS, MAX_BLOCKS, RoutingKey, routing_key
 from .router import ROUTING_KWARG

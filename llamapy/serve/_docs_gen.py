@@ -6,7 +6,7 @@ option; a test fails while the checked-in page and this rendering disagree (``--
 flags ``python -m llamapy.serve`` takes: the serving groups, then one group per start-option
 owner of the option tree (:data:`llamapy.options.START_OPTION_OWNERS`), where each flag also
 names its ``Server`` keyword. Each row gives every spelling of the flag, the llama-server
-environment variable that stands for it (:data:`llamapy.serve.env_flags.LLAMA_ENV`), its
+environment variable that stands for it (:data:`llamapy.serve.flags.env.LLAMA_ENV`), its
 default and its help text. Nothing in it depends on the machine it runs on.
 """
 
@@ -19,8 +19,8 @@ from pathlib import Path
 
 from ..options._typed_gen import write_or_check
 from .cli import build_parser
-from .env_flags import LLAMA_ENV
-from .flags import option_specs
+from .flags.env import LLAMA_ENV
+from .flags.start import option_specs
 
 __all__ = ["main", "render", "target_path"]
 

@@ -28,24 +28,24 @@ from ..server import ModelManager, Server
 from .context import CACHE_HEADERS, AppContext
 from .cors import DEFAULT_ORIGINS, CorsMiddleware, CorsPolicy
 from .errors import BodyLimit, CatchAll, error_response, install_error_handlers
-from .flags import DEFAULT_MAX_BODY_BYTES
+from .flags.serving import url_prefix
+from .flags.start import DEFAULT_MAX_BODY_BYTES
 from .guard import BrowserGuard, HostPolicy
 from .host import Loader, ModelHost
-from .live_view import events_router
-from .metrics import RequestCounter
+from .metrics.registry import RequestCounter
 from .multi import ModelRouter, ModelSelect
-from .routes_anthropic import anthropic_router
-from .routes_llama import health_router, llama_router
-from .routes_models import models_router
-from .routes_ollama import ollama_router
-from .routes_openai import model_card, openai_router
-from .routes_responses import responses_router
+from .pages.live_view import events_router
+from .routes.anthropic import anthropic_router
+from .routes.llama import health_router, llama_router
+from .routes.models import models_router
+from .routes.ollama import ollama_router
+from .routes.openai import model_card, openai_router
+from .routes.responses import responses_router
 from .routing import Endpoint, ErrorShape, Router, openapi_document, route_error_shape
-from .serving_flags import url_prefix
 from .sleep import WakeOnRequest, sleep_snapshot
 from .tenants import KeyTable
 
-STATIC_DIR = Path(__file__).with_name("static")
+STATIC_DIR = Path(__file__).with_name("pages") / "static"
 #: Request bodies whose pydantic validators are built after start (``defer_build``).
 BODY_MODELS = (ChatBody, CompletionBody, ResponsesBody, MessagesBody, OllamaChatBody,
                OllamaGenerateBody, OllamaEmbedBody)

@@ -8,12 +8,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .compat_flags import add_compat_flags
-from .flags import add_option_flags
-from .hub_flags import add_hub_flags
-from .log_flags import add_log_flags
-from .models_flags import add_models_flags
-from .serving_flags import add_serving_flags
+from .flags.compat import add_compat_flags
+from .flags.hub import add_hub_flags
+from .flags.log import add_log_flags
+from .flags.models import add_models_flags
+from .flags.serving import add_serving_flags
+from .flags.start import add_option_flags
 
 __all__ = ["build_parser", "model_path"]
 

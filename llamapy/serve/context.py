@@ -25,7 +25,7 @@ from ..errors import (
 )
 from ..openai_api import ServedModel
 from .host import ModelHost
-from .metrics import Metrics
+from .metrics.registry import Metrics
 from .multi import ModelRouter, ModelsCollector
 from .tenants import OPEN, KeyTable, Principal
 

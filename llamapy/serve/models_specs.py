@@ -1,6 +1,6 @@
 """The model manager for a ``python -m llamapy.serve`` that serves several models.
 
-:func:`build_manager` turns the several-models flags (:mod:`llamapy.serve.models_flags`) into
+:func:`build_manager` turns the several-models flags (:mod:`llamapy.serve.flags.models`) into
 a :class:`~llamapy.server.ModelManager`: one spec per ``--model`` (named pairwise by
 ``--alias``), per ``*.gguf`` and per pulled model (:mod:`llamapy.hub.store`) of
 ``--models-dir`` and per ``[models.NAME]`` table of
@@ -17,7 +17,7 @@ from typing import Any
 from ..errors import InvalidOptionError, UnsupportedFeatureError
 from ..server import ModelManager, ModelSpec
 from ..server.model_spec import default_server_factory
-from .serving_flags import read_template, sleep_idle_seconds
+from .flags.serving import read_template, sleep_idle_seconds
 
 __all__ = ["SPEC_KEYS", "build_manager"]
 

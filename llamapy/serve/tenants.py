@@ -13,7 +13,7 @@ its tenant) and whether it has an admin's view. The rules:
   key alone (a line, or one of ``--api-key``'s) is the default tenant *without* admin rights.
 
 What a principal may see and do (``/slots``, slot actions, the events feed, ``/metrics``) is in
-:mod:`llamapy.serve.tenant_view`.
+:mod:`llamapy.serve.pages.tenant_view`.
 
 The file: one key per line, fields separated by blanks; blank lines and lines whose first
 non-blank character is ``#`` are ignored. A tenant name is 1 to 64 letters, digits, ``.``, ``_``

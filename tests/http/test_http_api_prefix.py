@@ -13,8 +13,8 @@ from live import LiveApp
 from llamapy.errors import InvalidOptionError
 from llamapy.serve import create_app
 from llamapy.serve.cli import build_parser
-from llamapy.serve.env_flags import env_argv
-from llamapy.serve.serving_flags import app_options, url_prefix
+from llamapy.serve.flags.env import env_argv
+from llamapy.serve.flags.serving import app_options, url_prefix
 from llamapy.server import Server
 
 

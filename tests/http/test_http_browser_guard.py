@@ -24,8 +24,8 @@ from llamapy.errors import LoadFailedError
 from llamapy.serve import create_app
 from llamapy.serve.app import STATIC_DIR
 from llamapy.serve.cli import build_parser
+from llamapy.serve.flags.serving import app_options
 from llamapy.serve.guard import HostPolicy, is_json_type, same_origin
-from llamapy.serve.serving_flags import app_options
 from llamapy.server import Server
 
 #: Where the test clients say they are (the ``Host`` they send).

@@ -1,4 +1,4 @@
-"""llama-server's flags without an option of their own (:mod:`llamapy.serve.compat_flags`):
+"""llama-server's flags without an option of their own (:mod:`llamapy.serve.flags.compat`):
 HTTPS, an API key file, the load mode, a log file, and the accepted no-ops."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from http_helpers import WAIT_S, free_port, poll
 
 from llamapy.serve.__main__ import main
 from llamapy.serve.cli import build_parser
-from llamapy.serve.flags import serve_start_options
-from llamapy.serve.serving_flags import app_options
+from llamapy.serve.flags.serving import app_options
+from llamapy.serve.flags.start import serve_start_options
 
 
 def test_https_key_file_load_mode_and_log_file(model_path: Path, tmp_path: Path) -> None:

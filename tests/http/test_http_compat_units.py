@@ -34,7 +34,7 @@ from llamapy.openai_api.responses_input import chat_messages as response_message
 from llamapy.openai_api.responses_output import ItemBuilder
 from llamapy.openai_api.responses_params import ResponsesBody, check_refused
 from llamapy.serve.anthropic_errors import anthropic_error_body, anthropic_error_event
-from llamapy.serve.routes_responses import responses_error_event
+from llamapy.serve.routes.responses import responses_error_event
 from llamapy.serve.sse_named import encode_named, named_event_stream
 
 CALL = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}

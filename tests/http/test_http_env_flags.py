@@ -1,4 +1,4 @@
-"""llama-server's ``LLAMA_ARG_*`` environment variables (:mod:`llamapy.serve.env_flags`)."""
+"""llama-server's ``LLAMA_ARG_*`` environment variables (:mod:`llamapy.serve.flags.env`)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from http_helpers import WAIT_S, free_port, poll
 from llamapy.errors import InvalidOptionError
 from llamapy.serve.__main__ import main
 from llamapy.serve.cli import build_parser
-from llamapy.serve.env_flags import LLAMA_ENV, env_argv
-from llamapy.serve.flags import start_options
-from llamapy.serve.serving_flags import app_options
+from llamapy.serve.flags.env import LLAMA_ENV, env_argv
+from llamapy.serve.flags.serving import app_options
+from llamapy.serve.flags.start import start_options
 
 
 def parse(argv: list[str], environ: dict[str, str]):

@@ -14,7 +14,7 @@ from http_helpers import MODEL_ALIAS, chat, wait_slots_free
 from live import LiveApp
 
 from llamapy.serve import create_app
-from llamapy.serve.metrics import REUSE_SOURCES, SLOT_STATES
+from llamapy.serve.metrics.registry import REUSE_SOURCES, SLOT_STATES
 from llamapy.server import Server
 
 EVENTS = "/v1/llamapy/events"

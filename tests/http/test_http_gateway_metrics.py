@@ -11,7 +11,7 @@ import httpx
 from http_helpers import MODEL_ALIAS
 from prometheus_client.parser import text_string_to_metric_families
 
-from llamapy.serve.metrics_gateway import kv_cache_usage
+from llamapy.serve.metrics.gateway import kv_cache_usage
 
 DASHBOARD = Path(__file__).parents[2] / "deploy" / "grafana" / "llamapy-cache.json"
 

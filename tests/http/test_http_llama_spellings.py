@@ -15,8 +15,8 @@ from llamapy.errors import InvalidOptionError
 from llamapy.options import ModelOptions, resolve_start_options
 from llamapy.serve import create_app
 from llamapy.serve.cli import build_parser
-from llamapy.serve.flags import serve_start_options, start_options
-from llamapy.serve.serving_flags import app_options
+from llamapy.serve.flags.serving import app_options
+from llamapy.serve.flags.start import serve_start_options, start_options
 from llamapy.server import Server
 
 

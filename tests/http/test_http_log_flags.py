@@ -1,4 +1,4 @@
-"""llama-server's logging flags (:mod:`llamapy.serve.log_flags`): the verbosity threshold as
+"""llama-server's logging flags (:mod:`llamapy.serve.flags.log`): the verbosity threshold as
 a level, the line format, colours."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import re
 import pytest
 
 from llamapy.serve.cli import build_parser
-from llamapy.serve.env_flags import env_argv
-from llamapy.serve.log_flags import log_formatter, log_handlers
+from llamapy.serve.flags.env import env_argv
+from llamapy.serve.flags.log import log_formatter, log_handlers
 
 
 def _record(level: int) -> logging.LogRecord:

@@ -15,8 +15,8 @@ from http_helpers import WAIT_S, free_port, poll
 
 from llamapy.errors import InvalidOptionError, UnknownOptionError
 from llamapy.serve.cli import build_parser
-from llamapy.serve.flags import start_options
-from llamapy.serve.models_flags import serves_several
+from llamapy.serve.flags.models import serves_several
+from llamapy.serve.flags.start import start_options
 from llamapy.serve.models_specs import build_manager
 from llamapy.server import ModelManager
 

@@ -9,8 +9,8 @@ from live import LiveApp
 
 from llamapy.serve import create_app
 from llamapy.serve.cli import build_parser
-from llamapy.serve.env_flags import env_argv
-from llamapy.serve.serving_flags import app_options
+from llamapy.serve.flags.env import env_argv
+from llamapy.serve.flags.serving import app_options
 from llamapy.server import Server
 
 

@@ -17,7 +17,7 @@ from llamapy.errors import InvalidOptionError, LoadFailedError
 from llamapy.openai_api.target import ServedModel
 from llamapy.serve import create_app
 from llamapy.serve.cli import build_parser
-from llamapy.serve.serving_flags import app_options
+from llamapy.serve.flags.serving import app_options
 from llamapy.server import Server
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]

@@ -9,7 +9,7 @@ from http_helpers import MODEL_ALIAS
 
 from llamapy.options import resolve_start_options
 from llamapy.serve.cli import build_parser
-from llamapy.serve.flags import start_options
+from llamapy.serve.flags.start import start_options
 
 CODE = ("def area(width, height):\n    return width * height\n\n"
         "def perimeter(width, height):\n    return 2 * (width + height)\n")

@@ -18,7 +18,7 @@ from starlette.routing import Route
 
 from llamapy.serve import create_app
 from llamapy.serve.cli import build_parser
-from llamapy.serve.serving_flags import app_options
+from llamapy.serve.flags.serving import app_options
 from llamapy.serve.sse import PING, EventStreamResponse
 from llamapy.server import Server
 

@@ -16,7 +16,7 @@ from llamapy._paths import cache_dir
 from llamapy._pins import LLAMA_CPP_SOURCE
 from llamapy.errors import UnsupportedFeatureError
 from llamapy.serve import create_app
-from llamapy.serve.serving_flags import REASONING_SWITCH, read_template
+from llamapy.serve.flags.serving import REASONING_SWITCH, read_template
 from llamapy.server import Server
 
 TEMPLATES = cache_dir() / "src" / f"llama.cpp-{LLAMA_CPP_SOURCE.sha256[:16]}" / "models" / \

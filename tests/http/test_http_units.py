@@ -35,7 +35,7 @@ from llamapy.openai_api.report import diverged_at, finish_reason, timings_dict
 from llamapy.serve.cli import build_parser
 from llamapy.serve.context import cache_headers
 from llamapy.serve.errors import error_body, error_headers
-from llamapy.serve.flags import option_specs, shown_default, start_options
+from llamapy.serve.flags.start import option_specs, shown_default, start_options
 from llamapy.server import server_request_option_keys, start_option_keys
 
 MESSAGES = [{"role": "user", "content": "hi"}]
@@ -231,7 +231,7 @@ def test_serving_enables_the_ram_prompt_cache_by_default() -> None:
     keeps one by default too); ``--cache-ram`` / ``--prompt-cache-ram-mb`` override it and 0
     turns it off. The library ``Server`` keeps the seed's default of 0."""
     from llamapy.options import EngineConfig
-    from llamapy.serve.flags import serve_cache_ram_mb, serve_start_options
+    from llamapy.serve.flags.start import serve_cache_ram_mb, serve_start_options
 
     parser = build_parser()
     default = serve_start_options(parser.parse_args([]))["prompt_cache_ram_mb"]
@@ -287,7 +287,7 @@ def test_llama_server_option_values_start_the_server_options() -> None:
 
 def test_cache_ram_minus_one_is_no_limit_and_other_negatives_are_refused() -> None:
     from llamapy.options import resolve_start_options
-    from llamapy.serve.flags import serve_start_options, unlimited_cache_ram_mb
+    from llamapy.serve.flags.start import serve_start_options, unlimited_cache_ram_mb
 
     parser = build_parser()
     unlimited = serve_start_options(parser.parse_args(["--cache-ram", "-1"]))
@@ -335,7 +335,7 @@ def test_metrics_export_the_disk_cache(tmp_path):
     from prometheus_client.core import CollectorRegistry
     from prometheus_client.exposition import generate_latest
 
-    from llamapy.serve.metrics import EngineCollector
+    from llamapy.serve.metrics.registry import EngineCollector
 
     registry = CollectorRegistry()
     registry.register(EngineCollector(lambda: _disk_engine_stats(tmp_path)))

@@ -31,7 +31,7 @@ from llamapy.openai_api.params import (
     CompletionBody,
 )
 from llamapy.openai_api.responses_params import ResponsesBody
-from llamapy.serve.routes_llama import INFILL_FIELDS
+from llamapy.serve.routes.llama import INFILL_FIELDS
 from llamapy.server import server_request_option_keys
 
 #: What a generation body may carry besides its model's fields.

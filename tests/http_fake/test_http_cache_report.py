@@ -220,7 +220,7 @@ def test_an_unknown_cache_report_fails_at_startup():
 
 def test_the_cache_report_flag_reaches_the_served_model():
     from llamapy.serve.cli import build_parser
-    from llamapy.serve.serving_flags import app_options
+    from llamapy.serve.flags.serving import app_options
 
     assert app_options(build_parser().parse_args([]))["cache_report"] == "exact"
     flags = build_parser().parse_args(["--cache-report", "coarse"])

@@ -19,7 +19,7 @@ from fake_http import ALIAS, FakeApp, fake_app
 from llamapy.engine.fake.text import FakeTextModel
 from llamapy.errors import InvalidOptionError
 from llamapy.openai_api import ServedModel
-from llamapy.serve.embeddings import embedding_inputs
+from llamapy.serve.routes.embeddings import embedding_inputs
 from llamapy.server.fake import fake_server
 
 #: Text every request below carries; only its tokenizations are watched.

@@ -12,8 +12,8 @@ import pytest
 from llamapy.errors import InvalidOptionError
 from llamapy.serve import create_app
 from llamapy.serve.cli import build_parser
-from llamapy.serve.compat_flags import check_compat
-from llamapy.serve.serving_flags import app_options
+from llamapy.serve.flags.compat import check_compat
+from llamapy.serve.flags.serving import app_options
 from llamapy.serve.tenants import OPEN, KeyTable, Principal
 from llamapy.server.fake import fake_server
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 from fake_http import FakeApp, fake_app
 
-from llamapy.serve.tenant_view import BARE_FIELDS, COUNTED_TOKENS, feed_view
+from llamapy.serve.pages.tenant_view import BARE_FIELDS, COUNTED_TOKENS, feed_view
 from llamapy.serve.tenants import KeyTable, Principal
 
 KEYS = "ka acme\nkadm ops admin\n"

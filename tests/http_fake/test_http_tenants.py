@@ -1,5 +1,5 @@
 """Tenants bound to API keys over HTTP, on the fake backend (:mod:`llamapy.serve.tenants`,
-:mod:`llamapy.serve.tenant_view`, :mod:`llamapy.serve.slot_files`).
+:mod:`llamapy.serve.pages.tenant_view`, :mod:`llamapy.serve.routes.slot_files`).
 
 The module's app has two tenant keys (``acme``, ``beta``), an admin of tenant ``ops`` and a key
 alone (the default tenant, no admin rights); its fake model has FIM tokens, so ``/infill``
@@ -24,8 +24,8 @@ from starlette.testclient import TestClient
 from llamapy.engine import Engine
 from llamapy.engine.fake.text import FakeTextModel
 from llamapy.serve import create_app
-from llamapy.serve.live_view import events_router
-from llamapy.serve.tenant_view import BARE_FIELDS, feed_view
+from llamapy.serve.pages.live_view import events_router
+from llamapy.serve.pages.tenant_view import BARE_FIELDS, feed_view
 from llamapy.serve.tenants import KeyTable, Principal
 from llamapy.server import ModelManager, ModelSpec
 from llamapy.server.fake import fake_server

@@ -8,7 +8,7 @@ import pytest
 from fake_http import ALIAS, CHAT, FakeApp
 
 from llamapy.errors import InvalidOptionError
-from llamapy.serve.vertex import (
+from llamapy.serve.routes.vertex import (
     MAX_INSTANCES,
     VertexSettings,
     install_vertex,

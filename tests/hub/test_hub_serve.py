@@ -19,7 +19,7 @@ from hub_standin import HubStandin, Repo, tiny_files
 from llamapy.models import default_model_path
 from llamapy.serve.__main__ import main
 from llamapy.serve.cli import build_parser
-from llamapy.serve.env_flags import env_argv
+from llamapy.serve.flags.env import env_argv
 
 REPO = "org/smol-GGUF"
 WAIT_S = 60.0

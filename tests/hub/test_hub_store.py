@@ -16,7 +16,7 @@ from llamapy.hub.fetch import HubAccess
 from llamapy.hub.store import ModelStore
 from llamapy.options.hub import parse_model_ref
 from llamapy.serve.cli import build_parser
-from llamapy.serve.flags import start_options
+from llamapy.serve.flags.start import start_options
 from llamapy.serve.models_specs import build_manager
 
 

@@ -126,7 +126,7 @@ def test_the_warmup_decode_leaves_a_clean_context(model: Model) -> None:
 
 def test_warmup_is_on_by_default_and_off_with_the_llama_server_flag() -> None:
     from llamapy.serve.cli import build_parser
-    from llamapy.serve.flags import serve_start_options
+    from llamapy.serve.flags.start import serve_start_options
 
     assert serve_start_options(build_parser().parse_args([])).get("warmup", True) is True
     off = serve_start_options(build_parser().parse_args(["--no-warmup"]))

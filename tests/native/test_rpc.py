@@ -124,7 +124,7 @@ def test_malformed_rpc_endpoint_is_an_option_error(model_path: Path, bad: str) -
 
 def test_llama_server_rpc_flag_names_the_servers() -> None:
     from llamapy.serve.cli import build_parser
-    from llamapy.serve.flags import serve_start_options
+    from llamapy.serve.flags.start import serve_start_options
 
     args = build_parser().parse_args(["--rpc", "10.0.0.2:50052,10.0.0.3:50052"])
     assert serve_start_options(args)["rpc_servers"] == ("10.0.0.2:50052", "10.0.0.3:50052")

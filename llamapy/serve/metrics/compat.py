@@ -48,7 +48,7 @@ GAUGES = {
 
 def llamacpp_families(stats: Mapping[str, Any]) -> Iterator[Metric]:
     """llama-server's metric families from the engine's stats (the engine collector of
-    :mod:`llamapy.serve.metrics` yields them after its own)."""
+    :mod:`llamapy.serve.metrics.registry` yields them after its own)."""
     for name, (key, doc) in COUNTERS.items():
         yield CounterMetricFamily(f"llamacpp:{name}", doc, value=float(stats.get(key, 0)))
     for name, (key, doc) in GAUGES.items():

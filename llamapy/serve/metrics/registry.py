@@ -7,8 +7,8 @@ state, and the cache metrics no peer exposes: reused prompt tokens by source (ow
 slot, RAM cache, disk cache, in-flight), RAM and disk cache bytes/entries/evictions/restores,
 disk cache writes, failures and bad files removed, prefix instability
 events (a template rewriting history), KV pressure purges. llama-server's ``llamacpp:`` names
-come alongside (:mod:`llamapy.serve.metrics_compat`), and vLLM's `vllm:` names for gateways
-(:mod:`llamapy.serve.metrics_gateway`).
+come alongside (:mod:`llamapy.serve.metrics.compat`), and vLLM's `vllm:` names for gateways
+(:mod:`llamapy.serve.metrics.gateway`).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .metrics_compat import LlamacppTimings, llamacpp_families
-from .metrics_gateway import GatewayHistograms, gateway_families
+from .compat import LlamacppTimings, llamacpp_families
+from .gateway import GatewayHistograms, gateway_families
 
 PREFIX = "llamapy"
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)

@@ -17,11 +17,11 @@ import base64
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..embeddings import Embedder
-from ..errors import InvalidOptionError, UnsupportedFeatureError
-from ..openai_api import ServedModel
-from ..openai_api.completions import check_token_ids
-from ..openai_api.prompt_shapes import PROMPT_STRING_KEY
+from ...embeddings import Embedder
+from ...errors import InvalidOptionError, UnsupportedFeatureError
+from ...openai_api import ServedModel
+from ...openai_api.completions import check_token_ids
+from ...openai_api.prompt_shapes import PROMPT_STRING_KEY
 
 if TYPE_CHECKING:
     import numpy as np

@@ -18,9 +18,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..errors import InvalidOptionError
-from ..options import field_help
-from ..options.hub import HubOptions
+from ...errors import InvalidOptionError
+from ...options import field_help
+from ...options.hub import HubOptions
 
 __all__ = ["add_hub_flags", "hub_model_path", "hub_options", "hub_puller"]
 
@@ -60,7 +60,7 @@ def hub_model_path(options: HubOptions) -> Path | None:
     ref = options.ref
     if ref is None:
         return None
-    from ..hub.fetch import HubAccess, fetch_model
+    from ...hub.fetch import HubAccess, fetch_model
 
     access = HubAccess.from_env(token=options.hf_token, offline=options.offline)
     return fetch_model(ref, access, options.hf_file).path
@@ -71,9 +71,9 @@ def hub_puller(options: HubOptions, manager: Any, models_dir: str,
     """The ``puller`` of ``--pull-on-demand`` for ``manager`` (None when off)."""
     if not options.pull_on_demand:
         return None
-    from ..hub.fetch import HubAccess
-    from ..hub.on_demand import OnDemandPuller
-    from ..hub.store import ModelStore
+    from ...hub.fetch import HubAccess
+    from ...hub.on_demand import OnDemandPuller
+    from ...hub.store import ModelStore
 
     return OnDemandPuller(manager, ModelStore(Path(models_dir)),
                           HubAccess.from_env(token=options.hf_token), start)

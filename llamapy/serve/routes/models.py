@@ -12,10 +12,10 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
-from ..errors import InvalidRequestError
-from .context import AppContext, read_json
-from .multi import ModelRouter
-from .routing import Router
+from ...errors import InvalidRequestError
+from ..context import AppContext, read_json
+from ..multi import ModelRouter
+from ..routing import Router
 
 
 def _model_name(body: Any) -> str:

@@ -24,8 +24,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ..errors import InvalidOptionError, UnsupportedFeatureError
-from .tenants import KeyTable
+from ...errors import InvalidOptionError, UnsupportedFeatureError
+from ..tenants import KeyTable
 
 __all__ = ["LOAD_MODES", "add_compat_flags", "api_keys", "check_compat", "compat_start_options",
            "ssl_files"]

@@ -15,7 +15,7 @@ import argparse
 import logging
 from collections.abc import Mapping, Sequence
 
-from ..errors import InvalidOptionError
+from ...errors import InvalidOptionError
 
 __all__ = ["LLAMA_ENV", "env_argv"]
 

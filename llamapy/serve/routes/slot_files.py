@@ -33,20 +33,20 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..engine.kv_ops import KvState
-from ..engine.request import CacheKey
-from ..errors import (
+from ...engine.kv_ops import KvState
+from ...engine.request import CacheKey
+from ...errors import (
     EndpointDisabledError,
     InvalidOptionError,
     InvalidRequestError,
     PermissionDeniedError,
 )
-from ..fingerprint import model_fingerprint
-from ..openai_api import ServedModel
-from .tenants import OPEN, Principal, check_tenant_name
+from ...fingerprint import model_fingerprint
+from ...openai_api import ServedModel
+from ..tenants import OPEN, Principal, check_tenant_name
 
 if TYPE_CHECKING:
-    from ..engine.engine import Engine
+    from ...engine.engine import Engine
 
 __all__ = ["slot_action", "tenant_folder"]
 

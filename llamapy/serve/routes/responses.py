@@ -14,17 +14,17 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..openai_api import (
+from ...openai_api import (
     acreate_response,
     astream_response,
     count_chat_input_tokens,
     count_input_tokens,
 )
-from ..openai_api.responses_params import ResponsesBody
-from .context import AppContext, cache_headers, cancel_on_disconnect, read_json, stream_flag
-from .errors import error_body
-from .routing import Router
-from .sse_named import named_event_stream
+from ...openai_api.responses_params import ResponsesBody
+from ..context import AppContext, cache_headers, cancel_on_disconnect, read_json, stream_flag
+from ..errors import error_body
+from ..routing import Router
+from ..sse_named import named_event_stream
 
 
 def responses_error_event(exc: BaseException, sent: int) -> dict[str, Any]:

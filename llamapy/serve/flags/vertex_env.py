@@ -1,12 +1,12 @@
 """Vertex AI's ``AIP_*`` variables (read before the HTTP stack is imported; the predict route
-itself is :mod:`llamapy.serve.vertex`)."""
+itself is :mod:`llamapy.serve.routes.vertex`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..errors import InvalidOptionError
+from ...errors import InvalidOptionError
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,8 +13,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..errors import ModelNotFoundError, UnsupportedFeatureError
-from ..openai_api import (
+from ...errors import ModelNotFoundError, UnsupportedFeatureError
+from ...openai_api import (
     ChatBody,
     CompletionBody,
     ServedModel,
@@ -23,7 +23,7 @@ from ..openai_api import (
     astream_chat_completion,
     astream_completion,
 )
-from .context import (
+from ..context import (
     AppContext,
     cache_headers,
     cancel_on_disconnect,
@@ -31,10 +31,10 @@ from .context import (
     read_json,
     stream_flag,
 )
+from ..multi import model_entry
+from ..routing import Router
+from ..sse import event_stream
 from .embeddings import aembed, embedding_response, parse_embedding_request
-from .multi import model_entry
-from .routing import Router
-from .sse import event_stream
 
 
 def model_card(served: ServedModel) -> dict[str, Any]:

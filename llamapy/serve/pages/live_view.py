@@ -14,7 +14,7 @@ browser sends ``Authorization`` through a streaming ``fetch``, as ``EventSource`
 several models ``?model=`` picks one (none: the first; unknown: 404 before the stream starts);
 it is peeked at without a lease, so a model not loaded reports its state and no slots instead
 of being loaded, and watching it never keeps it loaded. When keys carry tenants, a tenant key
-sees other tenants' slots bare (:mod:`llamapy.serve.tenant_view`).
+sees other tenants' slots bare (:mod:`llamapy.serve.pages.tenant_view`).
 """
 
 from __future__ import annotations
@@ -29,13 +29,13 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..errors import LlamapyError, NotReadyError
-from ..openai_api import ServedModel
-from ..openai_api.llama_compat import slot_entries
-from .context import AppContext
-from .metrics import REUSE_SOURCES, Metrics
-from .routing import Router
-from .sse import EventStreamResponse, encode
+from ...errors import LlamapyError, NotReadyError
+from ...openai_api import ServedModel
+from ...openai_api.llama_compat import slot_entries
+from ..context import AppContext
+from ..metrics.registry import REUSE_SOURCES, Metrics
+from ..routing import Router
+from ..sse import EventStreamResponse, encode
 from .tenant_view import feed_view
 
 __all__ = ["INTERVAL_S", "Watchers", "events_router", "snapshot"]
@@ -140,7 +140,7 @@ def _model_view(ctx: AppContext, model: str | None) -> dict[str, Any]:
 async def _feed(request: Request, ctx: AppContext, model: str | None,
                 watchers: Watchers) -> AsyncGenerator[dict[str, Any], None]:
     """Snapshots every :data:`INTERVAL_S` until the client goes away, as the request's key
-    sees them (:func:`~llamapy.serve.tenant_view.feed_view`)."""
+    sees them (:func:`~llamapy.serve.pages.tenant_view.feed_view`)."""
     principal = ctx.principal(request)
     watchers.count += 1
     try:

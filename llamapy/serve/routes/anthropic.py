@@ -15,16 +15,16 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..anthropic_api import (
+from ...anthropic_api import (
     MessagesBody,
     acreate_message,
     astream_message,
     count_message_tokens,
 )
-from .anthropic_errors import anthropic_error_event, anthropic_route_error
-from .context import AppContext, cache_headers, cancel_on_disconnect, read_json, stream_flag
-from .routing import Router
-from .sse_named import named_event_stream
+from ..anthropic_errors import anthropic_error_event, anthropic_route_error
+from ..context import AppContext, cache_headers, cancel_on_disconnect, read_json, stream_flag
+from ..routing import Router
+from ..sse_named import named_event_stream
 
 
 def anthropic_router(ctx: AppContext) -> Router:

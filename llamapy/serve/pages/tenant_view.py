@@ -13,8 +13,8 @@ A tenant key (the default tenant's too, once tenancy is on):
   scope, session, request or lease ids, prompt or token counts. The feed's recent instability
   events (they carry request ids) are left out; its counters are the server's totals, which name
   nothing.
-- ``POST /slots/{id}?action=...``: see :mod:`llamapy.serve.slot_files` (its own slots only, files
-  in its own folder, 403 otherwise).
+- ``POST /slots/{id}?action=...``: see :mod:`llamapy.serve.routes.slot_files` (its own slots
+  only, files in its own folder, 403 otherwise).
 - With ``--cache-report coarse|off`` a key that is not an admin's sees its own slots bare too,
   and the feed without its token counters: slot token counts, and counters read before and
   after one request, would tell that request's reuse exactly.
@@ -28,8 +28,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..engine.request import CacheKey
-from .tenants import Principal
+from ...engine.request import CacheKey
+from ..tenants import Principal
 
 __all__ = ["BARE_FIELDS", "feed_view", "slot_view"]
 
@@ -63,7 +63,7 @@ def slot_view(entries: Iterable[Mapping[str, Any]], principal: Principal,
 
 def feed_view(frame: Mapping[str, Any], principal: Principal, exact: bool = True
               ) -> dict[str, Any]:
-    """An events-feed frame (:func:`~llamapy.serve.live_view.frame`) as ``principal`` sees it:
+    """An events-feed frame (:func:`~llamapy.serve.pages.live_view.frame`) as ``principal`` sees it:
     its slots through :func:`slot_view`; without the recent instability events unless an
     admin's; not ``exact``, without the token counters either (a key that is not an admin's)."""
     out = {**frame, "slots": slot_view(frame.get("slots") or (), principal, exact)}

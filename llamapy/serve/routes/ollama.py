@@ -26,8 +26,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..errors import ModelNotFoundError, UnsupportedFeatureError
-from ..ollama_api import (
+from ...errors import ModelNotFoundError, UnsupportedFeatureError
+from ...ollama_api import (
     ChatBody,
     EmbedBody,
     EmbeddingsBody,
@@ -49,14 +49,14 @@ from ..ollama_api import (
     show,
     version,
 )
-from ..ollama_api.models import rfc3339, running_entry, unloaded_entry
-from ..openai_api import ServedModel
-from ..openai_api.params import parse_body
-from .context import AppContext, cancel_on_disconnect, read_json
+from ...ollama_api.models import rfc3339, running_entry, unloaded_entry
+from ...openai_api import ServedModel
+from ...openai_api.params import parse_body
+from ..context import AppContext, cancel_on_disconnect, read_json
+from ..ndjson import ndjson_stream
+from ..ollama_errors import ollama_error_line, ollama_route_error
+from ..routing import Router
 from .embeddings import aembed
-from .ndjson import ndjson_stream
-from .ollama_errors import ollama_error_line, ollama_route_error
-from .routing import Router
 
 #: ``expires_at`` of a model kept loaded for good.
 FOREVER = "9999-12-31T23:59:59Z"

@@ -13,13 +13,12 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..engine import ProgressEvent, TokenEvent
-from ..errors import NotReadyError
-from ..openai_api import ServedModel
-from ..openai_api import llama_compat as compat
-from ..openai_api.infill import check_infill, infill_tokens
-from . import slot_files
-from .context import (
+from ...engine import ProgressEvent, TokenEvent
+from ...errors import NotReadyError
+from ...openai_api import ServedModel
+from ...openai_api import llama_compat as compat
+from ...openai_api.infill import check_infill, infill_tokens
+from ..context import (
     AppContext,
     cache_headers,
     cancel_on_disconnect,
@@ -27,11 +26,12 @@ from .context import (
     read_json,
     stream_flag,
 )
-from .errors import error_response
-from .metrics_compat import PROCESS_START
-from .routing import Router, path_int, query_required
-from .sse import event_stream
-from .tenant_view import slot_view
+from ..errors import error_response
+from ..metrics.compat import PROCESS_START
+from ..pages.tenant_view import slot_view
+from ..routing import Router, path_int, query_required
+from ..sse import event_stream
+from . import slot_files
 
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 #: ``/infill`` fields that become its prompt.
@@ -195,7 +195,7 @@ def _status_routes(router: Router, ctx: AppContext) -> None:
     @router.get("/slots")
     async def slots(request: Request) -> list[dict[str, Any]]:
         """Each slot's state and cached tokens (501 with ``--no-slots``; a tenant key sees
-        other tenants' slots bare, :mod:`llamapy.serve.tenant_view`)."""
+        other tenants' slots bare, :mod:`llamapy.serve.pages.tenant_view`)."""
         ctx.check_enabled("slots")
         principal = ctx.principal(request)
         served = ctx.served()
@@ -207,7 +207,7 @@ def _status_routes(router: Router, ctx: AppContext) -> None:
         """llama-server's slot actions: ``?action=save|restore|erase`` (``{"filename"}`` for
         save and restore; 501 without ``--slot-save-path``, 409 while the slot is busy; served
         with ``--no-slots`` too, as llama-server does: that flag hides the ``/slots`` listing;
-        a tenant key acts on its own slots only, :mod:`llamapy.serve.slot_files`)."""
+        a tenant key acts on its own slots only, :mod:`llamapy.serve.routes.slot_files`)."""
         id_slot, action = path_int(request, "id_slot"), query_required(request, "action")
         body = await read_json(request) if action != "erase" else None
         return await run_in_threadpool(slot_files.slot_action, ctx.served(),

@@ -1,5 +1,5 @@
 """The serving flags of ``python -m llamapy.serve`` (the start options' flags are in
-:mod:`llamapy.serve.flags`), spelled as llama-server spells them where it has them.
+:mod:`llamapy.serve.flags.start`), spelled as llama-server spells them where it has them.
 
 llama-server's names that change nothing here are accepted so its command lines run
 unchanged: ``--jinja`` / ``--no-jinja`` (templates are always Jinja), ``--embedding`` /
@@ -16,12 +16,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..chat.builtin_templates import BUILTIN_TEMPLATES, LLAMA_CPP_NAMES
-from ..errors import InvalidOptionError, UnsupportedFeatureError
-from ..options import REASONING_FORMATS, TIMEOUTS
-from ..options.reports import CACHE_REPORTS, REPORT_BLOCK
-from .compat_flags import api_keys
-from .flags import DEFAULT_MAX_BODY_BYTES
+from ...chat.builtin_templates import BUILTIN_TEMPLATES, LLAMA_CPP_NAMES
+from ...errors import InvalidOptionError, UnsupportedFeatureError
+from ...options import REASONING_FORMATS, TIMEOUTS
+from ...options.reports import CACHE_REPORTS, REPORT_BLOCK
+from .compat import api_keys
+from .start import DEFAULT_MAX_BODY_BYTES
 
 __all__ = ["LOG_LEVELS", "add_serving_flags", "app_options", "bind_hosts", "read_template",
            "sleep_idle_seconds", "template_kwargs", "url_prefix"]

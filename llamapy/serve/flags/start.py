@@ -22,8 +22,8 @@ import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..options import START_OPTION_OWNERS, field_default, field_help, start_option_keys
-from .compat_flags import compat_start_options
+from ...options import START_OPTION_OWNERS, field_default, field_help, start_option_keys
+from .compat import compat_start_options
 
 #: Default request body limit: generous for long prompts, small enough to stop abuse.
 DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024

@@ -24,8 +24,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Mount, Route
 
-from ..errors import InvalidOptionError
-from .vertex_env import VertexSettings, vertex_settings
+from ...errors import InvalidOptionError
+from ..flags.vertex_env import VertexSettings, vertex_settings
 
 __all__ = ["MAX_INSTANCES", "VertexSettings", "install_vertex", "request_format",
            "vertex_settings"]
