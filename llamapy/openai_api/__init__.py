@@ -8,7 +8,7 @@
   the chat machinery (see :mod:`.bridge`); :func:`count_input_tokens` and
   :func:`count_chat_input_tokens` count prompts without generating.
 
-``target`` is a :class:`~llamapy.server.Server`, a :class:`~llamapy._native.Model` (run
+``target`` is a :class:`~llamapy.server.Server`, a :class:`~llamapy.server.Model` (run
 through a private single-slot server) or a :class:`ServedModel` (a server with a public name,
 template override and timeout). Requests are dicts in the OpenAI shape; errors are llamapy's
 typed errors (each with ``http_status``).

@@ -17,10 +17,9 @@ from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
 from contextlib import aclosing, closing
 from typing import Any
 
-from .._native import Model
 from ..chat import Delta
 from ..engine import DoneEvent, ProgressEvent, StreamEvent, TokenEvent
-from ..server import Completion, Server, Usage
+from ..server import Completion, Model, Server, Usage
 from .logprobs import chat_logprob, chat_logprobs
 from .params import choice_options
 from .prompt import ChatPlan, prepare_chat

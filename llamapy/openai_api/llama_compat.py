@@ -16,14 +16,13 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .. import __version__
-from .._native import Model
 from .._pins import LLAMA_CPP_COMMIT
 from ..engine import DoneEvent, ProgressEvent, TokenEvent
 from ..errors import InvalidOptionError
 from ..options import aliases_of
 from ..options._spec import is_int
 from ..options.samplers import sampler_names
-from ..server import Completion
+from ..server import Completion, Model
 from .completions import check_token_ids
 from .logprobs import MIN_CANDIDATES, sampled_logprob
 from .params import ChatBody, engine_extras, parse_body

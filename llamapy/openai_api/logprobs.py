@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .._native import Model
+from ..server import Model
 
 #: Candidates requested per token at least (the sampled token's pair always comes along).
 MIN_CANDIDATES = 1

@@ -20,10 +20,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import __version__
-from .._native import Model
 from .._pins import LLAMA_CPP_COMMIT
 from ..engine import ProgressEvent, RequestTimings
-from ..server import Usage
+from ..server import Model, Usage
 
 #: ``system_fingerprint`` of every OpenAI response: the serving build (llamapy's version and the
 #: pinned llama.cpp commit), where llama-server names its own build (``b<build>-<commit>``).

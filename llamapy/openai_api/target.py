@@ -1,7 +1,7 @@
 """What the API functions run on: a :class:`ServedModel` (a ``Server`` plus how to present it).
 
 The API functions accept a :class:`~llamapy.server.Server`, a loaded
-:class:`~llamapy._native.Model` (run through a private single-slot ``Server`` on the same file,
+:class:`~llamapy.server.Model` (run through a private single-slot ``Server`` on the same file,
 closed when the model is collected) or a :class:`ServedModel`, which adds what a bare server
 does not know: the public model name, a chat template override and the request timeout.
 """
@@ -17,11 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._native import Model
 from ..chat import ChatTemplate, OutputParser
 from ..errors import InvalidOptionError, ModelNotFoundError
 from ..options import REASONING_FORMATS, TIMEOUTS
-from ..server import Completion, Server
+from ..server import Completion, Model, Server
 from .cache_report import (
     AsyncReportedEvents,
     ReportedEvents,
@@ -40,7 +39,6 @@ PRIVATE_SERVER_OPTIONS: dict[str, object] = {"n_parallel": 1}
 DEFAULT_REQUEST_TIMEOUT = TIMEOUTS.http_request
 
 _private_servers: weakref.WeakKeyDictionary[Model, Server] = weakref.WeakKeyDictionary()
-_n_ctx_seq: weakref.WeakKeyDictionary[Server, int] = weakref.WeakKeyDictionary()
 
 #: Template markers that name the model's tool-call protocol (first match wins).
 _TOOL_MARKERS = (("<tool_call>", "hermes"), ("[TOOL_CALLS]", "mistral"),
@@ -106,12 +104,7 @@ class ServedModel:
     def __post_init__(self) -> None:
         if not self.name:
             self.name = Path(self.server.model_path).stem
-        if self.reasoning_format not in REASONING_FORMATS:
-            raise InvalidOptionError(f"reasoning_format must be one of {REASONING_FORMATS}",
-                                     option="reasoning_format")
-        check_cache_report(self.cache_report)
-        if self.chat_template:  # a broken override fails here, at startup
-            compiled_template(self.chat_template, "", "")
+        check_presentation(self.reasoning_format, self.cache_report, self.chat_template)
 
     @property
     def names(self) -> frozenset[str]:
@@ -224,14 +217,8 @@ class ServedModel:
         return options
 
     def n_ctx_seq(self) -> int:
-        """Context tokens one request may use (asked once per server)."""
-        cached = _n_ctx_seq.get(self.server)
-        if cached is None:
-            stats = self.server.stats()
-            cached = int(stats.get("n_ctx_seq") or stats.get("n_ctx") or 0)
-            if cached:
-                _n_ctx_seq[self.server] = cached
-        return cached
+        """Context tokens one request may use (0 while the model loads)."""
+        return self.server.n_ctx_seq
 
     def resolve_logit_bias(self, options: dict[str, Any]) -> dict[str, Any]:
         """Turn a parsed ``logit_bias`` (:func:`~.params.logit_bias`) into token ids, in
@@ -262,6 +249,18 @@ class ServedModel:
         n_ctx = self.n_ctx_seq()
         rest = max(1, n_ctx - prompt_tokens) if n_ctx else 256
         return min(self.n_predict, rest) if self.n_predict >= 0 else rest
+
+
+def check_presentation(reasoning_format: str = "auto", cache_report: str = "exact",
+                       chat_template: str | None = None, **_: Any) -> None:
+    """Check the :class:`ServedModel` options that can be wrong before any server exists (so a
+    broken chat template override fails at startup, not at the first request)."""
+    if reasoning_format not in REASONING_FORMATS:
+        raise InvalidOptionError(f"reasoning_format must be one of {REASONING_FORMATS}",
+                                 option="reasoning_format")
+    check_cache_report(cache_report)
+    if chat_template:
+        compiled_template(chat_template, "", "")
 
 
 def resolve_logit_bias(model: Model, spec: BiasSpec) -> dict[int, float]:

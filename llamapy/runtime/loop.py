@@ -106,6 +106,8 @@ class TickLoop:
         #: Called on the dying thread with the error once the loop has crashed and shut down.
         self.on_crash: list[Callable[[RuntimeDiedError], None]] = []
         self.hosted: Hosted | None = None
+        #: Context tokens one sequence may use, known once the model is hosted (0 before).
+        self.n_ctx_seq = 0
         self.ready = threading.Event()
         self._build = build
         self._inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
@@ -229,6 +231,7 @@ class TickLoop:
     def _run(self) -> None:
         try:
             self.hosted = self._build()
+            self.n_ctx_seq = self.hosted.engine.n_ctx_seq
         except Exception as exc:  # typed or foreign: never a stray thread death
             self._fail_load(exc)
             self._reject_until_closed()

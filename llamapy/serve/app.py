@@ -126,7 +126,7 @@ def _context(owned: ModelHost | ModelRouter, **options: Any) -> AppContext:
     """The app's context on one model's host or a manager's router."""
     ctx = AppContext(owned if isinstance(owned, ModelHost) else None,
                      models=owned if isinstance(owned, ModelRouter) else None, **options)
-    if isinstance(owned, ModelHost) and owned.clock is not None:
+    if isinstance(owned, ModelHost) and owned.sleeps:
         owned.sleep_hooks.append(lambda served: _fall_asleep(ctx, served))
     return ctx
 
@@ -253,8 +253,8 @@ def _add_middleware(app: Starlette, ctx: AppContext, cors: CorsPolicy, max_body_
     answered, ``cors``'s origins named (:mod:`llamapy.serve.cors`)."""
     if ctx.models is not None:  # innermost: leases the request's model for its response
         app.add_middleware(ModelSelect, router=ctx.models, check_key=ctx.check_key)
-    if ctx.host is not None and ctx.host.clock is not None:
-        app.add_middleware(WakeOnRequest, enter=ctx.host.enter, leave=ctx.host.leave)
+    if ctx.host is not None and ctx.host.sleeps:
+        app.add_middleware(WakeOnRequest, enter=ctx.host.enter)
     app.add_middleware(CatchAll)
     app.add_middleware(BrowserGuard, hosts=hosts, origins=cors, shape=shape)
     app.add_middleware(RequestCounter, metrics=ctx.metrics)

@@ -12,7 +12,6 @@ from typing import Any, TypeVar
 import orjson
 from starlette.requests import Request
 
-from .._native.context import ContextOptions
 from ..embeddings import POOLINGS, Embedder
 from ..errors import (
     AuthenticationError,
@@ -24,6 +23,7 @@ from ..errors import (
     RequestCancelledError,
 )
 from ..openai_api import ServedModel
+from ..options.context import ContextOptions
 from .host import ModelHost
 from .metrics.registry import Metrics
 from .multi import ModelRouter, ModelsCollector

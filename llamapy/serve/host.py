@@ -1,16 +1,22 @@
-"""The model behind the app: served at once, or still being fetched/loaded in the background.
+"""The model behind the app: one model on a one-spec :class:`~llamapy.server.ModelManager`.
 
 ``ModelHost(server, **options)`` serves a running :class:`~llamapy.server.Server` (which may
-itself still be loading its model); ``ModelHost(loader, **options)`` first runs ``loader()`` in
-a thread (fetching the default model, say) while the HTTP server already answers ``/health``
-with 503. ``options`` are those of :class:`~llamapy.openai_api.ServedModel` (``name``,
-``chat_template``, ``request_timeout``).
+itself still be loading its model); ``ModelHost(loader, **options)`` runs ``loader()`` on the
+manager's load thread (fetching the default model, say) while the HTTP server already answers
+``/health`` with 503. ``options`` are those of :class:`~llamapy.openai_api.ServedModel`
+(``name``, ``chat_template``, ``request_timeout``).
 
-With ``sleep_idle_seconds`` (and a loader, which it reruns to wake up) the model sleeps after
-that many idle seconds (:mod:`llamapy.serve.sleep`): :attr:`ModelHost.sleeping`, :meth:`enter`
-/ :meth:`leave` around each request that runs on the model, :meth:`steady` around each read
-of a route that never wakes it, ``sleep_hooks`` called with the
-served model just before it is unloaded.
+The manager owns the model's life, as it does for several models: loading, a stored load
+failure, and ``--sleep-idle-seconds N``, which is the spec's ``keep_alive`` (a loader is needed:
+it is rerun to wake the model). *Asleep* is the manager's status of a model unloaded for
+idleness: ``UNLOADED`` (or ``LOADING`` again, while a request wakes it) after having been
+loaded. The policy (llama-server's): a request on a route that runs on the model holds a lease
+for its whole response (:meth:`enter`; streams included), waking the model first, so the
+request waits for the reload. Once no lease has been held for N seconds, the manager unloads
+it, calling the host's hooks first (the app snapshots ``/props``, ``/v1/models`` and the
+engine's stats, which the read-only routes answer from while it sleeps). A read-only route
+reads the model under :meth:`steady`: held loaded (or asleep) meanwhile, without counting as
+activity.
 """
 
 from __future__ import annotations
@@ -18,18 +24,20 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..errors import InvalidOptionError, LlamapyError, LoadFailedError, NotReadyError
 from ..openai_api import ServedModel
-from ..server import Server
-from .sleep import IdleClock
+from ..openai_api.target import check_presentation
+from ..server import ModelLease, ModelManager, ModelSpec, ModelState, Server
 
 log = logging.getLogger("llamapy.serve")
 
 Loader = Callable[[], Server]
+
+#: The one spec's name inside the host's manager (the public name is the ServedModel's).
+_MODEL = "model"
 
 
 class ModelHost:
@@ -37,76 +45,46 @@ class ModelHost:
 
     def __init__(self, target: Server | Loader, *, sleep_idle_seconds: float | None = None,
                  **served: Any) -> None:
+        check_presentation(**served)
         self._options = served
-        self._served: ServedModel | None = None
-        self._error: LlamapyError | None = None
-        self._lock = threading.Lock()
-        self._loaded = threading.Event()  # the loader returned or failed
-        self._wake_lock = threading.Lock()
-        self._loader = None if isinstance(target, Server) else target
-        self._sleeping = False
+        self.sleeps = sleep_idle_seconds is not None and sleep_idle_seconds >= 0
+        given = target if isinstance(target, Server) else None
+        if self.sleeps and given is not None:
+            raise InvalidOptionError("sleep_idle_seconds needs a loader to reload the model "
+                                     "with", option="sleep_idle_seconds")
         self.sleep_hooks: list[Callable[[ServedModel], None]] = []
-        self.clock: IdleClock | None = None
-        if sleep_idle_seconds is not None and sleep_idle_seconds >= 0:
-            if self._loader is None:
-                raise InvalidOptionError("sleep_idle_seconds needs a loader to reload the "
-                                         "model with", option="sleep_idle_seconds")
-            self.clock = IdleClock(sleep_idle_seconds, self._sleep)
-        if isinstance(target, Server):
-            self._served = ServedModel(target, **served)
-            self._loaded.set()
-        else:
-            threading.Thread(target=self._load, args=(target,), name="llamapy-serve-load",
-                             daemon=True).start()
-
-    def _load(self, loader: Loader) -> None:
-        try:
-            server = loader()
-        except Exception as exc:  # a foreign error while fetching: report, never die silently
-            log.error("model load failed: %s", exc)
-            error = exc if isinstance(exc, LoadFailedError) else LoadFailedError(exc)
-            with self._lock:
-                self._error = error
-            self._loaded.set()
-            return
-        served = ServedModel(server, **self._options)
-        with self._lock:
-            self._served = served
-        self._loaded.set()
+        self._slept = False
+        self._served: ServedModel | None = None
+        self._lock = threading.Lock()
+        spec = ModelSpec(name=_MODEL, path="" if given is None else given.model_path,
+                         keep_alive=sleep_idle_seconds if self.sleeps else -1)
+        self.manager = ModelManager(
+            [spec], server_factory=_factory(target),
+            on_idle_unload=self._falls_asleep if self.sleeps else None)
+        self.manager.start(_MODEL)
 
     def wait_loaded(self, timeout: float | None = None) -> bool:
         """Block until the model has loaded or failed to (at most ``timeout`` s); return
         whether it did."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        if not self._loaded.wait(timeout):
-            return False
-        served = self._served
-        if served is None:
-            return True
-        try:
-            served.server.wait_ready(None if deadline is None
-                                     else max(0.0, deadline - time.monotonic()))
-        except NotReadyError:
-            return False
-        except LlamapyError:
-            pass  # failed: done all the same
-        return True
+        return self.manager.wait_settled(_MODEL, timeout).state is not ModelState.LOADING
 
     @property
     def served(self) -> ServedModel | None:
-        """The served model once the loader returned (its server may still be loading)."""
-        return self._served
+        """The served model while it is loaded, else None."""
+        server = self.manager.peek(_MODEL)
+        return None if server is None else self._served_model(server)
 
     def get(self) -> ServedModel:
         """The served model if its server is ready; else raise why not (503)."""
-        with self._lock:
-            served, error = self._served, self._error
+        server = self.manager.peek(_MODEL)
+        if server is not None:
+            served = self._served_model(server)
+            served.server.fetch_model()  # a server that died since: NotRunningError, ...
+            return served
+        error = self.manager.failure(_MODEL)
         if error is not None:
             raise error
-        if served is None:
-            raise NotReadyError("the model is asleep" if self._sleeping else "loading model")
-        served.server.fetch_model()  # raises NotReadyError / LoadFailedError / NotRunningError
-        return served
+        raise NotReadyError("the model is asleep" if self.sleeping else "loading model")
 
     def status(self) -> str:
         """``loading``, ``ready`` or ``failed``."""
@@ -120,62 +98,66 @@ class ModelHost:
 
     @property
     def sleeping(self) -> bool:
-        """Whether the model was unloaded for idleness (``--sleep-idle-seconds``)."""
-        return self._sleeping
+        """Whether the model was unloaded for idleness (and has not woken yet)."""
+        return self._slept and self.manager.status_of(_MODEL).state is not ModelState.LOADED
 
     @contextlib.contextmanager
     def steady(self) -> Iterator[bool]:
-        """Hold the model awake or asleep while a read-only route reads it (without counting
-        as activity); yields whether it is asleep. A sleep that is under way is waited for:
-        the route never sees the model half closed."""
-        if self.clock is None:
-            yield False
-            return
-        self.clock.pin()
+        """Hold the model loaded or asleep while a read-only route reads it (without counting
+        as activity); yields whether it is asleep. A sleep under way is waited for: the route
+        never sees the model half closed."""
+        with self.manager.hold(_MODEL) as server:
+            yield server is None and self.sleeping
+
+    def enter(self) -> ModelLease | None:
+        """A request that runs on the model starts: a lease on it, waking a sleeping model
+        first (blocking until it is loaded again). None while it is loading for the first time
+        or failed: the route then answers why."""
+        lease = self.manager.try_acquire(_MODEL)
+        if lease is not None or not self.sleeping:
+            return lease
+        log.info("waking up: reloading the model")
         try:
-            yield self._sleeping
-        finally:
-            self.clock.unpin()
+            if self.manager.failure(_MODEL) is not None:
+                self.manager.load(_MODEL, None)  # the last wake-up failed: try again
+            return self.manager.acquire(_MODEL, None)
+        except LlamapyError:
+            return None  # the reload failed: the route answers with its stored error
 
-    def enter(self) -> None:
-        """A request that runs on the model starts: wake the model first (blocking until it is
-        loaded again; raises :class:`LoadFailedError` if that fails)."""
-        if self.clock is None:
-            return
-        self.clock.enter()
-        with self._wake_lock:
-            if not self._sleeping:
-                return
-            assert self._loader is not None
-            log.info("waking up: reloading the model")
-            server = self._loader().wait_ready(None)
-            with self._lock:
-                self._served = ServedModel(server, **self._options)
-                self._sleeping = False
-
-    def leave(self) -> None:
-        """That request ended."""
-        if self.clock is not None:
-            self.clock.leave()
-
-    def _sleep(self) -> bool:
-        """Unload the model (no request in flight: the idle clock's lock is held)."""
+    def _served_model(self, server: Any) -> ServedModel:
         with self._lock:
-            served = self._served
-        if served is None or not served.server.ready:
-            return False
+            if self._served is None or self._served.server is not server:
+                self._served = ServedModel(server, **self._options)
+            return self._served
+
+    def _falls_asleep(self, name: str, server: Any) -> None:
+        """The manager unloads the idle model (its lock held): the hooks see it first."""
+        served = self._served_model(server)
+        self._slept = True
         for hook in self.sleep_hooks:
             hook(served)
-        with self._lock:
-            self._served = None
-            self._sleeping = True
         log.info("idle: the model sleeps (unloaded until the next request)")
-        served.server.close()
-        return True
 
     def close(self) -> None:
-        """Stop the idle clock; close the server (when the app owns it)."""
-        if self.clock is not None:
-            self.clock.close()
-        if self._served is not None:
-            self._served.server.close()
+        """Close the manager and with it the server (when the app owns it)."""
+        self.manager.close()
+
+
+def _factory(target: Server | Loader) -> Callable[[ModelSpec], Server]:
+    """The host's server factory: the given server once it is ready, or the loader's (typed
+    load errors)."""
+    if isinstance(target, Server):
+        # waited for here: a load error is stored and the given server left as it is (a
+        # server the factory returned and that then failed would be closed by the manager)
+        return lambda spec: target.wait_ready(None)
+
+    def load(spec: ModelSpec) -> Server:
+        try:
+            return target()
+        except LlamapyError:
+            raise
+        except Exception as exc:  # a foreign error while fetching: report, never die silently
+            log.error("model load failed: %s", exc)
+            raise LoadFailedError(exc) from exc
+
+    return load

@@ -1,5 +1,10 @@
-"""The threaded continuous-batching server (sync and asyncio API)."""
+"""The threaded continuous-batching server (sync and asyncio API).
 
+It also hands out the loaded :class:`Model` (tokenizer, vocabulary, chat template): the layers
+above name that type from here, never from the binding.
+"""
+
+from .._native import Model
 from .._system import physical_cores
 from ..adapters import AdapterSet, resolve_adapters
 from ..runtime import Completion, Usage
@@ -11,6 +16,7 @@ from .server import Server
 __all__ = [
     "AdapterSet",
     "Completion",
+    "Model",
     "ModelLease",
     "ModelManager",
     "ModelSpec",

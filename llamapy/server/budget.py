@@ -32,6 +32,7 @@ class Entry:
     server: Any = None
     error: LlamapyError | None = None
     users: int = 0  # leases held plus requesters waiting for it
+    holds: int = 0  # read-only views holding it loaded (not uses)
     last_used: float = 0.0
     unload_pending: bool = False
 
@@ -42,8 +43,9 @@ class Entry:
 
     @property
     def evictable(self) -> bool:
-        """Loaded, unused, unpinned: the budget and the idle TTL may unload it."""
-        return self.state is ModelState.LOADED and self.users == 0 and not self.pinned
+        """Loaded, unused, unheld, unpinned: the budget and the idle TTL may unload it."""
+        return (self.state is ModelState.LOADED and self.users == 0 and self.holds == 0
+                and not self.pinned)
 
 
 def fits(resident: list[Entry], need_mb: float, models_max: int, memory_mb: float) -> bool:

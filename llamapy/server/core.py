@@ -117,6 +117,12 @@ class ServerCore:
         return self._loop.state is LoopState.READY and not self._closed
 
     @property
+    def n_ctx_seq(self) -> int:
+        """Context tokens one request may use, known once the model is loaded (0 before):
+        read without a round trip to the tick thread."""
+        return self._loop.n_ctx_seq
+
+    @property
     def start_options(self) -> ResolvedStart:
         """The resolved start options, split by owner (server, engine, context, model)."""
         return self._start

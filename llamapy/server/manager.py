@@ -15,7 +15,10 @@ idleness. Once a model's last lease ends, ``keep_alive`` applies: 0 unloads it t
 value unloads it after that many idle seconds (one reaper thread sleeps until the next
 deadline; nothing polls), forever keeps it. A load failure is stored as the model's typed error
 and raised to its requesters; it touches no other model; :meth:`load` retries it. An explicit
-:meth:`unload` of a model in use happens when its last lease ends.
+:meth:`unload` of a model in use happens when its last lease ends. A read-only view
+:meth:`hold` s a loaded model without using it: no unload happens under it, and its keep-alive
+clock runs on. ``on_idle_unload`` (the serving app's sleep snapshot) is called with each model
+the idle TTL unloads, before its server is closed.
 
 One lock and one condition guard every entry; loads and closes run outside the lock (a loader
 thread per load closes the evicted servers first, then starts the new one and waits for it).
@@ -23,29 +26,29 @@ thread per load closes the evicted servers first, then starts the new one and wa
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from ..errors import (
     ClosedError,
     InvalidOptionError,
     LlamapyError,
-    LoadFailedError,
     ModelBudgetError,
     NotReadyError,
     UnknownModelError,
 )
-from .budget import Entry, check_entries, plan_room
+from .budget import Entry, check_entries
+from .lifecycle import Lifecycle
 from .model_spec import (
-    KEEP_FOREVER,
     ModelLease,
     ModelSpec,
     ModelState,
     ModelStatus,
     ServerFactory,
-    ServerLike,
     default_server_factory,
     estimate_memory_mb,
     parse_keep_alive,
@@ -53,37 +56,36 @@ from .model_spec import (
 
 __all__ = ["ModelManager"]
 
+log = logging.getLogger("llamapy.server")
 
-class ModelManager:
+
+class ModelManager(Lifecycle):
     """Serve several models, each its own ``Server``, on demand under a memory budget.
 
     ``specs``: the models (:class:`ModelSpec`). ``models_max``: most models resident at once;
     ``memory_mb``: most estimated MiB resident (0 = unlimited, both). ``keep_alive``: default
     idle TTL for specs without their own (see :func:`parse_keep_alive`; -1 = keep).
     ``load_timeout``: default wait of :meth:`acquire` (None = unbounded). ``server_factory``
-    makes a server from a spec (tests inject fakes). See the module docstring for the rules.
+    makes a server from a spec (tests inject fakes). ``on_idle_unload(name, server)`` runs
+    before the idle TTL unloads a model (with the manager's lock held: it must not call back
+    into the manager). See the module docstring for the rules.
     """
 
     def __init__(self, specs: Iterable[ModelSpec] = (), *, models_max: int = 0,
                  memory_mb: float = 0.0, keep_alive: float | str = -1,
                  load_timeout: float | None = None,
-                 server_factory: ServerFactory = default_server_factory) -> None:
+                 server_factory: ServerFactory = default_server_factory,
+                 on_idle_unload: Callable[[str, Any], None] | None = None) -> None:
         if isinstance(models_max, bool) or not isinstance(models_max, int) or models_max < 0:
             raise InvalidOptionError(f"models_max must be an int >= 0, got {models_max!r}",
                                      option="models_max")
         if not memory_mb >= 0:
             raise InvalidOptionError(f"memory_mb must be >= 0, got {memory_mb!r}",
                                      option="memory_mb")
-        self.models_max = models_max
-        self.memory_mb = float(memory_mb)
+        super().__init__(models_max, float(memory_mb), server_factory, on_idle_unload)
         self.keep_alive = parse_keep_alive(keep_alive)
         self.load_timeout = load_timeout
-        self._factory = server_factory
-        self._cond = threading.Condition()
-        self._entries: dict[str, Entry] = {}
         self._by_name: dict[str, Entry] = {}
-        self._closed = False
-        self._closers: set[threading.Thread] = set()
         for spec in specs:
             self.add(spec)
         self._reaper = threading.Thread(target=self._reap_loop, name="llamapy-models-reaper",
@@ -173,6 +175,49 @@ class ModelManager:
         with self._cond:
             entry = self._entry(name)
             return entry.server if entry.state is ModelState.LOADED else None
+
+    @contextlib.contextmanager
+    def hold(self, name: str) -> Iterator[Any | None]:
+        """The model's server if it is loaded now (None otherwise), kept loaded until the block
+        ends: for a read-only view that must not see it closed under it. Not a use: its
+        keep-alive clock runs on (an unload it held off happens when the block ends), and
+        nothing is loaded. An idle unload under way is waited for."""
+        with self._cond:
+            entry = self._entry(name)
+            server = entry.server if entry.state is ModelState.LOADED else None
+            if server is not None:
+                entry.holds += 1
+        try:
+            yield server
+        finally:
+            if server is not None:
+                with self._cond:
+                    entry.holds -= 1
+                    self._cond.notify_all()
+
+    def start(self, name: str) -> None:
+        """Start loading an unloaded or failed model without waiting (with no room now, the
+        first request for it waits for room instead)."""
+        with self._cond:
+            entry = self._entry(name)
+            if entry.state in (ModelState.UNLOADED, ModelState.FAILED):
+                self._start_load(entry)
+
+    def wait_settled(self, name: str, timeout: float | None = None) -> ModelStatus:
+        """Wait at most ``timeout`` seconds (None: as long as it takes) while the model is
+        loading; its status after."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            entry = self._entry(name)
+            while entry.state is ModelState.LOADING and self._wait(deadline):
+                pass
+            return self._status(entry)
+
+    def failure(self, name: str) -> LlamapyError | None:
+        """The typed error of a model whose load failed (None unless it is ``FAILED``)."""
+        with self._cond:
+            entry = self._entry(name)
+            return entry.error if entry.state is ModelState.FAILED else None
 
     def load(self, name: str, timeout: float | None = None) -> ModelStatus:
         """Load a model now (retrying a failed one) and wait for it; its status after.
@@ -287,127 +332,3 @@ class ModelManager:
                     raise NotReadyError(f"model {entry.spec.name!r} is still loading")
                 raise ModelBudgetError(f"no room to load model {entry.spec.name!r}: every "
                                        "loaded model is in use or pinned")
-
-    def _wait(self, deadline: float | None) -> bool:
-        if deadline is None:
-            self._cond.wait()
-            return True
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return False
-        self._cond.wait(remaining)
-        return True
-
-    def _start_load(self, entry: Entry) -> bool:
-        """Make room and start loading ``entry``; False when no room can be made yet."""
-        victims = plan_room(self._entries.values(), entry, self.models_max, self.memory_mb)
-        if victims is None:
-            return False
-        evicted = [self._drop(v) for v in victims]
-        entry.move(ModelState.LOADING)
-        entry.error = None
-        threading.Thread(target=self._load, args=(entry, evicted), daemon=True,
-                         name=f"llamapy-load-{entry.spec.name}").start()
-        return True
-
-    def _drop(self, entry: Entry) -> Any:
-        """Mark ``entry`` unloaded; return its server for the caller to close unlocked."""
-        entry.move(ModelState.UNLOADED)
-        server, entry.server = entry.server, None
-        entry.error = None
-        entry.unload_pending = False
-        return server
-
-    def _idle_drop(self, entry: Entry) -> Any:
-        """The server to close now that ``entry`` has no users (keep_alive 0 or a pending
-        unload), else None."""
-        if entry.users or entry.state is not ModelState.LOADED:
-            return None
-        if entry.unload_pending or (entry.keep_alive == 0 and not entry.pinned):
-            return self._drop(entry)
-        return None
-
-    def _release(self, entry: Entry) -> None:
-        """A lease ended (called unlocked)."""
-        with self._cond:
-            entry.users -= 1
-            entry.last_used = time.monotonic()
-            self._close_later([self._idle_drop(entry)])
-            self._cond.notify_all()
-
-    def _close_later(self, servers: list[Any]) -> None:
-        """Close ``servers`` on a thread of their own (called with the lock held), so a lease
-        released on an event loop never waits for it; the next load waits for it instead."""
-        servers = [s for s in servers if s is not None]
-        if servers:
-            thread = threading.Thread(target=self._close_all, args=(servers,), daemon=True,
-                                      name="llamapy-unload")
-            self._closers.add(thread)
-            thread.start()
-
-    def _close_all(self, servers: list[Any]) -> None:
-        try:
-            for server in servers:
-                server.close()
-        finally:
-            with self._cond:
-                self._closers.discard(threading.current_thread())
-                self._cond.notify_all()
-
-    def _load(self, entry: Entry, evicted: list[Any]) -> None:
-        """Loader thread (unlocked): close the evicted servers and wait for the unloads under
-        way (their memory must be free first), then start and await ours."""
-        for old in evicted:
-            if old is not None:
-                old.close()
-        with self._cond:
-            pending = list(self._closers)
-        for thread in pending:
-            thread.join()
-        server: ServerLike | None = None
-        error: LlamapyError | None = None
-        try:
-            server = self._factory(entry.spec)
-            server.wait_ready(None)
-        except Exception as exc:  # stored as the model's typed error
-            error = exc if isinstance(exc, LlamapyError) else LoadFailedError(exc)
-            if server is not None:
-                server.close()
-                server = None
-        self._finish_load(entry, server, error)
-
-    def _finish_load(self, entry: Entry, server: ServerLike | None,
-                     error: LlamapyError | None) -> None:
-        with self._cond:
-            closing = server if self._closed else None
-            if error is not None or self._closed:
-                entry.move(ModelState.FAILED)
-                entry.error = error or ClosedError("the model manager is closed")
-            else:
-                entry.move(ModelState.LOADED)
-                entry.server = server
-                entry.last_used = time.monotonic()
-                closing = self._idle_drop(entry)
-            self._cond.notify_all()
-        if closing is not None:
-            closing.close()
-
-    # --- idle TTL -----------------------------------------------------------------------------
-
-    def _reap_loop(self) -> None:
-        """Reaper thread: unload models idle past their keep_alive; sleeps until the next
-        deadline or until a lease changes."""
-        with self._cond:
-            while not self._closed:
-                now = time.monotonic()
-                expired = [self._drop(e) for e in self._entries.values()
-                           if e.evictable and 0 < e.keep_alive <= now - e.last_used]
-                self._close_later(expired)
-                if not expired:
-                    self._cond.wait(self._next_expiry(now))
-
-    def _next_expiry(self, now: float) -> float | None:
-        """Seconds until the next idle model's keep_alive runs out (None: no such model)."""
-        deadlines = [e.last_used + e.keep_alive - now for e in self._entries.values()
-                     if e.evictable and 0 < e.keep_alive < KEEP_FOREVER]
-        return max(min(deadlines), 0.0) if deadlines else None

@@ -94,3 +94,56 @@ def test_runtime_core_never_imports_native():
         mods = imported_modules(path)
         assert not [m for m in mods if any(m == x or m.startswith(x + ".") for x in FORBIDDEN)], \
             path.name
+
+
+#: The packages above the server: they reach the model through ``llamapy.server`` only.
+API_PACKAGES = ("openai_api", "anthropic_api", "ollama_api", "serve", "ray", "chat", "grammar")
+#: Files allowed past that rule, and why.
+API_EXCEPTIONS = {
+    # the entry point maps the weights in before it imports any layer (startup time)
+    "serve/__main__.py": ("llamapy._native.prefetch",),
+}
+
+
+def api_binding_imports(package_dir: Path, root: Path = PACKAGE) -> list[tuple[str, str]]:
+    """(file, module) for each import of the binding (or the backend on it) under
+    ``package_dir`` (in the ``llamapy`` folder ``root``), but the allowed ones of
+    :data:`API_EXCEPTIONS`."""
+    bad = []
+    for path in sorted(package_dir.rglob("*.py")):
+        name = path.relative_to(root).as_posix()
+        base = ["llamapy", *path.relative_to(root).parent.parts]
+        for module in _imports_of(path, base):
+            if any(module == x or module.startswith(x + ".") for x in FORBIDDEN[2:]) and \
+                    module not in API_EXCEPTIONS.get(name, ()):
+                bad.append((name, module))
+    return bad
+
+
+def _imports_of(path: Path, base: list[str]) -> list[str]:
+    """Every module ``path`` imports, relative imports resolved against its package."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.ImportFrom):
+            prefix = base[: len(base) - (node.level - 1)] if node.level else []
+            found.append(".".join([*prefix, *filter(None, [node.module])]))
+        elif isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+    return found
+
+
+def test_api_packages_reach_the_model_through_the_server_only():
+    """The API adapters, the HTTP server and the chat layer never import the binding: the
+    server layer hands out what they need (``llamapy.server.Model``)."""
+    assert {p: api_binding_imports(PACKAGE / p) for p in API_PACKAGES} == {
+        p: [] for p in API_PACKAGES}
+
+
+def test_the_api_scan_catches_a_binding_import(tmp_path):
+    package = tmp_path / "llamapy" / "openai_api" / "deep"
+    package.mkdir(parents=True)
+    (package / "x.py").write_text("from ..._native import Model\n")
+    (package / "y.py").write_text("from llamapy.llama_backend import LlamaBackend\n")
+    found = api_binding_imports(package.parent, root=tmp_path / "llamapy")
+    assert found == [("openai_api/deep/x.py", "llamapy._native"),
+                     ("openai_api/deep/y.py", "llamapy.llama_backend")]

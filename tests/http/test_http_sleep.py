@@ -1,11 +1,11 @@
-"""``--sleep-idle-seconds``: the model is unloaded when idle and reloaded by the next request."""
+"""``--sleep-idle-seconds``: the model is unloaded when idle and reloaded by the next request
+(the manager's part, holds and the idle-unload hook, is in ``tests/manager/test_manager_holds``)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +17,6 @@ from live import LiveApp
 
 from llamapy.openai_api import llama_compat
 from llamapy.serve import create_app
-from llamapy.serve.sleep import IdleClock
 from llamapy.server import Server
 
 PROMPT = {"prompt": "The capital of France is", "n_predict": 6, "temperature": 0}
@@ -126,51 +125,6 @@ def test_the_live_view_says_sleeping_and_watching_does_not_wake_it(
         assert event["state"] == "sleeping" and event["slots"] == []
         assert event["model"] == MODEL_ALIAS
     assert http.get("/props").json()["is_sleeping"] is True and len(servers) == 1
-
-
-def test_a_read_only_route_holds_off_a_sleep_without_being_activity() -> None:
-    slept, unpinning = threading.Event(), threading.Event()
-    pins_seen: list[int] = []  # the clock's pins at each call (its lock is held then)
-
-    def on_idle() -> bool:
-        pins_seen.append(clock._pins)
-        if not unpinning.is_set():  # (a stall before the pin: idle then; the spell restarts)
-            return False
-        slept.set()
-        return True
-
-    clock = IdleClock(0.05, on_idle)
-    try:
-        clock.pin()
-        time.sleep(0.3)  # idle long past 0.05 s, but a read is under way
-        unpinning.set()
-        clock.unpin()
-        assert slept.wait(WAIT_S)  # the read did not start a new quiet spell
-        assert pins_seen and not any(pins_seen)  # never while pinned
-    finally:
-        clock.close()
-
-
-def test_a_read_waits_for_a_sleep_under_way() -> None:
-    started, release = threading.Event(), threading.Event()
-
-    def on_idle() -> bool:
-        started.set()
-        return release.wait(WAIT_S)
-
-    clock = IdleClock(0.01, on_idle)
-    reader = threading.Thread(target=clock.pin)
-    try:
-        assert started.wait(WAIT_S)
-        reader.start()
-        reader.join(0.2)
-        assert reader.is_alive()  # it would read a model being closed
-        release.set()
-        reader.join(WAIT_S)
-        assert not reader.is_alive()
-    finally:
-        release.set()
-        clock.close()
 
 
 def test_props_read_across_the_moment_the_model_falls_asleep(
