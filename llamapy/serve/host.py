@@ -154,9 +154,10 @@ def _factory(target: Server | Loader) -> Callable[[ModelSpec], Server]:
     def load(spec: ModelSpec) -> Server:
         try:
             return target()
-        except LlamapyError:
+        except LoadFailedError:
             raise
-        except Exception as exc:  # a foreign error while fetching: report, never die silently
+        except Exception as exc:  # any other error while fetching (a missing file is not a 404
+            # here: the server failed to load): report, never die silently
             log.error("model load failed: %s", exc)
             raise LoadFailedError(exc) from exc
 

@@ -95,9 +95,7 @@ class _Stub:
     """Stands for a Server in ServedModel's budget and name logic."""
 
     model_path = "/models/smol.gguf"
-
-    def stats(self) -> dict:
-        return {"n_ctx_seq": 1000}
+    n_ctx_seq = 1000
 
 
 def test_n_predict_is_the_default_budget_within_the_context() -> None:
