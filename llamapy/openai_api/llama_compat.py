@@ -84,21 +84,20 @@ def prepare_native(served: ServedModel, request: Mapping[str, Any]
     if not isinstance(request.get("backend_sampling", False), bool):
         raise InvalidOptionError("backend_sampling must be a boolean", option="backend_sampling")
     extras = {k: v for k, v in request.items() if k not in OWN_FIELDS + IGNORED_FIELDS}
-    options = served.own_options(engine_extras(extras))
-    served.resolve_logit_bias(options)
-    served.ignore_eos(options, request.get("ignore_eos"))
+    fields = engine_extras(extras)
     if request.get("json_schema") is not None:
         from ..grammar.json_schema import schema_to_gbnf
 
-        options["grammar"] = schema_to_gbnf(request["json_schema"])
+        fields["grammar"] = schema_to_gbnf(request["json_schema"])
     n_predict = next((request[k] for k in BUDGET_FIELDS if k in request), -1)
     if not isinstance(n_predict, int) or isinstance(n_predict, bool):
         raise InvalidOptionError("n_predict must be an integer", option="n_predict")
-    if is_int(options.get("n_probs")) and options["n_probs"] > 0:  # (else a 400 later)
-        options["n_probs"] = max(options["n_probs"], MIN_CANDIDATES)
-    options["timeout"] = served.request_timeout
-    return [(ids, text, {**options, "max_tokens": served.default_max_tokens(len(ids))
-                         if n_predict < 0 else n_predict}) for ids, text in pairs], dict(request)
+    if is_int(fields.get("n_probs")) and fields["n_probs"] > 0:  # (else a 400 later)
+        fields["n_probs"] = max(fields["n_probs"], MIN_CANDIDATES)
+    budget = None if n_predict < 0 else n_predict
+    return [(ids, text, served.engine_options(fields, ignore_eos=request.get("ignore_eos"),
+                                              max_tokens=budget, prompt_tokens=len(ids)))
+            for ids, text in pairs], dict(request)
 
 
 def _check_response_fields(paths: object) -> None:

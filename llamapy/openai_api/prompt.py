@@ -196,14 +196,10 @@ def _reasoning(served: ServedModel, body: ChatBody) -> bool:
 
 def call_options(served: ServedModel, body: ChatBody | Any, budget: int | None,
                  prompt_tokens: int) -> dict[str, Any]:
-    """Engine call options: sampling fields and extras, ``max_tokens`` and ``timeout``."""
-    options = served.own_options(sampling_options(body))
-    served.resolve_logit_bias(options)
-    served.ignore_eos(options, api_extra(body, "ignore_eos"))
-    options["max_tokens"] = budget if budget is not None else served.default_max_tokens(
-        prompt_tokens)
-    options["timeout"] = served.request_timeout
-    return options
+    """Engine call options: the body's sampling fields and extras, resolved by
+    :meth:`ServedModel.engine_options` (``budget`` None: the server's default)."""
+    return served.engine_options(sampling_options(body), ignore_eos=api_extra(body, "ignore_eos"),
+                                 max_tokens=budget, prompt_tokens=prompt_tokens)
 
 
 def cache_options(body: ChatBody, options: dict[str, Any], prompt_tokens: int) -> None:

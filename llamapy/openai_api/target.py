@@ -201,47 +201,46 @@ class ServedModel:
         view.tenant = tenant
         return view
 
-    def own_options(self, options: dict[str, Any]) -> dict[str, Any]:
-        """The server's part of a request's engine options, in place: the adapters of its
-        ``lora`` selection (:meth:`select_adapters`) and the :attr:`tenant` (a body cannot set
-        ``tenant``: :data:`~.params.SERVER_ONLY`)."""
-        self.select_adapters(options)
-        if self.tenant is not None:
-            options["tenant"] = self.tenant
-        return options
+    def engine_options(self, fields: Mapping[str, Any], *, ignore_eos: object = None,
+                       max_tokens: int | None = None, prompt_tokens: int = 0) -> dict[str, Any]:
+        """A request's engine call options, resolved the same way for every API.
 
-    def select_adapters(self, options: dict[str, Any]) -> dict[str, Any]:
-        """Map llama-server's ``lora`` selection (in place) to the preloaded adapter files."""
+        ``fields`` are the request's sampling and engine options under the engine's names (a
+        parsed ``logit_bias``, llama-server's ``lora`` selection); added are the server's part:
+        the adapter files of the ``lora`` selection, the :attr:`tenant` (a body cannot set
+        ``tenant``: :data:`~.params.SERVER_ONLY`), each text ``logit_bias`` entry as the tokens
+        of its tokenization (no special tokens, as llama-server does; a token id outside the
+        vocabulary is a 400), llama-server's ``ignore_eos`` (None: the server's
+        :attr:`default_ignore_eos`; true bans every end-of-generation token; not a boolean: a
+        400), the token budget (``max_tokens``, else :meth:`default_max_tokens` for
+        ``prompt_tokens``) and the request timeout. A new dict: ``fields`` is left as it was.
+        """
+        options = dict(fields)
         if "lora" in options:
             options["adapters"] = lora_adapters(options.pop("lora"), self.server.lora_adapters)
+        if self.tenant is not None:
+            options["tenant"] = self.tenant
+        if options.get("logit_bias"):
+            options["logit_bias"] = resolve_logit_bias(self.model, options["logit_bias"])
+        if self._ignores_eos(ignore_eos):
+            bias = dict(options.get("logit_bias") or {})
+            bias.update(dict.fromkeys(self.model.eog_tokens(), float("-inf")))
+            options["logit_bias"] = bias
+        options["max_tokens"] = self.default_max_tokens(prompt_tokens) if max_tokens is None \
+            else max_tokens
+        options["timeout"] = self.request_timeout
         return options
+
+    def _ignores_eos(self, flag: object) -> bool:
+        if flag is None:
+            return self.default_ignore_eos
+        if not isinstance(flag, bool):
+            raise InvalidOptionError("ignore_eos must be a boolean", option="ignore_eos")
+        return flag
 
     def n_ctx_seq(self) -> int:
         """Context tokens one request may use (0 while the model loads)."""
         return self.server.n_ctx_seq
-
-    def resolve_logit_bias(self, options: dict[str, Any]) -> dict[str, Any]:
-        """Turn a parsed ``logit_bias`` (:func:`~.params.logit_bias`) into token ids, in
-        place: a text entry biases every token of its tokenization (no special tokens, as
-        llama-server does); a token id outside the vocabulary is a 400."""
-        if options.get("logit_bias"):
-            options["logit_bias"] = resolve_logit_bias(self.model, options["logit_bias"])
-        return options
-
-    def ignore_eos(self, options: dict[str, Any], flag: object) -> dict[str, Any]:
-        """llama-server's ``ignore_eos``: with a true ``flag``, every end-of-generation token
-        is banned (``logit_bias`` -inf), in place; no ``flag`` (None) means the server's
-        :attr:`default_ignore_eos`. A non-boolean flag is a 400."""
-        if flag is None:
-            flag = self.default_ignore_eos
-        if flag is False:
-            return options
-        if flag is not True:
-            raise InvalidOptionError("ignore_eos must be a boolean", option="ignore_eos")
-        bias = dict(options.get("logit_bias") or {})
-        bias.update(dict.fromkeys(self.model.eog_tokens(), float("-inf")))
-        options["logit_bias"] = bias
-        return options
 
     def default_max_tokens(self, prompt_tokens: int) -> int:
         """Generation budget when a request sets none: ``n_predict`` (llama-server's ``-n``)
