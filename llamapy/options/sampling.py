@@ -72,6 +72,8 @@ class SamplingParams:
     top_k: int = option(40, "keep only the k most likely tokens (0 = off)")
     top_p: float = option(0.95, "keep the most likely tokens up to this total probability")
     min_p: float = option(0.05, "drop tokens below this share of the top token's probability")
+    min_keep: int = option(0, "top_p, min_p, typical and XTC keep at least this many tokens "
+                           "(0 = no floor)")
     typical_p: float = option(1.0, "locally typical sampling mass (1 = off)",
                              flags=("--typical",))
     seed: int = option(-1, "sampling RNG seed (-1 = random)", flags=("-s",))
@@ -125,6 +127,7 @@ class SamplingParams:
         check(0.0 <= self.xtc_probability <= 1.0, "xtc_probability", "must be within [0, 1]")
         check(-1 <= self.seed <= LLAMA_DEFAULT_SEED, "seed", "must be -1 or a uint32")
         check(0 <= self.top_k <= INT32_MAX, "top_k", "must be within [0, 2**31 - 1]")
+        check(0 <= self.min_keep <= INT32_MAX, "min_keep", "must be within [0, 2**31 - 1]")
         for name in ("penalty_last_n", "dry_penalty_last_n"):
             check(-1 <= getattr(self, name) <= INT32_MAX, name,
                   "must be within [-1, 2**31 - 1]")

@@ -58,6 +58,8 @@ class GenerationOptions(TypedDict, total=False):
     top_p: float
     #: drop tokens below this share of the top token's probability
     min_p: float
+    #: top_p, min_p, typical and XTC keep at least this many tokens (0 = no floor)
+    min_keep: int
     #: locally typical sampling mass (1 = off)
     typical_p: float
     #: sampling RNG seed (-1 = random)
