@@ -30,14 +30,7 @@ from llamapy.engine.integrity import build_stats, check_engine
 from llamapy.engine.kv_ops import KvOps
 from llamapy.engine.options import EngineConfig, EngineTuning
 from llamapy.engine.planner import Planner, ScheduledBatch
-from llamapy.engine.request import (
-    CacheKey,
-    Event,
-    FinishReason,
-    Request,
-    Run,
-    TokenEvent,
-)
+from llamapy.engine.request import CacheKey, Event, FinishReason, Request, Run, TokenEvent
 from llamapy.engine.slots import Slot, SlotPool
 from llamapy.engine.speculation.drafting import Drafter
 from llamapy.engine.speculation.speculator import Speculator, with_ngram
@@ -46,12 +39,7 @@ from llamapy.engine.stats import Counters, EngineStats, InstabilityEvent, recent
 from llamapy.engine.strategies import resolve_strategy
 from llamapy.engine.tenants import Tenants
 from llamapy.engine.text import TextStream
-from llamapy.errors import (
-    ClosedError,
-    EngineError,
-    LlamapyError,
-    QueueFullError,
-)
+from llamapy.errors import ClosedError, EngineError, LlamapyError, QueueFullError
 
 __all__ = ["Engine"]
 
@@ -96,9 +84,9 @@ class Engine:
                                      config.speculative, tuning.spec_prior_beta)
         self.executor = Executor(backend, self.prefix, self.counters, clock, self._deliver,
                                  self.speculator, config.max_sample_ms / 1000)
-        #: KV operations on leased slots (snapshot, restore, clear, next-token logits).
+        #: KV operations on leased slots (save, restore, clear, next-token logits).
         self.leases = KvOps(backend, self.pool, self.prefix, leased=True)
-        #: KV operations on idle slots (save, restore, erase: llama-server's slot actions).
+        #: KV operations on idle slots (save, restore, clear: llama-server's slot actions).
         self.slot_ops = KvOps(backend, self.pool, self.prefix, leased=False)
         self._queue: list[Run] = []
         self._runs: dict[Hashable, Run] = {}

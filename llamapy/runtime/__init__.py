@@ -18,8 +18,9 @@ from llamapy.runtime.client import (
     raise_for,
 )
 from llamapy.runtime.handles import MAX_BUFFERED_EVENTS, is_final
+from llamapy.runtime.hosting import Hosted, LoopState
 from llamapy.runtime.inline import InlineRuntime
-from llamapy.runtime.loop import Hosted, LoopState, TickLoop
+from llamapy.runtime.loop import TickLoop
 from llamapy.runtime.streams import (
     AsyncEventStream,
     AsyncTextChunks,

@@ -17,7 +17,6 @@ supervisor restarts it).
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 import queue
 import threading
@@ -25,7 +24,7 @@ import time
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from llamapy.engine.engine import Engine
@@ -39,33 +38,13 @@ from llamapy.errors import (
     RuntimeDiedError,
 )
 from llamapy.runtime.handles import AsyncHandle, EventHandle, SyncHandle
+from llamapy.runtime.hosting import Hosted, LoopState
 from llamapy.runtime.prebuild import SamplerPrebuilder, costly_sampler
 
-__all__ = ["Hosted", "LoopState", "TickLoop"]
+__all__ = ["TickLoop"]
 
 log = logging.getLogger("llamapy.runtime")
 T = TypeVar("T")
-
-
-class LoopState(enum.Enum):
-    """Lifecycle of the tick thread."""
-
-    LOADING = "loading"
-    READY = "ready"
-    FAILED = "failed"
-    CLOSED = "closed"
-    CRASHED = "crashed"
-
-
-@dataclass(slots=True)
-class Hosted:
-    """What a tick thread hosts: the engine, the model callers may hold (or None), and how
-    to free the native resources after the engine closed (context first; the model is only
-    dropped, so a caller still holding it keeps it alive)."""
-
-    engine: Engine
-    model: Any = None
-    free: Callable[[], None] = field(default=lambda: None)
 
 
 @dataclass(slots=True)

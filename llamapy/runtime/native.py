@@ -21,8 +21,8 @@ from llamapy.engine.speculation.model_drafter import ModelDrafter, check_same_vo
 from llamapy.fingerprint import model_fingerprint
 from llamapy.llama_backend import LlamaBackend
 from llamapy.options.context import KV_RUNTIME_KEYS
+from llamapy.runtime.hosting import Hosted
 from llamapy.runtime.identity import describe_adapter_files, namespace_digest
-from llamapy.runtime.loop import Hosted
 
 __all__ = ["cache_namespace", "host_model"]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from .._native import Model
 from .._native.prefetch import take
 from ..fingerprint import start_fingerprint
-from ..runtime.loop import Hosted
+from ..runtime.hosting import Hosted
 from ..runtime.native import host_model
 from .options import ResolvedStart
 

@@ -1,0 +1,34 @@
+"""What a tick thread hosts (:class:`Hosted`) and the states it goes through
+(:class:`LoopState`)."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from llamapy.engine.engine import Engine
+
+__all__ = ["Hosted", "LoopState"]
+
+
+class LoopState(enum.Enum):
+    """Lifecycle of the tick thread."""
+
+    LOADING = "loading"
+    READY = "ready"
+    FAILED = "failed"
+    CLOSED = "closed"
+    CRASHED = "crashed"
+
+
+@dataclass(slots=True)
+class Hosted:
+    """What a tick thread hosts: the engine, the model callers may hold (or None), and how
+    to free the native resources after the engine closed (context first; the model is only
+    dropped, so a caller still holding it keeps it alive)."""
+
+    engine: Engine
+    model: Any = None
+    free: Callable[[], None] = field(default=lambda: None)
