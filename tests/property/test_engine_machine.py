@@ -17,9 +17,22 @@ from __future__ import annotations
 import codecs
 import shutil
 import tempfile
-from dataclasses import dataclass, field
 
 from engine.spec_helpers import AuditedNgramDrafter, OracleDrafter  # tests/engine
+from engine_machine_setup import (
+    ADAPTER_SETS,
+    CACHE_PINS,
+    FAULTS,
+    IDENTITIES,
+    PREFIXES,
+    SCOPES,
+    SPECULATIVE,
+    STOPS,
+    Shadow,
+    ShortestPromptFirst,
+    engine_setups,
+    report_events,
+)
 from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -34,10 +47,7 @@ from hypothesis.stateful import (
 )
 
 from llamapy.engine import (
-    BatchDecision,
-    BatchView,
     CostModel,
-    DecodeMaximal,
     EngineConfig,
     EngineTuning,
     Request,
@@ -48,85 +58,8 @@ from llamapy.engine.cache.disk import CacheNamespace
 from llamapy.engine.engine import Engine
 from llamapy.engine.fake.backend import FakeBackend
 from llamapy.engine.states import SlotState
-from llamapy.engine.testing import Recorder, drain
-from llamapy.errors import (
-    ContextOverflowError,
-    DecodeError,
-    LlamapyError,
-    QueueFullError,
-)
-
-PREFIXES: tuple[list[int], ...] = (
-    [], [1, 2, 3, 1, 2, 3, 1, 2], [1, 2, 3, 3, 2, 1, 1, 2, 3, 3, 2, 1],
-    [1, 2, 3, 3, 2, 1, 1, 2, 3, 3, 2, 1, 2, 2], [2, 2, 1])
-SCOPES = (None, None, "a", "b")
-IDENTITIES = ("", "", "lora")
-ADAPTER_SETS = ((), (), (("a.gguf", 1.0),), (("b.gguf", 0.5),),
-                (("a.gguf", 1.0), ("b.gguf", 0.5)))
-STRATEGIES = ("decode_maximal", "prefill_priority", "balanced", "shortest_first",
-              "shortest_prompt_first")
-#: Pinned prefixes: none, short, two of them (one expiring within a few decodes), too long.
-CACHE_PINS = ((), (), ((4, 300),), ((5, 0.05), (12, 3600)), ((100, 300),))
-STOPS = ((), (), ("w1",), ("\n", "é"), ("w3 w",))
-SPECULATIVE = (None, None, None, "off", False, "ngram", "draft", {"n_max": 2},
-               {"type": "draft,ngram", "n_max": 3, "adaptive": False}, {"n_min": 2})
-FAULTS = ("decode_error", "abort", "kv_full", "restore_fail", "slow", "invalid_batch",
-          "sample_error")
-
-
-class ShortestPromptFirst(DecodeMaximal):
-    """A user strategy: admit and prefill the shortest prompts first."""
-
-    name = "shortest_prompt_first"
-
-    def admission_order(self, queue, now):
-        return sorted(range(len(queue)), key=lambda i: (queue[i].prompt_tokens, i))
-
-    def allocate(self, view: BatchView) -> BatchDecision:
-        decision = BatchDecision(decode=[s.slot_id for s in view.decoding][: view.n_batch])
-        budget = view.n_batch - len(decision.decode)
-        for slot in sorted(view.prefilling, key=lambda s: (s.remaining_prefill, s.serial)):
-            n = min(budget, view.chunk_for(slot))
-            if n <= 0:
-                break
-            decision.prefill[slot.slot_id] = n
-            budget -= n
-        return decision
-
-
-@dataclass
-class Shadow:
-    """What the test expects of one submitted request."""
-
-    rid: int
-    prompt: list[int]
-    max_tokens: int
-    params: SamplingParams
-    stop: tuple[str, ...]
-    adapters: tuple
-    key: tuple
-    sink: Recorder = field(default_factory=Recorder)
-
-
-@st.composite
-def engine_setups(draw: st.DrawFn) -> dict:
-    n_parallel = draw(st.integers(1, 3))
-    unified = draw(st.sampled_from([True, True, False]))
-    per_seq = draw(st.sampled_from([16, 28, 48, 96]))
-    return dict(
-        n_parallel=n_parallel, unified=unified, partial=draw(st.sampled_from([True, True, False])),
-        n_ctx=per_seq if unified else per_seq * n_parallel,
-        n_batch=draw(st.integers(3, 40)), chunk_size=draw(st.integers(1, 16)),
-        max_queue=draw(st.integers(0, 4)), ram_mb=draw(st.sampled_from([0, 0.0008, 0.004])),
-        disk_mb=draw(st.sampled_from([0, 0, 0.004, 0.03])),
-        strategy=draw(st.sampled_from(STRATEGIES)),
-        cache_prompt=draw(st.sampled_from([True, True, False])),
-        dedup=draw(st.sampled_from([True, True, False])),
-        spec=draw(st.sampled_from(["off", "draft", "ngram,draft", "ngram"])),
-        spec_error_rate=draw(st.sampled_from([0.0, 0.3, 0.9])),
-        spec_n_max=draw(st.integers(1, 6)), spec_adaptive=draw(st.booleans()),
-        spec_max_streams=draw(st.sampled_from([0, 1, 2])),
-    )
+from llamapy.engine.testing import drain
+from llamapy.errors import ContextOverflowError, DecodeError, LlamapyError, QueueFullError
 
 
 class EngineMachine(RuleBasedStateMachine):
@@ -459,25 +392,8 @@ class EngineMachine(RuleBasedStateMachine):
 
     def _report(self):
         """Label what this example exercised (shown by --hypothesis-show-statistics)."""
-        counters = self.engine.counters
-        for reason in counters.finish_reasons:
-            event(f"finish {reason}")
-        if self.backend.num_adapter_switches > 1:
-            event("adapter sets interleaved")
-        event(f"speculation {self.setup['spec']}")
-        if counters.num_draft_accepted:
-            event("drafts accepted")
-        if counters.num_draft_tokens > counters.num_draft_accepted:
-            event("drafts rejected")
-        if self.num_ngram_proposed:
-            event("n-gram drafts proposed")
-        for name in ("num_reused_own", "num_reused_donor", "num_reused_ram", "num_reused_disk",
-                     "num_disk_restores", "num_disk_failures",
-                     "num_reused_inflight", "num_kv_pressure_events", "num_purged_slots",
-                     "num_batch_splits", "num_context_overflows", "num_ram_restores",
-                     "num_ram_restore_failures", "num_instability_events"):
-            if counters.flat()[name]:
-                event(name)
+        report_events(self.engine.counters, self.backend.num_adapter_switches,
+                      self.setup["spec"], self.num_ngram_proposed)
 
 
 TestEngineMachine = EngineMachine.TestCase
