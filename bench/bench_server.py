@@ -298,7 +298,8 @@ def table(ref: dict, ours: dict, name: str, levels: list[int]) -> None:
               f"{a.wall_s / b.wall_s:.2f}x faster |")
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
+    """The command line."""
     p = argparse.ArgumentParser()
     p.add_argument("--n-ctx", type=int, default=8192)
     p.add_argument("--n-parallel", type=int, default=8)
@@ -306,7 +307,13 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=physical_cores())
     p.add_argument("--port", type=int, default=18181)
     p.add_argument("--quick", action="store_true")
-    args = p.parse_args()
+    return p.parse_args()
+
+
+def main() -> None:
+    """Levels of concurrency, a prefix wave and multi-turn chat on llama-server, llamapy in
+    process and llamapy over HTTP; then the tables."""
+    args = parse_args()
     levels = [1, 8] if args.quick else [1, 4, 8, 16]
     urls = {"llama-server": f"http://127.0.0.1:{args.port}",
             "llamapy-http": f"http://127.0.0.1:{args.port + 1}"}

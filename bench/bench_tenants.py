@@ -150,7 +150,8 @@ def run_round(target: str, port: int, phases: tuple[str, ...], rnd: int,
               flush=True)
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
+    """The command line."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--flood", type=int, default=32, help="A's streams in flight")
@@ -165,7 +166,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--n-batch", type=int, default=512, help="both servers' -b")
     parser.add_argument("--llama-server", action="store_true", help="llama-server as the peer")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    """Alternate rounds of every phase on llamapy (and llama-server), then report them."""
+    args = parse_args()
     ours = Settings(n_ctx=8192, n_parallel=4, n_batch=args.n_batch, threads=args.threads)
     peer = replace(ours, port=ours.port + 1)
     byte_compile()

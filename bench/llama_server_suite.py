@@ -48,7 +48,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import TypedDict
+
+from suite_report import FileSummary, TestResult, compare, print_table
 
 REPO = Path(__file__).resolve().parent.parent
 CACHE = Path.home() / ".cache" / "llamapy"
@@ -131,26 +132,6 @@ def pytest_runtest_logreport(report):
         with open(path, "a") as f:
             f.write(json.dumps(line) + "\\n")
 """
-
-
-class TestResult(TypedDict):
-    """One test's outcome as read from pytest's junit XML."""
-
-    file: str
-    test: str
-    outcome: str  # passed | failed | error | skipped
-    message: str
-
-
-class FileSummary(TypedDict):
-    """Counts for one test file."""
-
-    passed: int
-    failed: int
-    skipped: int
-    error: int
-    seconds: float
-    note: str
 
 
 def prepare_suite(src: Path, work: Path) -> Path:
@@ -251,52 +232,8 @@ def run_file(
     return summary, results
 
 
-def print_table(summaries: dict[str, FileSummary]) -> None:
-    """Per-file counts plus totals."""
-    print(f"{'file':32} {'pass':>5} {'fail':>5} {'skip':>5} {'err':>5} {'secs':>7}  note")
-    tot = {"passed": 0, "failed": 0, "skipped": 0, "error": 0}
-    for name, s in summaries.items():
-        print(
-            f"{name:32} {s['passed']:5} {s['failed']:5} {s['skipped']:5} {s['error']:5}"
-            f" {s['seconds']:7.1f}  {s['note']}"
-        )
-        for k in tot:
-            tot[k] += s[k]  # type: ignore[literal-required]
-    print(f"{'TOTAL':32} {tot['passed']:5} {tot['failed']:5} {tot['skipped']:5} {tot['error']:5}")
-
-
-def compare(base_path: Path, other_path: Path) -> None:
-    """Print a markdown table of two --json outputs and the tests base passes but other fails."""
-    base = json.loads(base_path.read_text())
-    other = json.loads(other_path.read_text())
-    bt = {(r["file"], r["test"]): r for r in base["tests"]}
-    ot = {(r["file"], r["test"]): r for r in other["tests"]}
-    files = list(dict.fromkeys([*base["files"], *other["files"]]))
-    print(
-        f"| file | {base['target']} passed/total | {other['target']} passed/total | regressions |"
-    )
-    print("|---|---|---|---|")
-    lost: list[tuple[str, str, str]] = []
-    for f in files:
-        b = [r for r in base["tests"] if r["file"] == f]
-        o = [r for r in other["tests"] if r["file"] == f]
-        bp = sum(r["outcome"] == "passed" for r in b)
-        op = sum(r["outcome"] == "passed" for r in o)
-        reg = [
-            k[1]
-            for k, r in bt.items()
-            if k[0] == f and r["outcome"] == "passed" and ot.get(k, {}).get("outcome") != "passed"
-        ]
-        for t in reg:
-            lost.append((f, t, ot.get((f, t), {}).get("message", "(not run)")))
-        print(f"| {f} | {bp}/{len(b)} | {op}/{len(o)} | {len(reg)} |")
-    print()
-    for f, t, msg in lost:
-        print(f"- {f}::{t}: {msg}")
-
-
-def main() -> int:
-    """Parse arguments, run the chosen files against the target, print and save results."""
+def parse_args() -> tuple[argparse.ArgumentParser, argparse.Namespace]:
+    """The command line (see the module docstring)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target", choices=["llama-server", "llamapy"], default="llama-server")
     ap.add_argument("--files", nargs="*", default=None, help="test files (test_basic or .py)")
@@ -324,44 +261,47 @@ def main() -> int:
     )
     ap.add_argument("--keep", action="store_true", help="keep the temporary suite copy")
     ap.add_argument("--compare", nargs=2, type=Path, metavar=("BASE_JSON", "OTHER_JSON"))
-    args = ap.parse_args()
+    return ap, ap.parse_args()
 
+
+def chosen_files(ap: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
+    """The test files to run: ``--files`` (checked against the suite), else every one."""
+    all_files = sorted(p.stem for p in (args.src / "unit").glob("test_*.py"))
+    if not args.files:
+        return all_files
+    wanted = [Path(f).stem if f.startswith("test_") else f"test_{Path(f).stem}"
+              for f in args.files]
+    missing = [f for f in wanted if f not in all_files]
+    if missing:
+        ap.error(f"unknown test files: {missing}")
+    return wanted
+
+
+def suite_env(args: argparse.Namespace, binary: Path) -> dict[str, str]:
+    """The suite's environment: our target binary, model, threads and port."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DEBUG_EXTERNAL", "DEBUG")}
+    env.update(LLAMA_SERVER_BIN_PATH=str(binary), SUITE_MODEL_FILE=str(args.model),
+               SUITE_THREADS=str(args.threads), PORT=str(args.port),
+               PYTHONDONTWRITEBYTECODE="1")
+    return env
+
+
+def main() -> int:
+    """Parse arguments, run the chosen files against the target, print and save results."""
+    ap, args = parse_args()
     if args.compare:
         compare(*args.compare)
         return 0
-
-    all_files = sorted(p.stem for p in (args.src / "unit").glob("test_*.py"))
-    if args.files:
-        wanted = [
-            Path(f).stem if f.startswith("test_") else f"test_{Path(f).stem}" for f in args.files
-        ]
-        missing = [f for f in wanted if f not in all_files]
-        if missing:
-            ap.error(f"unknown test files: {missing}")
-        files = wanted
-    else:
-        files = all_files
-
+    files = chosen_files(ap, args)
     work = Path(tempfile.mkdtemp(prefix="llama-server-suite-"))
     suite = prepare_suite(args.src, work)
     log_dir = args.log_dir or (work / "logs")
     log_dir.mkdir(parents=True, exist_ok=True)
     strip = [f for f in args.strip_flags.split(",") if f]
-    if args.target == "llama-server":
-        binary = args.bin
-    else:
-        binary = make_wrapper(work, args.server_python, strip,
-                              [f for f in args.add_flags.split(",") if f])
-    env = {k: v for k, v in os.environ.items() if k not in ("DEBUG_EXTERNAL", "DEBUG")}
-    env.update(
-        LLAMA_SERVER_BIN_PATH=str(binary),
-        SUITE_MODEL_FILE=str(args.model),
-        SUITE_THREADS=str(args.threads),
-        PORT=str(args.port),
-        PYTHONDONTWRITEBYTECODE="1",
-    )
+    binary = args.bin if args.target == "llama-server" else make_wrapper(
+        work, args.server_python, strip, [f for f in args.add_flags.split(",") if f])
+    env = suite_env(args, binary)
     print(f"target={args.target} binary={binary} suite={suite} logs={log_dir}", flush=True)
-
     summaries: dict[str, FileSummary] = {}
     tests: list[TestResult] = []
     if args.update and args.json and args.json.exists():

@@ -120,115 +120,119 @@ class HubStandin:
                 if "/resolve/" in p and p.endswith("/" + name)]
 
 
+class _Handler(BaseHTTPRequestHandler):
+    """The stand-in's request handler; :func:`_handler` binds it to one :class:`HubStandin`."""
+
+    hub: HubStandin
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        self._route(body=True)
+
+    def do_HEAD(self) -> None:
+        self._route(body=False)
+
+    def _route(self, body: bool) -> None:
+        self.hub.requests.append((self.command, self.path,
+                             {k.lower(): v for k, v in self.headers.items()}))
+        api, resolve = _API.match(self.path), _RESOLVE.match(self.path)
+        if api:
+            self._api(api.group(1), body)
+        elif resolve:
+            self._resolve(resolve.group(1), resolve.group(2), resolve.group(3), body)
+        else:
+            self._error(404, "RepoNotFound", "", body)
+
+    def _repo(self, repo_id: str, body: bool) -> Repo | None:
+        repo = self.hub.repos.get(repo_id)
+        if repo is None:
+            self._error(404, "RepoNotFound", "", body)
+            return None
+        if repo.token and self.headers.get("Authorization") != f"Bearer {repo.token}":
+            self._error(401, "GatedRepo", repo.commit, body)
+            return None
+        return repo
+
+    def _api(self, repo_id: str, body: bool) -> None:
+        repo = self._repo(repo_id, body)
+        if repo is None:
+            return
+        data = json.dumps({"id": repo_id, "sha": repo.commit, "private": False,
+                           "lastModified": "2026-01-01T00:00:00.000Z",
+                           "siblings": [repo.sibling(n) for n in repo.files]}).encode()
+        self._send(200, {"Content-Type": "application/json"}, data if body else b"",
+                   len(data))
+
+    def _resolve(self, repo_id: str, revision: str, name: str, body: bool) -> None:
+        repo = self._repo(repo_id, body)
+        if repo is None:
+            return
+        if revision not in ("main", repo.commit):
+            self._error(404, "RevisionNotFound", "", body)
+            return
+        if name not in repo.files:
+            self._error(404, "EntryNotFound", repo.commit, body)
+            return
+        size, start = repo.size(name), self._range_start()
+        headers = {"X-Repo-Commit": repo.commit, "Accept-Ranges": "bytes",
+                   "Content-Type": "application/octet-stream"}
+        if repo.is_lfs(name):
+            headers |= {"ETag": f'"{repo.sha256(name)}"',
+                        "X-Linked-Etag": f'"{repo.sha256(name)}"',
+                        "X-Linked-Size": str(size)}
+        else:
+            headers["ETag"] = f'"{repo.blob_id(name)}"'
+        if not body:
+            self._send(200, headers, b"", size)
+            return
+        status = 206 if start else 200
+        if start:
+            headers["Content-Range"] = f"bytes {start}-{size - 1}/{size}"
+        self._stream(repo, name, status, headers, start)
+
+    def _range_start(self) -> int:
+        match = re.match(r"bytes=(\d+)-$", self.headers.get("Range", ""))
+        return int(match.group(1)) if match else 0
+
+    def _stream(self, repo: Repo, name: str, status: int, headers: dict[str, str],
+                start: int) -> None:
+        data = repo.files[name]
+        raw = data.read_bytes() if isinstance(data, Path) else data
+        chunk = raw[start:]
+        drop = name in repo.drop_once and (repo.commit, name) not in self.hub.dropped
+        self._send(status, headers, b"", len(chunk))
+        if drop:
+            self.hub.dropped.add((repo.commit, name))
+            self.wfile.write(chunk[: len(chunk) // 2])
+            self.wfile.flush()
+            self.close_connection = True
+            self.connection.shutdown(2)
+            return
+        self.wfile.write(chunk)
+
+    def _error(self, status: int, code: str, commit: str, body: bool) -> None:
+        data = json.dumps({"error": code}).encode()
+        headers = {"X-Error-Code": code, "Content-Type": "application/json"}
+        if commit:
+            headers["X-Repo-Commit"] = commit
+        self._send(status, headers, data if body else b"", len(data))
+
+    def _send(self, status: int, headers: dict[str, str], data: bytes,
+              length: int) -> None:
+        self.send_response(status)
+        for key, value in headers.items():
+            self.send_header(key, value)
+        self.send_header("Content-Length", str(length))
+        self.end_headers()
+        if data:
+            self.wfile.write(data)
+
+
 def _handler(hub: HubStandin) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-        def do_GET(self) -> None:
-            self._route(body=True)
-
-        def do_HEAD(self) -> None:
-            self._route(body=False)
-
-        def _route(self, body: bool) -> None:
-            hub.requests.append((self.command, self.path,
-                                 {k.lower(): v for k, v in self.headers.items()}))
-            api, resolve = _API.match(self.path), _RESOLVE.match(self.path)
-            if api:
-                self._api(api.group(1), body)
-            elif resolve:
-                self._resolve(resolve.group(1), resolve.group(2), resolve.group(3), body)
-            else:
-                self._error(404, "RepoNotFound", "", body)
-
-        def _repo(self, repo_id: str, body: bool) -> Repo | None:
-            repo = hub.repos.get(repo_id)
-            if repo is None:
-                self._error(404, "RepoNotFound", "", body)
-                return None
-            if repo.token and self.headers.get("Authorization") != f"Bearer {repo.token}":
-                self._error(401, "GatedRepo", repo.commit, body)
-                return None
-            return repo
-
-        def _api(self, repo_id: str, body: bool) -> None:
-            repo = self._repo(repo_id, body)
-            if repo is None:
-                return
-            data = json.dumps({"id": repo_id, "sha": repo.commit, "private": False,
-                               "lastModified": "2026-01-01T00:00:00.000Z",
-                               "siblings": [repo.sibling(n) for n in repo.files]}).encode()
-            self._send(200, {"Content-Type": "application/json"}, data if body else b"",
-                       len(data))
-
-        def _resolve(self, repo_id: str, revision: str, name: str, body: bool) -> None:
-            repo = self._repo(repo_id, body)
-            if repo is None:
-                return
-            if revision not in ("main", repo.commit):
-                self._error(404, "RevisionNotFound", "", body)
-                return
-            if name not in repo.files:
-                self._error(404, "EntryNotFound", repo.commit, body)
-                return
-            size, start = repo.size(name), self._range_start()
-            headers = {"X-Repo-Commit": repo.commit, "Accept-Ranges": "bytes",
-                       "Content-Type": "application/octet-stream"}
-            if repo.is_lfs(name):
-                headers |= {"ETag": f'"{repo.sha256(name)}"',
-                            "X-Linked-Etag": f'"{repo.sha256(name)}"',
-                            "X-Linked-Size": str(size)}
-            else:
-                headers["ETag"] = f'"{repo.blob_id(name)}"'
-            if not body:
-                self._send(200, headers, b"", size)
-                return
-            status = 206 if start else 200
-            if start:
-                headers["Content-Range"] = f"bytes {start}-{size - 1}/{size}"
-            self._stream(repo, name, status, headers, start)
-
-        def _range_start(self) -> int:
-            match = re.match(r"bytes=(\d+)-$", self.headers.get("Range", ""))
-            return int(match.group(1)) if match else 0
-
-        def _stream(self, repo: Repo, name: str, status: int, headers: dict[str, str],
-                    start: int) -> None:
-            data = repo.files[name]
-            raw = data.read_bytes() if isinstance(data, Path) else data
-            chunk = raw[start:]
-            drop = name in repo.drop_once and (repo.commit, name) not in hub.dropped
-            self._send(status, headers, b"", len(chunk))
-            if drop:
-                hub.dropped.add((repo.commit, name))
-                self.wfile.write(chunk[: len(chunk) // 2])
-                self.wfile.flush()
-                self.close_connection = True
-                self.connection.shutdown(2)
-                return
-            self.wfile.write(chunk)
-
-        def _error(self, status: int, code: str, commit: str, body: bool) -> None:
-            data = json.dumps({"error": code}).encode()
-            headers = {"X-Error-Code": code, "Content-Type": "application/json"}
-            if commit:
-                headers["X-Repo-Commit"] = commit
-            self._send(status, headers, data if body else b"", len(data))
-
-        def _send(self, status: int, headers: dict[str, str], data: bytes,
-                  length: int) -> None:
-            self.send_response(status)
-            for key, value in headers.items():
-                self.send_header(key, value)
-            self.send_header("Content-Length", str(length))
-            self.end_headers()
-            if data:
-                self.wfile.write(data)
-
-    return Handler
+    return type("Handler", (_Handler,), {"hub": hub})
 
 
 #: The fake repository of small files: a projector named with the default tag (listed first,

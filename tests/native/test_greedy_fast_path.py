@@ -87,10 +87,16 @@ def exact_tie(row: np.ndarray, target: int, ids: Iterable[int]) -> tuple[int, fl
     raise AssertionError(f"no token of the range ties exactly with token {target}")
 
 
-def test_biased_picks_match_the_native_chain(model: Model, backend: LlamaBackend) -> None:
-    ctx, batch = backend.ctx, Batch(64)
+def decoded_row(model: Model, backend: LlamaBackend) -> int:
+    """The logits row of a short prompt, decoded on ``backend``'s context."""
+    batch = Batch(64)
     row = batch.add(0, 0, model.tokenize("The capital of France is"))
-    ctx.decode(batch)
+    backend.ctx.decode(batch)
+    return row
+
+
+def test_biased_picks_match_the_native_chain(model: Model, backend: LlamaBackend) -> None:
+    ctx, row = backend.ctx, decoded_row(model, backend)
     logits = ctx.logits(row)
     top = int(logits.argmax())
     second = int(np.argsort(logits)[-2])
@@ -127,6 +133,10 @@ def test_biased_picks_match_the_native_chain(model: Model, backend: LlamaBackend
     assert picks["the top and a lower id lifted to one value"] == low
     assert picks["the top and a higher id lifted to one value"] == top
     assert picks["outside the vocabulary"] == top
+
+
+def test_both_refuse_a_bias_that_bans_every_token(model: Model, backend: LlamaBackend) -> None:
+    ctx, row = backend.ctx, decoded_row(model, backend)
     banned = {t: float("-inf") for t in range(model.n_vocab)}  # both refuse, typed
     with pytest.raises(NoCandidateError):
         GreedyPick(banned, model.n_vocab)(ctx.logits(row))
