@@ -59,6 +59,12 @@ def field_input_type(f: dataclasses.Field[Any]) -> str:
     return accepts or (f.type if isinstance(f.type, str) else getattr(f.type, "__name__", ""))
 
 
+def default_of(cls: type, name: str) -> Any:
+    """The default of option ``name`` of the option dataclass ``cls``: for a value elsewhere
+    (an API's own config) that must default as the option tree says."""
+    return field_default(next(f for f in dataclasses.fields(cls) if f.name == name))
+
+
 def field_default(f: dataclasses.Field[Any]) -> Any:
     """The default of an option field (built, for a factory; None when it has none)."""
     if f.default is not dataclasses.MISSING:

@@ -16,11 +16,13 @@ from llamapy.options import (
     SERVER_OWNED_KEYS,
     TIMEOUTS,
     ContextOptions,
+    RequestOptions,
     canonical_name,
     default_n_batch,
     sampling_option_keys,
     tuning_option_keys,
 )
+from llamapy.options._spec import default_of
 from llamapy.options.speculative import speculative_overrides
 from llamapy.session.manifest import ContextManifest
 
@@ -75,7 +77,7 @@ class SessionConfig:
     (:func:`check_shared`).
     """
 
-    cache_scope: str | None = None
+    cache_scope: str | None = default_of(RequestOptions, "cache_scope")
     adapters: tuple[AdapterSpec, ...] = ()
     lease_timeout: float = TIMEOUTS.lease
     request_timeout: float = TIMEOUTS.session_event
@@ -227,7 +229,7 @@ class DecodeConfig:
     up the whole resident sequence, so code the model rewrites from the stable prefix is
     drafted from it."""
 
-    max_tokens: int | None = 256
+    max_tokens: int | None = default_of(RequestOptions, "max_tokens")
     temperature: float | None = None
     top_p: float | None = None
     top_k: int | None = None
