@@ -22,6 +22,7 @@ from llamapy.errors import InvalidOptionError, UnknownOptionError
 from llamapy.options import (
     ALIASES,
     REASONING_FORMATS,
+    SERVE_OPTION_NAMES,
     START_OPTION_OWNERS,
     TIMEOUTS,
     ContextOptions,
@@ -29,6 +30,7 @@ from llamapy.options import (
     EngineTuning,
     ModelOptions,
     RequestOptions,
+    ServeOptions,
     ServerOptions,
     Timeouts,
     aliases_of,
@@ -269,3 +271,26 @@ def test_max_tokens_and_cache_scope_have_one_default() -> None:
     tree = RequestOptions()
     assert DecodeConfig().max_tokens == tree.max_tokens
     assert SessionConfig().cache_scope == tree.cache_scope
+
+
+def test_serving_options_have_one_default() -> None:
+    # ServeOptions in the tree: create_app's keywords, a served model's fields and the
+    # flags of python -m llamapy.serve all take their defaults from it.
+    from llamapy.openai_api import ServedModel
+    from llamapy.serve import create_app
+    from llamapy.serve.cli import build_parser
+    from llamapy.serve.flags.serving import app_options
+
+    tree = ServeOptions()
+    from_flags = app_options(build_parser().parse_args([]))
+    fields = {f.name: f.default for f in dataclasses.fields(ServedModel)}
+    app = inspect.signature(create_app)
+    for name in SERVE_OPTION_NAMES:
+        expected = getattr(tree, name)
+        assert from_flags[name] == expected, name
+        if name in fields:
+            assert fields[name] == expected, name
+        if name in app.parameters:
+            assert app.parameters[name].default == expected, name
+    with pytest.raises(InvalidOptionError, match="cache_report"):
+        ServeOptions(cache_report="loud")

@@ -19,12 +19,11 @@ from typing import Any
 
 from ..chat import ChatTemplate, OutputParser
 from ..errors import InvalidOptionError, ModelNotFoundError
-from ..options import REASONING_FORMATS, TIMEOUTS
+from ..options.serve import SERVE_OPTION_NAMES, ServeOptions
 from ..server import Completion, Model, Server
 from .cache_report import (
     AsyncReportedEvents,
     ReportedEvents,
-    check_cache_report,
     reported_completion,
 )
 from .params import BiasSpec, lora_adapters
@@ -35,8 +34,11 @@ AsyncEvents = AsyncReportedEvents
 #: Start options of the private server that runs API calls on a bare ``Model`` (adjustable).
 PRIVATE_SERVER_OPTIONS: dict[str, object] = {"n_parallel": 1}
 
+#: The serving options' defaults (the option tree's).
+_DEFAULTS = ServeOptions()
+
 #: Default per-request timeout of API calls (whole call; per token when streaming), seconds.
-DEFAULT_REQUEST_TIMEOUT = TIMEOUTS.http_request
+DEFAULT_REQUEST_TIMEOUT: float = _DEFAULTS.request_timeout
 
 _private_servers: weakref.WeakKeyDictionary[Model, Server] = weakref.WeakKeyDictionary()
 
@@ -88,23 +90,25 @@ class ServedModel:
     aliases: tuple[str, ...] = ()
     tags: tuple[str, ...] = ()
     chat_template: str | None = None
-    request_timeout: float = DEFAULT_REQUEST_TIMEOUT
-    n_predict: int = -1
-    reasoning_format: str = "auto"
+    request_timeout: float = _DEFAULTS.request_timeout
+    n_predict: int = _DEFAULTS.n_predict
+    reasoning_format: str = _DEFAULTS.reasoning_format
     template_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    accept_any_model: bool = False
-    prefill_assistant: bool = True
-    spm_infill: bool = False
+    accept_any_model: bool = _DEFAULTS.accept_any_model
+    prefill_assistant: bool = _DEFAULTS.prefill_assistant
+    spm_infill: bool = _DEFAULTS.spm_infill
     verbose: bool = False
-    default_ignore_eos: bool = False
-    cache_report: str = "exact"
+    default_ignore_eos: bool = _DEFAULTS.default_ignore_eos
+    cache_report: str = _DEFAULTS.cache_report
     created: int = field(default_factory=lambda: int(time.time()))
     tenant: str | None = None
 
     def __post_init__(self) -> None:
         if not self.name:
             self.name = Path(self.server.model_path).stem
-        check_presentation(self.reasoning_format, self.cache_report, self.chat_template)
+        check_presentation(self.chat_template,
+                           **{name: getattr(self, name) for name in SERVE_OPTION_NAMES
+                              if hasattr(self, name)})
 
     @property
     def names(self) -> frozenset[str]:
@@ -250,14 +254,12 @@ class ServedModel:
         return min(self.n_predict, rest) if self.n_predict >= 0 else rest
 
 
-def check_presentation(reasoning_format: str = "auto", cache_report: str = "exact",
-                       chat_template: str | None = None, **_: Any) -> None:
-    """Check the :class:`ServedModel` options that can be wrong before any server exists (so a
-    broken chat template override fails at startup, not at the first request)."""
-    if reasoning_format not in REASONING_FORMATS:
-        raise InvalidOptionError(f"reasoning_format must be one of {REASONING_FORMATS}",
-                                 option="reasoning_format")
-    check_cache_report(cache_report)
+def check_presentation(chat_template: str | None = None, **options: Any) -> None:
+    """Check the :class:`ServedModel` options before any server exists: the serving options
+    among ``options`` through the option tree (:class:`~llamapy.options.ServeOptions`), and a
+    chat template override by compiling it (so a broken one fails at startup, not at the first
+    request)."""
+    ServeOptions(**{k: v for k, v in options.items() if k in SERVE_OPTION_NAMES})
     if chat_template:
         compiled_template(chat_template, "", "")
 

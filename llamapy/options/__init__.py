@@ -12,6 +12,8 @@ HTTP layer renames foreign spellings through :data:`ALIASES`.
 - :mod:`~llamapy.options.model`: :class:`ModelOptions`;
 - :mod:`~llamapy.options.deployment`: :class:`DeploymentOptions` (a Ray Serve deployment);
 - :mod:`~llamapy.options.hub`: :class:`HubOptions` (a model named on the Hugging Face Hub);
+- :mod:`~llamapy.options.serve`: :class:`ServeOptions` (how the HTTP server presents its models
+  and treats requests);
 - :mod:`~llamapy.options.timeouts`: :class:`Timeouts` (:data:`TIMEOUTS`);
 - :mod:`~llamapy.options.aliases`: :data:`ALIASES`, :data:`REASONING_FORMATS`;
 - :mod:`~llamapy.options.start`: :class:`ServerOptions`, :class:`CallOptions`,
@@ -56,6 +58,7 @@ from llamapy.options.sampling import (
     resolve_request_options,
     sampling_option_keys,
 )
+from llamapy.options.serve import SERVE_OPTION_NAMES, ServeOptions
 from llamapy.options.start import (
     CALL_OPTION_KEYS,
     START_OPTION_OWNERS,
@@ -82,6 +85,7 @@ __all__ = [
     "N_PARALLEL",
     "REASONING_FORMATS",
     "SERVER_OWNED_KEYS",
+    "SERVE_OPTION_NAMES",
     "START_OPTION_OWNERS",
     "TIMEOUTS",
     "CallOptions",
@@ -96,6 +100,7 @@ __all__ = [
     "RequestOptions",
     "ResolvedStart",
     "SamplingParams",
+    "ServeOptions",
     "ServerOptions",
     "Timeouts",
     "aliases_of",

@@ -24,6 +24,7 @@ from ..ollama_api import GenerateBody as OllamaGenerateBody
 from ..openai_api import ChatBody, CompletionBody, ServedModel
 from ..openai_api.responses_params import ResponsesBody
 from ..openai_api.target import DEFAULT_REQUEST_TIMEOUT
+from ..options.serve import ServeOptions
 from ..server import ModelManager, Server
 from .context import CACHE_HEADERS, AppContext
 from .cors import DEFAULT_ORIGINS, CorsMiddleware, CorsPolicy
@@ -51,6 +52,10 @@ BODY_MODELS = (ChatBody, CompletionBody, ResponsesBody, MessagesBody, OllamaChat
                OllamaGenerateBody, OllamaEmbedBody)
 
 
+#: The serving options' defaults (the option tree's).
+_SERVE = ServeOptions()
+
+
 def create_app(
     target: Server | Loader | ModelManager,
     *,
@@ -71,8 +76,8 @@ def create_app(
     slot_save_path: str | None = None,
     own_server: bool = False,
     chat_templates: Mapping[str, str] | None = None,
-    api_prefix: str = "",
-    sse_ping_interval: float = 30.0,
+    api_prefix: str = _SERVE.api_prefix,
+    sse_ping_interval: float = _SERVE.sse_ping_interval,
     **served: Any,
 ) -> Starlette:
     """The app for ``target``: OpenAI, Responses, Anthropic, Ollama and llama-server routes.

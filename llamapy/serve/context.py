@@ -24,6 +24,7 @@ from ..errors import (
 )
 from ..openai_api import ServedModel
 from ..options.context import ContextOptions
+from ..options.serve import ServeOptions
 from .host import ModelHost
 from .metrics.registry import Metrics
 from .multi import ModelRouter, ModelsCollector
@@ -62,7 +63,7 @@ class AppContext:
     slot_save_path: str | None = None
     models: ModelRouter | None = None
     #: Seconds of silence after which a stream gets a keep-alive comment (<= 0: never).
-    sse_ping_interval: float = 30.0
+    sse_ping_interval: float = ServeOptions().sse_ping_interval
     #: ``POST /props`` is accepted (llama-server's ``--props``).
     props_endpoint: bool = False
     metrics: Metrics = field(init=False)

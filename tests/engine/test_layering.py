@@ -147,3 +147,40 @@ def test_the_api_scan_catches_a_binding_import(tmp_path):
     found = api_binding_imports(package.parent, root=tmp_path / "llamapy")
     assert found == [("openai_api/deep/x.py", "llamapy._native"),
                      ("openai_api/deep/y.py", "llamapy.llama_backend")]
+
+
+#: What only the server's resolver (``llamapy.server.calls.prepare_call``) may build: the
+#: typed request options. The API packages hand it their fields (``ServedModel.engine_options``).
+RESOLVER_ONLY = ("RequestOptions", "SamplingParams", "resolve_request_options")
+
+
+def options_built_outside_the_resolver(package_dir: Path, root: Path = PACKAGE
+                                       ) -> list[tuple[str, str]]:
+    """(file, name) for each use of :data:`RESOLVER_ONLY` under ``package_dir``."""
+    found = []
+    for path in sorted(package_dir.rglob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            name = node.id if isinstance(node, ast.Name) else (
+                node.attr if isinstance(node, ast.Attribute) else None)
+            if name in RESOLVER_ONLY:
+                found.append((path.relative_to(root).as_posix(), name))
+    return sorted(set(found))
+
+
+def test_api_packages_build_no_request_options_of_their_own():
+    packages = ("openai_api", "anthropic_api", "ollama_api", "serve", "ray")
+    assert {p: options_built_outside_the_resolver(PACKAGE / p) for p in packages} == {
+        p: [] for p in packages}
+
+
+def test_the_resolver_scan_catches_a_direct_build(tmp_path):
+    package = tmp_path / "llamapy" / "ollama_api"
+    package.mkdir(parents=True)
+    (package / "x.py").write_text("from llamapy.options import SamplingParams\n"
+                                  "params = SamplingParams(temp=0.0)\n")
+    (package / "y.py").write_text("import llamapy.options as o\n"
+                                  "o.resolve_request_options({})\n")
+    found = options_built_outside_the_resolver(package, root=tmp_path / "llamapy")
+    assert found == [("ollama_api/x.py", "SamplingParams"),
+                     ("ollama_api/y.py", "resolve_request_options")]

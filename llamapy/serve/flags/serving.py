@@ -11,6 +11,7 @@ default is off). :func:`app_options` turns the parsed flags into ``create_app`` 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,8 +19,9 @@ from typing import Any
 
 from ...chat.builtin_templates import BUILTIN_TEMPLATES, LLAMA_CPP_NAMES
 from ...errors import InvalidOptionError, UnsupportedFeatureError
-from ...options import REASONING_FORMATS, TIMEOUTS
-from ...options.reports import CACHE_REPORTS, REPORT_BLOCK
+from ...options import REASONING_FORMATS
+from ...options.reports import CACHE_REPORTS
+from ...options.serve import ServeOptions, serve_default, serve_help
 from .compat import api_keys
 from .start import DEFAULT_MAX_BODY_BYTES
 
@@ -27,7 +29,7 @@ __all__ = ["LOG_LEVELS", "add_serving_flags", "app_options", "bind_hosts", "read
            "sleep_idle_seconds", "template_kwargs", "url_prefix"]
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
-DEFAULT_REQUEST_TIMEOUT = TIMEOUTS.http_request
+DEFAULT_REQUEST_TIMEOUT = ServeOptions().request_timeout
 #: ``--reasoning`` values (llama-server's) and the template variables they set.
 REASONING_SWITCH = {"on": {"enable_thinking": True}, "off": {"enable_thinking": False},
                     "auto": {}}
@@ -48,6 +50,22 @@ def _switch(group: argparse._ArgumentGroup, names: Sequence[str], dest: str, on:
     group.add_argument(*names, dest=dest, action="store_const", const=on, help=help)
 
 
+def _serve_flag(group: argparse._ArgumentGroup, name: str, *names: str, **kw: Any) -> None:
+    """The flag of serving option ``name`` (:class:`~llamapy.options.ServeOptions`): its
+    default and help from the option tree; spelled ``names``, else ``--<name>`` and the
+    tree's other spellings."""
+    spellings = names or ("--" + name.replace("_", "-"), *_tree_flags(name))
+    text = serve_help(name)
+    if kw.get("action") != "store_true" and "default:" not in text:
+        text += " (default: %(default)s)"
+    group.add_argument(*spellings, dest=name, default=serve_default(name), help=text, **kw)
+
+
+def _tree_flags(name: str) -> tuple[str, ...]:
+    return tuple(next(f for f in dataclasses.fields(ServeOptions) if f.name == name)
+                 .metadata.get("flags", ()))
+
+
 def _add_identity(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--model", "-m", metavar="PATH", action="append",
                        help="GGUF file to serve (default: the default model, fetched if "
@@ -57,9 +75,7 @@ def _add_identity(group: argparse._ArgumentGroup) -> None:
                             "comma-separated: as llama-server, the alphabetically first is "
                             "the id, all are accepted; with several --model, one per model, "
                             "in order")
-    group.add_argument("--accept-any-model", action="store_true",
-                       help="answer requests naming any model (llama-server does; by default an "
-                       "unknown model is a 404, as in vLLM)")
+    _serve_flag(group, "accept_any_model", action="store_true")
     group.add_argument("--tags", action=_ListAppend, default=[], metavar="TAG",
                        help="informational model tags, comma-separated (shown in /v1/models)")
     group.add_argument("--host", default="127.0.0.1",
@@ -88,43 +104,24 @@ def _add_requests(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--chat-template-file", metavar="FILE",
                        help="chat template file overriding the GGUF's (wins over "
                             "--chat-template)")
-    group.add_argument("-n", "--predict", "--n-predict", dest="n_predict", type=int, default=-1,
-                       metavar="N", help="tokens to generate when a request sets no limit "
-                       "(default: -1 = the rest of the context)")
-    group.add_argument("--ignore-eos", action="store_true",
-                       help="requests that set no ignore_eos generate past end-of-generation "
-                            "tokens (llama-server's flag)")
-    group.add_argument("--reasoning-format", choices=REASONING_FORMATS, default="auto",
-                       help="reasoning_format of requests that set none: auto/deepseek "
-                            "separate reasoning_content, none leaves it in the text "
-                            "(default: auto)")
-    group.add_argument("--cache-report", choices=CACHE_REPORTS, default="exact",
-                       help="what responses say about prefix reuse (cached tokens, cache_n, "
-                            "X-Llamapy-Cache-* headers): exact; coarse = rounded down to "
-                            f"{REPORT_BLOCK} tokens, as OpenAI reports them, for tenants not "
-                            "trusted with each other's prompts inside one scope; off = nothing "
-                            "reused (default: exact)")
+    _serve_flag(group, "n_predict", type=int, metavar="N")
+    _serve_flag(group, "default_ignore_eos", "--ignore-eos", action="store_true")
+    _serve_flag(group, "reasoning_format", choices=REASONING_FORMATS)
+    _serve_flag(group, "cache_report", choices=CACHE_REPORTS)
     group.add_argument("--chat-template-kwargs", metavar="JSON",
                        help="chat template variables of every request, a JSON object "
                             "(a request's chat_template_kwargs extend them)")
     group.add_argument("-rea", "--reasoning", choices=tuple(REASONING_SWITCH), default="auto",
                        help="thinking in the chat template: on/off set enable_thinking for "
                             "requests that do not (default: auto = the template's own)")
-    group.add_argument("--request-timeout", "-to", "--timeout", dest="request_timeout",
-                       type=float, default=DEFAULT_REQUEST_TIMEOUT, metavar="SECONDS",
-                       help="per request; per token when streaming (llama-server's -to: its "
-                       f"read/write timeout) (default: {DEFAULT_REQUEST_TIMEOUT:g})")
+    _serve_flag(group, "request_timeout", type=float, metavar="SECONDS")
     group.add_argument("--max-body-mb", type=float, default=DEFAULT_MAX_BODY_BYTES / 2**20,
                        help="largest request body accepted, MB (default: %(default)g)")
 
 
 def _add_http(group: argparse._ArgumentGroup) -> None:
-    group.add_argument("--api-prefix", default="", metavar="PREFIX",
-                       help="serve every route (the pages and /health too) under this path, "
-                            "e.g. /llm (llama-server's; default: none)")
-    group.add_argument("--sse-ping-interval", type=float, default=30.0, metavar="S",
-                       help="send a keep-alive comment on a stream silent for S seconds "
-                            "(<= 0: never; default: 30, as llama-server)")
+    _serve_flag(group, "api_prefix", metavar="PREFIX")
+    _serve_flag(group, "sse_ping_interval", type=float, metavar="S")
 
 
 def _add_endpoints(group: argparse._ArgumentGroup) -> None:
@@ -140,11 +137,10 @@ def _add_endpoints(group: argparse._ArgumentGroup) -> None:
     _switch(group, ("--slots",), "slots", True, "serve /slots (default)")
     _switch(group, ("--no-slots",), "slots", False, "/slots answers 501")
     _switch(group, ("--prefill-assistant",), "prefill_assistant", True,
-            "continue a final assistant message (default)")
+            serve_help("prefill_assistant") + " (default)")
     _switch(group, ("--no-prefill-assistant",), "prefill_assistant", False,
             "answer a final assistant message in a new turn instead of continuing it")
-    group.add_argument("--spm-infill", action="store_true",
-                       help="/infill: suffix/prefix/middle order (for models that want it)")
+    _serve_flag(group, "spm_infill", action="store_true")
     group.add_argument("--slot-save-path", metavar="DIR",
                        help="folder for POST /slots/{id}?action=save|restore (default: off, "
                             "those actions answer 501)")
@@ -236,7 +232,7 @@ def app_options(args: argparse.Namespace) -> dict[str, Any]:
         "template_kwargs": template_kwargs(args), "accept_any_model": args.accept_any_model,
         "prefill_assistant": args.prefill_assistant is not False,
         "spm_infill": args.spm_infill, "verbose": args.log_level == "debug",
-        "default_ignore_eos": args.ignore_eos,
+        "default_ignore_eos": args.default_ignore_eos,
         "cache_report": args.cache_report,
         "sleep_idle_seconds": sleep_idle_seconds(args),
     }
