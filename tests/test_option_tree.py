@@ -282,7 +282,8 @@ def test_serving_options_have_one_default() -> None:
     from llamapy.serve.flags.serving import app_options
 
     tree = ServeOptions()
-    from_flags = app_options(build_parser().parse_args([]))
+    args = build_parser().parse_args([])
+    from_flags = {**vars(args), **app_options(args)}  # (host and port go to uvicorn)
     fields = {f.name: f.default for f in dataclasses.fields(ServedModel)}
     app = inspect.signature(create_app)
     for name in SERVE_OPTION_NAMES:

@@ -44,8 +44,7 @@ class ServeOptions:
     default_ignore_eos: bool = option(
         False, "requests that set no ignore_eos generate past end-of-generation tokens "
         "(llama-server's --ignore-eos)")
-    prefill_assistant: bool = option(True, "continue a final assistant message (off: answer "
-                                     "it in a new turn instead)")
+    prefill_assistant: bool = option(True, "continue a final assistant message")
     spm_infill: bool = option(False, "/infill: suffix/prefix/middle order (for models that "
                               "want it)")
     accept_any_model: bool = option(
@@ -59,6 +58,19 @@ class ServeOptions:
         "never; 30 as llama-server)")
     api_prefix: str = option("", "serve every route (the pages and /health too) under this "
                              "path, e.g. /llm (llama-server's; default: none)")
+    host: str = option("127.0.0.1", "bind address; several comma-separated (127.0.0.1,::1)")
+    port: int = option(8080, "port")
+    embeddings: bool = option(True, "serve /v1/embeddings (and its dedicated context)")
+    webui: bool = option(True, "serve the chat page at / and the live view at /dashboard",
+                         flags=("--ui",))
+    slots: bool = option(True, "serve /slots")
+    metrics: bool = option(True, "serve Prometheus /metrics (on by default here, unlike "
+                           "llama-server)")
+    props: bool = option(False, "accept POST /props (llama-server's; it changes nothing yet, "
+                         "there or here); GET /props is always served")
+    slot_save_path: str | None = option(
+        None, "folder for POST /slots/{id}?action=save|restore (default: off, those actions "
+        "answer 501)")
 
     def __post_init__(self) -> None:
         check_typed_fields(self)

@@ -50,6 +50,10 @@ CACHE_HEADERS = {
 }
 
 
+#: The serving options' defaults (the option tree's).
+_SERVE = ServeOptions()
+
+
 @dataclass(eq=False)
 class AppContext:
     """State of one app: the host, its metrics and the lazily made embedder. ``keys``: the API
@@ -57,15 +61,15 @@ class AppContext:
 
     host: ModelHost | None
     keys: KeyTable | None = None
-    embeddings: bool = True
-    slots: bool = True
-    metrics_endpoint: bool = True
-    slot_save_path: str | None = None
+    embeddings: bool = _SERVE.embeddings
+    slots: bool = _SERVE.slots
+    metrics_endpoint: bool = _SERVE.metrics
+    slot_save_path: str | None = _SERVE.slot_save_path
     models: ModelRouter | None = None
     #: Seconds of silence after which a stream gets a keep-alive comment (<= 0: never).
-    sse_ping_interval: float = ServeOptions().sse_ping_interval
+    sse_ping_interval: float = _SERVE.sse_ping_interval
     #: ``POST /props`` is accepted (llama-server's ``--props``).
-    props_endpoint: bool = False
+    props_endpoint: bool = _SERVE.props
     metrics: Metrics = field(init=False)
     #: What ``/props``, ``/v1/models`` and ``/metrics`` read while the model sleeps.
     asleep: dict[str, Any] = field(default_factory=dict, init=False)

@@ -61,6 +61,17 @@ def _serve_flag(group: argparse._ArgumentGroup, name: str, *names: str, **kw: An
     group.add_argument(*spellings, dest=name, default=serve_default(name), help=text, **kw)
 
 
+def _serve_switch(group: argparse._ArgumentGroup, name: str, off: Sequence[str],
+                  off_help: str) -> None:
+    """A switch pair for the boolean serving option ``name``: ``--<name>`` (and the tree's
+    other spellings) turns it on, ``off`` turns it off; its default is the tree's."""
+    on = ("--" + name.replace("_", "-"), *_tree_flags(name))
+    default = serve_default(name)
+    _switch(group, on, name, True, serve_help(name) + (" (default)" if default else ""))
+    _switch(group, off, name, False, off_help + ("" if default else " (default)"))
+    group.set_defaults(**{name: default})
+
+
 def _tree_flags(name: str) -> tuple[str, ...]:
     return tuple(next(f for f in dataclasses.fields(ServeOptions) if f.name == name)
                  .metadata.get("flags", ()))
@@ -78,10 +89,8 @@ def _add_identity(group: argparse._ArgumentGroup) -> None:
     _serve_flag(group, "accept_any_model", action="store_true")
     group.add_argument("--tags", action=_ListAppend, default=[], metavar="TAG",
                        help="informational model tags, comma-separated (shown in /v1/models)")
-    group.add_argument("--host", default="127.0.0.1",
-                       help="bind address; several comma-separated (127.0.0.1,::1) "
-                            "(default: 127.0.0.1)")
-    group.add_argument("--port", type=int, default=8080, help="port (default: 8080)")
+    _serve_flag(group, "host")
+    _serve_flag(group, "port", type=int)
     group.add_argument("--api-key", help="require 'Authorization: Bearer KEY' or "
                        "'x-api-key: KEY' (not on /health)")
     group.add_argument("--cors-origin", "--cors-origins", dest="cors_origin", action=_ListAppend,
@@ -125,31 +134,23 @@ def _add_http(group: argparse._ArgumentGroup) -> None:
 
 
 def _add_endpoints(group: argparse._ArgumentGroup) -> None:
-    group.add_argument("--no-embeddings-endpoint", action="store_true",
+    # (its own dest: ``embeddings`` is also a start option, the context's embeddings mode)
+    group.add_argument("--no-embeddings-endpoint", dest="embeddings_endpoint",
+                       action="store_false",
                        help="disable /v1/embeddings (and its dedicated context)")
+    group.set_defaults(embeddings_endpoint=serve_default("embeddings"))
     group.add_argument("--embedding", "--embeddings", dest="embedding", action="store_true",
                        help="accepted for llama-server compatibility: embeddings are always "
                             "served next to generation")
-    _switch(group, ("--webui", "--ui"), "webui", True,
-            "serve the chat page at / and the live view at /dashboard (default)")
-    _switch(group, ("--no-webui", "--no-ui"), "webui", False,
-            "no pages: / and /dashboard answer 404")
-    _switch(group, ("--slots",), "slots", True, "serve /slots (default)")
-    _switch(group, ("--no-slots",), "slots", False, "/slots answers 501")
-    _switch(group, ("--prefill-assistant",), "prefill_assistant", True,
-            serve_help("prefill_assistant") + " (default)")
-    _switch(group, ("--no-prefill-assistant",), "prefill_assistant", False,
-            "answer a final assistant message in a new turn instead of continuing it")
+    _serve_switch(group, "webui", ("--no-webui", "--no-ui"),
+                  "no pages: / and /dashboard answer 404")
+    _serve_switch(group, "slots", ("--no-slots",), "/slots answers 501")
+    _serve_switch(group, "prefill_assistant", ("--no-prefill-assistant",),
+                  "answer a final assistant message in a new turn instead of continuing it")
     _serve_flag(group, "spm_infill", action="store_true")
-    group.add_argument("--slot-save-path", metavar="DIR",
-                       help="folder for POST /slots/{id}?action=save|restore (default: off, "
-                            "those actions answer 501)")
-    group.add_argument("--props", action="store_true",
-                       help="accept POST /props (llama-server's; it changes nothing yet, there "
-                            "or here); GET /props is always served")
-    _switch(group, ("--metrics",), "metrics", True,
-            "serve Prometheus /metrics (on by default here, unlike llama-server)")
-    _switch(group, ("--no-metrics",), "metrics", False, "/metrics answers 501")
+    _serve_flag(group, "slot_save_path", metavar="DIR")
+    _serve_flag(group, "props", action="store_true")
+    _serve_switch(group, "metrics", ("--no-metrics",), "/metrics answers 501")
     _switch(group, ("--jinja",), "jinja", True,
             "accepted for llama-server compatibility: templates are always rendered as Jinja")
     _switch(group, ("--no-jinja",), "jinja", False,
@@ -224,13 +225,12 @@ def app_options(args: argparse.Namespace) -> dict[str, Any]:
         "api_keys": api_keys(args), "cors_origins": args.cors_origin, "chat_template": template,
         "allowed_hosts": tuple(args.allowed_hosts), "bind_hosts": bind_hosts(args),
         "request_timeout": args.request_timeout, "max_body_bytes": int(args.max_body_mb * 2**20),
-        "embeddings": not args.no_embeddings_endpoint, "webui": args.webui is not False,
-        "slots": args.slots is not False, "metrics": args.metrics is not False,
-        "props": args.props,
+        "embeddings": args.embeddings_endpoint, "webui": args.webui, "slots": args.slots,
+        "metrics": args.metrics, "props": args.props,
         "slot_save_path": args.slot_save_path,
         "n_predict": args.n_predict, "reasoning_format": args.reasoning_format,
         "template_kwargs": template_kwargs(args), "accept_any_model": args.accept_any_model,
-        "prefill_assistant": args.prefill_assistant is not False,
+        "prefill_assistant": args.prefill_assistant,
         "spm_infill": args.spm_infill, "verbose": args.log_level == "debug",
         "default_ignore_eos": args.default_ignore_eos,
         "cache_report": args.cache_report,
