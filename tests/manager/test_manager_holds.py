@@ -31,15 +31,17 @@ def test_a_hold_keeps_the_model_loaded_without_being_a_use() -> None:
         held_during.append(m._entries[name].holds)  # the hook runs with the lock held
         unloaded.set()
 
-    m = ModelManager([spec("a", keep_alive=0.05)], server_factory=factory, on_idle_unload=hook)
+    m = ModelManager([spec("a")], server_factory=factory, on_idle_unload=hook)
     try:
-        m.load("a", timeout=WAIT_S)
+        m.load("a", timeout=WAIT_S)  # kept forever until the hold is taken
+        last_used = m._entries["a"].last_used
         with m.hold("a") as server:
             assert server is factory.made[0]
+            m.keep("a", 0.05)
             time.sleep(0.3)  # idle far past its keep_alive, but a read is under way
             assert m.status_of("a").state is ModelState.LOADED and not unloaded.is_set()
-        # the hold did not restart the idle clock: the unload follows at once
-        assert unloaded.wait(1.0) and held_during == [0]
+        assert unloaded.wait(WAIT_S) and held_during == [0]
+        assert m._entries["a"].last_used == last_used  # the hold was no use: clock not reset
         wait_state(m, "a", ModelState.UNLOADED)
         with m.hold("a") as server:  # unloaded: nothing held, nothing loaded
             assert server is None
