@@ -56,30 +56,18 @@ BODY_MODELS = (ChatBody, CompletionBody, ResponsesBody, MessagesBody, OllamaChat
 _SERVE = ServeOptions()
 
 
-def create_app(
-    target: Server | Loader | ModelManager,
-    *,
-    alias: str | None = None,
-    api_key: str | None = None,
-    api_keys: KeyTable | None = None,
-    cors_origins: Sequence[str] = (),
-    allowed_hosts: Sequence[str] = (),
-    bind_hosts: Sequence[str] = (),
-    chat_template: str | None = None,
-    request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-    embeddings: bool = _SERVE.embeddings,
-    webui: bool = _SERVE.webui,
-    slots: bool = _SERVE.slots,
-    metrics: bool = _SERVE.metrics,
-    props: bool = _SERVE.props,
-    slot_save_path: str | None = _SERVE.slot_save_path,
-    own_server: bool = False,
-    chat_templates: Mapping[str, str] | None = None,
-    api_prefix: str = _SERVE.api_prefix,
-    sse_ping_interval: float = _SERVE.sse_ping_interval,
-    **served: Any,
-) -> Starlette:
+def create_app(target: Server | Loader | ModelManager, *, alias: str | None = None,
+               api_key: str | None = None, api_keys: KeyTable | None = None,
+               cors_origins: Sequence[str] = (), allowed_hosts: Sequence[str] = (),
+               bind_hosts: Sequence[str] = (), chat_template: str | None = None,
+               request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+               embeddings: bool = _SERVE.embeddings, webui: bool = _SERVE.webui,
+               slots: bool = _SERVE.slots, metrics: bool = _SERVE.metrics,
+               props: bool = _SERVE.props, slot_save_path: str | None = _SERVE.slot_save_path,
+               own_server: bool = False, chat_templates: Mapping[str, str] | None = None,
+               api_prefix: str = _SERVE.api_prefix,
+               sse_ping_interval: float = _SERVE.sse_ping_interval, **served: Any) -> Starlette:
     """The app for ``target``: OpenAI, Responses, Anthropic, Ollama and llama-server routes.
 
     ``target``: a :class:`Server`, a callable returning one (run on a thread; ``/health`` is 503
@@ -87,36 +75,38 @@ def create_app(
     see :mod:`llamapy.serve.multi`, with ``/models/load|unload``; ``chat_templates`` per model).
     ``alias``: the public model id (default: the file's stem). ``api_key`` (keys,
     comma-separated) or ``api_keys`` (keys with tenants, :mod:`llamapy.serve.tenants`; not
-    both) protect all but ``/health`` and the pages (``/``, ``/dashboard``; their data comes
-    from protected routes).
-    ``cors_origins``: the pages of other origins that may read answers and send requests that
-    change state (default: ``localhost``, :mod:`llamapy.serve.cors`); ``allowed_hosts``: the
-    ``Host`` names answered besides localhost, IP literals and the names in ``bind_hosts`` (the
-    addresses the server listens on; none given: loopback), see :mod:`llamapy.serve.guard`.
-    ``chat_template``: Jinja overriding the GGUF's. ``webui=False``: no pages; ``slots`` /
-    ``metrics=False``: those answer 501; ``props``: accept ``POST /props``.
-    ``slot_save_path``: the slot actions' folder (None:
-    501). ``own_server``: close it on shutdown. ``api_prefix``: a path every route is served
-    under (llama-server's ``--api-prefix``; ``InvalidOptionError`` unless it is a URL path).
-    ``sse_ping_interval``: seconds of silence after which a stream gets llama-server's
-    keep-alive comment (``:``; <= 0: never).
-    ``served``: more ``ServedModel`` options
-    (``aliases``, ``tags``, ...) and ``sleep_idle_seconds`` (see :mod:`llamapy.serve.sleep`).
+    both) protect all but ``/health`` and the pages. ``cors_origins``, ``allowed_hosts`` and
+    ``bind_hosts``: which pages and ``Host`` names are answered (:mod:`llamapy.serve.cors`,
+    :mod:`llamapy.serve.guard`). ``chat_template``: Jinja overriding the GGUF's.
+    ``own_server``: close it on shutdown. The serving options (``request_timeout``,
+    ``embeddings``, ``webui``, ``slots``, ``metrics``, ``props``, ``slot_save_path``,
+    ``api_prefix``, ``sse_ping_interval``, and in ``served`` the presentation ones such as
+    ``n_predict`` or ``cache_report``) mean and default to what
+    :class:`~llamapy.options.ServeOptions` says; ``served`` also takes ``aliases``, ``tags`` and
+    ``sleep_idle_seconds`` (:mod:`llamapy.serve.sleep`).
     """
     owned = _owner(target, alias=alias, chat_template=chat_template,
                    chat_templates=chat_templates, request_timeout=request_timeout, **served)
     ctx = _context(owned, keys=_key_table(api_key, api_keys), embeddings=embeddings, slots=slots,
                    metrics_endpoint=metrics, props_endpoint=props, slot_save_path=slot_save_path,
                    sse_ping_interval=sse_ping_interval)
-    routers, prefix = _routers(ctx, webui), url_prefix(api_prefix)
+    app = _assemble(ctx, owned if own_server else None, webui, url_prefix(api_prefix))
+    _add_middleware(app, ctx, CorsPolicy(cors_origins or DEFAULT_ORIGINS), max_body_bytes,
+                    HostPolicy(allowed_hosts, bind_hosts), app.state.error_shape)
+    return app
+
+
+def _assemble(ctx: AppContext, owned: ModelHost | ModelRouter | None, webui: bool,
+              prefix: str) -> Starlette:
+    """The app's routes (under ``prefix``), lifespan (closing ``owned``), state and error
+    handlers."""
+    routers = _routers(ctx, webui)
     routes = _routes(routers, webui)
     app = Starlette(routes=[Mount(prefix, routes=routes)] if prefix else routes,
-                    lifespan=_lifespan(ctx, owned if own_server else None))
+                    lifespan=_lifespan(ctx, owned))
     app.state.llamapy = ctx
-    app.state.error_shape = shape = route_error_shape(routers, _openai_shape, prefix)
+    app.state.error_shape = route_error_shape(routers, _openai_shape, prefix)
     install_error_handlers(app)
-    _add_middleware(app, ctx, CorsPolicy(cors_origins or DEFAULT_ORIGINS), max_body_bytes,
-                    HostPolicy(allowed_hosts, bind_hosts), shape)
     return app
 
 
