@@ -11,18 +11,36 @@ when the response ends or the client leaves.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
 from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
 
-from .context import cancel_on_disconnect
+from .context import cache_headers, cancel_on_disconnect, stream_flag
 from .sse import EventStreamResponse, ping_interval
 
 Events = AsyncGenerator[dict[str, Any], None]
 #: Builds the API's ``error`` event for an exception, given how many events were sent.
 ErrorEvent = Callable[[BaseException, int], dict[str, Any]]
+#: Timings observer (a request's final ``timings``).
+Observe = Callable[[Mapping[str, Any]], None]
+
+
+async def named_event_answer(request: Request, body: Any, *, observe: Observe,
+                             stream: Callable[[Observe], Events],
+                             create: Callable[[Observe], Awaitable[dict[str, Any]]],
+                             error_event: ErrorEvent) -> Response:
+    """A Messages or Responses request answered: with ``stream`` in ``body``, the named events
+    of ``stream(observe)``; else ``create``'s JSON, with the reuse headers, its timings passed
+    to ``observe`` once the request is done (cancelled if the client leaves)."""
+    if stream_flag(body):
+        return await named_event_stream(request, stream(observe), error_event=error_event)
+    timings: dict[str, Any] = {}
+    result = await cancel_on_disconnect(request, create(timings.update))
+    observe(timings)
+    return JSONResponse(result, headers=cache_headers(timings))
 
 
 def encode_named(event: Mapping[str, Any]) -> bytes:

@@ -13,7 +13,7 @@ import asyncio
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from ...anthropic_api import (
     MessagesBody,
@@ -22,9 +22,9 @@ from ...anthropic_api import (
     count_message_tokens,
 )
 from ..anthropic_errors import anthropic_error_event, anthropic_route_error
-from ..context import AppContext, cache_headers, cancel_on_disconnect, read_json, stream_flag
+from ..context import AppContext, read_json
 from ..routing import Router
-from ..sse_named import named_event_stream
+from ..sse_named import named_event_answer
 
 
 def anthropic_router(ctx: AppContext) -> Router:
@@ -36,14 +36,10 @@ def anthropic_router(ctx: AppContext) -> Router:
         """Anthropic Messages (SSE with named events when ``stream``)."""
         body = await read_json(request)
         served = ctx.served(request)
-        if stream_flag(body):
-            events = astream_message(served, body, observe=ctx.metrics.observe)
-            return await named_event_stream(request, events, error_event=anthropic_error_event)
-        timings: dict[str, Any] = {}
-        result = await cancel_on_disconnect(
-            request, acreate_message(served, body, observe=timings.update))
-        ctx.metrics.observe(timings)
-        return JSONResponse(result, headers=cache_headers(timings))
+        return await named_event_answer(
+            request, body, observe=ctx.metrics.observe, error_event=anthropic_error_event,
+            stream=lambda observe: astream_message(served, body, observe=observe),
+            create=lambda observe: acreate_message(served, body, observe=observe))
 
     @router.post("/v1/messages/count_tokens")
     async def count_tokens(request: Request) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import asyncio
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from ...openai_api import (
     acreate_response,
@@ -21,10 +21,10 @@ from ...openai_api import (
     count_input_tokens,
 )
 from ...openai_api.responses_params import ResponsesBody
-from ..context import AppContext, cache_headers, cancel_on_disconnect, read_json, stream_flag
+from ..context import AppContext, read_json
 from ..errors import error_body
 from ..routing import Router
-from ..sse_named import named_event_stream
+from ..sse_named import named_event_answer
 
 
 def responses_error_event(exc: BaseException, sent: int) -> dict[str, Any]:
@@ -44,14 +44,10 @@ def responses_router(ctx: AppContext) -> Router:
         """OpenAI Responses (SSE with typed events when ``stream``)."""
         body = await read_json(request)
         served = ctx.served(request)
-        if stream_flag(body):
-            events = astream_response(served, body, observe=ctx.metrics.observe)
-            return await named_event_stream(request, events, error_event=responses_error_event)
-        timings: dict[str, Any] = {}
-        result = await cancel_on_disconnect(
-            request, acreate_response(served, body, observe=timings.update))
-        ctx.metrics.observe(timings)
-        return JSONResponse(result, headers=cache_headers(timings))
+        return await named_event_answer(
+            request, body, observe=ctx.metrics.observe, error_event=responses_error_event,
+            stream=lambda observe: astream_response(served, body, observe=observe),
+            create=lambda observe: acreate_response(served, body, observe=observe))
 
     @router.post("/v1/responses/input_tokens")
     @router.post("/responses/input_tokens", hidden=True)
