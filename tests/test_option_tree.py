@@ -267,7 +267,7 @@ def test_importing_the_tree_loads_no_native_code_and_no_engine() -> None:
 
 def test_max_tokens_and_cache_scope_have_one_default() -> None:
     # The session's configs take them from the tree (an API field left unset means "the
-    # server's": ServedModel.engine_options resolves it), so changing the tree changes all.
+    # server's": ServedModel.intent resolves it), so changing the tree changes all.
     tree = RequestOptions()
     assert DecodeConfig().max_tokens == tree.max_tokens
     assert SessionConfig().cache_scope == tree.cache_scope

@@ -232,6 +232,6 @@ def prepare_messages(served: ServedModel, request: Mapping[str, Any], *,
     points = breakpoints(body)
     chat = prepare_chat(served, chat_request(served, body))
     if generate and points:
-        chat.options["cache_pins"] = cache_pins(served, body, chat.token_ids, points,
-                                                chat_request)
+        chat.intent = served.revise(chat.intent, cache_pins=cache_pins(
+            served, body, chat.token_ids, points, chat_request))
     return MessagesPlan(chat=chat, body=body)

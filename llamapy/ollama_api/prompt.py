@@ -34,6 +34,7 @@ from ..openai_api.bridge import polyfill_history
 from ..openai_api.params import parse_body
 from ..openai_api.prompt import prepare_chat
 from ..openai_api.target import ServedModel
+from ..server import GenerationIntent
 from .options import check_num_ctx, engine_options, served_name, token_budget
 from .params import ChatBody, GenerateBody, GenerationBody, Message, Options
 
@@ -42,13 +43,13 @@ Kind = Literal["chat", "generate"]
 
 @dataclass(slots=True, kw_only=True)
 class OllamaPlan:
-    """A request ready to run: prompt tokens, engine options, how to parse the output."""
+    """A request ready to run: prompt tokens, typed engine options, how to parse the output."""
 
     served: ServedModel
     kind: Kind
     model: str
     token_ids: list[int]
-    options: dict[str, Any]
+    intent: GenerationIntent
     parser: Callable[[], OutputParser]
     #: Alternatives reported per token with ``logprobs`` (None: no logprobs).
     top_logprobs: int | None = None
@@ -144,11 +145,11 @@ def _plan(served: ServedModel, body: GenerationBody, kind: Kind, request: dict[s
         parser = lambda: served.output_parser(  # noqa: E731
             tools=False, reasoning=body.think is True, reasoning_started=started)
     n = len(token_ids)
-    chat.options["max_tokens"] = token_budget(
-        options.num_predict if options else None, n, served.n_ctx_seq(),
-        served.default_max_tokens(n))
+    budget = token_budget(options.num_predict if options else None, n, served.n_ctx_seq(),
+                          served.default_max_tokens(n))
     return OllamaPlan(served=served, kind=kind, model=body.model, token_ids=token_ids,
-                      options=chat.options, parser=parser, top_logprobs=chat.top_logprobs)
+                      intent=served.revise(chat.intent, max_tokens=budget), parser=parser,
+                      top_logprobs=chat.top_logprobs)
 
 
 def prepare_chat_request(served: ServedModel, request: Mapping[str, Any] | ChatBody

@@ -126,7 +126,7 @@ async def astream(plan: OllamaPlan, observe: Observer | None = None
     """The chunks of ``plan`` as they are generated; closing the iterator cancels the request.
     ``observe`` receives the request's ``timings`` (llama-server's keys)."""
     stream = OllamaStream(plan)
-    async with aclosing(plan.served.aevents(plan.token_ids, plan.options)) as events:
+    async with aclosing(plan.served.aevents(plan.token_ids, plan.intent)) as events:
         async for event in events:
             if isinstance(event, DoneEvent) and observe is not None:
                 observe(timings_dict(event.timings, plan.served.model, plan.token_ids))

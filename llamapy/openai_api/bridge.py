@@ -138,14 +138,14 @@ def _observe(plan: ChatPlan, observe: Observer | None, event: DoneEvent | Comple
 
 def run_plan(plan: ChatPlan, observe: Observer | None = None) -> Completion:
     """Generate the whole answer of ``plan``."""
-    completion = plan.served.complete(plan.token_ids, plan.options)
+    completion = plan.served.complete(plan.token_ids, plan.intent)
     _observe(plan, observe, completion)
     return completion
 
 
 async def arun_plan(plan: ChatPlan, observe: Observer | None = None) -> Completion:
     """Async :func:`run_plan`; cancelling the task cancels the request."""
-    completion = await plan.served.acomplete(plan.token_ids, plan.options)
+    completion = await plan.served.acomplete(plan.token_ids, plan.intent)
     _observe(plan, observe, completion)
     return completion
 
@@ -153,7 +153,7 @@ async def arun_plan(plan: ChatPlan, observe: Observer | None = None) -> Completi
 def plan_events(plan: ChatPlan, convert: Converter, observe: Observer | None = None
                 ) -> Iterator[dict[str, Any]]:
     """The API stream events ``convert`` makes of ``plan``'s engine events (closing cancels)."""
-    with closing(plan.served.events(plan.token_ids, plan.options)) as events:
+    with closing(plan.served.events(plan.token_ids, plan.intent)) as events:
         for event in events:
             if isinstance(event, DoneEvent):
                 _observe(plan, observe, event)
@@ -163,7 +163,7 @@ def plan_events(plan: ChatPlan, convert: Converter, observe: Observer | None = N
 async def aplan_events(plan: ChatPlan, convert: Converter, observe: Observer | None = None
                        ) -> AsyncGenerator[dict[str, Any], None]:
     """Async :func:`plan_events`."""
-    async with aclosing(plan.served.aevents(plan.token_ids, plan.options)) as events:
+    async with aclosing(plan.served.aevents(plan.token_ids, plan.intent)) as events:
         async for event in events:
             if isinstance(event, DoneEvent):
                 _observe(plan, observe, event)

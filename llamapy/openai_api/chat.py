@@ -19,9 +19,8 @@ from typing import Any
 
 from ..chat import Delta
 from ..engine import DoneEvent, ProgressEvent, StreamEvent, TokenEvent
-from ..server import Completion, Model, Server, Usage
+from ..server import Completion, GenerationIntent, Model, Server, Usage
 from .logprobs import chat_logprob, chat_logprobs
-from .params import choice_options
 from .prompt import ChatPlan, prepare_chat
 from .report import (
     SYSTEM_FINGERPRINT,
@@ -195,9 +194,9 @@ async def aready(target: Target) -> ServedModel:
 def chat_completion(target: Target, request: Mapping[str, Any]) -> dict[str, Any]:
     """A ``chat.completion`` for an OpenAI chat request (``stream`` is ignored)."""
     plan = prepare_chat(ready(target), request)
-    return chat_choices_response(plan, [plan.served.complete(plan.token_ids, options)
-                                        for options in choice_options(plan.options,
-                                                                      plan.body.n)])
+    intents = plan.served.choices(plan.intent, plan.body.n)
+    return chat_choices_response(plan, [plan.served.complete(plan.token_ids, intent)
+                                        for intent in intents])
 
 
 def stream_chat_completion(target: Target, request: Mapping[str, Any]
@@ -210,7 +209,7 @@ def stream_chat_completion(target: Target, request: Mapping[str, Any]
 def _stream(plan: ChatPlan) -> Iterator[dict[str, Any]]:
     """The chunks of each choice in turn (``n`` > 1: one choice generated after another)."""
     streams = [ChatStream(plan, i, usage=plan.body.n == 1) for i in range(plan.body.n)]
-    for stream, options in zip(streams, choice_options(plan.options, plan.body.n),
+    for stream, options in zip(streams, plan.served.choices(plan.intent, plan.body.n),
                                strict=True):
         with closing(plan.served.events(plan.token_ids, options)) as events:
             for event in events:
@@ -232,7 +231,7 @@ async def achat_completion(target: Target, request: Mapping[str, Any]) -> dict[s
     """Async :func:`chat_completion`; cancelling the task cancels the request."""
     plan = await asyncio.to_thread(prepare_chat, await aready(target), request)
     done = await plan.served.acomplete_all(
-        [(plan.token_ids, options) for options in choice_options(plan.options, plan.body.n)])
+        [(plan.token_ids, options) for options in plan.served.choices(plan.intent, plan.body.n)])
     return chat_choices_response(plan, done)
 
 
@@ -246,7 +245,7 @@ async def astream_chat_completion(target: Target, request: Mapping[str, Any]
                 yield chunk
         return
     stream = ChatStream(plan)
-    async with aclosing(plan.served.aevents(plan.token_ids, plan.options)) as events:
+    async with aclosing(plan.served.aevents(plan.token_ids, plan.intent)) as events:
         async for event in events:
             for chunk in stream.on_event(event):
                 yield chunk
@@ -261,7 +260,7 @@ async def _astream_choices(plan: ChatPlan) -> AsyncGenerator[dict[str, Any], Non
     queue: asyncio.Queue[dict[str, Any] | BaseException | None] = asyncio.Queue()
     streams = [ChatStream(plan, i, usage=False) for i in range(n)]
 
-    async def pump(stream: ChatStream, options: dict[str, Any]) -> None:
+    async def pump(stream: ChatStream, options: GenerationIntent) -> None:
         try:
             async with aclosing(plan.served.aevents(plan.token_ids, options)) as events:
                 async for event in events:
@@ -273,7 +272,7 @@ async def _astream_choices(plan: ChatPlan) -> AsyncGenerator[dict[str, Any], Non
             queue.put_nowait(None)
 
     tasks = [asyncio.create_task(pump(s, o))
-             for s, o in zip(streams, choice_options(plan.options, n), strict=True)]
+             for s, o in zip(streams, plan.served.choices(plan.intent, n), strict=True)]
     try:
         for _ in range(n):
             while (item := await queue.get()) is not None:

@@ -17,11 +17,11 @@ from typing import Any
 
 from ..engine import DoneEvent, ProgressEvent, StreamEvent
 from ..errors import InvalidOptionError, UnsupportedFeatureError
-from ..server import Completion, Usage
+from ..server import Completion, GenerationIntent, Usage
 from .chat import Target, aready, ready
 from .logprobs import MIN_CANDIDATES, legacy_logprobs
-from .params import CompletionBody, check_unsupported, choice_options, parse_body
-from .prompt import call_options, new_id
+from .params import CompletionBody, check_unsupported, parse_body, sampling_options
+from .prompt import call_intent, new_id
 from .report import (
     SYSTEM_FINGERPRINT,
     finish_reason,
@@ -40,7 +40,7 @@ class CompletionPlan:
     body: CompletionBody
     prompts: list[list[int]]
     texts: list[str]
-    options: list[dict[str, Any]]
+    intents: list[GenerationIntent]
     id: str = field(default_factory=lambda: new_id("cmpl"))
     created: int = field(default_factory=lambda: int(time.time()))
 
@@ -96,14 +96,15 @@ def prepare_completion(served: ServedModel, request: Mapping[str, Any]) -> Compl
         raise UnsupportedFeatureError("echo+logprobs", "echo with logprobs (prompt logprobs) "
                                       "is unsupported")
     pairs = [pair for pair in prompt_list(served, body.prompt, body.n) for _ in range(body.n)]
-    options = []
+    fields = sampling_options(body)
+    if body.logprobs is not None:
+        fields["n_probs"] = max(fields.get("n_probs", 0), body.logprobs, MIN_CANDIDATES)
+    intents = []
     for index in range(0, len(pairs), body.n):  # choice i * n + j: prompt i, choice j
-        opts = call_options(served, body, body.max_tokens, len(pairs[index][0]))
-        if body.logprobs is not None:
-            opts["n_probs"] = max(opts.get("n_probs", 0), body.logprobs, MIN_CANDIDATES)
-        options.extend(choice_options(opts, body.n))
+        intent = call_intent(served, body, fields, body.max_tokens, len(pairs[index][0]))
+        intents.extend(served.choices(intent, body.n))
     return CompletionPlan(served, body, [ids for ids, _ in pairs], [t for _, t in pairs],
-                          options)
+                          intents)
 
 
 def _choice(plan: CompletionPlan, index: int, completion: Completion) -> dict[str, Any]:
@@ -179,7 +180,7 @@ class CompletionStream:
 def completion(target: Target, request: Mapping[str, Any]) -> dict[str, Any]:
     """A ``text_completion`` for an OpenAI completion request (prompts run one by one)."""
     plan = prepare_completion(ready(target), request)
-    done = [plan.served.complete(ids, opts) for ids, opts in zip(plan.prompts, plan.options,
+    done = [plan.served.complete(ids, opts) for ids, opts in zip(plan.prompts, plan.intents,
                                                                    strict=True)]
     return completion_response(plan, done)
 
@@ -192,7 +193,7 @@ def stream_completion(target: Target, request: Mapping[str, Any]) -> Iterator[di
 
 def _stream(plan: CompletionPlan) -> Iterator[dict[str, Any]]:
     stream = CompletionStream(plan)
-    for index, (ids, opts) in enumerate(zip(plan.prompts, plan.options, strict=True)):
+    for index, (ids, opts) in enumerate(zip(plan.prompts, plan.intents, strict=True)):
         yield from stream.begin(index)
         with closing(plan.served.events(ids, opts)) as events:
             for event in events:
@@ -204,7 +205,7 @@ async def acompletion(target: Target, request: Mapping[str, Any]) -> dict[str, A
     """Async :func:`completion`; the prompts run concurrently."""
     plan = await asyncio.to_thread(prepare_completion, await aready(target), request)
     done = await plan.served.acomplete_all(
-        list(zip(plan.prompts, plan.options, strict=True)))
+        list(zip(plan.prompts, plan.intents, strict=True)))
     return completion_response(plan, done)
 
 
@@ -213,7 +214,7 @@ async def astream_completion(target: Target, request: Mapping[str, Any]
     """Async :func:`stream_completion`; closing the iterator cancels the running request."""
     plan = await asyncio.to_thread(prepare_completion, await aready(target), request)
     stream = CompletionStream(plan)
-    for index, (ids, opts) in enumerate(zip(plan.prompts, plan.options, strict=True)):
+    for index, (ids, opts) in enumerate(zip(plan.prompts, plan.intents, strict=True)):
         for chunk in stream.begin(index):
             yield chunk
         async with aclosing(plan.served.aevents(ids, opts)) as events:

@@ -22,7 +22,7 @@ from ..errors import InvalidOptionError
 from ..options import aliases_of
 from ..options._spec import is_int
 from ..options.samplers import sampler_names
-from ..server import Completion, Model
+from ..server import Completion, GenerationIntent, Model
 from .completions import check_token_ids
 from .logprobs import MIN_CANDIDATES, sampled_logprob
 from .params import ChatBody, engine_extras, parse_body
@@ -66,8 +66,8 @@ def _probabilities(model: Model, token_id: int, candidates: Any, n_probs: int,
     return out
 
 
-#: One prompt of a ``/completion`` ready to run: ``(token ids, text, engine call options)``.
-NativePrompt = tuple[list[int], str, dict[str, Any]]
+#: One prompt of a ``/completion`` ready to run: ``(token ids, text, typed engine options)``.
+NativePrompt = tuple[list[int], str, GenerationIntent]
 
 
 def prepare_native(served: ServedModel, request: Mapping[str, Any]
@@ -95,8 +95,8 @@ def prepare_native(served: ServedModel, request: Mapping[str, Any]
     if is_int(fields.get("n_probs")) and fields["n_probs"] > 0:  # (else a 400 later)
         fields["n_probs"] = max(fields["n_probs"], MIN_CANDIDATES)
     budget = None if n_predict < 0 else n_predict
-    return [(ids, text, served.engine_options(fields, ignore_eos=request.get("ignore_eos"),
-                                              max_tokens=budget, prompt_tokens=len(ids)))
+    return [(ids, text, served.intent(fields, ignore_eos=request.get("ignore_eos"),
+                                      max_tokens=budget, prompt_tokens=len(ids)))
             for ids, text in pairs], dict(request)
 
 
@@ -126,20 +126,20 @@ def select_fields(response: dict[str, Any], paths: list[str]) -> dict[str, Any]:
     return out
 
 
-def _settings(served: ServedModel, options: Mapping[str, Any]) -> dict[str, Any]:
-    """llama-server's ``generation_settings``: ``logit_bias`` as ``[{"bias", "token"}]`` with
-    ``null`` for a banned token (``-inf``), as it reports the EOG bans of ``ignore_eos``."""
-    bias = options.get("logit_bias") or {}
-    out = {"n_predict": options.get("max_tokens"), "model": served.name,
-           **{k: v for k, v in options.items() if k not in ("timeout", "logit_bias")},
-           "logit_bias": [{"bias": None if math.isinf(b) else b, "token": t}
-                          for t, b in bias.items()]}
-    if "samplers" in options:  # canonical names, as llama-server reports them
-        out["samplers"] = list(sampler_names(options["samplers"]))
-    return out
+def _settings(served: ServedModel, intent: GenerationIntent) -> dict[str, Any]:
+    """llama-server's ``generation_settings``: every option the request ran with, with
+    ``n_predict`` (the token budget), ``logit_bias`` as ``[{"bias", "token"}]`` with ``null``
+    for a banned token (``-inf``, as it reports the EOG bans of ``ignore_eos``) and the
+    sampler chain under llama-server's canonical names."""
+    settings = intent.settings()
+    bias = settings.pop("logit_bias")
+    return {"n_predict": settings["max_tokens"], "model": served.name, **settings,
+            "logit_bias": [{"bias": None if math.isinf(b) else b, "token": t}
+                           for t, b in bias.items()],
+            "samplers": list(sampler_names(settings["samplers"]))}
 
 
-def native_response(served: ServedModel, ids: list[int], text: str, options: Mapping[str, Any],
+def native_response(served: ServedModel, ids: list[int], text: str, intent: GenerationIntent,
                     request: Mapping[str, Any], completion: Completion, index: int = 0
                     ) -> dict[str, Any]:
     """The ``/completion`` response of a finished generation (prompt ``index``; the route
@@ -152,7 +152,7 @@ def native_response(served: ServedModel, ids: list[int], text: str, options: Map
         "id_slot": completion.timings.slot_id, "stop": True, "model": served.name,
         "tokens_predicted": completion.completion_tokens,
         "tokens_evaluated": completion.usage.prompt_tokens,
-        "generation_settings": _settings(served, options), "prompt": text,
+        "generation_settings": _settings(served, intent), "prompt": text,
         "has_new_line": "\n" in completion.text, "truncated": False,
         "stop_type": STOP_TYPES.get(completion.finish_reason, "none"),
         "stopping_word": completion.stop_word,
@@ -191,13 +191,13 @@ def native_progress(served: ServedModel, event: ProgressEvent, ids: list[int]
             **per_token_timings(event, served.model, ids)}
 
 
-def native_final(served: ServedModel, ids: list[int], text: str, options: Mapping[str, Any],
+def native_final(served: ServedModel, ids: list[int], text: str, intent: GenerationIntent,
                  event: DoneEvent) -> dict[str, Any]:
     """The last streamed ``/completion`` chunk (``stop: true`` with timings)."""
     return {
         "index": 0, "content": "", "tokens": [], "id_slot": event.timings.slot_id, "stop": True,
         "model": served.name, "tokens_predicted": event.completion_tokens,
-        "tokens_evaluated": event.prompt_tokens, "generation_settings": _settings(served, options),
+        "tokens_evaluated": event.prompt_tokens, "generation_settings": _settings(served, intent),
         "prompt": text, "truncated": False,
         "stop_type": STOP_TYPES.get(str(event.finish_reason), "none"),
         "stopping_word": event.stop_word,

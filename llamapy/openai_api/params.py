@@ -211,17 +211,13 @@ def check_unsupported(body: GenerationBody) -> None:
             raise UnsupportedFeatureError("suffix", "suffix (fill-in-the-middle) is unsupported")
 
 
-def choice_options(options: Mapping[str, Any], n: int) -> list[dict[str, Any]]:
-    """The engine options of each of ``n`` choices of one prompt (they run concurrently and
-    share the prompt's prefix in the cache). A request ``seed`` is offset per choice, so
-    seeded choices are reproducible but not all alike."""
-    out = []
-    for index in range(n):
-        opts = dict(options)
-        if index and isinstance(opts.get("seed"), int) and opts["seed"] >= 0:
-            opts["seed"] = (opts["seed"] + index) % LLAMA_DEFAULT_SEED  # (that one: random)
-        out.append(opts)
-    return out
+def choice_seed(seed: int, index: int) -> int:
+    """The seed of choice ``index`` of ``n`` choices of one prompt (they run concurrently and
+    share the prompt's prefix in the cache): a fixed seed is offset per choice, so seeded
+    choices are reproducible but not all alike; a random one (-1) stays random."""
+    if index == 0 or seed < 0 or seed == LLAMA_DEFAULT_SEED:
+        return seed
+    return (seed + index) % LLAMA_DEFAULT_SEED  # (LLAMA_DEFAULT_SEED itself: random)
 
 
 #: The largest ``|bias|`` a request may set (OpenAI's range); ``false`` bans a token.

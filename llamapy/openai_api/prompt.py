@@ -3,8 +3,8 @@
 :func:`prepare_chat` renders the conversation with the model's chat template (tool
 instructions added to the system message when the template does not present ``tools``
 itself), picks the grammar (forced tool call, ``response_format``, raw ``grammar``) and
-collects the engine options. It does everything but generate, so the sync, async, streaming
-and non-streaming paths share it.
+resolves the engine options once, into a typed :class:`~llamapy.server.GenerationIntent`. It
+does everything but generate, so the sync, async, streaming and non-streaming paths share it.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from ..errors import InvalidOptionError
 from ..grammar.json_schema import json_object_grammar, schema_to_gbnf
 from ..grammar.tool_calls import offered_grammar_or_none, tool_call_grammar
 from ..options import check_reasoning_format
+from ..server import GenerationIntent
 from .logprobs import MIN_CANDIDATES
 from .params import (
     RETENTION_S,
@@ -41,13 +42,14 @@ def new_id(prefix: str) -> str:
 
 @dataclass(slots=True)
 class ChatPlan:
-    """A chat request ready to run: prompt tokens, engine options, how to parse the output."""
+    """A chat request ready to run: prompt tokens, its typed engine options (``intent``), how
+    to parse the output."""
 
     served: ServedModel
     body: ChatBody
     prompt: str
     token_ids: list[int]
-    options: dict[str, Any]
+    intent: GenerationIntent
     tools_active: bool
     reasoning: bool
     reasoning_started: bool
@@ -194,22 +196,47 @@ def _reasoning(served: ServedModel, body: ChatBody) -> bool:
     return fmt != "none"
 
 
-def call_options(served: ServedModel, body: ChatBody | Any, budget: int | None,
-                 prompt_tokens: int) -> dict[str, Any]:
-    """Engine call options: the body's sampling fields and extras, resolved by
-    :meth:`ServedModel.engine_options` (``budget`` None: the server's default)."""
-    return served.engine_options(sampling_options(body), ignore_eos=api_extra(body, "ignore_eos"),
-                                 max_tokens=budget, prompt_tokens=prompt_tokens)
+def call_intent(served: ServedModel, body: ChatBody | Any, fields: Mapping[str, Any],
+                budget: int | None, prompt_tokens: int) -> GenerationIntent:
+    """The request's typed options: ``fields`` (the body's sampling fields and extras, plus
+    what the API derived from its own fields) resolved by :meth:`ServedModel.intent`
+    (``budget`` None: the server's default)."""
+    return served.intent(fields, ignore_eos=api_extra(body, "ignore_eos"), max_tokens=budget,
+                         prompt_tokens=prompt_tokens)
 
 
-def cache_options(body: ChatBody, options: dict[str, Any], prompt_tokens: int) -> None:
-    """OpenAI's prompt caching fields as engine options, in place: ``prompt_cache_key`` is the
+def cache_fields(body: ChatBody, prompt_tokens: int) -> dict[str, Any]:
+    """OpenAI's prompt caching fields as engine options: ``prompt_cache_key`` is the
     ``session`` (unless the body sets one), ``prompt_cache_retention`` pins the whole prompt
     (``cache_pins``) for 5 minutes (``in_memory``) or 24 hours (``24h``)."""
+    out: dict[str, Any] = {}
     if body.prompt_cache_key is not None:
-        options.setdefault("session", body.prompt_cache_key)
+        out["session"] = body.prompt_cache_key
     if body.prompt_cache_retention is not None:
-        options["cache_pins"] = ((prompt_tokens, RETENTION_S[body.prompt_cache_retention]),)
+        out["cache_pins"] = ((prompt_tokens, RETENTION_S[body.prompt_cache_retention]),)
+    return out
+
+
+def chat_fields(served: ServedModel, body: ChatBody, prompt_tokens: int,
+                tools_active: bool) -> dict[str, Any]:
+    """The engine fields of a chat request: its sampling fields and extras, the caching
+    fields, the grammar it implies (a forced tool call, ``response_format``; offered tools a
+    lazy one) and enough candidates for ``top_logprobs``."""
+    fields = {**cache_fields(body, prompt_tokens), **sampling_options(body)}
+    grammar = response_grammar(served, body)
+    if grammar is not None:
+        if fields.get("grammar"):
+            raise InvalidOptionError("grammar conflicts with tools/response_format",
+                                     option="grammar")
+        fields["grammar"] = grammar
+    elif tools_active and body.tools and not fields.get("grammar"):
+        tools = [tool.model_dump(exclude_none=True) for tool in body.tools]
+        offered = offered_grammar_or_none(tools, served.tool_protocol())
+        if offered is not None:
+            fields["grammar"], fields["grammar_triggers"] = offered
+    if body.logprobs:
+        fields["n_probs"] = max(fields.get("n_probs", 0), body.top_logprobs or 0, MIN_CANDIDATES)
+    return fields
 
 
 def prepare_chat(served: ServedModel, request: Mapping[str, Any]) -> ChatPlan:
@@ -219,26 +246,13 @@ def prepare_chat(served: ServedModel, request: Mapping[str, Any]) -> ChatPlan:
     served.check_model(body.model)
     served.server.check_fits_at_once(body.n)
     tools_active = bool(body.tools) and body.tool_choice != "none"
-    grammar = response_grammar(served, body)
     prompt = render_prompt(served, body, tools_active)
     token_ids = served.tokenize_prompt(prompt)
-    options = call_options(served, body, body.token_budget(), len(token_ids))
-    cache_options(body, options, len(token_ids))
-    if grammar is not None:
-        if options.get("grammar"):
-            raise InvalidOptionError("grammar conflicts with tools/response_format",
-                                     option="grammar")
-        options["grammar"] = grammar
-    elif tools_active and body.tools and not options.get("grammar"):
-        tools = [tool.model_dump(exclude_none=True) for tool in body.tools]
-        offered = offered_grammar_or_none(tools, served.tool_protocol())
-        if offered is not None:
-            options["grammar"], options["grammar_triggers"] = offered
-    if body.logprobs:
-        options["n_probs"] = max(options.get("n_probs", 0), body.top_logprobs or 0, MIN_CANDIDATES)
+    fields = chat_fields(served, body, len(token_ids), tools_active)
+    intent = call_intent(served, body, fields, body.token_budget(), len(token_ids))
     reasoning = _reasoning(served, body)
     plan = ChatPlan(
-        served=served, body=body, prompt=prompt, token_ids=token_ids, options=options,
+        served=served, body=body, prompt=prompt, token_ids=token_ids, intent=intent,
         tools_active=tools_active, reasoning=reasoning,
         reasoning_started=reasoning and prompt.rstrip().endswith("<think>"),
     )

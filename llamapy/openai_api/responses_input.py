@@ -17,7 +17,7 @@ and output parser as ``/v1/chat/completions``):
   ``prompt_cache_key`` becomes the ``session`` affinity key; ``reasoning.effort`` goes to the
   template (``none`` sets ``enable_thinking: false``). Reasoning is always parsed out.
 - ``prompt_cache_retention`` passes to the chat request, which pins the whole prompt in the
-  RAM prompt cache (:func:`~.prompt.cache_options`).
+  RAM prompt cache (:func:`~.prompt.cache_fields`).
 """
 
 from __future__ import annotations

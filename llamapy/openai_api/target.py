@@ -20,13 +20,13 @@ from typing import Any
 from ..chat import ChatTemplate, OutputParser
 from ..errors import InvalidOptionError, ModelNotFoundError
 from ..options.serve import SERVE_OPTION_NAMES, ServeOptions
-from ..server import Completion, Model, Server
+from ..server import Completion, GenerationIntent, Model, Server
 from .cache_report import (
     AsyncReportedEvents,
     ReportedEvents,
     reported_completion,
 )
-from .params import BiasSpec, lora_adapters
+from .params import BiasSpec, choice_seed, lora_adapters
 
 SyncEvents = ReportedEvents
 AsyncEvents = AsyncReportedEvents
@@ -166,30 +166,30 @@ class ServedModel:
         add_special = model.add_bos and not (bos and text.startswith(bos))
         return model.tokenize(text, add_special, True)
 
-    def events(self, token_ids: Sequence[int], options: Mapping[str, Any]) -> SyncEvents:
+    def events(self, token_ids: Sequence[int], intent: GenerationIntent) -> SyncEvents:
         """The request's event stream (:meth:`Server.open_stream`; closing it cancels), as
         :attr:`cache_report` reports it."""
-        return ReportedEvents(self.server.open_stream(token_ids, **options), self.cache_report)
+        return ReportedEvents(self.server.open_stream(token_ids, intent), self.cache_report)
 
-    def aevents(self, token_ids: Sequence[int], options: Mapping[str, Any]) -> AsyncEvents:
+    def aevents(self, token_ids: Sequence[int], intent: GenerationIntent) -> AsyncEvents:
         """The request's async event stream (:meth:`Server.open_astream`), as
         :attr:`cache_report` reports it."""
-        return AsyncReportedEvents(self.server.open_astream(token_ids, **options),
+        return AsyncReportedEvents(self.server.open_astream(token_ids, intent),
                                    self.cache_report)
 
-    def complete(self, token_ids: Sequence[int], options: Mapping[str, Any]) -> Completion:
+    def complete(self, token_ids: Sequence[int], intent: GenerationIntent) -> Completion:
         """The whole request (:meth:`Server.complete_tokens`), as :attr:`cache_report`
         reports it."""
-        done = self.server.complete_tokens(token_ids, **options)
+        done = self.server.complete_tokens(token_ids, intent)
         return reported_completion(done, self.cache_report)
 
-    async def acomplete(self, token_ids: Sequence[int], options: Mapping[str, Any]
+    async def acomplete(self, token_ids: Sequence[int], intent: GenerationIntent
                         ) -> Completion:
         """Async :meth:`complete`; cancelling the task cancels the request."""
-        done = await self.server.acomplete_tokens(token_ids, **options)
+        done = await self.server.acomplete_tokens(token_ids, intent)
         return reported_completion(done, self.cache_report)
 
-    async def acomplete_all(self, calls: Sequence[tuple[Sequence[int], dict[str, Any]]]
+    async def acomplete_all(self, calls: Sequence[tuple[Sequence[int], GenerationIntent]]
                             ) -> list[Completion]:
         """Requests that live and die together (:meth:`Server.acomplete_all`), as
         :attr:`cache_report` reports them."""
@@ -205,19 +205,21 @@ class ServedModel:
         view.tenant = tenant
         return view
 
-    def engine_options(self, fields: Mapping[str, Any], *, ignore_eos: object = None,
-                       max_tokens: int | None = None, prompt_tokens: int = 0) -> dict[str, Any]:
-        """A request's engine call options, resolved the same way for every API.
+    def intent(self, fields: Mapping[str, Any], *, ignore_eos: object = None,
+               max_tokens: int | None = None, prompt_tokens: int = 0) -> GenerationIntent:
+        """A request's :class:`~llamapy.server.GenerationIntent`, resolved the same way for
+        every API: the one place an API request becomes typed engine options.
 
-        ``fields`` are the request's sampling and engine options under the engine's names (a
-        parsed ``logit_bias``, llama-server's ``lora`` selection); added are the server's part:
-        the adapter files of the ``lora`` selection, the :attr:`tenant` (a body cannot set
-        ``tenant``: :data:`~.params.SERVER_ONLY`), each text ``logit_bias`` entry as the tokens
-        of its tokenization (no special tokens, as llama-server does; a token id outside the
-        vocabulary is a 400), llama-server's ``ignore_eos`` (None: the server's
-        :attr:`default_ignore_eos`; true bans every end-of-generation token; not a boolean: a
-        400), the token budget (``max_tokens``, else :meth:`default_max_tokens` for
-        ``prompt_tokens``) and the request timeout. A new dict: ``fields`` is left as it was.
+        ``fields`` are the request's sampling and engine options under the engine's names or
+        their aliases (a parsed ``logit_bias``, llama-server's ``lora`` selection); added are
+        the server's part: the adapter files of the ``lora`` selection, the :attr:`tenant` (a
+        body cannot set ``tenant``: :data:`~.params.SERVER_ONLY`), each text ``logit_bias``
+        entry as the tokens of its tokenization (no special tokens, as llama-server does; a
+        token id outside the vocabulary is a 400), llama-server's ``ignore_eos`` (None: the
+        server's :attr:`default_ignore_eos`; true bans every end-of-generation token; not a
+        boolean: a 400), the token budget (``max_tokens``, else :meth:`default_max_tokens` for
+        ``prompt_tokens``, from the context size the server published at load) and the
+        request timeout. Then :meth:`Server.resolve` renames, defaults and checks them once.
         """
         options = dict(fields)
         if "lora" in options:
@@ -233,7 +235,18 @@ class ServedModel:
         options["max_tokens"] = self.default_max_tokens(prompt_tokens) if max_tokens is None \
             else max_tokens
         options["timeout"] = self.request_timeout
-        return options
+        return self.server.resolve(**options)
+
+    def revise(self, intent: GenerationIntent, **changes: Any) -> GenerationIntent:
+        """``intent`` with some options changed, checked again (:meth:`Server.revise`)."""
+        return self.server.revise(intent, **changes)
+
+    def choices(self, intent: GenerationIntent, n: int) -> list[GenerationIntent]:
+        """The intents of ``n`` choices of one prompt, each seeded by :func:`.params.choice_seed`
+        from the request's seed."""
+        seed = intent.options.sampling.seed
+        return [intent if choice_seed(seed, i) == seed else self.revise(
+            intent, seed=choice_seed(seed, i)) for i in range(n)]
 
     def _ignores_eos(self, flag: object) -> bool:
         if flag is None:

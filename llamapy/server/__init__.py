@@ -8,14 +8,17 @@ from .._native import Model
 from .._system import physical_cores
 from ..adapters import AdapterSet, resolve_adapters
 from ..runtime import Completion, Usage
+from .intent import DEFAULT_TIMEOUT, GenerationIntent
 from .manager import ModelManager
 from .model_spec import ModelLease, ModelSpec, ModelState, ModelStatus, parse_keep_alive
 from .options import call_option_keys, server_request_option_keys, start_option_keys
 from .server import Server
 
 __all__ = [
+    "DEFAULT_TIMEOUT",
     "AdapterSet",
     "Completion",
+    "GenerationIntent",
     "Model",
     "ModelLease",
     "ModelManager",

@@ -12,7 +12,7 @@ unchanged; a request cancelled otherwise raises
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..runtime import (
@@ -24,6 +24,7 @@ from ..runtime import (
 )
 from .calls import Call
 from .core import ServerCore
+from .intent import GenerationIntent
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -36,26 +37,28 @@ __all__ = ["AsyncMethods"]
 class AsyncMethods(ServerCore):
     """The asyncio API of :class:`~llamapy.server.Server` (see the module docstring)."""
 
-    def open_astream(self, token_ids: Sequence[int], *, per_event: bool = True,
-                     **options: Unpack[GenerationOptions]) -> AsyncRequestStream:
+    def open_astream(self, token_ids: Sequence[int], intent: GenerationIntent | None = None, *,
+                     per_event: bool = True, **options: Unpack[GenerationOptions]
+                     ) -> AsyncRequestStream:
         """Low-level async ``open_stream``: submit now (call it inside a running event loop;
         it does not wait for a model still loading: the request queues behind the load)."""
-        call = self._prepare(options, per_event=per_event)
+        call = self._prepare(intent, options, per_event=per_event)
         return AsyncRequestStream(self._loop, call.request(token_ids), call.timeout,
                                   per_event=per_event, deadline=call.deadline)
 
     async def acomplete_tokens(self, token_ids: Sequence[int],
+                               intent: GenerationIntent | None = None,
                                **options: Unpack[GenerationOptions]) -> Completion:
         """Async ``complete_tokens``: ``timeout`` (default 60 s) bounds the whole call, the
         wait for the load included; cancelling the task cancels the request."""
-        call = self._prepare(options, per_event=False)
+        call = self._prepare(intent, options, per_event=False)
         ids = list(token_ids)
         await self._await_loaded(call.left(), call.timeout)
         return await self._acollect(call, ids)
 
     async def acomplete(self, prompt: str, **options: Unpack[GenerationOptions]) -> Completion:
         """Async ``complete`` (the load, tokenizing and generation within ``timeout``)."""
-        call = self._prepare(options, per_event=False)
+        call = self._prepare(None, options, per_event=False)
         await self._await_loaded(call.left(), call.timeout)
         return await self._acollect(call, self.fetch_model().tokenize(prompt, True, True))
 
@@ -78,16 +81,18 @@ class AsyncMethods(ServerCore):
                     return done
         raise AssertionError("request ended without a final event")
 
-    async def acomplete_all(self, calls: Sequence[tuple[Sequence[int], dict[str, Any]]]
-                            ) -> list[Completion]:
+    async def acomplete_all(
+            self, calls: Sequence[tuple[Sequence[int], GenerationIntent | Mapping[str, Any]]]
+    ) -> list[Completion]:
         """Several requests that live and die together (``n`` choices, several prompts): they
         run concurrently; the first to fail (``QueueFullError``, ...) cancels the others at
-        once and is raised, and cancelling the caller cancels them all.
+        once and is raised, and cancelling the caller cancels them all. Each call is token ids
+        with a :class:`~llamapy.server.GenerationIntent` or a mapping of keyword options.
 
         Refused before any is submitted (``InvalidOptionError`` naming ``n``): more than
         ``max_choices`` requests, or more than the slots plus the queue could ever hold."""
         self.check_fits_at_once(len(calls))
-        tasks = [asyncio.ensure_future(self.acomplete_tokens(ids, **opts)) for ids, opts in calls]
+        tasks = [asyncio.ensure_future(self._acomplete_one(ids, how)) for ids, how in calls]
         try:
             return list(await asyncio.gather(*tasks))
         except BaseException:
@@ -96,11 +101,17 @@ class AsyncMethods(ServerCore):
             await asyncio.gather(*tasks, return_exceptions=True)
             raise
 
-    def aevents(self, token_ids: Sequence[int],
+    def _acomplete_one(self, token_ids: Sequence[int],
+                       how: GenerationIntent | Mapping[str, Any]) -> Awaitable[Completion]:
+        if isinstance(how, GenerationIntent):
+            return self.acomplete_tokens(token_ids, how)
+        return self.acomplete_tokens(token_ids, **how)
+
+    def aevents(self, token_ids: Sequence[int], intent: GenerationIntent | None = None,
                 **options: Unpack[GenerationOptions]) -> AsyncEventStream:
         """Async ``events``: an :class:`~llamapy.runtime.AsyncEventStream`, submitted at
         its first iteration (or ``async with`` entry)."""
-        call = self._prepare(options, per_event=True)
+        call = self._prepare(intent, options, per_event=True)
         ids = list(token_ids)
         return self._async_events(call, lambda: ids)
 
@@ -113,7 +124,7 @@ class AsyncMethods(ServerCore):
     def astream(self, prompt: str, **options: Unpack[GenerationOptions]) -> AsyncTextChunks:
         """Async ``stream``: the prompt is tokenized at the first iteration, once the model
         has loaded (that wait bounded by the per-chunk ``timeout``)."""
-        call = self._prepare(options, per_event=True)
+        call = self._prepare(None, options, per_event=True)
         return AsyncTextChunks(self._async_events(
             call, lambda: self.fetch_model().tokenize(prompt, True, True)))
 

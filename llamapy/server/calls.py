@@ -1,10 +1,9 @@
 """One generation call of a ``Server``, validated before anything waits or is submitted.
 
-:func:`prepare_call` turns a call's keyword options into a :class:`Call`: every spelling is
-renamed to its option (``temperature`` -> ``temp``, ``n_predict`` -> ``max_tokens``; one option
-given under two spellings is an :class:`~llamapy.errors.InvalidOptionError`), unknown keys
-raise :class:`~llamapy.errors.UnknownOptionError`, values are resolved and checked against the
-server's limits. The :class:`Call` keeps the request id and the time budget: ``timeout`` is one
+:func:`prepare_call` turns a call's :class:`~.intent.GenerationIntent` (or its keyword
+options, resolved by :func:`~.intent.resolve_intent`: every spelling renamed to its option,
+unknown keys and bad values refused, values checked against the server's limits) into a
+:class:`Call`. The :class:`Call` keeps the request id and the time budget: ``timeout`` is one
 deadline from the call (whole-call) or the bound of each wait (per chunk), and the wait for a
 model still loading counts against it (:class:`ReadySignal` waits for it without blocking an
 event loop).
@@ -20,33 +19,13 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..adapters import resolve_adapters
-from ..engine import Request, resolve_request_options
-from ..errors import InvalidOptionError, RequestTimeoutError, UnknownOptionError
-from ..options import canonical_name
-from ..options.limits import check_limits
+from ..engine import Request
+from ..errors import RequestTimeoutError
 from ..options.sampling import RequestOptions
-from ..runtime import new_request_id
-from .options import ResolvedStart, call_option_keys
+from .intent import GenerationIntent, canonical_options, deadline_of, resolve_intent
+from .options import ResolvedStart
 
 __all__ = ["Call", "ReadySignal", "canonical_options", "load_timeout_error", "prepare_call"]
-
-
-def canonical_options(options: Mapping[str, Any]) -> dict[str, Any]:
-    """``options`` under their canonical names (see the module docstring)."""
-    out: dict[str, Any] = {}
-    given: dict[str, str] = {}
-    for key, value in options.items():
-        name = canonical_name(key)
-        if name in out:
-            raise InvalidOptionError(f"{name}: given twice, as {given[name]!r} and {key!r}",
-                                     option=name)
-        out[name], given[name] = value, key
-    unknown = set(out) - set(call_option_keys())
-    if unknown:
-        raise UnknownOptionError({given[k] for k in unknown}, call_option_keys(),
-                                 where="request")
-    return out
 
 
 @dataclass(slots=True)
@@ -72,23 +51,14 @@ class Call:
                        options=self.options)
 
 
-def prepare_call(options: Mapping[str, Any], start: ResolvedStart, *, per_event: bool,
-                 default_timeout: float | None) -> Call:
-    """Validate a call's options (see the module docstring); the deadline starts now."""
-    opts = canonical_options(options)
-    timeout = opts.pop("timeout", default_timeout)
-    request_id = opts.pop("request_id", None)
-    if timeout is not None and (isinstance(timeout, bool) or
-                                not isinstance(timeout, int | float) or timeout < 0):
-        raise InvalidOptionError(f"timeout: a number of seconds >= 0 or None, got {timeout!r}",
-                                 option="timeout")
-    if "adapters" in opts:
-        opts["adapters"] = resolve_adapters(opts["adapters"])
-    resolved = resolve_request_options(opts, defaults=start.engine.sampling)
-    check_limits(resolved, start.engine)  # at the edge: the engine checks again
-    deadline = None if per_event or timeout is None else time.monotonic() + timeout
-    return Call(request_id=new_request_id() if request_id is None else request_id,
-                options=resolved, timeout=timeout, per_event=per_event, deadline=deadline)
+def prepare_call(source: GenerationIntent | Mapping[str, Any], start: ResolvedStart, *,
+                 per_event: bool, default_timeout: float | None) -> Call:
+    """A call of ``source`` (an intent, or keyword options resolved now); the deadline starts
+    now."""
+    intent = source if isinstance(source, GenerationIntent) else resolve_intent(source, start)
+    timeout = intent.timeout_or(default_timeout)
+    return Call(request_id=intent.new_id(), options=intent.options, timeout=timeout,
+                per_event=per_event, deadline=deadline_of(timeout, per_event))
 
 
 def load_timeout_error(timeout: float | None) -> RequestTimeoutError:

@@ -27,6 +27,7 @@ from ..errors import (
 )
 from ..runtime import Hosted, LoopState, PendingStreams, TickLoop
 from .calls import Call, ReadySignal, load_timeout_error, prepare_call
+from .intent import GenerationIntent, resolve_intent, revise_intent
 from .options import (
     DEFAULT_CALL_TIMEOUT,
     DEFAULT_STREAM_TIMEOUT,
@@ -35,6 +36,9 @@ from .options import (
 )
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ..options.typed import GenerationOptions
     from ..session import Session, SessionConfig
 
 __all__ = ["ServerCore"]
@@ -157,10 +161,30 @@ class ServerCore:
 
     # --- calls --------------------------------------------------------------------------------
 
-    def _prepare(self, options: Mapping[str, Any], *, per_event: bool) -> Call:
-        """Validate a call (options, then that the server runs); the deadline starts now."""
+    def resolve(self, **options: Unpack[GenerationOptions]) -> GenerationIntent:
+        """The :class:`~llamapy.server.GenerationIntent` of a call's keyword ``options``
+        (renamed, defaulted from the server's sampling options and checked against its limits
+        once); every generation method takes it in place of the keywords. Raises as a call
+        with those keywords would, before anything is submitted."""
+        return resolve_intent(options, self._start)
+
+    def revise(self, intent: GenerationIntent, **changes: Any) -> GenerationIntent:
+        """``intent`` with some request or sampling options changed, checked as
+        :meth:`resolve` checks them (``timeout`` and ``request_id`` are not revised)."""
+        return revise_intent(intent, changes, self._start)
+
+    def _prepare(self, intent: GenerationIntent | None, options: Mapping[str, Any], *,
+                 per_event: bool) -> Call:
+        """Validate a call (its intent or options, then that the server runs); the deadline
+        starts now. An intent and keyword options together are a ``TypeError``."""
+        if intent is not None and options:
+            raise TypeError(f"give a GenerationIntent or keyword options, not both "
+                            f"(got {sorted(options)})")
+        if intent is not None and not isinstance(intent, GenerationIntent):
+            raise TypeError(f"expected a GenerationIntent, got {type(intent).__name__}")
         default = DEFAULT_STREAM_TIMEOUT if per_event else DEFAULT_CALL_TIMEOUT
-        call = prepare_call(options, self._start, per_event=per_event, default_timeout=default)
+        call = prepare_call(options if intent is None else intent, self._start,
+                            per_event=per_event, default_timeout=default)
         self._check_running()
         return call
 

@@ -23,6 +23,7 @@ from ..runtime import (
 )
 from .aio import AsyncMethods
 from .calls import Call
+from .intent import GenerationIntent
 from .loop import load_server
 from .options import ResolvedStart
 
@@ -57,6 +58,11 @@ class Server(AsyncMethods):
     is reference-counted: one obtained from :meth:`fetch_model` stays usable (tokenize,
     metadata) after ``close`` until its last holder drops it.
 
+    Every generation method that starts from token ids also takes a
+    :class:`~llamapy.server.GenerationIntent` in place of keyword options: :meth:`resolve`
+    validates keywords once into that frozen value (the HTTP layer's resolver builds one per
+    request), and :meth:`revise` changes it, checking again.
+
     Every generation call takes ``request_id`` (any hashable; default: a fresh id) so another
     thread or task can :meth:`cancel` it (its caller then gets
     :class:`~llamapy.errors.RequestCancelledError`); streams carry their ``request_id``.
@@ -83,21 +89,24 @@ class Server(AsyncMethods):
 
     # --- blocking calls -----------------------------------------------------------------------
 
-    def open_stream(self, token_ids: Sequence[int], *, per_event: bool = True,
-                    **options: Unpack[GenerationOptions]) -> RequestStream:
+    def open_stream(self, token_ids: Sequence[int], intent: GenerationIntent | None = None, *,
+                    per_event: bool = True, **options: Unpack[GenerationOptions]
+                    ) -> RequestStream:
         """Low-level: submit a request **now** and return its event stream (token events, then
         the final ``DoneEvent``; errors raise from the stream). Unlike :meth:`events` it does
         not wait for a model still loading (the request queues behind the load); the HTTP
         layer uses it.
 
+        The request is ``intent`` (from :meth:`resolve`) or the keyword ``options``, not both.
         Raises at once for unknown or invalid options and for a missing ``adapters`` file
         (``ModelLoadError``). ``timeout`` bounds each event (``per_event``) or the whole call.
         """
-        call = self._prepare(options, per_event=per_event)
+        call = self._prepare(intent, options, per_event=per_event)
         return RequestStream(self._loop, call.request(token_ids), call.timeout,
                              per_event=per_event, deadline=call.deadline)
 
     def complete_tokens(self, token_ids: Sequence[int],
+                        intent: GenerationIntent | None = None,
                         **options: Unpack[GenerationOptions]) -> Completion:
         """Generate from tokens; return the text with completion metadata.
 
@@ -106,14 +115,14 @@ class Server(AsyncMethods):
         and :class:`~llamapy.errors.RequestTimeoutError` (a ``TimeoutError``) raised. A load
         that fails meanwhile raises :class:`~llamapy.errors.LoadFailedError`.
         """
-        call = self._prepare(options, per_event=False)
+        call = self._prepare(intent, options, per_event=False)
         ids = list(token_ids)
         self._wait_loaded(call.left(), call.timeout)
         return self._collect(call, ids)
 
     def complete(self, prompt: str, **options: Unpack[GenerationOptions]) -> Completion:
         """Like :meth:`complete_tokens`, from text (tokenizing within the same deadline)."""
-        call = self._prepare(options, per_event=False)
+        call = self._prepare(None, options, per_event=False)
         self._wait_loaded(call.left(), call.timeout)
         return self._collect(call, self.fetch_model().tokenize(prompt, True, True))
 
@@ -140,12 +149,13 @@ class Server(AsyncMethods):
 
     # --- streams (submitted at the first iteration) -------------------------------------------
 
-    def events(self, token_ids: Sequence[int], **options: Unpack[GenerationOptions]) -> EventStream:
+    def events(self, token_ids: Sequence[int], intent: GenerationIntent | None = None,
+               **options: Unpack[GenerationOptions]) -> EventStream:
         """The raw engine events (tokens with logprobs, then the final event) as an
         :class:`~llamapy.runtime.EventStream`: options are validated now, the request is
         submitted at the first iteration or on entering ``with`` (see :meth:`stream_tokens`).
         """
-        call = self._prepare(options, per_event=True)
+        call = self._prepare(intent, options, per_event=True)
         ids = list(token_ids)
         return self._event_stream(call, lambda: ids)
 
@@ -165,7 +175,7 @@ class Server(AsyncMethods):
 
     def stream(self, prompt: str, **options: Unpack[GenerationOptions]) -> TextChunks:
         """Like :meth:`stream_tokens`, from text (tokenized at the first iteration)."""
-        call = self._prepare(options, per_event=True)
+        call = self._prepare(None, options, per_event=True)
         return TextChunks(self._event_stream(
             call, lambda: self.fetch_model().tokenize(prompt, True, True)))
 

@@ -149,8 +149,9 @@ def test_the_api_scan_catches_a_binding_import(tmp_path):
                      ("openai_api/deep/y.py", "llamapy.llama_backend")]
 
 
-#: What only the server's resolver (``llamapy.server.calls.prepare_call``) may build: the
-#: typed request options. The API packages hand it their fields (``ServedModel.engine_options``).
+#: What only the server's resolver (``llamapy.server.intent.resolve_intent``) may build: the
+#: typed request options. The API packages hand it their fields (``ServedModel.intent``) and
+#: get back a ``GenerationIntent``.
 RESOLVER_ONLY = ("RequestOptions", "SamplingParams", "resolve_request_options")
 
 

@@ -180,9 +180,9 @@ def test_python_callers_meet_the_same_bounds(options: dict[str, Any]) -> None:
 
 
 def test_seeded_choices_stay_seeds_past_the_last_uint32() -> None:
-    from llamapy.openai_api.params import choice_options
+    from llamapy.openai_api.params import choice_seed
 
-    seeds = [o["seed"] for o in choice_options({"seed": 2**32 - 2}, 3)]
+    seeds = [choice_seed(2**32 - 2, i) for i in range(3)]
     assert seeds == [2**32 - 2, 0, 1]  # 2**32 - 1 would mean "random"
     for seed in seeds:
         resolve(seed=seed)

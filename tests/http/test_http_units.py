@@ -25,7 +25,7 @@ from llamapy.openai_api.params import (
     ChatBody,
     CompletionBody,
     check_unsupported,
-    choice_options,
+    choice_seed,
     engine_extras,
     logit_bias,
     parse_body,
@@ -116,10 +116,10 @@ def test_streamed_n_best_of_and_suffix_are_rejected_clearly() -> None:
         check_unsupported(parse_body(CompletionBody, {"prompt": "x", "suffix": "y"}))
 
 
-def test_choice_options_offset_a_request_seed() -> None:
-    assert [o["seed"] for o in choice_options({"seed": 7, "top_k": 2}, 3)] == [7, 8, 9]
-    assert choice_options({"top_k": 2}, 2) == [{"top_k": 2}, {"top_k": 2}]
-    assert [o["seed"] for o in choice_options({"seed": -1}, 2)] == [-1, -1]
+def test_choice_seeds_offset_a_fixed_seed_and_keep_a_random_one() -> None:
+    assert [choice_seed(7, i) for i in range(3)] == [7, 8, 9]
+    assert [choice_seed(-1, i) for i in range(2)] == [-1, -1]
+    assert [choice_seed(2**32 - 1, i) for i in range(2)] == [2**32 - 1] * 2  # random too
 
 
 def test_logit_bias_forms() -> None:

@@ -9,6 +9,7 @@ import pytest
 from fake_http import ALIAS, FakeApp, sse_events
 
 from llamapy.serve.cli import build_parser
+from llamapy.server import GenerationIntent
 
 MESSAGES = [{"role": "user", "content": "Say something."}]
 
@@ -36,15 +37,17 @@ WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters":
 def engine_options(app: FakeApp, monkeypatch: pytest.MonkeyPatch, path: str,
                    body: dict[str, object]) -> dict[str, object]:
     """The options the route passed to the server for ``body`` (streamed: every API's
-    streaming path opens a stream)."""
+    streaming path opens a stream with a ``GenerationIntent``), as a flat mapping."""
     seen: dict[str, object] = {}
     server = app.server
     for name in ("open_stream", "open_astream"):
         original = getattr(server, name)
 
-        def spy(token_ids: object, *, _original: Any = original, **options: object) -> Any:
-            seen.update(options)
-            return _original(token_ids, **options)
+        def spy(token_ids: object, intent: GenerationIntent, *, _original: Any = original,
+                **options: object) -> Any:
+            assert not options  # the API layers hand the server typed options only
+            seen.update(intent.settings())
+            return _original(token_ids, intent, **options)
 
         monkeypatch.setattr(server, name, spy)
     r = app.send("POST", path, json={**body, "stream": True})
@@ -76,7 +79,7 @@ def test_no_lazy_grammar_without_tools_or_with_tool_choice_none(
     for extra in ({}, {"tools": [WEATHER], "tool_choice": "none"}):
         options = engine_options(app, monkeypatch, "/v1/chat/completions",
                                  {"messages": MESSAGES, "max_tokens": 4, **extra})
-        assert "grammar_triggers" not in options and not options.get("grammar")
+        assert not options["grammar_triggers"] and not options["grammar"]
     app.check_idle()
 
 
@@ -92,7 +95,7 @@ def test_a_forced_call_is_one_call_unless_parallel_tool_calls(
             "tool_choice": "required", "parallel_tool_calls": parallel})
         root = next(line for line in str(options["grammar"]).splitlines()
                     if line.startswith("root ::="))
-        assert "grammar_triggers" not in options
+        assert not options["grammar_triggers"]
         assert root.startswith('root ::= "<tool_call>\\n" call'), root
         assert (between in root) is parallel, root
     app.check_idle()
@@ -106,7 +109,7 @@ def test_offered_tools_whose_schema_has_no_grammar_stay_usable_unconstrained(
     options = engine_options(app, monkeypatch, "/v1/chat/completions",
                              {"model": ALIAS, "messages": MESSAGES, "max_tokens": 4,
                               "tools": [fetch]})
-    assert "grammar_triggers" not in options and not options.get("grammar")
+    assert not options["grammar_triggers"] and not options["grammar"]
     forced = app.send("POST", "/v1/chat/completions", json={
         "model": ALIAS, "messages": MESSAGES, "max_tokens": 4, "tools": [fetch],
         "tool_choice": "required"})

@@ -150,7 +150,8 @@ def test_model_endpoints_and_refusals(app: FakeApp) -> None:
 def test_tool_calls_come_back_as_objects(app: FakeApp) -> None:
     served = ServedModel(app.server, name=ALIAS)
     plan = OllamaPlan(served=served, kind="chat", model=ALIAS, token_ids=[1],
-                      options={}, parser=lambda: OutputParser.from_protocols(["hermes"]))
+                      intent=app.server.resolve(),
+                      parser=lambda: OutputParser.from_protocols(["hermes"]))
     stream = OllamaStream(plan)
     text = 'Sure.<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'
     chunks = [c for piece in (text[:9], text[9:40], text[40:])

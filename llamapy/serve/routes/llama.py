@@ -42,9 +42,9 @@ async def stream_native(served: ServedModel, body: Any) -> AsyncGenerator[dict[s
     """Streamed ``/completion`` chunks, then the final ``stop: true`` chunk with timings; with
     several prompts, each prompt's in turn (``index`` tells them apart)."""
     prompts, request = await asyncio.to_thread(compat.prepare_native, served, body)
-    for index, (ids, text, options) in enumerate(prompts):
+    for index, (ids, text, intent) in enumerate(prompts):
         n_done = 0
-        async with aclosing(served.aevents(ids, options)) as events:
+        async with aclosing(served.aevents(ids, intent)) as events:
             async for event in events:
                 if isinstance(event, TokenEvent):
                     n_done += 1
@@ -52,17 +52,17 @@ async def stream_native(served: ServedModel, body: Any) -> AsyncGenerator[dict[s
                 elif isinstance(event, ProgressEvent):
                     chunk = compat.native_progress(served, event, ids)
                 else:
-                    chunk = compat.native_final(served, ids, text, options, event)
+                    chunk = compat.native_final(served, ids, text, intent, event)
                 yield {**chunk, "index": index}
 
 
 async def complete_native(served: ServedModel, body: Any) -> list[dict[str, Any]]:
     """The whole ``/completion`` response of each prompt (run concurrently)."""
     prompts, request = await asyncio.to_thread(compat.prepare_native, served, body)
-    done = await served.acomplete_all([(ids, options) for ids, _, options in prompts])
-    return [compat.native_response(served, ids, text, options, request, completion, index)
-            for index, ((ids, text, options), completion) in enumerate(zip(prompts, done,
-                                                                           strict=True))]
+    done = await served.acomplete_all([(ids, intent) for ids, _, intent in prompts])
+    return [compat.native_response(served, ids, text, intent, request, completion, index)
+            for index, ((ids, text, intent), completion) in enumerate(zip(prompts, done,
+                                                                          strict=True))]
 
 
 def health_router(ctx: AppContext) -> Router:
