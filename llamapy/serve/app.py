@@ -34,16 +34,16 @@ from .flags.start import DEFAULT_MAX_BODY_BYTES
 from .guard import BrowserGuard, HostPolicy
 from .host import Loader, ModelHost
 from .metrics.registry import RequestCounter
-from .multi import ModelRouter, ModelSelect
+from .multi import ModelRouter
 from .pages.live_view import events_router
 from .routes.anthropic import anthropic_router
 from .routes.llama import health_router, llama_router
 from .routes.models import models_router
 from .routes.ollama import ollama_router
-from .routes.openai import model_card, openai_router
+from .routes.openai import openai_router
 from .routes.responses import responses_router
 from .routing import Endpoint, ErrorShape, Router, openapi_document, route_error_shape
-from .sleep import WakeOnRequest, sleep_snapshot
+from .source import ModelSource
 from .tenants import KeyTable
 
 STATIC_DIR = Path(__file__).with_name("pages") / "static"
@@ -96,7 +96,7 @@ def create_app(target: Server | Loader | ModelManager, *, alias: str | None = No
     return app
 
 
-def _assemble(ctx: AppContext, owned: ModelHost | ModelRouter | None, webui: bool,
+def _assemble(ctx: AppContext, owned: ModelSource | None, webui: bool,
               prefix: str) -> Starlette:
     """The app's routes (under ``prefix``), lifespan (closing ``owned``), state and error
     handlers."""
@@ -117,19 +117,12 @@ def _key_table(api_key: str | None, api_keys: KeyTable | None) -> KeyTable | Non
     return api_keys if api_key is None else KeyTable.of_keys(api_key)
 
 
-def _context(owned: ModelHost | ModelRouter, **options: Any) -> AppContext:
-    """The app's context on one model's host or a manager's router."""
-    ctx = AppContext(owned if isinstance(owned, ModelHost) else None,
-                     models=owned if isinstance(owned, ModelRouter) else None, **options)
-    if isinstance(owned, ModelHost) and owned.sleeps:
-        owned.sleep_hooks.append(lambda served: _fall_asleep(ctx, served))
+def _context(owned: ModelSource, **options: Any) -> AppContext:
+    """The app's context on its models' source; before the model sleeps, the embedder is
+    freed."""
+    ctx = AppContext(owned, **options)
+    owned.on_sleep(lambda served: ctx.close())
     return ctx
-
-
-def _fall_asleep(ctx: AppContext, served: ServedModel) -> None:
-    """Before the model sleeps: snapshot the read-only routes, free the embedder."""
-    ctx.asleep = sleep_snapshot(served, {"object": "list", "data": [model_card(served)]})
-    ctx.close()
 
 
 def _routers(ctx: AppContext, webui: bool) -> list[Router]:
@@ -138,8 +131,8 @@ def _routers(ctx: AppContext, webui: bool) -> list[Router]:
     routers = [make(ctx) for make in (health_router, openai_router, responses_router,
                                       anthropic_router, ollama_router, llama_router,
                                       events_router)]
-    if ctx.models is not None:
-        routers.append(models_router(ctx, ctx.models))
+    if isinstance(ctx.source, ModelRouter):  # router mode's /models/load and /models/unload
+        routers.append(models_router(ctx, ctx.source))
     if webui:
         routers.append(_page_router())
     routers.append(_openapi_router([e for r in routers for e in r.endpoints]))
@@ -179,7 +172,7 @@ def _openapi_router(endpoints: list[Endpoint]) -> Router:
 def _owner(target: Server | Loader | ModelManager, *, alias: str | None,
            chat_template: str | None, chat_templates: Mapping[str, str] | None,
            request_timeout: float, sleep_idle_seconds: float | None = None, **served: Any
-           ) -> ModelHost | ModelRouter:
+           ) -> ModelSource:
     """What serves the app's models: a :class:`ModelHost` for one, a :class:`ModelRouter`
     for a manager's several."""
     if isinstance(target, ModelManager):
@@ -201,18 +194,17 @@ def build_body_models() -> None:
         model.model_rebuild()
 
 
-def warm_up(host: ModelHost | None) -> None:
-    """The app lifespan's thread: once ``host``'s model has loaded (doing it sooner would hold
-    the GIL that the load's native log callbacks wait for), build the body validators and do
-    the first request's other one-time work (:func:`warm_first_request`)."""
-    if host is not None:
-        host.wait_loaded(BODY_BUILD_WAIT)
+def warm_up(source: ModelSource) -> None:
+    """The app lifespan's thread: once the model starting with the app has loaded (doing it
+    sooner would hold the GIL that the load's native log callbacks wait for), build the body
+    validators and do the first request's other one-time work (:func:`warm_first_request`)."""
+    served = source.wait_started(BODY_BUILD_WAIT)
     build_body_models()
-    if host is not None:
-        warm_first_request(host)
+    if served is not None:
+        warm_first_request(served)
 
 
-def warm_first_request(host: ModelHost) -> None:
+def warm_first_request(served: ServedModel) -> None:
     """One-time work the first request would otherwise pay (~0.1 s on a small CPU): anyio's
     asyncio backend, loaded by the first streamed response, numpy, imported by the first
     greedy token (:class:`~llamapy.greedy.GreedyPick`), and the model's end-of-generation
@@ -220,18 +212,16 @@ def warm_first_request(host: ModelHost) -> None:
     with contextlib.suppress(ImportError):  # anyio's layout is its own; then nothing is warmed
         importlib.import_module("anyio._backends._asyncio")
     importlib.import_module("numpy")
-    served = host.served
-    if served is not None:
-        with contextlib.suppress(LlamapyError):  # failed or closed meanwhile: nothing to warm
-            served.model.eog_tokens()
+    with contextlib.suppress(LlamapyError):  # failed or closed meanwhile: nothing to warm
+        served.model.eog_tokens()
 
 
-def _lifespan(ctx: AppContext, owned: ModelHost | ModelRouter | None) -> Any:
+def _lifespan(ctx: AppContext, owned: ModelSource | None) -> Any:
     """On start: build the body validators on a thread; on shutdown: close the app's context,
     then the server if the app owns it."""
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        threading.Thread(target=warm_up, args=(ctx.host,), name="llamapy-warm-up",
+        threading.Thread(target=warm_up, args=(ctx.source,), name="llamapy-warm-up",
                          daemon=True).start()
         yield
         ctx.close()
@@ -246,10 +236,8 @@ def _add_middleware(app: Starlette, ctx: AppContext, cors: CorsPolicy, max_body_
     """Catch-all errors, the browser guards (:mod:`llamapy.serve.guard`, refusals in ``shape``),
     request counting (refusals too), the body limit and (outermost) CORS: preflights always
     answered, ``cors``'s origins named (:mod:`llamapy.serve.cors`)."""
-    if ctx.models is not None:  # innermost: leases the request's model for its response
-        app.add_middleware(ModelSelect, router=ctx.models, check_key=ctx.check_key)
-    if ctx.host is not None and ctx.host.sleeps:
-        app.add_middleware(WakeOnRequest, enter=ctx.host.enter)
+    for cls, keywords in ctx.source.middleware(ctx.check_key):  # innermost: holds the
+        app.add_middleware(cls, **keywords)  # request's model for its whole response
     app.add_middleware(CatchAll)
     app.add_middleware(BrowserGuard, hosts=hosts, origins=cors, shape=shape)
     app.add_middleware(RequestCounter, metrics=ctx.metrics)

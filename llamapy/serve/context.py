@@ -1,4 +1,4 @@
-"""What the route handlers share: the model host, metrics, the embedder, request helpers."""
+"""What the route handlers share: the models' source, metrics, the embedder, request helpers."""
 
 from __future__ import annotations
 
@@ -25,9 +25,8 @@ from ..errors import (
 from ..openai_api import ServedModel
 from ..options.context import ContextOptions
 from ..options.serve import ServeOptions
-from .host import ModelHost
 from .metrics.registry import Metrics
-from .multi import ModelRouter, ModelsCollector
+from .source import ModelSource
 from .tenants import OPEN, KeyTable, Principal
 
 T = TypeVar("T")
@@ -56,60 +55,49 @@ _SERVE = ServeOptions()
 
 @dataclass(eq=False)
 class AppContext:
-    """State of one app: the host, its metrics and the lazily made embedder. ``keys``: the API
-    keys and their tenants (None: no key, everyone the default tenant's admin)."""
+    """State of one app: its models' :class:`~llamapy.serve.source.ModelSource` (one model or
+    several: the routes never ask which), the metrics and the lazily made embedder. ``keys``:
+    the API keys and their tenants (None: no key, everyone the default tenant's admin)."""
 
-    host: ModelHost | None
+    source: ModelSource
     keys: KeyTable | None = None
     embeddings: bool = _SERVE.embeddings
     slots: bool = _SERVE.slots
     metrics_endpoint: bool = _SERVE.metrics
     slot_save_path: str | None = _SERVE.slot_save_path
-    models: ModelRouter | None = None
     #: Seconds of silence after which a stream gets a keep-alive comment (<= 0: never).
     sse_ping_interval: float = _SERVE.sse_ping_interval
     #: ``POST /props`` is accepted (llama-server's ``--props``).
     props_endpoint: bool = _SERVE.props
     metrics: Metrics = field(init=False)
-    #: What ``/props``, ``/v1/models`` and ``/metrics`` read while the model sleeps.
-    asleep: dict[str, Any] = field(default_factory=dict, init=False)
     _embedder: Embedder | None = field(default=None, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
 
     def __post_init__(self) -> None:
         self.metrics = Metrics(self.engine_stats, self.model_name)
-        if self.models is not None:
-            self.metrics.registry.register(ModelsCollector(self.models.manager))
+        for collector in self.source.metrics_collectors():
+            self.metrics.registry.register(collector)
+
+    @property
+    def asleep(self) -> dict[str, Any]:
+        """What ``/props``, ``/v1/models`` and ``/metrics`` read while the model sleeps."""
+        return self.source.snapshot
 
     @property
     def sleeping(self) -> bool:
         """Whether the (one) model is asleep (``--sleep-idle-seconds``)."""
-        return self.host is not None and self.host.sleeping
+        return self.source.sleeping
 
-    @contextlib.contextmanager
-    def steady(self) -> Iterator[bool]:
+    def steady(self) -> contextlib.AbstractContextManager[bool]:
         """Around a read-only route's read (blocking: call it off the event loop): the model
         does not fall asleep meanwhile; yields whether it is asleep (then read
         :attr:`asleep`). With several models it yields False."""
-        if self.host is None:
-            yield False
-            return
-        with self.host.steady() as asleep:
-            yield asleep
+        return self.source.steady()
 
     def model_name(self) -> str:
         """The public model id ("" until the model's loader returned); with several models,
         the one this request leased ("" for none)."""
-        if self.models is not None:
-            try:
-                return self.models.current().name
-            except LlamapyError:
-                return ""
-        assert self.host is not None
-        served = self.host.served
-        if served is None and self.sleeping:
-            return str(self.asleep["props"]["model_alias"])
-        return served.name if served is not None else ""
+        return self.source.model_name()
 
     def engine_stats(self) -> Mapping[str, Any] | None:
         """The engine's stats (while the model sleeps: as they were), or None while the model
@@ -128,21 +116,17 @@ class AppContext:
         leased (:mod:`llamapy.serve.multi`). With ``request``: as the request's tenant sees it
         (:meth:`ServedModel.for_tenant`): every route that generates passes its request, so
         every engine request it makes carries the API key's tenant."""
-        if self.models is not None:
-            served = self.models.current()
-        else:
-            assert self.host is not None
-            served = self.host.get()
+        served = self.source.current()
         return served if request is None else served.for_tenant(self.principal(request).tenant)
 
     @contextlib.contextmanager
     def embedder(self, served: ServedModel) -> Iterator[Embedder]:
-        """The embedder: one per app, created on first use (with the server's thread count);
-        with several models, a fresh one per request, freed after it (a cached one would keep
-        an unloaded model's weights in memory)."""
+        """The embedder: one per app, created on first use (with the server's thread count),
+        or a fresh one per request, freed after it, where the source does not share one
+        (several models: a cached one would keep an unloaded model's weights in memory)."""
         context = served.server.start_options.context
         threads, pooling = context.n_threads, embedder_pooling(context)
-        if self.models is not None:
+        if not self.source.shares_embedder():
             with Embedder(served.model, n_threads=threads, pooling=pooling) as embedder:
                 yield embedder
             return

@@ -27,10 +27,19 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..errors import InvalidOptionError, LlamapyError, LoadFailedError, NotReadyError
+from ..errors import (
+    InvalidOptionError,
+    LlamapyError,
+    LoadFailedError,
+    ModelNotFoundError,
+    NotReadyError,
+)
+from ..ollama_api import served_name
 from ..openai_api import ServedModel
 from ..openai_api.target import check_presentation
 from ..server import ModelLease, ModelManager, ModelSpec, ModelState, Server
+from .sleep import WakeOnRequest, sleep_snapshot
+from .source import Listed, model_card
 
 log = logging.getLogger("llamapy.serve")
 
@@ -41,7 +50,11 @@ _MODEL = "model"
 
 
 class ModelHost:
-    """Holds the :class:`ServedModel`; :meth:`get` raises the typed reason it is unavailable."""
+    """Holds the :class:`ServedModel`; :meth:`get` raises the typed reason it is unavailable.
+    The one-model :class:`~llamapy.serve.source.ModelSource`."""
+
+    several = False
+    pulls = False
 
     def __init__(self, target: Server | Loader, *, sleep_idle_seconds: float | None = None,
                  **served: Any) -> None:
@@ -53,6 +66,8 @@ class ModelHost:
             raise InvalidOptionError("sleep_idle_seconds needs a loader to reload the model "
                                      "with", option="sleep_idle_seconds")
         self.sleep_hooks: list[Callable[[ServedModel], None]] = []
+        #: What the read-only routes answer while asleep (taken as the model falls asleep).
+        self.snapshot: dict[str, Any] = {}
         self._slept = False
         self._served: ServedModel | None = None
         self._lock = threading.Lock()
@@ -67,6 +82,11 @@ class ModelHost:
         """Block until the model has loaded or failed to (at most ``timeout`` s); return
         whether it did."""
         return self.manager.wait_settled(_MODEL, timeout).state is not ModelState.LOADING
+
+    def wait_started(self, timeout: float | None) -> ServedModel | None:
+        """The model once its first load has settled (at most ``timeout`` s), if loaded."""
+        self.wait_loaded(timeout)
+        return self.served
 
     @property
     def served(self) -> ServedModel | None:
@@ -85,6 +105,94 @@ class ModelHost:
         if error is not None:
             raise error
         raise NotReadyError("the model is asleep" if self.sleeping else "loading model")
+
+    current = get
+
+    def model_name(self) -> str:
+        """The public model id ("" until the loader returned; asleep: as it was)."""
+        served = self.served
+        if served is None and self.sleeping:
+            return str(self.snapshot["props"]["model_alias"])
+        return served.name if served is not None else ""
+
+    def check_health(self) -> None:
+        """Raise why the model cannot serve; asleep (maybe since just now) it can."""
+        try:
+            self.get()
+        except NotReadyError:
+            if not self.sleeping:
+                raise
+
+    def check_named(self, requested: str | None) -> None:
+        """Nothing: one model answers whatever a read-only view names."""
+
+    def peek(self, requested: str | None) -> ServedModel:
+        """The model (the name is not looked at); raises while it is unavailable."""
+        return self.get()
+
+    def state_of(self, requested: str | None) -> tuple[str, str]:
+        """``(name, "loading")``: :meth:`peek` raises rather than finding it unloaded."""
+        return self.model_name(), "loading"
+
+    def model_states(self) -> list[dict[str, str]]:
+        """None: the live view's model picker is for several models."""
+        return []
+
+    def listing(self) -> list[Listed]:
+        """The model (raises while it is unavailable)."""
+        served = self.get()
+        return [Listed(served.name, served.server.model_path, served)]
+
+    def model_list(self) -> dict[str, Any]:
+        """``/v1/models`` of the one model, loaded or asleep (as it was; never half closed)."""
+        with self.steady() as asleep:
+            if asleep:
+                return dict(self.snapshot["models"])
+            return {"object": "list", "data": [model_card(self.get())]}
+
+    def model_entry(self, model_id: str) -> dict[str, Any]:
+        """``/v1/models/{id}`` (asleep: as it was; looking does not wake it)."""
+        with self.steady() as asleep:
+            if asleep:
+                card: dict[str, Any] = self.snapshot["models"]["data"][0]
+                if model_id not in card["aliases"]:
+                    raise ModelNotFoundError(f"model {model_id!r} is not served here")
+                return card
+            served = self.get()
+            served.check_model(model_id)
+            return model_card(served)
+
+    def serves(self, name: str) -> bool:
+        """Whether ``name`` is one of the model's names (Ollama's ``:latest`` too)."""
+        try:
+            served_name(self.get(), name)
+        except ModelNotFoundError:
+            return False
+        return True
+
+    async def pick_or_pull(self, requested: str | None) -> str:
+        """The model's name (one model pulls nothing)."""
+        return self.get().name
+
+    def keep(self, name: str, seconds: float | None) -> None:
+        """Nothing: the one model stays loaded (or sleeps) as the app was started."""
+
+    def shares_embedder(self) -> bool:
+        """True: one embeddings context for the app's life."""
+        return True
+
+    def middleware(self, check_key: Callable[[Any], Any]) -> list[tuple[Any, dict[str, Any]]]:
+        """With sleep: :class:`~llamapy.serve.sleep.WakeOnRequest` (a request holds the model,
+        waking it first); else none."""
+        return [(WakeOnRequest, {"enter": self.enter})] if self.sleeps else []
+
+    def metrics_collectors(self) -> list[Any]:
+        """None beyond the engine's."""
+        return []
+
+    def on_sleep(self, hook: Callable[[ServedModel], None]) -> None:
+        """Call ``hook`` before the model falls asleep (after the snapshot)."""
+        self.sleep_hooks.append(hook)
 
     def status(self) -> str:
         """``loading``, ``ready`` or ``failed``."""
@@ -131,8 +239,10 @@ class ModelHost:
             return self._served
 
     def _falls_asleep(self, name: str, server: Any) -> None:
-        """The manager unloads the idle model (its lock held): the hooks see it first."""
+        """The manager unloads the idle model (its lock held): the snapshot is taken and the
+        hooks see it first."""
         served = self._served_model(server)
+        self.snapshot = sleep_snapshot(served, {"object": "list", "data": [model_card(served)]})
         self._slept = True
         for hook in self.sleep_hooks:
             hook(served)

@@ -25,13 +25,14 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..errors import LlamapyError, NotReadyError, UnknownModelError
+from ..errors import LlamapyError, ModelNotFoundError, NotReadyError, UnknownModelError
 from ..openai_api import ServedModel
 from ..openai_api.target import DEFAULT_REQUEST_TIMEOUT
 from ..server import ModelLease, ModelManager, ModelState, ModelStatus
 from .anthropic_errors import anthropic_error_response
 from .errors import error_response
 from .ollama_errors import ollama_error_response
+from .source import Listed
 
 __all__ = ["ModelRouter", "ModelSelect", "ModelsCollector", "model_entry"]
 
@@ -63,7 +64,8 @@ _current: ContextVar[ServedModel | None] = ContextVar("llamapy_served_model", de
 
 
 class ModelRouter:
-    """The manager plus how each of its models is presented (:class:`ServedModel` options).
+    """The manager plus how each of its models is presented (:class:`ServedModel` options):
+    the several-models :class:`~llamapy.serve.source.ModelSource`.
 
     ``chat_templates`` maps a model name to its template override (else ``served``'s
     ``chat_template``). ``served``: the app-wide ServedModel options (``request_timeout``,
@@ -72,6 +74,9 @@ from its spec); ``accept_any_model`` sends unknown names to the first model; ``p
     (``--pull-on-demand``) is called on a worker thread with a name the manager does not know,
     before a request's lease, and returns the name it now serves or raises.
     """
+
+    several = True
+    sleeping = False
 
     def __init__(self, manager: ModelManager, *, chat_templates: Mapping[str, str] | None = None,
                  puller: Callable[[str], str] | None = None, **served: Any) -> None:
@@ -160,6 +165,79 @@ from its spec); ``accept_any_model`` sends unknown names to the first model; ``p
     def model_list(self) -> dict[str, Any]:
         """``/v1/models``: every model with its state (llama-server router mode's shape)."""
         return {"object": "list", "data": [model_entry(s) for s in self.manager.status()]}
+
+    def model_entry(self, model_id: str) -> dict[str, Any]:
+        """``/v1/models/{id}``: the model with its state (404 unless served here)."""
+        return model_entry(self.manager.status_of(model_id))
+
+    @property
+    def snapshot(self) -> dict[str, Any]:
+        """Nothing: several models never sleep (their keep-alive unloads them instead)."""
+        return {}
+
+    def model_name(self) -> str:
+        """The id of the model this request leased ("" for none)."""
+        try:
+            return self.current().name
+        except LlamapyError:
+            return ""
+
+    def steady(self) -> contextlib.AbstractContextManager[bool]:
+        """Nothing to hold: a read-only route reads a leased model; never asleep."""
+        return contextlib.nullcontext(False)
+
+    def check_health(self) -> None:
+        """Nothing: the app serves while any model may load (``/v1/models`` tells each)."""
+
+    def check_named(self, requested: str | None) -> None:
+        """404 for a model name that is not served (:meth:`pick`)."""
+        self.pick(requested)
+
+    def state_of(self, requested: str | None) -> tuple[str, str]:
+        """``(name, state)`` of the named model."""
+        name = self.pick(requested)
+        return name, self.manager.status_of(name).state.value
+
+    def model_states(self) -> list[dict[str, str]]:
+        """Each model's ``{"id", "state"}``."""
+        return [{"id": s.name, "state": s.state.value} for s in self.manager.status()]
+
+    def listing(self) -> list[Listed]:
+        """Every model, loaded or not, with its keep-alive."""
+        return [Listed(s.name, s.path, self.peek(s.name), s.keep_alive)
+                for s in self.manager.status()]
+
+    def serves(self, name: str) -> bool:
+        """Whether ``name`` picks a served model (:meth:`pick`; "" picks none here)."""
+        try:
+            self.pick(name)
+        except ModelNotFoundError:
+            return False
+        return bool(name)
+
+    def keep(self, name: str, seconds: float | None) -> None:
+        """A request's ``keep_alive`` for ``name``, handed to the manager."""
+        self.manager.keep(name, seconds)
+
+    def shares_embedder(self) -> bool:
+        """False: an embeddings context per request (a kept one would pin an unloaded model's
+        weights)."""
+        return False
+
+    def middleware(self, check_key: Callable[[Any], Any]) -> list[tuple[Any, dict[str, Any]]]:
+        """:class:`ModelSelect`: the request's model leased for its response."""
+        return [(ModelSelect, {"router": self, "check_key": check_key})]
+
+    def metrics_collectors(self) -> list[Any]:
+        """Each model's state, requests in flight and memory (:class:`ModelsCollector`)."""
+        return [ModelsCollector(self.manager)]
+
+    def on_sleep(self, hook: Callable[[ServedModel], None]) -> None:
+        """Nothing: several models never sleep."""
+
+    def wait_started(self, timeout: float | None) -> ServedModel | None:
+        """None at once: no model starts with the app."""
+        return None
 
     def close(self) -> None:
         """Unload every model."""

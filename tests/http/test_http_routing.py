@@ -126,7 +126,7 @@ def test_the_warm_up_does_the_first_requests_one_time_work(server: Server) -> No
     model._eog = None  # as a fresh model has it
     host = ModelHost(server)  # its manager adopts the server on its load thread
     assert host.wait_loaded(60)
-    warm_first_request(host)
+    warm_first_request(host.get())
     eog = model._eog
     assert eog is not None and model.eos in eog and all(model.is_eog(t) for t in eog)
     assert len(eog) == sum(model.is_eog(t) for t in range(model.n_vocab))

@@ -106,9 +106,9 @@ def frame(ctx: AppContext, model: str | None, watchers: int) -> dict[str, Any]:
     state and no slots while it is not loaded: ``loading``, ``sleeping`` under
     ``--sleep-idle-seconds``) and, with several models, each one's state."""
     head: dict[str, Any] = {"time": time.time(), "watchers": watchers}
-    if ctx.models is not None:
-        head["models"] = [{"id": s.name, "state": s.state.value}
-                          for s in ctx.models.manager.status()]
+    states = ctx.source.model_states()
+    if states:
+        head["models"] = states
     with ctx.steady() as asleep:  # --sleep-idle-seconds unloaded it; watching never wakes it
         if asleep:
             return {**head, "model": ctx.model_name(), "state": "sleeping", "slots": []}
@@ -127,14 +127,11 @@ def _loaded_view(ctx: AppContext, model: str | None) -> dict[str, Any]:
 
 def _model_view(ctx: AppContext, model: str | None) -> dict[str, Any]:
     """The snapshot of the app's model, or of the requested one of several if loaded."""
-    if ctx.models is None:
-        return snapshot(ctx.served(), ctx.metrics)
-    served = ctx.models.peek(model)
+    served = ctx.source.peek(model)
     if served is not None:
         return snapshot(served, ctx.metrics)
-    name = ctx.models.pick(model)
-    return {"model": name, "state": ctx.models.manager.status_of(name).state.value,
-            "slots": []}
+    name, state = ctx.source.state_of(model)
+    return {"model": name, "state": state, "slots": []}
 
 
 async def _feed(request: Request, ctx: AppContext, model: str | None,
@@ -162,8 +159,7 @@ def events_router(ctx: AppContext) -> Router:
         """A snapshot of the slots, queue and caches about once a second (SSE), while the
         client stays; ``?model=`` picks one of several models."""
         model = request.query_params.get("model")
-        if ctx.models is not None:
-            ctx.models.pick(model)  # an unknown model is a 404 now, not a broken stream
+        ctx.source.check_named(model)  # an unknown model is a 404 now, not a broken stream
         feed = _feed(request, ctx, model, watchers)
         return EventStreamResponse(_encoded(feed), feed)
 

@@ -14,7 +14,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ...engine import ProgressEvent, TokenEvent
-from ...errors import NotReadyError
 from ...openai_api import ServedModel
 from ...openai_api import llama_compat as compat
 from ...openai_api.infill import check_infill, infill_tokens
@@ -75,11 +74,7 @@ def health_router(ctx: AppContext) -> Router:
         """200 ``{"status": "ok"}`` when ready, else the 503 error saying why (with several
         models: ok while serving; ``/v1/models`` tells each model's state)."""
         try:
-            if ctx.models is None:
-                ctx.served()
-        except NotReadyError as exc:
-            if not ctx.sleeping:  # asleep (maybe since just now) is ok
-                return error_response(exc)
+            ctx.source.check_health()
         except Exception as exc:
             return error_response(exc)
         return JSONResponse({"status": "ok"})

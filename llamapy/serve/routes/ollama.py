@@ -26,7 +26,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ...errors import ModelNotFoundError, UnsupportedFeatureError
+from ...errors import UnsupportedFeatureError
 from ...ollama_api import (
     ChatBody,
     EmbedBody,
@@ -75,8 +75,7 @@ def ollama_router(ctx: AppContext) -> Router:
 def _keep(ctx: AppContext, name: str, value: object) -> float | None:
     """Validate ``keep_alive``; with several models, hand it to the manager."""
     seconds = keep_alive(value)
-    if ctx.models is not None:
-        ctx.models.manager.keep(name, seconds)
+    ctx.source.keep(name, seconds)
     return seconds
 
 
@@ -160,28 +159,20 @@ def _embedding_routes(router: Router, ctx: AppContext) -> None:
 
 def _tags(ctx: AppContext) -> dict[str, Any]:
     """``/api/tags``: every served model (blocking: digests)."""
-    if ctx.models is None:
-        return {"models": [model_entry(ctx.served())]}
-    out = []
-    for status in ctx.models.manager.status():
-        served = ctx.models.peek(status.name)
-        out.append(model_entry(served) if served is not None
-                   else unloaded_entry(status.name, status.path))
-    return {"models": out}
+    return {"models": [model_entry(item.served) if item.served is not None
+                       else unloaded_entry(item.name, item.path)
+                       for item in ctx.source.listing()]}
 
 
 def _ps(ctx: AppContext) -> dict[str, Any]:
     """``/api/ps``: the loaded models (blocking: digests)."""
-    if ctx.models is None:
-        return {"models": [running_entry(ctx.served(), FOREVER)]}
     out = []
-    for status in ctx.models.manager.status():
-        served = ctx.models.peek(status.name)
-        if served is None:
+    for item in ctx.source.listing():
+        if item.served is None:
             continue
-        finite = 0 <= status.keep_alive < float("inf")
-        expires = rfc3339(time.time() + status.keep_alive) if finite else FOREVER
-        out.append(running_entry(served, expires))
+        finite = 0 <= item.keep_alive < float("inf")
+        expires = rfc3339(time.time() + item.keep_alive) if finite else FOREVER
+        out.append(running_entry(item.served, expires))
     return {"models": out}
 
 
@@ -210,21 +201,6 @@ def _model_routes(router: Router, ctx: AppContext) -> None:
         return await run_in_threadpool(show, served, ctx.embeddings)
 
 
-def _served_here(ctx: AppContext, name: str) -> bool:
-    """Whether ``name`` is a served model (with ``:latest`` or without)."""
-    if ctx.models is not None:
-        try:
-            ctx.models.pick(name)
-        except ModelNotFoundError:
-            return False
-        return bool(name)
-    try:
-        served_name(ctx.served(), name)
-    except ModelNotFoundError:
-        return False
-    return True
-
-
 def _management_routes(router: Router, ctx: AppContext) -> None:
     @router.post("/api/pull")
     async def pull(request: Request) -> Response:
@@ -232,9 +208,9 @@ def _management_routes(router: Router, ctx: AppContext) -> None:
         into the store and served first (the answer comes when the pull ends: no progress
         lines); otherwise a typed refusal."""
         body = parse_body(ModelOpBody, await read_json(request))
-        if ctx.models is not None and ctx.models.pulls and body.model_name:
-            await ctx.models.pick_or_pull(body.model_name)
-        elif not _served_here(ctx, body.model_name):
+        if ctx.source.pulls and body.model_name:
+            await ctx.source.pick_or_pull(body.model_name)
+        elif not ctx.source.serves(body.model_name):
             raise refuse_model_op("pull")
         if body.stream:
             return Response(b'{"status":"success"}\n', media_type="application/x-ndjson")

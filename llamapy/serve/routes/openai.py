@@ -13,11 +13,10 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ...errors import ModelNotFoundError, UnsupportedFeatureError
+from ...errors import UnsupportedFeatureError
 from ...openai_api import (
     ChatBody,
     CompletionBody,
-    ServedModel,
     achat_completion,
     acompletion,
     astream_chat_completion,
@@ -31,23 +30,9 @@ from ..context import (
     read_json,
     stream_flag,
 )
-from ..multi import model_entry
 from ..routing import Router
 from ..sse import event_stream
 from .embeddings import aembed, embedding_response, parse_embedding_request
-
-
-def model_card(served: ServedModel) -> dict[str, Any]:
-    """One entry of ``/v1/models`` (``aliases``: every name it answers to, the id first, as
-    llama-server lists them)."""
-    model = served.model
-    return {"id": served.name, "object": "model", "created": served.created,
-            "owned_by": "llamapy",
-            "meta": {"n_ctx_train": model.n_ctx_train, "n_embd": model.n_embd,
-                     "n_params": model.n_params, "size": model.size, "n_vocab": model.n_vocab,
-                     "description": model.description},
-            "aliases": [served.name, *served.aliases],
-            **({"tags": list(served.tags)} if served.tags else {})}
 
 
 def openai_router(ctx: AppContext) -> Router:
@@ -81,43 +66,18 @@ def _generation_routes(router: Router, ctx: AppContext) -> None:
         return await generate(request, await read_json(request), chat=False)
 
 
-def _models_now(ctx: AppContext) -> dict[str, Any]:
-    """``/v1/models`` of the one model, loaded or asleep (as it was; never half closed)."""
-    with ctx.steady() as asleep:
-        if asleep:
-            return dict(ctx.asleep["models"])
-        return {"object": "list", "data": [model_card(ctx.served())]}
-
-
-def _model_now(ctx: AppContext, model_id: str) -> dict[str, Any]:
-    """``/v1/models/{id}`` of the one model (asleep: as it was; looking does not wake it)."""
-    with ctx.steady() as asleep:
-        if asleep:
-            card: dict[str, Any] = ctx.asleep["models"]["data"][0]
-            if model_id not in card["aliases"]:
-                raise ModelNotFoundError(f"model {model_id!r} is not served here")
-            return card
-        served = ctx.served()
-        served.check_model(model_id)
-        return model_card(served)
-
-
 def _model_routes(router: Router, ctx: AppContext) -> None:
     @router.get("/v1/models")
     @router.get("/models", hidden=True)
     async def models(request: Request) -> dict[str, Any]:
         """The served model (with several: each with its ``status``)."""
-        if ctx.models is not None:
-            return ctx.models.model_list()
-        return await run_in_threadpool(_models_now, ctx)
+        return await run_in_threadpool(ctx.source.model_list)
 
     @router.get("/v1/models/{model_id:path}")
     async def model(request: Request) -> dict[str, Any]:
         """One model by id (404 unless served here)."""
         model_id: str = request.path_params["model_id"]
-        if ctx.models is not None:
-            return model_entry(ctx.models.manager.status_of(model_id))
-        return await run_in_threadpool(_model_now, ctx, model_id)
+        return await run_in_threadpool(ctx.source.model_entry, model_id)
 
     @router.post("/v1/embeddings")
     @router.post("/embeddings", hidden=True)
