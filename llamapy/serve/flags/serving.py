@@ -11,9 +11,7 @@ default is off). :func:`app_options` turns the parsed flags into ``create_app`` 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +19,10 @@ from ...chat.builtin_templates import BUILTIN_TEMPLATES, LLAMA_CPP_NAMES
 from ...errors import InvalidOptionError, UnsupportedFeatureError
 from ...options import REASONING_FORMATS
 from ...options.reports import CACHE_REPORTS
-from ...options.serve import ServeOptions, serve_default, serve_help
+from ...options.serve import ServeOptions, serve_default
 from .compat import api_keys
 from .start import DEFAULT_MAX_BODY_BYTES
+from .tree import serve_flag, serve_switch, switch
 
 __all__ = ["LOG_LEVELS", "add_serving_flags", "app_options", "bind_hosts", "read_template",
            "sleep_idle_seconds", "template_kwargs", "url_prefix"]
@@ -45,38 +44,6 @@ class _ListAppend(argparse.Action):
         setattr(namespace, self.dest, items)
 
 
-def _switch(group: argparse._ArgumentGroup, names: Sequence[str], dest: str, on: bool,
-            help: str) -> None:
-    group.add_argument(*names, dest=dest, action="store_const", const=on, help=help)
-
-
-def _serve_flag(group: argparse._ArgumentGroup, name: str, *names: str, **kw: Any) -> None:
-    """The flag of serving option ``name`` (:class:`~llamapy.options.ServeOptions`): its
-    default and help from the option tree; spelled ``names``, else ``--<name>`` and the
-    tree's other spellings."""
-    spellings = names or ("--" + name.replace("_", "-"), *_tree_flags(name))
-    text = serve_help(name)
-    if kw.get("action") != "store_true" and "default:" not in text:
-        text += " (default: %(default)s)"
-    group.add_argument(*spellings, dest=name, default=serve_default(name), help=text, **kw)
-
-
-def _serve_switch(group: argparse._ArgumentGroup, name: str, off: Sequence[str],
-                  off_help: str) -> None:
-    """A switch pair for the boolean serving option ``name``: ``--<name>`` (and the tree's
-    other spellings) turns it on, ``off`` turns it off; its default is the tree's."""
-    on = ("--" + name.replace("_", "-"), *_tree_flags(name))
-    default = serve_default(name)
-    _switch(group, on, name, True, serve_help(name) + (" (default)" if default else ""))
-    _switch(group, off, name, False, off_help + ("" if default else " (default)"))
-    group.set_defaults(**{name: default})
-
-
-def _tree_flags(name: str) -> tuple[str, ...]:
-    return tuple(next(f for f in dataclasses.fields(ServeOptions) if f.name == name)
-                 .metadata.get("flags", ()))
-
-
 def _add_identity(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--model", "-m", metavar="PATH", action="append",
                        help="GGUF file to serve (default: the default model, fetched if "
@@ -86,11 +53,11 @@ def _add_identity(group: argparse._ArgumentGroup) -> None:
                             "comma-separated: as llama-server, the alphabetically first is "
                             "the id, all are accepted; with several --model, one per model, "
                             "in order")
-    _serve_flag(group, "accept_any_model", action="store_true")
+    serve_flag(group, "accept_any_model", action="store_true")
     group.add_argument("--tags", action=_ListAppend, default=[], metavar="TAG",
                        help="informational model tags, comma-separated (shown in /v1/models)")
-    _serve_flag(group, "host")
-    _serve_flag(group, "port", type=int)
+    serve_flag(group, "host")
+    serve_flag(group, "port", type=int)
     group.add_argument("--api-key", help="require 'Authorization: Bearer KEY' or "
                        "'x-api-key: KEY' (not on /health)")
     group.add_argument("--cors-origin", "--cors-origins", dest="cors_origin", action=_ListAppend,
@@ -113,24 +80,24 @@ def _add_requests(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--chat-template-file", metavar="FILE",
                        help="chat template file overriding the GGUF's (wins over "
                             "--chat-template)")
-    _serve_flag(group, "n_predict", type=int, metavar="N")
-    _serve_flag(group, "default_ignore_eos", "--ignore-eos", action="store_true")
-    _serve_flag(group, "reasoning_format", choices=REASONING_FORMATS)
-    _serve_flag(group, "cache_report", choices=CACHE_REPORTS)
+    serve_flag(group, "n_predict", type=int, metavar="N")
+    serve_flag(group, "default_ignore_eos", "--ignore-eos", action="store_true")
+    serve_flag(group, "reasoning_format", choices=REASONING_FORMATS)
+    serve_flag(group, "cache_report", choices=CACHE_REPORTS)
     group.add_argument("--chat-template-kwargs", metavar="JSON",
                        help="chat template variables of every request, a JSON object "
                             "(a request's chat_template_kwargs extend them)")
     group.add_argument("-rea", "--reasoning", choices=tuple(REASONING_SWITCH), default="auto",
                        help="thinking in the chat template: on/off set enable_thinking for "
                             "requests that do not (default: auto = the template's own)")
-    _serve_flag(group, "request_timeout", type=float, metavar="SECONDS")
+    serve_flag(group, "request_timeout", type=float, metavar="SECONDS")
     group.add_argument("--max-body-mb", type=float, default=DEFAULT_MAX_BODY_BYTES / 2**20,
                        help="largest request body accepted, MB (default: %(default)g)")
 
 
 def _add_http(group: argparse._ArgumentGroup) -> None:
-    _serve_flag(group, "api_prefix", metavar="PREFIX")
-    _serve_flag(group, "sse_ping_interval", type=float, metavar="S")
+    serve_flag(group, "api_prefix", metavar="PREFIX")
+    serve_flag(group, "sse_ping_interval", type=float, metavar="S")
 
 
 def _add_endpoints(group: argparse._ArgumentGroup) -> None:
@@ -142,19 +109,19 @@ def _add_endpoints(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--embedding", "--embeddings", dest="embedding", action="store_true",
                        help="accepted for llama-server compatibility: embeddings are always "
                             "served next to generation")
-    _serve_switch(group, "webui", ("--no-webui", "--no-ui"),
-                  "no pages: / and /dashboard answer 404")
-    _serve_switch(group, "slots", ("--no-slots",), "/slots answers 501")
-    _serve_switch(group, "prefill_assistant", ("--no-prefill-assistant",),
-                  "answer a final assistant message in a new turn instead of continuing it")
-    _serve_flag(group, "spm_infill", action="store_true")
-    _serve_flag(group, "slot_save_path", metavar="DIR")
-    _serve_flag(group, "props", action="store_true")
-    _serve_switch(group, "metrics", ("--no-metrics",), "/metrics answers 501")
-    _switch(group, ("--jinja",), "jinja", True,
-            "accepted for llama-server compatibility: templates are always rendered as Jinja")
-    _switch(group, ("--no-jinja",), "jinja", False,
-            "accepted for llama-server compatibility; ignored (templates are always Jinja)")
+    serve_switch(group, "webui", ("--no-webui", "--no-ui"),
+                 "no pages: / and /dashboard answer 404")
+    serve_switch(group, "slots", ("--no-slots",), "/slots answers 501")
+    serve_switch(group, "prefill_assistant", ("--no-prefill-assistant",),
+                 "answer a final assistant message in a new turn instead of continuing it")
+    serve_flag(group, "spm_infill", action="store_true")
+    serve_flag(group, "slot_save_path", metavar="DIR")
+    serve_flag(group, "props", action="store_true")
+    serve_switch(group, "metrics", ("--no-metrics",), "/metrics answers 501")
+    switch(group, ("--jinja",), "jinja", True,
+           "accepted for llama-server compatibility: templates are always rendered as Jinja")
+    switch(group, ("--no-jinja",), "jinja", False,
+           "accepted for llama-server compatibility; ignored (templates are always Jinja)")
     group.add_argument("--log-level", choices=LOG_LEVELS, default="info",
                        help="log level (default: info)")
     group.add_argument("-v", "--verbose", "--log-verbose", dest="log_level",
