@@ -3,7 +3,7 @@
 The serving options of ``python -m llamapy.serve`` and ``create_app``, defined once here with
 their default and help: what a served model (:class:`~llamapy.openai_api.ServedModel`) keeps,
 who may call the server (API keys, browser origins, ``Host`` names), the request body limit,
-idle sleep, and the process's own (the bind address). The app's keyword defaults, the
+idle sleep, and the process's own (bind address, TLS, logging). The app's keyword defaults, the
 served model's field defaults and the defaults and help of the ``python -m llamapy.serve``
 flags all read this class (:func:`serve_default`, :func:`serve_help`), and its checks run where
 a value comes in (the parsed flags, ``create_app``'s keywords, a served model's fields).
@@ -29,9 +29,13 @@ from llamapy.options.aliases import REASONING_FORMATS
 from llamapy.options.reports import CACHE_REPORTS, REPORT_BLOCK
 from llamapy.options.timeouts import TIMEOUTS
 
-__all__ = ["REASONING_SWITCHES", "SERVE_OPTION_NAMES", "ServeOptions", "serve_default",
-           "serve_help"]
+__all__ = ["LOG_COLORS", "LOG_LEVELS", "REASONING_SWITCHES", "SERVE_OPTION_NAMES",
+           "ServeOptions", "serve_default", "serve_help"]
 
+#: ``log_level`` values (Python's logging levels, lower case).
+LOG_LEVELS = ("debug", "info", "warning", "error")
+#: ``log_colors`` values.
+LOG_COLORS = ("on", "off", "auto")
 #: ``reasoning`` values (llama-server's ``--reasoning``).
 REASONING_SWITCHES = ("on", "off", "auto")
 
@@ -90,6 +94,9 @@ class ServeOptions:
     api_key: str | None = option(
         None, "require 'Authorization: Bearer KEY' or 'x-api-key: KEY' (not on /health); "
         "several keys comma-separated")
+    api_key_file: str | None = option(
+        None, "API keys, one per line: KEY [TENANT [admin]] ('#' lines are comments); with "
+        "--api-key")
     cors_origins: tuple[str, ...] = option(
         (), "allow browser pages from these origins to read responses (repeatable or "
         "comma-separated; '*' for any, 'localhost' for any local origin: the default); other "
@@ -108,6 +115,16 @@ class ServeOptions:
         None, "unload the model after this many seconds without a request and reload it on "
         "the next one (/props is_sleeping; default: never, as any negative value such as "
         "llama-server's -1; with several models: the default --keep-alive)")
+    ssl_key_file: str | None = option(None, "PEM private key: serve HTTPS")
+    ssl_cert_file: str | None = option(None, "PEM certificate: serve HTTPS")
+    log_level: str = option("info", "log level")
+    log_colors: str = option("auto", "colour the log by level (default: auto, when stderr is "
+                             "a terminal)")
+    log_timestamps: bool = option(True, "the time before each message")
+    log_prefix: bool = option(True, "the level and logger name before each message")
+    log_file: str | None = option(None, "also write the log to FILE")
+    log_disable: bool = option(False, "log nothing")
+
     def __post_init__(self) -> None:
         check_typed_fields(self)
         for name, allowed in _CHOICES.items():
@@ -117,15 +134,17 @@ class ServeOptions:
         check(self.sleep_idle_seconds is None or is_finite(self.sleep_idle_seconds),
               "sleep_idle_seconds", f"expected None or a finite number of seconds, got "
               f"{self.sleep_idle_seconds!r}")
+        check((self.ssl_key_file is None) == (self.ssl_cert_file is None), "ssl_key_file",
+              "HTTPS needs both --ssl-key-file and --ssl-cert-file")
         _check_texts(self)
 
 
 #: The options with a fixed set of values, and those values.
 _CHOICES: dict[str, tuple[str, ...]] = {
     "reasoning_format": REASONING_FORMATS, "cache_report": CACHE_REPORTS,
-    "reasoning": REASONING_SWITCHES}
+    "reasoning": REASONING_SWITCHES, "log_level": LOG_LEVELS, "log_colors": LOG_COLORS}
 #: The options that are a string or None, and those that are a list (or tuple) of strings.
-_TEXTS = ("alias", "api_key")
+_TEXTS = ("alias", "api_key", "api_key_file", "ssl_key_file", "ssl_cert_file", "log_file")
 _TEXT_LISTS = ("aliases", "tags", "cors_origins", "allowed_hosts")
 
 

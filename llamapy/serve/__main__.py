@@ -61,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(env + argv)
     try:
         check_compat(args)
-        serve_options(args)  # a bad serving option (a body limit <= 0) too
+        serve_options(args)  # a bad serving option (half of TLS, a body limit <= 0) too
         template_kwargs(args)  # a bad --chat-template-kwargs fails before the model loads
         prefix = url_prefix(args.api_prefix)  # and so does a bad --api-prefix
         hub = hub_options(args)  # and bad -hf / -hff / --hf-token values

@@ -25,6 +25,7 @@ from ...errors import InvalidOptionError, UnsupportedFeatureError
 from ...options import REASONING_FORMATS
 from ...options.reports import CACHE_REPORTS
 from ...options.serve import (
+    LOG_LEVELS,
     REASONING_SWITCHES,
     SERVE_OPTION_NAMES,
     ServeOptions,
@@ -38,7 +39,6 @@ __all__ = ["LOG_LEVELS", "NOT_APP_OPTIONS", "add_serving_flags", "app_options", 
            "body_bytes", "read_template", "serve_options", "sleep_idle_seconds",
            "template_kwargs", "url_prefix"]
 
-LOG_LEVELS = ("debug", "info", "warning", "error")
 #: The serving options' defaults (the option tree's).
 _TREE = ServeOptions()
 DEFAULT_REQUEST_TIMEOUT = _TREE.request_timeout
@@ -47,9 +47,12 @@ REASONING_SWITCH: dict[str, dict[str, bool]] = {
     "on": {"enable_thinking": True}, "off": {"enable_thinking": False}, "auto": {}}
 #: ``--max-body-mb``'s unit, in bytes.
 MB = 1024 * 1024
-#: Serving options that are no ``create_app`` keyword: uvicorn's (the bind address), and those
-#: it takes in another form (the API keys as a table, ``reasoning`` as template variables).
-NOT_APP_OPTIONS = frozenset({"host", "port", "api_key", "reasoning"})
+#: Serving options that are no ``create_app`` keyword: uvicorn's (bind address, TLS), the
+#: log's, and those it takes in another form (the API keys as a table, ``reasoning`` as
+#: template variables).
+NOT_APP_OPTIONS = frozenset({
+    "host", "port", "ssl_key_file", "ssl_cert_file", "api_key", "api_key_file", "reasoning",
+    "log_level", "log_colors", "log_timestamps", "log_prefix", "log_file", "log_disable"})
 
 
 class _ListAppend(argparse.Action):
@@ -128,8 +131,7 @@ def _add_endpoints(group: argparse._ArgumentGroup) -> None:
            "accepted for llama-server compatibility: templates are always rendered as Jinja")
     switch(group, ("--no-jinja",), "jinja", False,
            "accepted for llama-server compatibility; ignored (templates are always Jinja)")
-    group.add_argument("--log-level", choices=LOG_LEVELS, default="info",
-                       help="log level (default: info)")
+    serve_flag(group, "log_level", choices=LOG_LEVELS)
     group.add_argument("-v", "--verbose", "--log-verbose", dest="log_level",
                        action="store_const", const="debug", help="same as --log-level debug")
 
@@ -207,7 +209,7 @@ def app_options(args: argparse.Namespace) -> dict[str, Any]:
                if name not in NOT_APP_OPTIONS},
             "api_keys": api_keys(args), "chat_template": template,
             "template_kwargs": template_kwargs(args), "bind_hosts": bind_hosts(args),
-            "verbose": args.log_level == "debug"}
+            "verbose": serving.log_level == "debug"}
 
 
 def body_bytes(mb: float) -> int:
