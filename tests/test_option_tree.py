@@ -7,6 +7,7 @@ the alias table and the standalone-session knobs.
 
 from __future__ import annotations
 
+import argparse
 import ast
 import dataclasses
 import inspect
@@ -274,24 +275,92 @@ def test_max_tokens_and_cache_scope_have_one_default() -> None:
 
 
 def test_serving_options_have_one_default() -> None:
-    # ServeOptions in the tree: create_app's keywords, a served model's fields and the
-    # flags of python -m llamapy.serve all take their defaults from it.
+    # ServeOptions in the tree: create_app's keywords, a served model's fields, the one-model
+    # host's and the flags of python -m llamapy.serve all take their defaults from it.
     from llamapy.openai_api import ServedModel
     from llamapy.serve import create_app
     from llamapy.serve.cli import build_parser
-    from llamapy.serve.flags.serving import app_options
+    from llamapy.serve.flags.serving import app_options, serve_options
+    from llamapy.serve.host import ModelHost
 
     tree = ServeOptions()
     args = build_parser().parse_args([])
+    assert serve_options(args) == tree  # every flag's default, read as its option
     from_flags = {**vars(args), **app_options(args)}  # (host and port go to uvicorn)
     fields = {f.name: f.default for f in dataclasses.fields(ServedModel)}
-    app = inspect.signature(create_app)
+    app = inspect.signature(create_app).parameters
+    host = inspect.signature(ModelHost).parameters
     for name in SERVE_OPTION_NAMES:
         expected = getattr(tree, name)
         assert from_flags[name] == expected, name
         if name in fields:
             assert fields[name] == expected, name
-        if name in app.parameters:
-            assert app.parameters[name].default == expected, name
+        for keywords in (app, host):
+            if name in keywords:
+                assert keywords[name].default == expected, name
+    by_name = {"alias", "api_key", "cors_origins", "allowed_hosts", "max_body_bytes",
+               "request_timeout"}  # create_app's own keywords among the serving options
+    assert by_name <= set(SERVE_OPTION_NAMES) and by_name <= set(app)
+    assert {"aliases", "tags"} <= set(fields) and "sleep_idle_seconds" in host
     with pytest.raises(InvalidOptionError, match="cache_report"):
         ServeOptions(cache_report="loud")
+
+
+#: Serving options whose flag stores elsewhere: its destination, and its value as the option.
+_FLAG_DESTS = {"embeddings": ("embeddings_endpoint", lambda on: on),
+               "max_body_bytes": ("max_body_mb", lambda mb: int(mb * 2**20))}
+
+
+def test_every_serving_option_has_a_flag_with_the_trees_default_and_help() -> None:
+    from llamapy.options.serve import REASONING_SWITCHES
+    from llamapy.serve.cli import build_parser
+    from llamapy.serve.flags.serving import REASONING_SWITCH
+
+    parser = build_parser()
+    first: dict[str, argparse.Action] = {}
+    for action in parser._actions:  # argparse takes a destination's default from its first
+        first.setdefault(action.dest, action)
+    parsed = vars(parser.parse_args([]))
+    for name in SERVE_OPTION_NAMES:
+        if name == "aliases":  # no flag of its own: -a/--alias names after the first
+            continue
+        dest, as_option = _FLAG_DESTS.get(name, (name, lambda value: value))
+        assert as_option(parsed[dest]) == getattr(ServeOptions(), name), name
+        if name != "embeddings":  # its flag is --no-embeddings-endpoint, "disable ..."
+            assert field_help(_serve_field(name)) in (first[dest].help or ""), name
+    assert tuple(REASONING_SWITCH) == REASONING_SWITCHES
+
+
+def _serve_field(name: str) -> dataclasses.Field[object]:
+    return next(f for f in dataclasses.fields(ServeOptions) if f.name == name)
+
+
+@pytest.mark.parametrize("bad", [
+    {"max_body_bytes": -1}, {"max_body_bytes": 0}, {"max_body_bytes": 1.5},
+    {"reasoning": "maybe"}, {"log_level": "loud"}, {"log_colors": "rainbow"},
+    {"sleep_idle_seconds": float("nan")}, {"ssl_key_file": "key.pem"},
+    {"ssl_cert_file": "cert.pem"}, {"tags": "a,b"}, {"cors_origins": [1]}, {"alias": 3},
+    {"api_key": 0}, {"api_key_file": 0}, {"log_file": 0}, {"allowed_hosts": None}])
+def test_the_tree_refuses_a_bad_serving_value(bad: dict[str, object]) -> None:
+    with pytest.raises(InvalidOptionError) as info:
+        ServeOptions(**bad)  # type: ignore[arg-type]
+    assert info.value.option in (*bad, "ssl_key_file")  # half of TLS is named by its key
+
+
+
+def test_a_bad_body_limit_is_refused_at_every_edge(capsys: pytest.CaptureFixture[str]) -> None:
+    from llamapy.serve import create_app
+    from llamapy.serve.__main__ import main
+    from llamapy.serve.cli import build_parser
+    from llamapy.serve.flags.serving import serve_options
+
+    with pytest.raises(InvalidOptionError) as info:
+        create_app(lambda: None, max_body_bytes=-1)  # type: ignore[arg-type, return-value]
+    assert info.value.option == "max_body_bytes"
+    for mb in ("-1", "0", "nan", "inf"):
+        with pytest.raises(InvalidOptionError):
+            serve_options(build_parser().parse_args(["--max-body-mb", mb]))
+    assert main(["--model", "/nonexistent/model.gguf", "--max-body-mb", "-1"]) == 2
+    assert "max_body_bytes" in capsys.readouterr().err
+    assert serve_options(build_parser().parse_args(["--max-body-mb", "0.5"])).max_body_bytes \
+        == 2**19

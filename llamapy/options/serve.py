@@ -1,10 +1,14 @@
 """How the HTTP server presents its models and treats requests: :class:`ServeOptions`.
 
-The serving options that ``create_app`` takes and a served model
-(:class:`~llamapy.openai_api.ServedModel`) keeps, defined once here with their default and
-help: the app's keyword defaults, the served model's field defaults and the defaults and help
-of their ``python -m llamapy.serve`` flags all read this class (:func:`serve_default`,
-:func:`serve_help`).
+The serving options of ``python -m llamapy.serve`` and ``create_app``, defined once here with
+their default and help: what a served model (:class:`~llamapy.openai_api.ServedModel`) keeps,
+who may call the server (API keys, browser origins, ``Host`` names), the request body limit,
+idle sleep, and the process's own (bind address, TLS, logging). The app's keyword defaults, the
+served model's field defaults and the defaults and help of the ``python -m llamapy.serve``
+flags all read this class (:func:`serve_default`, :func:`serve_help`), and its checks run where
+a value comes in (the parsed flags, ``create_app``'s keywords, a served model's fields).
+
+One unit per option: ``max_body_bytes`` is in bytes; its flag, ``--max-body-mb``, takes MB.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from llamapy.options._spec import (
     check_typed_fields,
     default_of,
     field_help,
+    is_finite,
     option,
     option_names,
 )
@@ -24,7 +29,15 @@ from llamapy.options.aliases import REASONING_FORMATS
 from llamapy.options.reports import CACHE_REPORTS, REPORT_BLOCK
 from llamapy.options.timeouts import TIMEOUTS
 
-__all__ = ["SERVE_OPTION_NAMES", "ServeOptions", "serve_default", "serve_help"]
+__all__ = ["LOG_COLORS", "LOG_LEVELS", "REASONING_SWITCHES", "SERVE_OPTION_NAMES",
+           "ServeOptions", "serve_default", "serve_help"]
+
+#: ``log_level`` values (Python's logging levels, lower case).
+LOG_LEVELS = ("debug", "info", "warning", "error")
+#: ``log_colors`` values.
+LOG_COLORS = ("on", "off", "auto")
+#: ``reasoning`` values (llama-server's ``--reasoning``).
+REASONING_SWITCHES = ("on", "off", "auto")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,14 +84,80 @@ class ServeOptions:
     slot_save_path: str | None = option(
         None, "folder for POST /slots/{id}?action=save|restore (default: off, those actions "
         "answer 501)")
+    alias: str | None = option(None, "public model id (default: the file's stem)",
+                               flags=("-a",))
+    aliases: tuple[str, ...] = option(
+        (), "more model ids requests may name (-a/--alias given several names: all but the "
+        "alphabetically first)")
+    tags: tuple[str, ...] = option((), "informational model tags, comma-separated (shown in "
+                                   "/v1/models)")
+    api_key: str | None = option(
+        None, "require 'Authorization: Bearer KEY' or 'x-api-key: KEY' (not on /health); "
+        "several keys comma-separated")
+    api_key_file: str | None = option(
+        None, "API keys, one per line: KEY [TENANT [admin]] ('#' lines are comments); with "
+        "--api-key")
+    cors_origins: tuple[str, ...] = option(
+        (), "allow browser pages from these origins to read responses (repeatable or "
+        "comma-separated; '*' for any, 'localhost' for any local origin: the default); other "
+        "pages may not send POST requests", flags=("--cors-origin",))
+    allowed_hosts: tuple[str, ...] = option(
+        (), "Host names this server answers to besides localhost, IP addresses and --host "
+        "names (repeatable or comma-separated; '.example.com' for a domain and its "
+        "subdomains, '*' for any): other names are refused, which stops DNS-rebinding pages "
+        "(default: none; on --host 0.0.0.0 or :: without this flag, any name is answered)")
+    # 16 MiB: generous for long prompts, small enough to stop abuse
+    max_body_bytes: int = option(16 * 1024 * 1024, "largest request body accepted")
+    reasoning: str = option(
+        "auto", "thinking in the chat template: on/off set enable_thinking for requests that "
+        "do not (default: auto = the template's own)", flags=("-rea",))
+    sleep_idle_seconds: float | None = option(
+        None, "unload the model after this many seconds without a request and reload it on "
+        "the next one (/props is_sleeping; default: never, as any negative value such as "
+        "llama-server's -1; with several models: the default --keep-alive)")
+    ssl_key_file: str | None = option(None, "PEM private key: serve HTTPS")
+    ssl_cert_file: str | None = option(None, "PEM certificate: serve HTTPS")
+    log_level: str = option("info", "log level")
+    log_colors: str = option("auto", "colour the log by level (default: auto, when stderr is "
+                             "a terminal)")
+    log_timestamps: bool = option(True, "the time before each message")
+    log_prefix: bool = option(True, "the level and logger name before each message")
+    log_file: str | None = option(None, "also write the log to FILE")
+    log_disable: bool = option(False, "log nothing")
 
     def __post_init__(self) -> None:
         check_typed_fields(self)
-        check(self.reasoning_format in REASONING_FORMATS, "reasoning_format",
-              f"must be one of {', '.join(REASONING_FORMATS)}")
-        check(self.cache_report in CACHE_REPORTS, "cache_report",
-              f"must be one of {', '.join(CACHE_REPORTS)}")
+        for name, allowed in _CHOICES.items():
+            check(getattr(self, name) in allowed, name, f"must be one of {', '.join(allowed)}")
         check(self.request_timeout > 0, "request_timeout", "must be > 0 seconds")
+        check(self.max_body_bytes > 0, "max_body_bytes", "must be > 0 bytes")
+        check(self.sleep_idle_seconds is None or is_finite(self.sleep_idle_seconds),
+              "sleep_idle_seconds", f"expected None or a finite number of seconds, got "
+              f"{self.sleep_idle_seconds!r}")
+        check((self.ssl_key_file is None) == (self.ssl_cert_file is None), "ssl_key_file",
+              "HTTPS needs both --ssl-key-file and --ssl-cert-file")
+        _check_texts(self)
+
+
+#: The options with a fixed set of values, and those values.
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "reasoning_format": REASONING_FORMATS, "cache_report": CACHE_REPORTS,
+    "reasoning": REASONING_SWITCHES, "log_level": LOG_LEVELS, "log_colors": LOG_COLORS}
+#: The options that are a string or None, and those that are a list (or tuple) of strings.
+_TEXTS = ("alias", "api_key", "api_key_file", "ssl_key_file", "ssl_cert_file", "log_file")
+_TEXT_LISTS = ("aliases", "tags", "cors_origins", "allowed_hosts")
+
+
+def _check_texts(options: ServeOptions) -> None:
+    """Refuse a text option that is no string and a list option that is no list of strings."""
+    for name in _TEXTS:
+        value = getattr(options, name)
+        check(value is None or isinstance(value, str), name,
+              f"expected a string or None, got {value!r}")
+    for name in _TEXT_LISTS:
+        value = getattr(options, name)
+        check(isinstance(value, (tuple, list)) and all(isinstance(v, str) for v in value),
+              name, f"expected a list of strings, got {value!r}")
 
 
 #: The names of the serving options.

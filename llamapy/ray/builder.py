@@ -21,9 +21,8 @@ from ray.serve.deployment import Application
 
 from ..errors import InvalidOptionError, UnknownOptionError
 from ..options.deployment import DeploymentOptions, deployment_option_keys
-from ..serve.flags.start import DEFAULT_MAX_BODY_BYTES
 from ..server import start_option_keys
-from .ingress import LlamapyIngress
+from .ingress import MAX_BODY_BYTES, LlamapyIngress
 from .replica import LlamapyReplica
 from .router import AffinityRouter
 from .tenancy import tenant_lookup
@@ -63,7 +62,7 @@ def build_app(model: str | os.PathLike[str], *, app_options: Mapping[str, Any] |
                                max_ongoing_requests=1024)(LlamapyIngress)
     return ingress.bind(
         replica.bind(os.fspath(model), start_options, app_kw),
-        max_body_bytes=app_kw.get("max_body_bytes", DEFAULT_MAX_BODY_BYTES),
+        max_body_bytes=app_kw.get("max_body_bytes", MAX_BODY_BYTES),
         block_chars=options.block_chars, max_blocks=options.max_blocks,
         tenant_of=tenant_lookup(app_kw))
 

@@ -35,15 +35,18 @@ from ..errors import (
     PayloadTooLargeError,
     ReplicaUnavailableError,
 )
+from ..options.serve import ServeOptions
 from ..serve.anthropic_errors import anthropic_error_body, anthropic_error_response
 from ..serve.errors import error_body, error_response
-from ..serve.flags.start import DEFAULT_MAX_BODY_BYTES
 from .forward import ForwardedRequest
 from .keys import BLOCK_CHARS, MAX_BLOCKS, RoutingKey, routing_key
 from .router import ROUTING_KWARG
 from .tenancy import TenantOf
 
 log = logging.getLogger("llamapy.ray")
+
+#: The request body limit's default (the option tree's).
+MAX_BODY_BYTES = ServeOptions().max_body_bytes
 
 #: What Ray raises for the requests of a replica that died or cannot be reached.
 REPLICA_ERRORS: tuple[type[BaseException], ...] = (RayActorError, ActorUnavailableError)
@@ -54,7 +57,7 @@ class LlamapyIngress:
     ``tenant_of`` tells the tenant of a request's API key (None: every request is the default
     tenant's)."""
 
-    def __init__(self, model: DeploymentHandle, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    def __init__(self, model: DeploymentHandle, *, max_body_bytes: int = MAX_BODY_BYTES,
                  block_chars: int = BLOCK_CHARS, max_blocks: int = MAX_BLOCKS,
                  tenant_of: TenantOf | None = None) -> None:
         self._model = model.options(method_name="forward", stream=True)

@@ -32,6 +32,7 @@ from .flags.models import serves_several
 from .flags.serving import (
     app_options,
     bind_hosts,
+    serve_options,
     template_kwargs,
     url_prefix,
 )
@@ -60,6 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(env + argv)
     try:
         check_compat(args)
+        serve_options(args)  # a bad serving option (half of TLS, a body limit <= 0) too
         template_kwargs(args)  # a bad --chat-template-kwargs fails before the model loads
         prefix = url_prefix(args.api_prefix)  # and so does a bad --api-prefix
         hub = hub_options(args)  # and bad -hf / -hff / --hf-token values

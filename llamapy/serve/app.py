@@ -23,14 +23,12 @@ from ..ollama_api import EmbedBody as OllamaEmbedBody
 from ..ollama_api import GenerateBody as OllamaGenerateBody
 from ..openai_api import ChatBody, CompletionBody, ServedModel
 from ..openai_api.responses_params import ResponsesBody
-from ..openai_api.target import DEFAULT_REQUEST_TIMEOUT
 from ..options.serve import ServeOptions
 from ..server import ModelManager, Server
 from .context import CACHE_HEADERS, AppContext
 from .cors import DEFAULT_ORIGINS, CorsMiddleware, CorsPolicy
 from .errors import BodyLimit, CatchAll, error_response, install_error_handlers
 from .flags.serving import url_prefix
-from .flags.start import DEFAULT_MAX_BODY_BYTES
 from .guard import BrowserGuard, HostPolicy
 from .host import Loader, ModelHost
 from .metrics.registry import RequestCounter
@@ -56,12 +54,13 @@ BODY_MODELS = (ChatBody, CompletionBody, ResponsesBody, MessagesBody, OllamaChat
 _SERVE = ServeOptions()
 
 
-def create_app(target: Server | Loader | ModelManager, *, alias: str | None = None,
-               api_key: str | None = None, api_keys: KeyTable | None = None,
-               cors_origins: Sequence[str] = (), allowed_hosts: Sequence[str] = (),
+def create_app(target: Server | Loader | ModelManager, *, alias: str | None = _SERVE.alias,
+               api_key: str | None = _SERVE.api_key, api_keys: KeyTable | None = None,
+               cors_origins: Sequence[str] = _SERVE.cors_origins,
+               allowed_hosts: Sequence[str] = _SERVE.allowed_hosts,
                bind_hosts: Sequence[str] = (), chat_template: str | None = None,
-               request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
-               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+               request_timeout: float = _SERVE.request_timeout,
+               max_body_bytes: int = _SERVE.max_body_bytes,
                embeddings: bool = _SERVE.embeddings, webui: bool = _SERVE.webui,
                slots: bool = _SERVE.slots, metrics: bool = _SERVE.metrics,
                props: bool = _SERVE.props, slot_save_path: str | None = _SERVE.slot_save_path,
@@ -73,18 +72,22 @@ def create_app(target: Server | Loader | ModelManager, *, alias: str | None = No
     ``target``: a :class:`Server`, a callable returning one (run on a thread; ``/health`` is 503
     meanwhile) or a :class:`~llamapy.server.ModelManager` (the request's ``model`` picks one,
     see :mod:`llamapy.serve.multi`, with ``/models/load|unload``; ``chat_templates`` per model).
-    ``alias``: the public model id (default: the file's stem). ``api_key`` (keys,
-    comma-separated) or ``api_keys`` (keys with tenants, :mod:`llamapy.serve.tenants`; not
-    both) protect all but ``/health`` and the pages. ``cors_origins``, ``allowed_hosts`` and
-    ``bind_hosts``: which pages and ``Host`` names are answered (:mod:`llamapy.serve.cors`,
-    :mod:`llamapy.serve.guard`). ``chat_template``: Jinja overriding the GGUF's.
-    ``own_server``: close it on shutdown. The serving options (``request_timeout``,
-    ``embeddings``, ``webui``, ``slots``, ``metrics``, ``props``, ``slot_save_path``,
-    ``api_prefix``, ``sse_ping_interval``, and in ``served`` the presentation ones such as
-    ``n_predict`` or ``cache_report``) mean and default to what
-    :class:`~llamapy.options.ServeOptions` says; ``served`` also takes ``aliases``, ``tags`` and
-    ``sleep_idle_seconds`` (:mod:`llamapy.serve.sleep`).
+    ``api_key`` (keys, comma-separated) or ``api_keys`` (keys with tenants,
+    :mod:`llamapy.serve.tenants`; not both) protect all but ``/health`` and the pages.
+    ``cors_origins``, ``allowed_hosts`` and ``bind_hosts``: which pages and ``Host`` names are
+    answered (:mod:`llamapy.serve.cors`, :mod:`llamapy.serve.guard`). ``chat_template``: Jinja
+    overriding the GGUF's. ``own_server``: close it on shutdown. The serving options
+    (``alias``, ``api_key``, ``cors_origins``, ``allowed_hosts``, ``request_timeout``,
+    ``max_body_bytes``, ``embeddings``, ``webui``, ``slots``, ``metrics``, ``props``,
+    ``slot_save_path``, ``api_prefix``, ``sse_ping_interval``, and in ``served`` the
+    presentation ones such as ``aliases``, ``tags``, ``n_predict`` or ``cache_report`` and
+    ``sleep_idle_seconds``, :mod:`llamapy.serve.sleep`) mean, default to and are checked as
+    :class:`~llamapy.options.ServeOptions` says.
     """
+    ServeOptions(alias=alias, api_key=api_key, cors_origins=tuple(cors_origins or ()),
+                 allowed_hosts=tuple(allowed_hosts or ()), max_body_bytes=max_body_bytes,
+                 sse_ping_interval=sse_ping_interval,
+                 sleep_idle_seconds=served.get("sleep_idle_seconds"))  # raises if one is bad
     owned = _owner(target, alias=alias, chat_template=chat_template,
                    chat_templates=chat_templates, request_timeout=request_timeout, **served)
     ctx = _context(owned, keys=_key_table(api_key, api_keys), embeddings=embeddings, slots=slots,

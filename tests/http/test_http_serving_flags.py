@@ -37,7 +37,7 @@ def test_alias_is_repeatable_and_comma_separated_and_the_first_in_order_is_publi
 
 def test_cors_origins_is_llama_servers_spelling_of_cors_origin() -> None:
     got = options("--cors-origins", "http://a.test,http://b.test", "--cors-origin", "http://c")
-    assert got["cors_origins"] == ["http://a.test", "http://b.test", "http://c"]
+    assert got["cors_origins"] == ("http://a.test", "http://b.test", "http://c")
 
 
 def test_verbose_is_log_level_debug() -> None:

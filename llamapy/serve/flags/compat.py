@@ -1,5 +1,7 @@
-"""llama-server flags that have no option of their own here, spelled as llama-server spells
-them, so its command lines run unchanged.
+"""llama-server flags kept apart from the serving group, spelled as llama-server spells them, so
+its command lines run unchanged. ``--api-key-file`` and the TLS files are serving options of
+the option tree (:class:`~llamapy.options.ServeOptions`: their defaults, help and checks are
+there); the others have no option of their own.
 
 - ``--api-key-file FILE``: API keys, one per line, ``KEY [TENANT [admin]]`` (``#`` starts a
   comment line); they join ``--api-key``'s. Tenants: :mod:`llamapy.serve.tenants`.
@@ -24,8 +26,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ...errors import InvalidOptionError, UnsupportedFeatureError
+from ...errors import UnsupportedFeatureError
 from ..tenants import KeyTable
+from .tree import serve_flag
 
 __all__ = ["LOAD_MODES", "add_compat_flags", "api_keys", "check_compat", "compat_start_options",
            "ssl_files"]
@@ -43,11 +46,9 @@ LOAD_MODES: dict[str, dict[str, bool]] = {
 
 def add_compat_flags(group: argparse._ArgumentGroup) -> None:
     """Add llama-server's flags listed in the module docstring to ``group``."""
-    group.add_argument("--api-key-file", metavar="FILE",
-                       help="API keys, one per line: KEY [TENANT [admin]] ('#' lines are "
-                            "comments); with --api-key")
-    group.add_argument("--ssl-key-file", metavar="FILE", help="PEM private key: serve HTTPS")
-    group.add_argument("--ssl-cert-file", metavar="FILE", help="PEM certificate: serve HTTPS")
+    serve_flag(group, "api_key_file", metavar="FILE")
+    serve_flag(group, "ssl_key_file", metavar="FILE")
+    serve_flag(group, "ssl_cert_file", metavar="FILE")
     group.add_argument("-lm", "--load-mode", choices=tuple(LOAD_MODES), default="auto",
                        help="model loading mode, as llama.cpp's (default: auto = mmap)")
     group.add_argument("--sampler-seq", "--sampling-seq", metavar="LETTERS",
@@ -66,15 +67,13 @@ def add_compat_flags(group: argparse._ArgumentGroup) -> None:
 
 def check_compat(args: argparse.Namespace) -> None:
     """Refuse what cannot be honoured, before the model loads: raises
-    :class:`UnsupportedFeatureError`, :class:`InvalidOptionError` (a bad ``--api-key-file``
-    line, named), or ``OSError`` for an unreadable ``--api-key-file``."""
+    :class:`UnsupportedFeatureError`, :class:`~llamapy.errors.InvalidOptionError` (a bad
+    ``--api-key-file`` line, named), or ``OSError`` for an unreadable ``--api-key-file``. (Half
+    of TLS is refused by the option tree: :func:`llamapy.serve.flags.serving.serve_options`.)"""
     api_keys(args)
     if args.cont_batching is False:
         raise UnsupportedFeatureError(
             "cont_batching", "--no-cont-batching: batching is always continuous here")
-    if (args.ssl_key_file is None) != (args.ssl_cert_file is None):
-        raise InvalidOptionError("HTTPS needs both --ssl-key-file and --ssl-cert-file",
-                                 option="ssl_key_file")
 
 
 def api_keys(args: argparse.Namespace) -> KeyTable | None:

@@ -9,6 +9,10 @@
   time, and the level and logger name, in front of each message (both on by default here;
   llama-server's defaults differ, and its prefix is its own).
 - ``--log-file FILE`` also writes the log there; ``--log-disable`` logs nothing.
+
+``--log-level`` (and ``-v``) is in the serving group. Each option here but the verbosity
+threshold (another spelling of ``log_level``) is a serving option of the option tree
+(:class:`~llamapy.options.ServeOptions`), whose default and help its flag takes.
 """
 
 from __future__ import annotations
@@ -16,6 +20,9 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+
+from ...options.serve import LOG_COLORS
+from .tree import serve_flag, serve_switch
 
 __all__ = ["add_log_flags", "log_formatter", "log_handlers", "verbosity"]
 
@@ -36,16 +43,13 @@ def add_log_flags(group: argparse._ArgumentGroup) -> None:
                        type=verbosity, metavar="N",
                        help="llama.cpp's verbosity threshold: 0-1 error, 2 warning, 3 info, "
                             "4+ debug")
-    group.add_argument("--log-colors", nargs="?", const="on", default="auto",
-                       choices=("on", "off", "auto"),
-                       help="colour the log by level (default: auto, when stderr is a terminal)")
-    for name, what in (("timestamps", "the time"), ("prefix", "the level and logger name")):
-        group.add_argument(f"--log-{name}", dest=f"log_{name}", action="store_const",
-                           const=True, help=f"{what} before each message (default)")
-        group.add_argument(f"--no-log-{name}", dest=f"log_{name}", action="store_const",
-                           const=False, help=f"no {what} before each message")
-    group.add_argument("--log-file", metavar="FILE", help="also write the log to FILE")
-    group.add_argument("--log-disable", action="store_true", help="log nothing")
+    serve_flag(group, "log_colors", nargs="?", const="on", choices=LOG_COLORS)
+    serve_switch(group, "log_timestamps", ("--no-log-timestamps",),
+                 "no time before each message")
+    serve_switch(group, "log_prefix", ("--no-log-prefix",),
+                 "no level and logger name before each message")
+    serve_flag(group, "log_file", metavar="FILE")
+    serve_flag(group, "log_disable", action="store_true")
 
 
 class _Coloured(logging.Formatter):

@@ -5,15 +5,18 @@ llama-server's names that change nothing here are accepted so its command lines 
 unchanged: ``--jinja`` / ``--no-jinja`` (templates are always Jinja), ``--embedding`` /
 ``--embeddings`` (embeddings are always served; ``--no-embeddings-endpoint`` turns them off).
 ``--metrics`` is accepted and ``/metrics`` is on unless ``--no-metrics`` (llama-server's
-default is off). :func:`app_options` turns the parsed flags into ``create_app`` keywords.
+default is off).
+
+A flag of a serving option (:class:`~llamapy.options.ServeOptions`) takes its default and help
+from the option tree (:mod:`llamapy.serve.flags.tree`). :func:`serve_options` turns the parsed
+flags into the tree's options, checked there; :func:`app_options` into ``create_app`` keywords.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
-from collections.abc import Sequence
+import math
 from pathlib import Path
 from typing import Any
 
@@ -21,18 +24,35 @@ from ...chat.builtin_templates import BUILTIN_TEMPLATES, LLAMA_CPP_NAMES
 from ...errors import InvalidOptionError, UnsupportedFeatureError
 from ...options import REASONING_FORMATS
 from ...options.reports import CACHE_REPORTS
-from ...options.serve import ServeOptions, serve_default, serve_help
+from ...options.serve import (
+    LOG_LEVELS,
+    REASONING_SWITCHES,
+    SERVE_OPTION_NAMES,
+    ServeOptions,
+    serve_default,
+    serve_help,
+)
 from .compat import api_keys
-from .start import DEFAULT_MAX_BODY_BYTES
+from .tree import serve_flag, serve_switch, switch
 
-__all__ = ["LOG_LEVELS", "add_serving_flags", "app_options", "bind_hosts", "read_template",
-           "sleep_idle_seconds", "template_kwargs", "url_prefix"]
+__all__ = ["LOG_LEVELS", "NOT_APP_OPTIONS", "add_serving_flags", "app_options", "bind_hosts",
+           "body_bytes", "read_template", "serve_options", "sleep_idle_seconds",
+           "template_kwargs", "url_prefix"]
 
-LOG_LEVELS = ("debug", "info", "warning", "error")
-DEFAULT_REQUEST_TIMEOUT = ServeOptions().request_timeout
+#: The serving options' defaults (the option tree's).
+_TREE = ServeOptions()
+DEFAULT_REQUEST_TIMEOUT = _TREE.request_timeout
 #: ``--reasoning`` values (llama-server's) and the template variables they set.
-REASONING_SWITCH = {"on": {"enable_thinking": True}, "off": {"enable_thinking": False},
-                    "auto": {}}
+REASONING_SWITCH: dict[str, dict[str, bool]] = {
+    "on": {"enable_thinking": True}, "off": {"enable_thinking": False}, "auto": {}}
+#: ``--max-body-mb``'s unit, in bytes.
+MB = 1024 * 1024
+#: Serving options that are no ``create_app`` keyword: uvicorn's (bind address, TLS), the
+#: log's, and those it takes in another form (the API keys as a table, ``reasoning`` as
+#: template variables).
+NOT_APP_OPTIONS = frozenset({
+    "host", "port", "ssl_key_file", "ssl_cert_file", "api_key", "api_key_file", "reasoning",
+    "log_level", "log_colors", "log_timestamps", "log_prefix", "log_file", "log_disable"})
 
 
 class _ListAppend(argparse.Action):
@@ -45,65 +65,21 @@ class _ListAppend(argparse.Action):
         setattr(namespace, self.dest, items)
 
 
-def _switch(group: argparse._ArgumentGroup, names: Sequence[str], dest: str, on: bool,
-            help: str) -> None:
-    group.add_argument(*names, dest=dest, action="store_const", const=on, help=help)
-
-
-def _serve_flag(group: argparse._ArgumentGroup, name: str, *names: str, **kw: Any) -> None:
-    """The flag of serving option ``name`` (:class:`~llamapy.options.ServeOptions`): its
-    default and help from the option tree; spelled ``names``, else ``--<name>`` and the
-    tree's other spellings."""
-    spellings = names or ("--" + name.replace("_", "-"), *_tree_flags(name))
-    text = serve_help(name)
-    if kw.get("action") != "store_true" and "default:" not in text:
-        text += " (default: %(default)s)"
-    group.add_argument(*spellings, dest=name, default=serve_default(name), help=text, **kw)
-
-
-def _serve_switch(group: argparse._ArgumentGroup, name: str, off: Sequence[str],
-                  off_help: str) -> None:
-    """A switch pair for the boolean serving option ``name``: ``--<name>`` (and the tree's
-    other spellings) turns it on, ``off`` turns it off; its default is the tree's."""
-    on = ("--" + name.replace("_", "-"), *_tree_flags(name))
-    default = serve_default(name)
-    _switch(group, on, name, True, serve_help(name) + (" (default)" if default else ""))
-    _switch(group, off, name, False, off_help + ("" if default else " (default)"))
-    group.set_defaults(**{name: default})
-
-
-def _tree_flags(name: str) -> tuple[str, ...]:
-    return tuple(next(f for f in dataclasses.fields(ServeOptions) if f.name == name)
-                 .metadata.get("flags", ()))
-
-
 def _add_identity(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--model", "-m", metavar="PATH", action="append",
                        help="GGUF file to serve (default: the default model, fetched if "
                             "missing); repeatable: several models, loaded on demand")
-    group.add_argument("-a", "--alias", action=_ListAppend, default=[], metavar="NAME",
-                       help="public model id (default: the file's stem); repeatable or "
-                            "comma-separated: as llama-server, the alphabetically first is "
-                            "the id, all are accepted; with several --model, one per model, "
-                            "in order")
-    _serve_flag(group, "accept_any_model", action="store_true")
-    group.add_argument("--tags", action=_ListAppend, default=[], metavar="TAG",
-                       help="informational model tags, comma-separated (shown in /v1/models)")
-    _serve_flag(group, "host")
-    _serve_flag(group, "port", type=int)
-    group.add_argument("--api-key", help="require 'Authorization: Bearer KEY' or "
-                       "'x-api-key: KEY' (not on /health)")
-    group.add_argument("--cors-origin", "--cors-origins", dest="cors_origin", action=_ListAppend,
-                       default=[], metavar="ORIGIN", help="allow browser pages from ORIGIN "
-                       "to read responses (repeatable or comma-separated; '*' for any, "
-                       "'localhost' for any local origin: the default); other pages may "
-                       "not send POST requests")
-    group.add_argument("--allowed-hosts", action=_ListAppend, default=[], metavar="NAME",
-                       help="Host names this server answers to besides localhost, IP addresses "
-                       "and --host names (repeatable or comma-separated; '.example.com' for a "
-                       "domain and its subdomains, '*' for any): other names are refused, "
-                       "which stops DNS-rebinding pages (default: none; on --host 0.0.0.0 or "
-                       ":: without this flag, any name is answered)")
+    serve_flag(group, "alias", "-a", "--alias", action=_ListAppend, metavar="NAME",
+               more="; repeatable or comma-separated: as llama-server, the alphabetically "
+                    "first is the id, all are accepted; with several --model, one per model, "
+                    "in order")
+    serve_flag(group, "accept_any_model", action="store_true")
+    serve_flag(group, "tags", action=_ListAppend, metavar="TAG")
+    serve_flag(group, "host")
+    serve_flag(group, "port", type=int)
+    serve_flag(group, "api_key")
+    serve_flag(group, "cors_origins", action=_ListAppend, metavar="ORIGIN")
+    serve_flag(group, "allowed_hosts", action=_ListAppend, metavar="NAME")
 
 
 def _add_requests(group: argparse._ArgumentGroup) -> None:
@@ -113,24 +89,24 @@ def _add_requests(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--chat-template-file", metavar="FILE",
                        help="chat template file overriding the GGUF's (wins over "
                             "--chat-template)")
-    _serve_flag(group, "n_predict", type=int, metavar="N")
-    _serve_flag(group, "default_ignore_eos", "--ignore-eos", action="store_true")
-    _serve_flag(group, "reasoning_format", choices=REASONING_FORMATS)
-    _serve_flag(group, "cache_report", choices=CACHE_REPORTS)
+    serve_flag(group, "n_predict", type=int, metavar="N")
+    serve_flag(group, "default_ignore_eos", "--ignore-eos", action="store_true")
+    serve_flag(group, "reasoning_format", choices=REASONING_FORMATS)
+    serve_flag(group, "cache_report", choices=CACHE_REPORTS)
     group.add_argument("--chat-template-kwargs", metavar="JSON",
                        help="chat template variables of every request, a JSON object "
                             "(a request's chat_template_kwargs extend them)")
-    group.add_argument("-rea", "--reasoning", choices=tuple(REASONING_SWITCH), default="auto",
-                       help="thinking in the chat template: on/off set enable_thinking for "
-                            "requests that do not (default: auto = the template's own)")
-    _serve_flag(group, "request_timeout", type=float, metavar="SECONDS")
-    group.add_argument("--max-body-mb", type=float, default=DEFAULT_MAX_BODY_BYTES / 2**20,
-                       help="largest request body accepted, MB (default: %(default)g)")
+    serve_flag(group, "reasoning", "-rea", "--reasoning", choices=REASONING_SWITCHES)
+    serve_flag(group, "request_timeout", type=float, metavar="SECONDS")
+    # the option is in bytes, the flag in MB (llama-server has no such flag)
+    group.add_argument("--max-body-mb", type=float,
+                       default=_TREE.max_body_bytes / MB,
+                       help=serve_help("max_body_bytes") + ", MB (default: %(default)g)")
 
 
 def _add_http(group: argparse._ArgumentGroup) -> None:
-    _serve_flag(group, "api_prefix", metavar="PREFIX")
-    _serve_flag(group, "sse_ping_interval", type=float, metavar="S")
+    serve_flag(group, "api_prefix", metavar="PREFIX")
+    serve_flag(group, "sse_ping_interval", type=float, metavar="S")
 
 
 def _add_endpoints(group: argparse._ArgumentGroup) -> None:
@@ -142,30 +118,26 @@ def _add_endpoints(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--embedding", "--embeddings", dest="embedding", action="store_true",
                        help="accepted for llama-server compatibility: embeddings are always "
                             "served next to generation")
-    _serve_switch(group, "webui", ("--no-webui", "--no-ui"),
-                  "no pages: / and /dashboard answer 404")
-    _serve_switch(group, "slots", ("--no-slots",), "/slots answers 501")
-    _serve_switch(group, "prefill_assistant", ("--no-prefill-assistant",),
-                  "answer a final assistant message in a new turn instead of continuing it")
-    _serve_flag(group, "spm_infill", action="store_true")
-    _serve_flag(group, "slot_save_path", metavar="DIR")
-    _serve_flag(group, "props", action="store_true")
-    _serve_switch(group, "metrics", ("--no-metrics",), "/metrics answers 501")
-    _switch(group, ("--jinja",), "jinja", True,
-            "accepted for llama-server compatibility: templates are always rendered as Jinja")
-    _switch(group, ("--no-jinja",), "jinja", False,
-            "accepted for llama-server compatibility; ignored (templates are always Jinja)")
-    group.add_argument("--log-level", choices=LOG_LEVELS, default="info",
-                       help="log level (default: info)")
+    serve_switch(group, "webui", ("--no-webui", "--no-ui"),
+                 "no pages: / and /dashboard answer 404")
+    serve_switch(group, "slots", ("--no-slots",), "/slots answers 501")
+    serve_switch(group, "prefill_assistant", ("--no-prefill-assistant",),
+                 "answer a final assistant message in a new turn instead of continuing it")
+    serve_flag(group, "spm_infill", action="store_true")
+    serve_flag(group, "slot_save_path", metavar="DIR")
+    serve_flag(group, "props", action="store_true")
+    serve_switch(group, "metrics", ("--no-metrics",), "/metrics answers 501")
+    switch(group, ("--jinja",), "jinja", True,
+           "accepted for llama-server compatibility: templates are always rendered as Jinja")
+    switch(group, ("--no-jinja",), "jinja", False,
+           "accepted for llama-server compatibility; ignored (templates are always Jinja)")
+    serve_flag(group, "log_level", choices=LOG_LEVELS)
     group.add_argument("-v", "--verbose", "--log-verbose", dest="log_level",
                        action="store_const", const="debug", help="same as --log-level debug")
 
 
 def _add_lifecycle(group: argparse._ArgumentGroup) -> None:
-    group.add_argument("--sleep-idle-seconds", type=float, default=-1, metavar="SECONDS",
-                       help="unload the model after SECONDS without a request and reload it "
-                            "on the next one (/props is_sleeping; default: -1 = never; with "
-                            "several models: the default --keep-alive)")
+    serve_flag(group, "sleep_idle_seconds", type=float, metavar="SECONDS")
 
 
 def add_serving_flags(group: argparse._ArgumentGroup) -> None:
@@ -214,28 +186,39 @@ def template_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return {**kwargs, **REASONING_SWITCH[args.reasoning]}
 
 
+def serve_options(args: argparse.Namespace) -> ServeOptions:
+    """The serving options the parsed flags give, checked by the option tree (a bad value
+    raises :class:`InvalidOptionError`, before any model loads when called first)."""
+    names = sorted(set(args.alias or ())) or [None]  # llama-server keeps them in a std::set
+    values = {name: getattr(args, name) for name in SERVE_OPTION_NAMES if hasattr(args, name)}
+    values.update(alias=names[0], aliases=tuple(names[1:]), tags=tuple(sorted(set(args.tags))),
+                  cors_origins=tuple(args.cors_origins), allowed_hosts=tuple(args.allowed_hosts),
+                  embeddings=args.embeddings_endpoint, max_body_bytes=body_bytes(args.max_body_mb),
+                  sleep_idle_seconds=sleep_idle_seconds(args))
+    return ServeOptions(**values)
+
+
 def app_options(args: argparse.Namespace) -> dict[str, Any]:
-    """``create_app`` keywords (beyond the target and ``own_server``) from the flags."""
+    """``create_app`` keywords (beyond the target and ``own_server``) from the flags: the
+    serving options (:func:`serve_options`) but :data:`NOT_APP_OPTIONS`, the API keys' table,
+    the chat template and its variables, the bound addresses and ``verbose``."""
+    serving = serve_options(args)
     template = (Path(args.chat_template_file).read_text(encoding="utf-8")
                 if args.chat_template_file else read_template(args.chat_template))
-    names = sorted(set(args.alias)) or [None]  # llama-server keeps them in a std::set
-    return {
-        "alias": names[0], "aliases": tuple(names[1:]), "tags": tuple(sorted(set(args.tags))),
-        "api_prefix": args.api_prefix, "sse_ping_interval": args.sse_ping_interval,
-        "api_keys": api_keys(args), "cors_origins": args.cors_origin, "chat_template": template,
-        "allowed_hosts": tuple(args.allowed_hosts), "bind_hosts": bind_hosts(args),
-        "request_timeout": args.request_timeout, "max_body_bytes": int(args.max_body_mb * 2**20),
-        "embeddings": args.embeddings_endpoint, "webui": args.webui, "slots": args.slots,
-        "metrics": args.metrics, "props": args.props,
-        "slot_save_path": args.slot_save_path,
-        "n_predict": args.n_predict, "reasoning_format": args.reasoning_format,
-        "template_kwargs": template_kwargs(args), "accept_any_model": args.accept_any_model,
-        "prefill_assistant": args.prefill_assistant,
-        "spm_infill": args.spm_infill, "verbose": args.log_level == "debug",
-        "default_ignore_eos": args.default_ignore_eos,
-        "cache_report": args.cache_report,
-        "sleep_idle_seconds": sleep_idle_seconds(args),
-    }
+    return {**{name: getattr(serving, name) for name in SERVE_OPTION_NAMES
+               if name not in NOT_APP_OPTIONS},
+            "api_keys": api_keys(args), "chat_template": template,
+            "template_kwargs": template_kwargs(args), "bind_hosts": bind_hosts(args),
+            "verbose": serving.log_level == "debug"}
+
+
+def body_bytes(mb: float) -> int:
+    """``--max-body-mb`` in bytes (a value that is no finite number raises
+    :class:`InvalidOptionError`; the option tree checks the rest)."""
+    if not math.isfinite(mb):
+        raise InvalidOptionError(f"--max-body-mb must be a finite number, got {mb!r}",
+                                 option="max_body_bytes")
+    return int(mb * MB)
 
 
 def bind_hosts(args: argparse.Namespace) -> tuple[str, ...]:
@@ -253,6 +236,6 @@ def url_prefix(value: str) -> str:
 
 
 def sleep_idle_seconds(args: argparse.Namespace) -> float | None:
-    """``--sleep-idle-seconds`` (None: never sleep)."""
-    value = float(args.sleep_idle_seconds)
-    return value if value >= 0 else None
+    """``--sleep-idle-seconds`` (None: never sleep, as when it is negative)."""
+    value = args.sleep_idle_seconds
+    return None if value is None or value < 0 else float(value)

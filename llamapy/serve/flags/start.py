@@ -25,9 +25,6 @@ from typing import Any
 from ...options import START_OPTION_OWNERS, field_default, field_help, start_option_keys
 from .compat import compat_start_options
 
-#: Default request body limit: generous for long prompts, small enough to stop abuse.
-DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
-
 __all__ = ["SERVE_DEFAULTS", "OptionSpec", "add_option_flags", "option_specs",
            "serve_cache_ram_mb", "serve_start_options", "shown_default", "start_options",
            "unlimited_cache_ram_mb"]
