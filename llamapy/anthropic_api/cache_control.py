@@ -21,15 +21,17 @@ template refuses to render keeps nothing for that breakpoint.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from ..engine.cache.ram import common_prefix
 from ..errors import InvalidOptionError, LlamapyError
-from ..openai_api.params import ChatBody, parse_body
+from ..openai_api.chat_request import ChatRequest
+from ..openai_api.params import parse_body
 from ..openai_api.prompt import render_prompt
 from ..openai_api.target import ServedModel
 from .params import MessagesBody
@@ -37,7 +39,7 @@ from .params import MessagesBody
 __all__ = ["MAX_BREAKPOINTS", "CacheControl", "breakpoints", "cache_pins"]
 
 #: Translates a Messages body into the chat request it stands for.
-ToChat = Callable[[ServedModel, MessagesBody], dict[str, Any]]
+ToChat = Callable[[ServedModel, MessagesBody], ChatRequest]
 
 #: Most ``cache_control`` breakpoints of one request.
 MAX_BREAKPOINTS = 4
@@ -136,10 +138,8 @@ def _prefix_length(served: ServedModel, body: MessagesBody, point: Breakpoint,
         return len(token_ids)
     try:
         request = to_chat(served, _truncated(body, point))
-        request.update(add_generation_prompt=False, continue_final_message=False)
-        chat = parse_body(ChatBody, request)
-        tools_active = bool(chat.tools) and chat.tool_choice != "none"
-        prompt = render_prompt(served, chat, tools_active)
+        prompt = render_prompt(served, dataclasses.replace(request, extras={
+            **request.extras, "add_generation_prompt": False, "continue_final_message": False}))
     except LlamapyError:
         return 0
     return common_prefix(served.tokenize_prompt(prompt), token_ids)

@@ -1,8 +1,9 @@
 """From an Anthropic Messages request to a :class:`~llamapy.openai_api.ChatPlan`.
 
-The request is translated into an OpenAI chat request and prepared by
-:func:`~llamapy.openai_api.prepare_chat`, so the chat template, tool instructions, forced-call
-grammar, request options and output parser are those of ``/v1/chat/completions``:
+The request is translated into a :class:`~llamapy.openai_api.chat_request.ChatRequest` (no
+API's shape) and prepared by :func:`~llamapy.openai_api.prompt.prepare_request`, so the chat
+template, tool instructions, forced-call grammar, request options and output parser are those
+of ``/v1/chat/completions``:
 
 - ``system`` (a string or text blocks) becomes the system message. Claude Code starts it with
   an ``x-anthropic-billing-header`` line whose ``cch=`` stamp changes on every request; the
@@ -32,8 +33,9 @@ from typing import Any
 
 from ..errors import InvalidOptionError, UnsupportedFeatureError
 from ..openai_api.bridge import api_id, forward_extras, polyfill_history
-from ..openai_api.params import parse_body
-from ..openai_api.prompt import ChatPlan, prepare_chat
+from ..openai_api.chat_request import ChatRequest, api_extras
+from ..openai_api.params import ResponseFormat, engine_extras, parse_body
+from ..openai_api.prompt import ChatPlan, prepare_request
 from ..openai_api.target import ServedModel
 from .cache_control import breakpoints, cache_pins
 from .params import (
@@ -184,11 +186,12 @@ def _tools(body: MessagesBody) -> list[dict[str, Any]] | None:
         **({"description": tool.description} if tool.description else {})}} for tool in tools]
 
 
-def _response_format(body: MessagesBody) -> dict[str, Any] | None:
+def _response_format(body: MessagesBody) -> ResponseFormat | None:
     fmt = body.output_config.format if body.output_config else None
     if fmt is None:
         return None
-    return {"type": "json_schema", "json_schema": {"name": "output", "schema": fmt.schema_}}
+    return parse_body(ResponseFormat, {"type": "json_schema", "json_schema": {
+        "name": "output", "schema": fmt.schema_}})
 
 
 def _template_kwargs(body: MessagesBody, extra: dict[str, Any]) -> dict[str, Any] | None:
@@ -201,25 +204,26 @@ def _template_kwargs(body: MessagesBody, extra: dict[str, Any]) -> dict[str, Any
     return {"enable_thinking": body.thinking.type != "disabled", **(kwargs or {})}
 
 
-def chat_request(served: ServedModel, body: MessagesBody) -> dict[str, Any]:
-    """The OpenAI chat request a Messages body stands for."""
+def chat_request(served: ServedModel, body: MessagesBody) -> ChatRequest:
+    """The :class:`~llamapy.openai_api.chat_request.ChatRequest` a Messages body stands for."""
     extra = forward_extras(body.model_extra or {}, fields=MESSAGES_FIELDS, owned=OWNED_OPTIONS)
+    kwargs = _template_kwargs(body, extra)
     messages = chat_messages(body.messages)
     system = system_text(body.system)
     if system is not None:
         messages.insert(0, {"role": "system", "content": system})
-    fields: dict[str, Any] = {
-        "model": body.model, "max_tokens": body.max_tokens, "stop": body.stop_sequences,
-        "temperature": body.temperature, "top_p": body.top_p, "top_k": body.top_k,
-        "tools": _tools(body), "tool_choice": _tool_choice(body.tool_choice),
-        "response_format": _response_format(body),
-        "session": body.metadata.user_id if body.metadata else None,
-        "chat_template_kwargs": _template_kwargs(body, extra),
-    }
-    request = {key: value for key, value in fields.items() if value is not None}
-    request.update(extra)
-    request["messages"] = polyfill_history(served.template().source, messages)
-    return request
+    own = {"stop": body.stop_sequences, "temperature": body.temperature, "top_p": body.top_p,
+           "top_k": body.top_k, "session": body.metadata.user_id if body.metadata else None}
+    fields = {key: value for key, value in own.items() if value is not None}
+    fields.update(engine_extras(extra))
+    extras = api_extras(extra)
+    if kwargs is not None:
+        extras["chat_template_kwargs"] = kwargs
+    return ChatRequest(
+        messages=tuple(polyfill_history(served.template().source, messages)),
+        model=body.model, tools=tuple(_tools(body) or ()),
+        tool_choice=_tool_choice(body.tool_choice), response_format=_response_format(body),
+        fields=fields, extras=extras, max_tokens=body.max_tokens)
 
 
 def prepare_messages(served: ServedModel, request: Mapping[str, Any], *,
@@ -230,7 +234,7 @@ def prepare_messages(served: ServedModel, request: Mapping[str, Any], *,
     if generate and body.max_tokens is None:
         raise InvalidOptionError("max_tokens is required", option="max_tokens")
     points = breakpoints(body)
-    chat = prepare_chat(served, chat_request(served, body))
+    chat = prepare_request(served, chat_request(served, body))
     if generate and points:
         chat.intent = served.revise(chat.intent, cache_pins=cache_pins(
             served, body, chat.token_ids, points, chat_request))

@@ -1,7 +1,8 @@
 """From an Ollama ``/api/chat`` or ``/api/generate`` request to an :class:`OllamaPlan`.
 
-The request is translated into an OpenAI chat request and prepared by
-:func:`~llamapy.openai_api.prepare_chat`, so the chat template, tool instructions, output
+The request is translated into a :class:`~llamapy.openai_api.chat_request.ChatRequest` (no
+API's shape) and prepared by :func:`~llamapy.openai_api.prompt.prepare_request`, so the chat
+template, tool instructions, output
 parser (reasoning and tool calls), JSON-schema grammar, request options, tenants and prefix
 reuse are those of ``/v1/chat/completions``:
 
@@ -31,8 +32,9 @@ from typing import Any, Literal
 from ..chat import OutputParser
 from ..errors import UnsupportedFeatureError
 from ..openai_api.bridge import polyfill_history
-from ..openai_api.params import parse_body
-from ..openai_api.prompt import prepare_chat
+from ..openai_api.chat_request import ChatRequest
+from ..openai_api.params import ResponseFormat, parse_body
+from ..openai_api.prompt import prepare_request
 from ..openai_api.target import ServedModel
 from ..server import GenerationIntent
 from .options import check_num_ctx, engine_options, served_name, token_budget
@@ -107,37 +109,34 @@ def chat_messages(messages: list[Message]) -> list[dict[str, Any]]:
     return out
 
 
-def _response_format(body: GenerationBody) -> dict[str, Any] | None:
+def _response_format(body: GenerationBody) -> ResponseFormat | None:
     if body.format in (None, ""):
         return None
     if body.format == "json":
-        return {"type": "json_object"}
-    return {"type": "json_schema", "json_schema": {"name": "format", "schema": body.format}}
+        return parse_body(ResponseFormat, {"type": "json_object"})
+    return parse_body(ResponseFormat, {"type": "json_schema", "json_schema": {
+        "name": "format", "schema": body.format}})
 
 
 def _request(served: ServedModel, body: GenerationBody, messages: list[dict[str, Any]],
-             tools: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """The OpenAI chat request (the budget is set later, once the prompt is known)."""
-    request: dict[str, Any] = {**engine_options(body.options), "max_tokens": 1}
-    if body.logprobs:
-        request.update(logprobs=True, top_logprobs=body.top_logprobs or 0)
-    request["messages"] = polyfill_history(served.template().source, messages)
-    fmt = _response_format(body)
-    if fmt is not None:
-        request["response_format"] = fmt
-    if tools:
-        request["tools"] = tools
-    if body.think is not None:
-        request["chat_template_kwargs"] = {"enable_thinking": body.think is not False}
-    return request
+             tools: list[dict[str, Any]] | None = None) -> ChatRequest:
+    """The :class:`~llamapy.openai_api.chat_request.ChatRequest` of an Ollama body (its
+    budget is set once the prompt is known, :func:`_plan`)."""
+    extras = {} if body.think is None else {
+        "chat_template_kwargs": {"enable_thinking": body.think is not False}}
+    return ChatRequest(
+        messages=tuple(polyfill_history(served.template().source, messages)),
+        tools=tuple(tools or ()), response_format=_response_format(body),
+        fields=engine_options(body.options), extras=extras,
+        top_logprobs=(body.top_logprobs or 0) if body.logprobs else None)
 
 
-def _plan(served: ServedModel, body: GenerationBody, kind: Kind, request: dict[str, Any],
+def _plan(served: ServedModel, body: GenerationBody, kind: Kind, request: ChatRequest,
           raw_prompt: str | None = None) -> OllamaPlan:
     served_name(served, body.model)
     options: Options | None = body.options
     check_num_ctx(options, served.n_ctx_seq())
-    chat = prepare_chat(served, request)
+    chat = prepare_request(served, request)  # (the name was checked: Ollama's spellings)
     token_ids, parser = chat.token_ids, chat.parser
     if raw_prompt is not None:
         token_ids = served.tokenize_prompt(raw_prompt)
@@ -175,5 +174,5 @@ def prepare_generate(served: ServedModel, request: Mapping[str, Any] | GenerateB
     messages = [{"role": "user", "content": prompt}]
     if body.system:
         messages.insert(0, {"role": "system", "content": body.system})
-    request = _request(served, body, messages)
-    return _plan(served, body, "generate", request, prompt if body.raw else None)
+    return _plan(served, body, "generate", _request(served, body, messages),
+                 prompt if body.raw else None)

@@ -22,6 +22,7 @@ from .chat import (
     chat_response,
     stream_chat_completion,
 )
+from .chat_request import ChatRequest
 from .completions import (
     acompletion,
     astream_completion,
@@ -29,7 +30,7 @@ from .completions import (
     stream_completion,
 )
 from .params import ENGINE_ALIASES, ChatBody, CompletionBody
-from .prompt import ChatPlan, prepare_chat
+from .prompt import ChatPlan, prepare_chat, prepare_request
 from .responses import (
     ResponseStream,
     acreate_response,
@@ -46,6 +47,7 @@ __all__ = [
     "ENGINE_ALIASES",
     "ChatBody",
     "ChatPlan",
+    "ChatRequest",
     "ChatStream",
     "CompletionBody",
     "ResponseStream",
@@ -64,6 +66,7 @@ __all__ = [
     "count_input_tokens",
     "create_response",
     "prepare_chat",
+    "prepare_request",
     "prepare_responses",
     "served",
     "stream_chat_completion",

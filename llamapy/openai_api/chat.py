@@ -159,7 +159,7 @@ class ChatStream:
         chunks.append(final)
         self.final_usage = Usage(event.prompt_tokens, event.completion_tokens,
                                  event.timings.reused_tokens)
-        if self.plan.body.include_usage() and self.usage:
+        if self.plan.request.include_usage and self.usage:
             chunks.append({**usage_chunk(self.plan, [self.final_usage]),
                            "timings": final["timings"]})
         return chunks
@@ -194,7 +194,7 @@ async def aready(target: Target) -> ServedModel:
 def chat_completion(target: Target, request: Mapping[str, Any]) -> dict[str, Any]:
     """A ``chat.completion`` for an OpenAI chat request (``stream`` is ignored)."""
     plan = prepare_chat(ready(target), request)
-    intents = plan.served.choices(plan.intent, plan.body.n)
+    intents = plan.served.choices(plan.intent, plan.request.n)
     return chat_choices_response(plan, [plan.served.complete(plan.token_ids, intent)
                                         for intent in intents])
 
@@ -208,13 +208,13 @@ def stream_chat_completion(target: Target, request: Mapping[str, Any]
 
 def _stream(plan: ChatPlan) -> Iterator[dict[str, Any]]:
     """The chunks of each choice in turn (``n`` > 1: one choice generated after another)."""
-    streams = [ChatStream(plan, i, usage=plan.body.n == 1) for i in range(plan.body.n)]
-    for stream, options in zip(streams, plan.served.choices(plan.intent, plan.body.n),
+    streams = [ChatStream(plan, i, usage=plan.request.n == 1) for i in range(plan.request.n)]
+    for stream, options in zip(streams, plan.served.choices(plan.intent, plan.request.n),
                                strict=True):
         with closing(plan.served.events(plan.token_ids, options)) as events:
             for event in events:
                 yield from stream.on_event(event)
-    if plan.body.n > 1 and plan.body.include_usage():
+    if plan.request.n > 1 and plan.request.include_usage:
         yield usage_chunk(plan, [s.final_usage for s in streams if s.final_usage])
 
 
@@ -231,7 +231,7 @@ async def achat_completion(target: Target, request: Mapping[str, Any]) -> dict[s
     """Async :func:`chat_completion`; cancelling the task cancels the request."""
     plan = await asyncio.to_thread(prepare_chat, await aready(target), request)
     done = await plan.served.acomplete_all(
-        [(plan.token_ids, options) for options in plan.served.choices(plan.intent, plan.body.n)])
+        [(plan.token_ids, options) for options in plan.served.choices(plan.intent, plan.request.n)])
     return chat_choices_response(plan, done)
 
 
@@ -239,7 +239,7 @@ async def astream_chat_completion(target: Target, request: Mapping[str, Any]
                                   ) -> AsyncGenerator[dict[str, Any], None]:
     """Async :func:`stream_chat_completion`; closing the iterator cancels the request."""
     plan = await asyncio.to_thread(prepare_chat, await aready(target), request)
-    if plan.body.n > 1:
+    if plan.request.n > 1:
         async with aclosing(_astream_choices(plan)) as chunks:
             async for chunk in chunks:
                 yield chunk
@@ -255,7 +255,7 @@ async def _astream_choices(plan: ChatPlan) -> AsyncGenerator[dict[str, Any], Non
     """The ``n`` choices generated concurrently, their chunks interleaved as they come (each
     carries its ``index``), then the summed usage if asked for. The first failure ends the
     stream with its error and cancels the other choices."""
-    n = plan.body.n
+    n = plan.request.n
     plan.served.server.check_fits_at_once(n)
     queue: asyncio.Queue[dict[str, Any] | BaseException | None] = asyncio.Queue()
     streams = [ChatStream(plan, i, usage=False) for i in range(n)]
@@ -279,7 +279,7 @@ async def _astream_choices(plan: ChatPlan) -> AsyncGenerator[dict[str, Any], Non
                 if isinstance(item, BaseException):
                     raise item
                 yield item
-        if plan.body.include_usage():
+        if plan.request.include_usage:
             yield usage_chunk(plan, [s.final_usage for s in streams if s.final_usage])
     finally:
         for task in tasks:

@@ -20,7 +20,7 @@ from ..errors import InvalidOptionError, UnsupportedFeatureError
 from ..server import Completion, GenerationIntent, Usage
 from .chat import Target, aready, ready
 from .logprobs import MIN_CANDIDATES, legacy_logprobs
-from .params import CompletionBody, check_unsupported, parse_body, sampling_options
+from .params import CompletionBody, api_extra, check_unsupported, parse_body, sampling_options
 from .prompt import call_intent, new_id
 from .report import (
     SYSTEM_FINGERPRINT,
@@ -101,7 +101,8 @@ def prepare_completion(served: ServedModel, request: Mapping[str, Any]) -> Compl
         fields["n_probs"] = max(fields.get("n_probs", 0), body.logprobs, MIN_CANDIDATES)
     intents = []
     for index in range(0, len(pairs), body.n):  # choice i * n + j: prompt i, choice j
-        intent = call_intent(served, body, fields, body.max_tokens, len(pairs[index][0]))
+        intent = call_intent(served, api_extra(body, "ignore_eos"), fields, body.max_tokens,
+                             len(pairs[index][0]))
         intents.extend(served.choices(intent, body.n))
     return CompletionPlan(served, body, [ids for ids, _ in pairs], [t for _, t in pairs],
                           intents)

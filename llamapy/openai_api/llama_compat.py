@@ -23,6 +23,7 @@ from ..options import aliases_of
 from ..options._spec import is_int
 from ..options.samplers import sampler_names
 from ..server import Completion, GenerationIntent, Model
+from .chat_request import from_chat_body
 from .completions import check_token_ids
 from .logprobs import MIN_CANDIDATES, sampled_logprob
 from .params import ChatBody, engine_extras, parse_body
@@ -244,9 +245,7 @@ def detokenize(served: ServedModel, request: Mapping[str, Any]) -> dict[str, Any
 
 def apply_template(served: ServedModel, request: Mapping[str, Any]) -> dict[str, Any]:
     """``/apply-template``: the prompt a chat request renders to."""
-    body = parse_body(ChatBody, request)
-    tools_active = bool(body.tools) and body.tool_choice != "none"
-    return {"prompt": render_prompt(served, body, tools_active)}
+    return {"prompt": render_prompt(served, from_chat_body(parse_body(ChatBody, request)))}
 
 
 def slot_n_ctx(served: ServedModel) -> int:

@@ -1,10 +1,12 @@
 """From a chat request to a prompt: messages through the chat template, tools, grammar.
 
-:func:`prepare_chat` renders the conversation with the model's chat template (tool
-instructions added to the system message when the template does not present ``tools``
-itself), picks the grammar (forced tool call, ``response_format``, raw ``grammar``) and
-resolves the engine options once, into a typed :class:`~llamapy.server.GenerationIntent`. It
-does everything but generate, so the sync, async, streaming and non-streaming paths share it.
+:func:`prepare_request` takes a chat request of any API (a
+:class:`~.chat_request.ChatRequest`; :func:`prepare_chat` makes one from an OpenAI body),
+renders the conversation with the model's chat template (tool instructions added to the
+system message when the template does not present ``tools`` itself), picks the grammar
+(forced tool call, ``response_format``, raw ``grammar``) and resolves the engine options once,
+into a typed :class:`~llamapy.server.GenerationIntent`. It does everything but generate, so
+the sync, async, streaming and non-streaming paths share it.
 """
 
 from __future__ import annotations
@@ -22,16 +24,9 @@ from ..grammar.json_schema import json_object_grammar, schema_to_gbnf
 from ..grammar.tool_calls import offered_grammar_or_none, tool_call_grammar
 from ..options import check_reasoning_format
 from ..server import GenerationIntent
+from .chat_request import ChatRequest, from_chat_body
 from .logprobs import MIN_CANDIDATES
-from .params import (
-    RETENTION_S,
-    ChatBody,
-    ResponseFormat,
-    api_extra,
-    check_unsupported,
-    parse_body,
-    sampling_options,
-)
+from .params import ChatBody, ResponseFormat, check_unsupported, parse_body
 from .target import ServedModel
 
 
@@ -46,7 +41,7 @@ class ChatPlan:
     to parse the output."""
 
     served: ServedModel
-    body: ChatBody
+    request: ChatRequest
     prompt: str
     token_ids: list[int]
     intent: GenerationIntent
@@ -65,7 +60,7 @@ class ChatPlan:
     def verbose(self) -> bool:
         """Whether responses carry llama-server's ``__verbose`` object (the request's
         ``verbose``, else the server's ``--verbose``)."""
-        asked = api_extra(self.body, "verbose")
+        asked = self.request.extra("verbose")
         if asked is not None and not isinstance(asked, bool):
             raise InvalidOptionError("verbose must be a boolean", option="verbose")
         return self.served.verbose if asked is None else asked
@@ -73,7 +68,7 @@ class ChatPlan:
     @property
     def top_logprobs(self) -> int | None:
         """How many alternatives per token to report (None: no logprobs)."""
-        return (self.body.top_logprobs or 0) if self.body.logprobs else None
+        return self.request.top_logprobs
 
     def parser(self) -> OutputParser:
         """A fresh output parser for this request."""
@@ -81,19 +76,8 @@ class ChatPlan:
                                          reasoning_started=self.reasoning_started)
 
 
-def template_messages(body: ChatBody) -> list[dict[str, Any]]:
-    """Messages as the template gets them (``developer`` becomes ``system``)."""
-    out = []
-    for message in body.messages:
-        item = message.model_dump(exclude_none=True)
-        if item["role"] == "developer":
-            item["role"] = "system"
-        out.append(item)
-    return out
-
-
-def _with_tool_instructions(messages: list[dict[str, Any]], tools: list[dict[str, Any]]
-                            ) -> list[dict[str, Any]]:
+def _with_tool_instructions(messages: list[Mapping[str, Any]], tools: list[Mapping[str, Any]]
+                            ) -> list[Mapping[str, Any]]:
     section = tool_instructions(tools)
     if messages and messages[0]["role"] == "system":
         first = dict(messages[0])
@@ -105,21 +89,22 @@ def _with_tool_instructions(messages: list[dict[str, Any]], tools: list[dict[str
     return [{"role": "system", "content": section}, *messages]
 
 
-def render_prompt(served: ServedModel, body: ChatBody, tools_active: bool) -> str:
+def render_prompt(served: ServedModel, request: ChatRequest) -> str:
     """The rendered prompt text (raises ``TemplateError`` with the template's message)."""
-    messages = template_messages(body)
-    tools = [tool.model_dump(exclude_none=True, by_alias=True) for tool in body.tools or []]
+    messages = list(request.messages)
+    tools = list(request.tools)
+    tools_active = request.tools_active
     if tools_active and not served.template_renders_tools():
         messages = _with_tool_instructions(messages, tools)
-    kwargs = api_extra(body, "chat_template_kwargs") or {}
+    kwargs = request.extra("chat_template_kwargs") or {}
     if not isinstance(kwargs, Mapping):
         raise InvalidOptionError("chat_template_kwargs must be an object",
                                  option="chat_template_kwargs")
     variables = {**served.template_kwargs, **kwargs}
     tools_arg = tools if tools_active else None
-    if _continues(body, messages, served.prefill_assistant):
+    if _continues(request, messages, served.prefill_assistant):
         return served.template().render_continuation(messages, tools=tools_arg, **variables)
-    add = api_extra(body, "add_generation_prompt", True)
+    add = request.extra("add_generation_prompt", True)
     if not isinstance(add, bool):
         raise InvalidOptionError("add_generation_prompt must be a boolean",
                                  option="add_generation_prompt")
@@ -127,11 +112,12 @@ def render_prompt(served: ServedModel, body: ChatBody, tools_active: bool) -> st
                                     **variables)
 
 
-def _continues(body: ChatBody, messages: list[dict[str, Any]], prefill: bool) -> bool:
+def _continues(request: ChatRequest, messages: list[Mapping[str, Any]], prefill: bool
+               ) -> bool:
     """Whether the model continues the last (assistant) message: ``continue_final_message``
     (``true``, ``"content"``), or llama-server's assistant prefill (on unless the server runs
     with ``--no-prefill-assistant``) when the conversation ends with an assistant message."""
-    explicit = api_extra(body, "continue_final_message")
+    explicit = request.extra("continue_final_message")
     last = messages[-1] if messages else {}
     if explicit not in (None, False, True, "content", "reasoning_content"):
         raise InvalidOptionError("continue_final_message must be a boolean or \"content\"",
@@ -139,7 +125,7 @@ def _continues(body: ChatBody, messages: list[dict[str, Any]], prefill: bool) ->
     wanted = bool(explicit) or (explicit is None and prefill and last.get("role") == "assistant")
     if not wanted:
         return False
-    if explicit and api_extra(body, "add_generation_prompt") is True:
+    if explicit and request.extra("add_generation_prompt") is True:
         raise InvalidOptionError("Cannot set both add_generation_prompt and "
                                  "continue_final_message to true.", option="add_generation_prompt")
     if last.get("role") != "assistant":
@@ -154,17 +140,16 @@ def _continues(body: ChatBody, messages: list[dict[str, Any]], prefill: bool) ->
     return True
 
 
-def _tool_grammar(served: ServedModel, body: ChatBody) -> str | None:
+def _tool_grammar(served: ServedModel, request: ChatRequest) -> str | None:
     """The forced-call grammar of ``tool_choice`` ``required`` or a named function."""
-    choice = body.tool_choice
+    choice = request.tool_choice
     if choice is None or choice in ("auto", "none"):
         return None
-    if not body.tools:
+    if not request.tools:
         raise InvalidOptionError("tool_choice needs tools", option="tool_choice")
-    tools = [tool.model_dump(exclude_none=True) for tool in body.tools]
-    choice_value = choice if isinstance(choice, str) else choice.model_dump()
-    return tool_call_grammar(tools, choice_value, served.tool_protocol(),
-                             parallel=bool(body.parallel_tool_calls))
+    return tool_call_grammar([dict(tool) for tool in request.tools],
+                             choice if isinstance(choice, str) else dict(choice),
+                             served.tool_protocol(), parallel=request.parallel_tool_calls)
 
 
 def _format_grammar(fmt: ResponseFormat | None) -> str | None:
@@ -178,12 +163,12 @@ def _format_grammar(fmt: ResponseFormat | None) -> str | None:
     return schema_to_gbnf(schema) if schema is not None else json_object_grammar()
 
 
-def response_grammar(served: ServedModel, body: ChatBody) -> str | None:
+def response_grammar(served: ServedModel, request: ChatRequest) -> str | None:
     """The grammar a request implies: a forced tool call, ``response_format`` or llama.cpp's
     ``json_schema`` field (at most one of them), or None."""
-    extra_schema = api_extra(body, "json_schema")
+    extra_schema = request.extra("json_schema")
     grammars = [g for g in (
-        _tool_grammar(served, body), _format_grammar(body.response_format),
+        _tool_grammar(served, request), _format_grammar(request.response_format),
         schema_to_gbnf(extra_schema) if extra_schema is not None else None) if g is not None]
     if len(grammars) > 1:
         raise InvalidOptionError("a forced tool call, response_format and json_schema are "
@@ -191,69 +176,68 @@ def response_grammar(served: ServedModel, body: ChatBody) -> str | None:
     return grammars[0] if grammars else None
 
 
-def _reasoning(served: ServedModel, body: ChatBody) -> bool:
-    fmt = check_reasoning_format(api_extra(body, "reasoning_format", served.reasoning_format))
+def _reasoning(served: ServedModel, request: ChatRequest) -> bool:
+    fmt = check_reasoning_format(request.extra("reasoning_format", served.reasoning_format))
     return fmt != "none"
 
 
-def call_intent(served: ServedModel, body: ChatBody | Any, fields: Mapping[str, Any],
+def call_intent(served: ServedModel, ignore_eos: object, fields: Mapping[str, Any],
                 budget: int | None, prompt_tokens: int) -> GenerationIntent:
     """The request's typed options: ``fields`` (the body's sampling fields and extras, plus
     what the API derived from its own fields) resolved by :meth:`ServedModel.intent`
     (``budget`` None: the server's default)."""
-    return served.intent(fields, ignore_eos=api_extra(body, "ignore_eos"), max_tokens=budget,
+    return served.intent(fields, ignore_eos=ignore_eos, max_tokens=budget,
                          prompt_tokens=prompt_tokens)
 
 
-def cache_fields(body: ChatBody, prompt_tokens: int) -> dict[str, Any]:
-    """OpenAI's prompt caching fields as engine options: ``prompt_cache_key`` is the
-    ``session`` (unless the body sets one), ``prompt_cache_retention`` pins the whole prompt
-    (``cache_pins``) for 5 minutes (``in_memory``) or 24 hours (``24h``)."""
-    out: dict[str, Any] = {}
-    if body.prompt_cache_key is not None:
-        out["session"] = body.prompt_cache_key
-    if body.prompt_cache_retention is not None:
-        out["cache_pins"] = ((prompt_tokens, RETENTION_S[body.prompt_cache_retention]),)
-    return out
-
-
-def chat_fields(served: ServedModel, body: ChatBody, prompt_tokens: int,
-                tools_active: bool) -> dict[str, Any]:
-    """The engine fields of a chat request: its sampling fields and extras, the caching
-    fields, the grammar it implies (a forced tool call, ``response_format``; offered tools a
-    lazy one) and enough candidates for ``top_logprobs``."""
-    fields = {**cache_fields(body, prompt_tokens), **sampling_options(body)}
-    grammar = response_grammar(served, body)
+def chat_fields(served: ServedModel, request: ChatRequest, prompt_tokens: int
+                ) -> dict[str, Any]:
+    """The engine fields of a chat request: its own, the whole prompt pinned for
+    ``retention_s`` (OpenAI's ``prompt_cache_retention``), the grammar it implies (a forced
+    tool call, ``response_format``; offered tools a lazy one) and enough candidates for
+    ``top_logprobs``."""
+    fields = dict(request.fields)
+    if request.retention_s is not None and "cache_pins" not in fields:
+        fields["cache_pins"] = ((prompt_tokens, request.retention_s),)
+    grammar = response_grammar(served, request)
     if grammar is not None:
         if fields.get("grammar"):
             raise InvalidOptionError("grammar conflicts with tools/response_format",
                                      option="grammar")
         fields["grammar"] = grammar
-    elif tools_active and body.tools and not fields.get("grammar"):
-        tools = [tool.model_dump(exclude_none=True) for tool in body.tools]
-        offered = offered_grammar_or_none(tools, served.tool_protocol())
+    elif request.tools_active and not fields.get("grammar"):
+        offered = offered_grammar_or_none([dict(t) for t in request.tools],
+                                          served.tool_protocol())
         if offered is not None:
             fields["grammar"], fields["grammar_triggers"] = offered
-    if body.logprobs:
-        fields["n_probs"] = max(fields.get("n_probs", 0), body.top_logprobs or 0, MIN_CANDIDATES)
+    if request.top_logprobs is not None:
+        fields["n_probs"] = max(fields.get("n_probs", 0), request.top_logprobs, MIN_CANDIDATES)
     return fields
 
 
 def prepare_chat(served: ServedModel, request: Mapping[str, Any]) -> ChatPlan:
-    """Validate a chat request and turn it into a :class:`ChatPlan` (no generation yet)."""
+    """Validate an OpenAI chat request and turn it into a :class:`ChatPlan` (no generation
+    yet)."""
     body = parse_body(ChatBody, request)
     check_unsupported(body)
-    served.check_model(body.model)
-    served.server.check_fits_at_once(body.n)
-    tools_active = bool(body.tools) and body.tool_choice != "none"
-    prompt = render_prompt(served, body, tools_active)
+    return prepare_request(served, from_chat_body(body))
+
+
+def prepare_request(served: ServedModel, request: ChatRequest) -> ChatPlan:
+    """A chat request of any API (:class:`~.chat_request.ChatRequest`) as a
+    :class:`ChatPlan`: the model checked, the prompt rendered and tokenized, the engine
+    options resolved."""
+    served.check_model(request.model)
+    served.server.check_fits_at_once(request.n)
+    prompt = render_prompt(served, request)
     token_ids = served.tokenize_prompt(prompt)
-    fields = chat_fields(served, body, len(token_ids), tools_active)
-    intent = call_intent(served, body, fields, body.token_budget(), len(token_ids))
-    reasoning = _reasoning(served, body)
+    fields = chat_fields(served, request, len(token_ids))
+    intent = call_intent(served, request.extra("ignore_eos"), fields, request.max_tokens,
+                         len(token_ids))
+    reasoning = _reasoning(served, request)
     plan = ChatPlan(
-        served=served, body=body, prompt=prompt, token_ids=token_ids, intent=intent,
-        tools_active=tools_active, reasoning=reasoning,
+        served=served, request=request, prompt=prompt, token_ids=token_ids, intent=intent,
+        tools_active=request.tools_active, reasoning=reasoning,
         reasoning_started=reasoning and prompt.rstrip().endswith("<think>"),
     )
     plan.verbose  # noqa: B018 - a bad ``verbose`` is a 400 before generating

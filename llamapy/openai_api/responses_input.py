@@ -1,8 +1,8 @@
 """From an OpenAI Responses request to a :class:`~.prompt.ChatPlan`.
 
-The request is translated into an OpenAI chat request and prepared by
-:func:`~.prompt.prepare_chat` (same template, tool instructions, forced-call grammar, options
-and output parser as ``/v1/chat/completions``):
+The request is translated into a :class:`~.chat_request.ChatRequest` (no API's shape) and
+prepared by :func:`~.prompt.prepare_request` (same template, tool instructions, forced-call
+grammar, options and output parser as ``/v1/chat/completions``):
 
 - ``instructions`` becomes the system message; a string ``input`` one user message.
 - Items keep their order: ``message`` items become messages (``developer`` a system message);
@@ -16,8 +16,8 @@ and output parser as ``/v1/chat/completions``):
   to ``response_format`` (``json_schema`` is structured output under a grammar);
   ``prompt_cache_key`` becomes the ``session`` affinity key; ``reasoning.effort`` goes to the
   template (``none`` sets ``enable_thinking: false``). Reasoning is always parsed out.
-- ``prompt_cache_retention`` passes to the chat request, which pins the whole prompt in the
-  RAM prompt cache (:func:`~.prompt.cache_fields`).
+- ``prompt_cache_retention`` pins the whole prompt in the RAM prompt cache
+  (:func:`~.prompt.chat_fields`).
 """
 
 from __future__ import annotations
@@ -29,8 +29,9 @@ from typing import Any
 
 from ..errors import InvalidOptionError, UnsupportedFeatureError
 from .bridge import api_id, forward_extras, polyfill_history
-from .params import parse_body
-from .prompt import ChatPlan, prepare_chat
+from .chat_request import ChatRequest, api_extras
+from .params import RETENTION_S, ResponseFormat, engine_extras, parse_body
+from .prompt import ChatPlan, prepare_request
 from .responses_params import (
     RESPONSES_FIELDS,
     FunctionCallItem,
@@ -156,18 +157,18 @@ def _tool_choice(choice: str | dict[str, Any] | None) -> str | dict[str, Any] | 
     return {"type": "function", "function": {"name": named.name}}
 
 
-def _response_format(fmt: TextFormat | None) -> dict[str, Any] | None:
+def _response_format(fmt: TextFormat | None) -> ResponseFormat | None:
     if fmt is None or fmt.type == "text":
         return None
     if fmt.type == "json_object":
-        return {"type": "json_object"}
+        return parse_body(ResponseFormat, {"type": "json_object"})
     if fmt.schema_ is None:
         raise InvalidOptionError("text.format json_schema needs a 'schema'",
                                  option="text.format.schema")
     schema = {"name": fmt.name or "response", "schema": fmt.schema_, "strict": fmt.strict,
               "description": fmt.description}
-    return {"type": "json_schema",
-            "json_schema": {key: value for key, value in schema.items() if value is not None}}
+    return parse_body(ResponseFormat, {"type": "json_schema", "json_schema": {
+        key: value for key, value in schema.items() if value is not None}})
 
 
 def _template_kwargs(body: ResponsesBody, extra: dict[str, Any]) -> Any:
@@ -182,29 +183,31 @@ def _template_kwargs(body: ResponsesBody, extra: dict[str, Any]) -> Any:
     return {**own, **(kwargs or {})}
 
 
-def chat_request(served: ServedModel, body: ResponsesBody) -> dict[str, Any]:
-    """The OpenAI chat request a Responses body stands for."""
+def chat_request(served: ServedModel, body: ResponsesBody) -> ChatRequest:
+    """The :class:`~.chat_request.ChatRequest` a Responses body stands for."""
     extra = forward_extras(body.model_extra or {}, fields=RESPONSES_FIELDS, owned=OWNED_OPTIONS)
+    kwargs = _template_kwargs(body, extra)
     tools = [parse_tool(raw, i) for i, raw in enumerate(body.tools or [])]
-    fields: dict[str, Any] = {
-        "model": body.model, "max_tokens": body.max_output_tokens,
-        "temperature": body.temperature, "top_p": body.top_p,
-        "tools": [_chat_tool(tool) for tool in tools] or None,
-        "tool_choice": _tool_choice(body.tool_choice),
-        "parallel_tool_calls": body.parallel_tool_calls,
-        "response_format": _response_format(body.text.format if body.text else None),
-        "session": body.prompt_cache_key,
-        "prompt_cache_retention": body.prompt_cache_retention,
-        "chat_template_kwargs": _template_kwargs(body, extra),
-    }
-    request = {key: value for key, value in fields.items() if value is not None}
-    request.update(extra)
-    request["messages"] = polyfill_history(served.template().source, chat_messages(body))
-    return request
+    own = {"temperature": body.temperature, "top_p": body.top_p,
+           "session": body.prompt_cache_key}
+    fields = {key: value for key, value in own.items() if value is not None}
+    fields.update(engine_extras(extra))
+    extras = api_extras(extra)
+    if kwargs is not None:
+        extras["chat_template_kwargs"] = kwargs
+    retention = body.prompt_cache_retention
+    return ChatRequest(
+        messages=tuple(polyfill_history(served.template().source, chat_messages(body))),
+        model=body.model, tools=tuple(_chat_tool(tool) for tool in tools),
+        tool_choice=_tool_choice(body.tool_choice),
+        parallel_tool_calls=bool(body.parallel_tool_calls),
+        response_format=_response_format(body.text.format if body.text else None),
+        fields=fields, extras=extras, max_tokens=body.max_output_tokens,
+        retention_s=None if retention is None else RETENTION_S[retention])
 
 
 def prepare_responses(served: ServedModel, request: Mapping[str, Any]) -> ResponsesPlan:
     """Validate a Responses request and turn it into a :class:`ResponsesPlan`."""
     body = parse_body(ResponsesBody, request)
     check_refused(body)
-    return ResponsesPlan(chat=prepare_chat(served, chat_request(served, body)), body=body)
+    return ResponsesPlan(chat=prepare_request(served, chat_request(served, body)), body=body)

@@ -185,3 +185,41 @@ def test_the_resolver_scan_catches_a_direct_build(tmp_path):
     found = options_built_outside_the_resolver(package, root=tmp_path / "llamapy")
     assert found == [("ollama_api/x.py", "SamplingParams"),
                      ("ollama_api/y.py", "resolve_request_options")]
+
+
+#: What only OpenAI's own chat route may use: its body and the parser taking it. Every other
+#: chat API translates its own body into a ``ChatRequest`` (no API's shape) and hands it to
+#: ``prepare_request``; none is rebuilt as an OpenAI body and parsed again.
+OPENAI_CHAT_ONLY = frozenset({"ChatBody", "prepare_chat"})
+
+
+def openai_chat_uses(files: list[Path], root: Path = PACKAGE) -> list[tuple[str, str]]:
+    """(file, name) for each import of :data:`OPENAI_CHAT_ONLY` from ``openai_api``."""
+    found = []
+    for path in files:
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            module = node.module or ""
+            openai = "openai_api" in module or (
+                node.level == 1 and path.parent.name == "openai_api")
+            found += [(path.relative_to(root).as_posix(), alias.name) for alias in node.names
+                      if openai and alias.name in OPENAI_CHAT_ONLY]
+    return sorted(found)
+
+
+def test_other_chat_apis_never_rebuild_an_openai_body():
+    files = [*sorted((PACKAGE / "anthropic_api").rglob("*.py")),
+             *sorted((PACKAGE / "ollama_api").rglob("*.py")),
+             PACKAGE / "openai_api" / "responses_input.py"]
+    assert openai_chat_uses(files) == []
+
+
+def test_the_rebuild_scan_catches_an_openai_body(tmp_path):
+    package = tmp_path / "llamapy" / "anthropic_api"
+    package.mkdir(parents=True)
+    (package / "x.py").write_text("from ..openai_api.params import ChatBody, parse_body\n")
+    (package / "y.py").write_text("from llamapy.openai_api.prompt import prepare_chat\n")
+    found = openai_chat_uses(sorted(package.glob("*.py")), root=tmp_path / "llamapy")
+    assert found == [("anthropic_api/x.py", "ChatBody"), ("anthropic_api/y.py", "prepare_chat")]
