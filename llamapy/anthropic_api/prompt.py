@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InvalidOptionError, UnsupportedFeatureError
-from ..openai_api.bridge import api_id, forward_extras, polyfill_history
+from ..openai_api.bridge import api_id, extra_fields, forward_extras, polyfill_history
 from ..openai_api.chat_request import ChatRequest, api_extras
-from ..openai_api.params import ResponseFormat, engine_extras, parse_body
+from ..openai_api.params import ResponseFormat, parse_body
 from ..openai_api.prompt import ChatPlan, prepare_request
 from ..openai_api.target import ServedModel
 from .cache_control import breakpoints, cache_pins
@@ -215,7 +215,7 @@ def chat_request(served: ServedModel, body: MessagesBody) -> ChatRequest:
     own = {"stop": body.stop_sequences, "temperature": body.temperature, "top_p": body.top_p,
            "top_k": body.top_k, "session": body.metadata.user_id if body.metadata else None}
     fields = {key: value for key, value in own.items() if value is not None}
-    fields.update(engine_extras(extra))
+    fields.update(extra_fields(extra))
     extras = api_extras(extra)
     if kwargs is not None:
         extras["chat_template_kwargs"] = kwargs

@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..chat import OutputParser
-from ..errors import UnsupportedFeatureError
+from ..errors import InvalidOptionError, UnsupportedFeatureError
 from ..openai_api.bridge import polyfill_history
 from ..openai_api.chat_request import ChatRequest
-from ..openai_api.params import ResponseFormat, parse_body
+from ..openai_api.params import ResponseFormat, Tool, parse_body
 from ..openai_api.prompt import prepare_request
 from ..openai_api.target import ServedModel
 from ..server import GenerationIntent
@@ -118,6 +118,17 @@ def _response_format(body: GenerationBody) -> ResponseFormat | None:
         "name": "format", "schema": body.format}})
 
 
+def _tools(tools: list[dict[str, Any]] | None) -> tuple[dict[str, Any], ...]:
+    """``tools``, each checked as a function tool (the shape Ollama shares with OpenAI)."""
+    out = []
+    for i, tool in enumerate(tools or ()):
+        try:
+            out.append(parse_body(Tool, tool).model_dump(exclude_none=True))
+        except InvalidOptionError as exc:
+            raise InvalidOptionError(f"tools[{i}]: {exc}", option="tools") from None
+    return tuple(out)
+
+
 def _request(served: ServedModel, body: GenerationBody, messages: list[dict[str, Any]],
              tools: list[dict[str, Any]] | None = None) -> ChatRequest:
     """The :class:`~llamapy.openai_api.chat_request.ChatRequest` of an Ollama body (its
@@ -126,7 +137,7 @@ def _request(served: ServedModel, body: GenerationBody, messages: list[dict[str,
         "chat_template_kwargs": {"enable_thinking": body.think is not False}}
     return ChatRequest(
         messages=tuple(polyfill_history(served.template().source, messages)),
-        tools=tuple(tools or ()), response_format=_response_format(body),
+        tools=_tools(tools), response_format=_response_format(body),
         fields=engine_options(body.options), extras=extras,
         top_logprobs=(body.top_logprobs or 0) if body.logprobs else None)
 

@@ -29,7 +29,14 @@ from ..chat import REASONING_PROTOCOLS
 from ..engine import DoneEvent, StreamEvent
 from ..errors import UnknownOptionError
 from ..server import Completion, server_request_option_keys
-from .params import API_EXTRAS, ENGINE_ALIASES
+from .params import (
+    API_EXTRAS,
+    ENGINE_ALIASES,
+    GenerationBody,
+    engine_extras,
+    parse_body,
+    sampling_options,
+)
 from .prompt import ChatPlan
 from .report import timings_dict
 
@@ -60,6 +67,21 @@ def forward_extras(extra: Mapping[str, Any], *, fields: Iterable[str],
     if unknown:
         raise UnknownOptionError(unknown, set(fields) | allowed, where="request")
     return dict(extra)
+
+
+#: OpenAI's own sampling fields: as a translated body's extras they get OpenAI's checks.
+OPENAI_SAMPLING = ("temperature", "top_p", "seed", "presence_penalty", "frequency_penalty",
+                   "stop", "logit_bias")
+
+
+def extra_fields(extra: Mapping[str, Any]) -> dict[str, Any]:
+    """The engine fields among a translated body's extras (:func:`forward_extras`), checked as
+    ``/v1/chat/completions`` checks them: OpenAI's sampling fields with OpenAI's types and
+    bounds (``presence_penalty`` within -2..2, ...), the others as engine options."""
+    openai = {key: extra[key] for key in OPENAI_SAMPLING if key in extra}
+    fields = engine_extras({k: v for k, v in extra.items() if k not in OPENAI_SAMPLING})
+    fields.update(sampling_options(parse_body(GenerationBody, openai)))
+    return fields
 
 
 # --- history the template cannot show ---------------------------------------------------------

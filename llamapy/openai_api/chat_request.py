@@ -81,10 +81,11 @@ def template_messages(body: ChatBody) -> tuple[dict[str, Any], ...]:
     return tuple(out)
 
 
-def from_chat_body(body: ChatBody) -> ChatRequest:
+def from_chat_body(body: ChatBody, *, engine: bool = True) -> ChatRequest:
     """The :class:`ChatRequest` of a validated OpenAI chat body: ``prompt_cache_key`` is the
-    ``session`` unless the body sets one, ``prompt_cache_retention`` pins the prompt."""
-    fields = sampling_options(body)
+    ``session`` unless the body sets one, ``prompt_cache_retention`` pins the prompt. Without
+    ``engine`` the engine fields are left out unread (for a request that is only rendered)."""
+    fields = sampling_options(body) if engine else {}
     if body.prompt_cache_key is not None:
         fields.setdefault("session", body.prompt_cache_key)
     choice = body.tool_choice

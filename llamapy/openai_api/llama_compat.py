@@ -245,7 +245,8 @@ def detokenize(served: ServedModel, request: Mapping[str, Any]) -> dict[str, Any
 
 def apply_template(served: ServedModel, request: Mapping[str, Any]) -> dict[str, Any]:
     """``/apply-template``: the prompt a chat request renders to."""
-    return {"prompt": render_prompt(served, from_chat_body(parse_body(ChatBody, request)))}
+    body = parse_body(ChatBody, request)
+    return {"prompt": render_prompt(served, from_chat_body(body, engine=False))}
 
 
 def slot_n_ctx(served: ServedModel) -> int:

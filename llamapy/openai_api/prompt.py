@@ -228,6 +228,8 @@ def prepare_request(served: ServedModel, request: ChatRequest) -> ChatPlan:
     :class:`ChatPlan`: the model checked, the prompt rendered and tokenized, the engine
     options resolved."""
     served.check_model(request.model)
+    if not request.messages:
+        raise InvalidOptionError("the conversation has no message", option="messages")
     served.server.check_fits_at_once(request.n)
     prompt = render_prompt(served, request)
     token_ids = served.tokenize_prompt(prompt)

@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InvalidOptionError, UnsupportedFeatureError
-from .bridge import api_id, forward_extras, polyfill_history
+from .bridge import api_id, extra_fields, forward_extras, polyfill_history
 from .chat_request import ChatRequest, api_extras
-from .params import RETENTION_S, ResponseFormat, engine_extras, parse_body
+from .params import RETENTION_S, ResponseFormat, parse_body
 from .prompt import ChatPlan, prepare_request
 from .responses_params import (
     RESPONSES_FIELDS,
@@ -191,7 +191,7 @@ def chat_request(served: ServedModel, body: ResponsesBody) -> ChatRequest:
     own = {"temperature": body.temperature, "top_p": body.top_p,
            "session": body.prompt_cache_key}
     fields = {key: value for key, value in own.items() if value is not None}
-    fields.update(engine_extras(extra))
+    fields.update(extra_fields(extra))
     extras = api_extras(extra)
     if kwargs is not None:
         extras["chat_template_kwargs"] = kwargs
