@@ -27,10 +27,30 @@ from llamapy.errors import ClosedError, ContextOverflowError, InvalidOptionError
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["POOLINGS", "Embedder"]
+__all__ = ["POOLINGS", "RANK", "Embedder", "rerank_tokens"]
 
 #: The poolings an ``Embedder`` applies (llama.cpp's names; ``none`` gives no vector per input).
 POOLINGS = ("mean", "cls", "last")
+#: The pooling of a reranker: its classifier head scores each input (:meth:`Embedder.scores`).
+RANK = "rank"
+
+
+def rerank_tokens(model: Model, query: str, document: str) -> list[int]:
+    """A (query, document) pair as a reranker reads it: the model's ``rerank`` template with
+    ``{query}`` and ``{document}`` filled in when it has one, else BOS, the query, EOS, SEP,
+    the document and EOS, each special token where the vocabulary adds it (as llama-server
+    builds it)."""
+    template = model.chat_template("rerank")
+    if template is not None:
+        text = template.replace("{query}", query).replace("{document}", document)
+        return model.tokenize(text, False, True)
+    eos = model.eos if model.eos >= 0 else model.sep
+    out = [model.bos] if model.add_bos else []
+    out += model.tokenize(query, False, False)
+    out += [eos] if model.add_eos else []
+    out += [model.sep] if model.add_sep else []
+    out += model.tokenize(document, False, False)
+    return out + ([eos] if model.add_eos else [])
 
 
 class Embedder:
@@ -46,9 +66,9 @@ class Embedder:
                  pooling: str = "mean") -> None:
         if n_ctx < 1 or n_seq_max < 1:
             raise InvalidOptionError("n_ctx and n_seq_max must be >= 1", option="n_ctx")
-        if pooling not in POOLINGS:
-            raise InvalidOptionError(f"pooling must be one of {POOLINGS}, got {pooling!r}",
-                                     option="pooling")
+        if pooling not in (*POOLINGS, RANK):
+            raise InvalidOptionError(f"pooling must be one of {(*POOLINGS, RANK)}, got "
+                                     f"{pooling!r}", option="pooling")
         self.pooling = pooling
         self.model = model
         self.n_ctx = n_ctx
@@ -78,6 +98,19 @@ class Embedder:
         tokens not parsed)."""
         return self.model.tokenize(text, True, False)
 
+    def score_tokens(self, inputs: Sequence[Sequence[int]]) -> list[float]:
+        """Each input's relevance score (pooling :data:`RANK`; blocks, runs on the
+        embedder's thread): the first output of the model's classifier head, unnormalised."""
+        if self.pooling != RANK:
+            raise InvalidOptionError("scores need a reranker's rank pooling", option="pooling")
+        width = self.model.n_cls_out
+        if width < 1:
+            raise InvalidOptionError("the model has no classifier head to rank with",
+                                     option="pooling")
+        groups = self._groups(inputs)
+        rows = self._run(lambda: self._pooled(inputs, groups, width))
+        return [float(row[0]) for row in rows]
+
     def embed(self, text: str | Sequence[str]) -> np.ndarray:
         """One vector for a string, a matrix (one row per input) for a list of strings."""
         if isinstance(text, str):
@@ -91,6 +124,9 @@ class Embedder:
     def embed_tokens(self, inputs: Sequence[Sequence[int]]) -> np.ndarray:
         """A ``(len(inputs), n_embd)`` float32 matrix of token lists (blocks; runs on the
         embedder's thread)."""
+        if self.pooling == RANK:
+            raise InvalidOptionError("a reranker scores inputs (score_tokens), it gives no "
+                                     "vectors", option="pooling")
         groups = self._groups(inputs)  # validate on the caller's thread
         return self._run(lambda: self._embed_groups(inputs, groups))
 
@@ -147,16 +183,25 @@ class Embedder:
         assert self._batch is not None
         return self._ctx, self._batch
 
+    @property
+    def max_input_tokens(self) -> int:
+        """The longest input: ``n_ctx``, and no longer than the model was trained on (a model
+        with learned positions, BERT's, has no position past it: llama.cpp would abort)."""
+        trained = self.model.n_ctx_train
+        return min(self.n_ctx, trained) if trained > 0 else self.n_ctx
+
     def _groups(self, inputs: Sequence[Sequence[int]]) -> list[list[int]]:
-        """Indexes of ``inputs`` per decode: within ``n_ctx`` tokens and ``n_seq_max``."""
+        """Indexes of ``inputs`` per decode: within ``n_ctx`` tokens and ``n_seq_max``; an
+        input past :attr:`max_input_tokens` is a ``ContextOverflowError``."""
         groups: list[list[int]] = [[]]
         used = 0
+        longest = self.max_input_tokens
         for index, ids in enumerate(inputs):
             if not ids:
                 raise InvalidOptionError(f"input {index} has no tokens", option="text")
-            if len(ids) > self.n_ctx:
+            if len(ids) > longest:
                 raise ContextOverflowError(stage="embed", resident_tokens=0,
-                                           additional_tokens=len(ids), n_ctx=self.n_ctx)
+                                           additional_tokens=len(ids), n_ctx=longest)
             if used + len(ids) > self.n_ctx or len(groups[-1]) == self.n_seq_max:
                 groups.append([])
                 used = 0
@@ -164,12 +209,13 @@ class Embedder:
             used += len(ids)
         return [g for g in groups if g]
 
-    def _embed_groups(self, inputs: Sequence[Sequence[int]],
-                      groups: list[list[int]]) -> np.ndarray:
+    def _pooled(self, inputs: Sequence[Sequence[int]], groups: list[list[int]],
+                width: int) -> np.ndarray:
+        """The pooled ``width`` floats of each input, one decode per group."""
         import numpy as np  # on first use: a server that never embeds never imports it
 
         ctx, batch = self._context()
-        out = np.zeros((len(inputs), self.n_embd), dtype=np.float32)
+        out = np.zeros((len(inputs), width), dtype=np.float32)
         try:
             for group in groups:
                 ctx.clear()
@@ -179,9 +225,16 @@ class Embedder:
                     batch.add(seq_id, 0, ids, logits_last=True, n_outputs=len(ids))
                 ctx.decode(batch)
                 for seq_id, index in enumerate(group):
-                    out[index] = ctx.sequence_embeddings(seq_id)
+                    out[index] = ctx.sequence_embeddings(seq_id, width)
         finally:
             ctx.clear()
+        return out
+
+    def _embed_groups(self, inputs: Sequence[Sequence[int]],
+                      groups: list[list[int]]) -> np.ndarray:
+        import numpy as np
+
+        out = self._pooled(inputs, groups, self.n_embd)
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         normalised: np.ndarray = np.divide(out, norms, out=out, where=norms > 0)
         return normalised

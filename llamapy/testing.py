@@ -1,7 +1,9 @@
 """Helpers for tests and experiments that need artefacts no registry ships.
 
 :func:`write_random_lora` writes a LoRA adapter GGUF with random low-rank tensors for a llama
-architecture base model (needs the ``gguf`` package from the ``test`` extra).
+architecture base model; :func:`tiny_reranker_path` writes (once, into the model cache) a tiny
+BERT reranker with arbitrary weights, byte for byte the same on every machine and checked
+against :data:`TINY_RERANKER_SHA256` (both need the ``gguf`` package from the ``test`` extra).
 """
 
 from __future__ import annotations
@@ -9,6 +11,10 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
+
+from ._paths import cache_dir, sha256_file
+from .errors import ModelNotFoundError
 
 
 def write_random_lora(base_model: str | os.PathLike[str], out: str | os.PathLike[str], *,
@@ -44,3 +50,111 @@ def write_random_lora(base_model: str | os.PathLike[str], out: str | os.PathLike
     writer.write_tensors_to_file()
     writer.close()
     return Path(out)
+
+
+#: The tiny reranker's bytes (written with ``gguf`` 0.19; the weights are integer arithmetic,
+#: so no platform's floating point or random stream can change them).
+TINY_RERANKER_SHA256 = "f97fcc44be36b1ab47e5fd49c52f53479999914d685041c6f18021628a93fdf9"
+#: Its vocabulary: BERT's special tokens, some words, and single characters, each as a word
+#: start ("\u2581" prefixed, as llama.cpp's WordPiece vocabularies are stored) and inside one.
+_SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+_WORDS = ("machine", "learning", "is", "a", "the", "of", "and", "paris", "city", "which",
+          "to", "field", "study", "data", "process", "system", "power", "france", "art")
+_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789.,?!'"
+
+
+def tiny_reranker_path(fetch: bool = True) -> Path:
+    """The tiny reranker in the model cache, written first when missing (with ``fetch``).
+
+    A 2-layer BERT (``n_embd`` 32) with a one-output classifier head and rank pooling, so a
+    server started with ``--reranking`` on it scores (query, document) pairs. Its weights are
+    arbitrary: the scores prove plumbing, batching, ordering and errors, never relevance.
+    """
+    path = cache_dir() / "models" / "tiny-reranker.gguf"
+    if not path.is_file():
+        if not fetch:
+            raise ModelNotFoundError(f"tiny reranker not found at {path}")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        write_tiny_reranker(tmp)
+        got = sha256_file(tmp)
+        if got != TINY_RERANKER_SHA256:
+            tmp.unlink()
+            raise ModelNotFoundError(f"sha256 mismatch for the tiny reranker: {got}")
+        tmp.replace(path)
+    return path
+
+
+def _weights(shape: tuple[int, ...], salt: int, scale: float = 0.4) -> Any:
+    """Arbitrary float32 weights in [-scale/2, scale/2) from integer hashing only."""
+    import numpy as np
+
+    index = np.arange(int(np.prod(shape)), dtype=np.int64)
+    mixed = (index * 2654435761 + salt * 40503 + 12345) % 65521
+    return ((mixed / 65521.0 - 0.5) * scale).astype(np.float32).reshape(shape)
+
+
+def write_tiny_reranker(out: str | os.PathLike[str]) -> Path:
+    """Write the tiny reranker (see :func:`tiny_reranker_path`) to ``out``."""
+    import gguf
+
+    tokens = list(dict.fromkeys([*_SPECIALS, *("\u2581" + w for w in _WORDS),
+                                 *("\u2581" + c for c in _CHARS), *_CHARS]))
+    n_embd, n_ff, n_layer, n_ctx = 32, 64, 2, 512
+    writer = gguf.GGUFWriter(str(out), "bert")
+    writer.add_name("tiny-reranker")
+    for add, value in ((writer.add_context_length, n_ctx), (writer.add_embedding_length, n_embd),
+                       (writer.add_feed_forward_length, n_ff), (writer.add_block_count, n_layer),
+                       (writer.add_head_count, 2), (writer.add_token_type_count, 2)):
+        add(value)
+    writer.add_layer_norm_eps(1e-12)
+    writer.add_causal_attention(False)
+    writer.add_pooling_type(gguf.PoolingType.RANK)
+    writer.add_tokenizer_model("bert")
+    writer.add_token_list(tokens)
+    writer.add_token_types([gguf.TokenType.CONTROL if t in _SPECIALS else gguf.TokenType.NORMAL
+                            for t in tokens])
+    for role, token in (("pad", 0), ("unk", 1), ("bos", 2), ("eos", 3), ("sep", 3),
+                        ("mask", 4)):
+        getattr(writer, f"add_{role}_token_id")(token)
+    writer.add_add_bos_token(True)
+    writer.add_add_eos_token(True)
+    _reranker_tensors(writer, len(tokens), n_embd, n_ff, n_layer, n_ctx)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return Path(out)
+
+
+def _reranker_tensors(writer: Any, n_vocab: int, n_embd: int, n_ff: int, n_layer: int,
+                      n_ctx: int) -> None:
+    import numpy as np
+
+    salt = iter(range(1, 1000))
+
+    def add(name: str, *shape: int, fill: float | None = None) -> None:
+        data = (np.full(shape, fill, dtype=np.float32) if fill is not None
+                else _weights(shape, next(salt)))
+        writer.add_tensor(name, data)
+
+    add("token_embd.weight", n_vocab, n_embd)
+    add("token_types.weight", 2, n_embd)
+    add("position_embd.weight", n_ctx, n_embd)
+    add("token_embd_norm.weight", n_embd, fill=1.0)
+    add("token_embd_norm.bias", n_embd, fill=0.0)
+    for i in range(n_layer):
+        for part in ("attn_q", "attn_k", "attn_v", "attn_output"):
+            add(f"blk.{i}.{part}.weight", n_embd, n_embd)
+            add(f"blk.{i}.{part}.bias", n_embd, fill=0.0)
+        for norm in ("attn_output_norm", "layer_output_norm"):
+            add(f"blk.{i}.{norm}.weight", n_embd, fill=1.0)
+            add(f"blk.{i}.{norm}.bias", n_embd, fill=0.0)
+        add(f"blk.{i}.ffn_up.weight", n_ff, n_embd)
+        add(f"blk.{i}.ffn_up.bias", n_ff, fill=0.0)
+        add(f"blk.{i}.ffn_down.weight", n_embd, n_ff)
+        add(f"blk.{i}.ffn_down.bias", n_embd, fill=0.0)
+    add("cls.weight", n_embd, n_embd)
+    add("cls.bias", n_embd, fill=0.0)
+    add("cls.output.weight", 1, n_embd)
+    add("cls.output.bias", 1, fill=0.0)

@@ -148,15 +148,17 @@ class Context(Owned):
         """Embedding of batch row ``index`` (pooling none), copied."""
         return self._embd(native().lib.llama_get_embeddings_ith(self.ptr, index), index)
 
-    def sequence_embeddings(self, seq_id: int) -> np.ndarray:
-        """Pooled embedding of a sequence (pooling mean/cls/last), copied."""
-        return self._embd(native().lib.llama_get_embeddings_seq(self.ptr, seq_id), seq_id)
+    def sequence_embeddings(self, seq_id: int, width: int | None = None) -> np.ndarray:
+        """Pooled embedding of a sequence (pooling mean/cls/last: ``n_embd`` floats; rank: the
+        classifier's ``n_cls_out`` scores, pass that ``width``), copied."""
+        return self._embd(native().lib.llama_get_embeddings_seq(self.ptr, seq_id), seq_id,
+                          width)
 
-    def _embd(self, ptr: Any, which: int) -> np.ndarray:
+    def _embd(self, ptr: Any, which: int, width: int | None = None) -> np.ndarray:
         import numpy as np
 
         not_null(ptr, lambda: NativeError(f"no embeddings for {which} (is embeddings=True?)"))
-        n = self.model.n_embd
+        n = self.model.n_embd if width is None else width
         vector: np.ndarray = np.frombuffer(c_bytes(ptr, n * 4), dtype=np.float32).copy()
         return vector
 

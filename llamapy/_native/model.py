@@ -289,6 +289,26 @@ class Model(Owned):
         """Whether tokenization with ``add_special`` prepends BOS."""
         return bool(native().lib.llama_vocab_get_add_bos(self.vocab))
 
+    @property
+    def add_eos(self) -> bool:
+        """Whether tokenization with ``add_special`` appends EOS."""
+        return bool(native().lib.llama_vocab_get_add_eos(self.vocab))
+
+    @property
+    def add_sep(self) -> bool:
+        """Whether the vocabulary separates two texts with SEP (BERT-style pairs)."""
+        return bool(native().lib.llama_vocab_get_add_sep(self.vocab))
+
+    @property
+    def sep(self) -> int:
+        """Separator token (-1 if none)."""
+        return int(native().lib.llama_vocab_sep(self.vocab))
+
+    @property
+    def n_cls_out(self) -> int:
+        """Outputs of the classifier head (a reranker's score: 1); 0 without one."""
+        return int(native().lib.llama_model_n_cls_out(self.ptr))
+
     def token_text(self, token: int) -> str:
         """The vocabulary's stored text for a token."""
         return c_text(native().lib.llama_vocab_get_text(self.vocab, token))

@@ -39,6 +39,7 @@ from .routes.llama import health_router, llama_router
 from .routes.models import models_router
 from .routes.ollama import ollama_router
 from .routes.openai import openai_router
+from .routes.rerank import rerank_router
 from .routes.responses import responses_router
 from .routing import Endpoint, ErrorShape, Router, openapi_document, route_error_shape
 from .source import ModelSource
@@ -133,7 +134,7 @@ def _routers(ctx: AppContext, webui: bool) -> list[Router]:
     pages'."""
     routers = [make(ctx) for make in (health_router, openai_router, responses_router,
                                       anthropic_router, ollama_router, llama_router,
-                                      events_router)]
+                                      rerank_router, events_router)]
     if isinstance(ctx.source, ModelRouter):  # router mode's /models/load and /models/unload
         routers.append(models_router(ctx, ctx.source))
     if webui:

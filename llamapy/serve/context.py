@@ -70,7 +70,7 @@ class AppContext:
     #: ``POST /props`` is accepted (llama-server's ``--props``).
     props_endpoint: bool = _SERVE.props
     metrics: Metrics = field(init=False)
-    _embedder: Embedder | None = field(default=None, init=False)
+    _embedders: dict[str, Embedder] = field(default_factory=dict, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
 
     def __post_init__(self) -> None:
@@ -120,27 +120,31 @@ class AppContext:
         return served if request is None else served.for_tenant(self.principal(request).tenant)
 
     @contextlib.contextmanager
-    def embedder(self, served: ServedModel) -> Iterator[Embedder]:
-        """The embedder: one per app, created on first use (with the server's thread count),
-        or a fresh one per request, freed after it, where the source does not share one
-        (several models: a cached one would keep an unloaded model's weights in memory)."""
+    def embedder(self, served: ServedModel, pooling: str | None = None) -> Iterator[Embedder]:
+        """The embedder of ``pooling`` (default: the server's ``--pooling``, see
+        :func:`embedder_pooling`): one per app and pooling, created on first use (with the
+        server's thread count), or a fresh one per request, freed after it, where the source
+        does not share one (several models: a cached one would keep an unloaded model's
+        weights in memory)."""
         context = served.server.start_options.context
-        threads, pooling = context.n_threads, embedder_pooling(context)
+        threads = context.n_threads
+        pooling = embedder_pooling(context) if pooling is None else pooling
         if not self.source.shares_embedder():
             with Embedder(served.model, n_threads=threads, pooling=pooling) as embedder:
                 yield embedder
             return
         with self._lock:
-            if self._embedder is None:
-                self._embedder = Embedder(served.model, n_threads=threads, pooling=pooling)
-            embedder = self._embedder
-        yield embedder
+            if pooling not in self._embedders:
+                self._embedders[pooling] = Embedder(served.model, n_threads=threads,
+                                                    pooling=pooling)
+            shared = self._embedders[pooling]
+        yield shared
 
     def close(self) -> None:
-        """Free the embeddings context."""
+        """Free the embeddings contexts."""
         with self._lock:
-            embedder, self._embedder = self._embedder, None
-        if embedder is not None:
+            embedders, self._embedders = list(self._embedders.values()), {}
+        for embedder in embedders:
             embedder.close()
 
     def check_enabled(self, endpoint: str) -> None:

@@ -46,7 +46,7 @@ LEASE_PATHS = frozenset({
     "/responses/input_tokens", "/v1/chat/completions/input_tokens",
     "/chat/completions/input_tokens", "/tokenize", "/detokenize", "/apply-template", "/props",
     "/slots", "/infill", "/api/chat", "/api/generate", "/api/embed", "/api/embeddings",
-    "/api/show"})
+    "/api/show", "/rerank", "/v1/rerank", "/reranking", "/v1/reranking"})
 #: Path prefixes of model routes with a path parameter (``/slots/{id_slot}``: slot actions).
 LEASE_PREFIXES = ("/slots/",)
 #: Routes that take a lease only when the request names a model.

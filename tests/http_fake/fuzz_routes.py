@@ -32,6 +32,7 @@ from llamapy.openai_api.params import (
 )
 from llamapy.openai_api.responses_params import ResponsesBody
 from llamapy.serve.routes.llama import INFILL_FIELDS
+from llamapy.serve.routes.rerank import RERANK_FIELDS
 from llamapy.server import server_request_option_keys
 
 #: What a generation body may carry besides its model's fields.
@@ -111,6 +112,9 @@ POST_ROUTES = (
     _post("/v1/embeddings", {"input": "hi"}, ("content", "dimensions", "encoding_format",
                                               "input", "model", "user")),
     _post("/embeddings", {"input": "hi"}, ("input",)),
+    *(_post(path, {"query": "q", "documents": ["a", "b"]}, RERANK_FIELDS,
+            allowed_5xx=frozenset({501}))  # the fake model is no reranker: always 501
+      for path in ("/v1/rerank", "/rerank", "/reranking", "/v1/reranking")),
     _ollama("POST", "/api/chat", OLLAMA_CHAT, _fields(OllamaChat, *OLLAMA_OPTION_FIELDS)),
     _ollama("POST", "/api/generate", OLLAMA_GENERATE,
             _fields(GenerateBody, *OLLAMA_OPTION_FIELDS)),

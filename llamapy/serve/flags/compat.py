@@ -15,6 +15,8 @@ there); the others have no option of their own.
   ``-nocb`` / ``--no-cont-batching`` is refused, since it cannot be honoured.
 - ``--threads-http N`` is accepted and changes nothing: HTTP runs on one asyncio event loop,
   which never blocks on a request (llama-server's HTTP threads each serve one connection).
+- ``--reranking`` / ``--rerank``: serve ``/rerank`` with the model as a reranker (its
+  ``--pooling`` is ``rank``; another ``--pooling`` with it is refused).
 - ``-bs`` / ``--backend-sampling`` is accepted and changes nothing: llama-server's option to
   sample on the accelerator, whose results are meant to equal CPU sampling's, which is what
   llamapy does (a request's ``backend_sampling`` field is accepted alike).
@@ -26,7 +28,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from ...errors import UnsupportedFeatureError
+from ...errors import InvalidOptionError, UnsupportedFeatureError
 from ..tenants import KeyTable
 from .tree import serve_flag
 
@@ -60,6 +62,8 @@ def add_compat_flags(group: argparse._ArgumentGroup) -> None:
                        help="refused: batching is always continuous here")
     group.add_argument("--threads-http", type=int, metavar="N",
                        help="accepted, changes nothing: HTTP runs on one event loop")
+    group.add_argument("--reranking", "--rerank", action="store_true",
+                       help="serve /rerank: the model is a reranker (sets --pooling rank)")
     group.add_argument("-bs", "--backend-sampling", "--backend_sampling", action="store_true",
                        help="accepted, changes nothing: sampling runs on the CPU here (the "
                        "results are those backend sampling gives)")
@@ -71,6 +75,10 @@ def check_compat(args: argparse.Namespace) -> None:
     ``--api-key-file`` line, named), or ``OSError`` for an unreadable ``--api-key-file``. (Half
     of TLS is refused by the option tree: :func:`llamapy.serve.flags.serving.serve_options`.)"""
     api_keys(args)
+    pooling = getattr(args, "pooling_type", None)  # (absent: not given)
+    if args.reranking and pooling not in (None, "rank"):
+        raise InvalidOptionError(f"--reranking ranks with --pooling rank, not "
+                                 f"{pooling}", option="pooling_type")
     if args.cont_batching is False:
         raise UnsupportedFeatureError(
             "cont_batching", "--no-cont-batching: batching is always continuous here")
@@ -88,11 +96,13 @@ def api_keys(args: argparse.Namespace) -> KeyTable | None:
 
 
 def compat_start_options(args: argparse.Namespace, given: dict[str, Any]) -> dict[str, Any]:
-    """The start options ``--load-mode`` and ``--sampler-seq`` set that were not given by
-    their own flags."""
+    """The start options ``--load-mode``, ``--sampler-seq`` and ``--reranking`` set that were
+    not given by their own flags."""
     options: dict[str, Any] = dict(LOAD_MODES[args.load_mode])
     if args.sampler_seq is not None:
         options["samplers"] = args.sampler_seq
+    if args.reranking:
+        options["pooling_type"] = "rank"
     return {k: v for k, v in options.items() if k not in given}
 
 

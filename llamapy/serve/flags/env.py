@@ -71,6 +71,7 @@ LLAMA_ENV: dict[str, str] = {
     "LLAMA_ARG_OFFLINE": "--offline",
     "LLAMA_ARG_PERF": "--perf",
     "LLAMA_ARG_POOLING": "--pooling",
+    "LLAMA_ARG_RERANKING": "--reranking",
     "LLAMA_ARG_PORT": "--port",
     "LLAMA_ARG_PREFILL_ASSISTANT": "--prefill-assistant",
     "LLAMA_ARG_PRESENCE_PENALTY": "--presence-penalty",
