@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..chat import ChatTemplate, OutputParser
-from ..errors import InvalidOptionError, ModelNotFoundError
+from ..errors import EndpointDisabledError, InvalidOptionError, ModelNotFoundError
 from ..options.serve import SERVE_OPTION_NAMES, ServeOptions
 from ..server import Completion, GenerationIntent, Model, Server
 from .cache_report import (
@@ -220,7 +220,12 @@ class ServedModel:
         boolean: a 400), the token budget (``max_tokens``, else :meth:`default_max_tokens` for
         ``prompt_tokens``, from the context size the server published at load) and the
         request timeout. Then :meth:`Server.resolve` renames, defaults and checks them once.
+        A server that ranks (``--reranking``: rank pooling) generates nothing: a 501.
         """
+        if self.server.start_options.context.pooling_type == "rank":
+            raise EndpointDisabledError("This server ranks documents (started with "
+                                        "`--reranking`): it does not generate text; use "
+                                        "/rerank")
         options = dict(fields)
         if "lora" in options:
             options["adapters"] = lora_adapters(options.pop("lora"), self.server.lora_adapters)

@@ -142,3 +142,17 @@ def test_a_pair_past_the_models_positions_is_a_400_and_the_server_lives_on(
         assert answer.json()["error"]["type"] == "exceed_context_size_error"
     fits = reranker.post("/rerank", json={"query": QUERY, "documents": ["a " * 490]})
     assert fits.status_code == 200, fits.text
+
+
+@pytest.mark.parametrize(("path", "body"), [
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}),
+    ("/v1/completions", {"prompt": "hi", "max_tokens": 2}),
+    ("/completion", {"prompt": "hi", "n_predict": 2}),
+    ("/v1/messages", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}),
+    ("/api/generate", {"model": "rr", "prompt": "hi", "stream": False}),
+])
+def test_a_ranking_server_refuses_to_generate(reranker: TestClient, path: str,
+                                              body: dict[str, object]) -> None:
+    answer = reranker.post(path, json=body)
+    assert answer.status_code == 501, answer.text
+    assert "/rerank" in answer.text
