@@ -183,6 +183,11 @@ class Embedder:
         assert self._batch is not None
         return self._ctx, self._batch
 
+    #: Tokens per decode: the inputs of one decode attend to one another's rows (masked), so
+    #: a decode's attention grows with the square of its tokens; past one physical batch
+    #: (llama.cpp's default ``n_ubatch``) a larger decode costs more than two smaller ones.
+    group_tokens = 512
+
     @property
     def max_input_tokens(self) -> int:
         """The longest input: ``n_ctx``, and no longer than the model was trained on (a model
@@ -191,18 +196,20 @@ class Embedder:
         return min(self.n_ctx, trained) if trained > 0 else self.n_ctx
 
     def _groups(self, inputs: Sequence[Sequence[int]]) -> list[list[int]]:
-        """Indexes of ``inputs`` per decode: within ``n_ctx`` tokens and ``n_seq_max``; an
-        input past :attr:`max_input_tokens` is a ``ContextOverflowError``."""
+        """Indexes of ``inputs`` per decode: within :attr:`group_tokens` (an input longer than
+        that alone) and ``n_seq_max``; an input past :attr:`max_input_tokens` is a
+        ``ContextOverflowError``."""
         groups: list[list[int]] = [[]]
         used = 0
         longest = self.max_input_tokens
+        budget = min(self.n_ctx, self.group_tokens)
         for index, ids in enumerate(inputs):
             if not ids:
                 raise InvalidOptionError(f"input {index} has no tokens", option="text")
             if len(ids) > longest:
                 raise ContextOverflowError(stage="embed", resident_tokens=0,
                                            additional_tokens=len(ids), n_ctx=longest)
-            if used + len(ids) > self.n_ctx or len(groups[-1]) == self.n_seq_max:
+            if groups[-1] and (used + len(ids) > budget or len(groups[-1]) == self.n_seq_max):
                 groups.append([])
                 used = 0
             groups[-1].append(index)

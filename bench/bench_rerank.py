@@ -1,0 +1,96 @@
+"""``/rerank`` against llama-server's, same build, same model: pairs scored per second.
+
+Both servers run the tiny reranker of ``llamapy.testing.tiny_reranker_path`` (arbitrary
+weights: a model this small measures the serving path, HTTP, tokenizing and batching, more
+than the model) with ``--reranking``, one at a time, alternated round by round. Each round
+sends ``--requests`` requests one after another, each a query and ``--docs`` documents of
+20-60 words, and takes the pairs scored per second over the round.
+
+    python bench/bench_rerank.py --rounds 4 --requests 20 --docs 32
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import httpx
+from http_load import WORDS, start, stop
+
+from llamapy._paths import current_build
+from llamapy.testing import tiny_reranker_path
+
+PORT = 18197
+
+
+def commands(threads: int) -> dict[str, list[str]]:
+    """Each target's command line (the same model, context and threads)."""
+    build = current_build()
+    assert build, "run python build_lib.py --with-server"
+    model = str(tiny_reranker_path())
+    common = ["--port", str(PORT), "--host", "127.0.0.1", "-t", str(threads), "-c", "2048",
+              "--reranking"]
+    return {"llama-server": [str(Path(build["lib_dir"]) / "llama-server"), "-m", model,
+                             "-np", "1", *common],
+            "llamapy.serve": [sys.executable, "-m", "llamapy.serve", "--model", model,
+                              "--n-parallel", "1", "--log-level", "warning", *common]}
+
+
+def bodies(n: int, docs: int, seed: int) -> list[dict[str, object]]:
+    """``n`` rerank bodies of ``docs`` documents each (the same for every target)."""
+    rng = random.Random(seed)
+
+    def text(low: int, high: int) -> str:
+        return " ".join(rng.choice(WORDS) for _ in range(rng.randint(low, high)))
+
+    return [{"query": text(4, 10), "documents": [text(20, 60) for _ in range(docs)]}
+            for _ in range(n)]
+
+
+def one_round(cmd: list[str], requests: list[dict[str, object]]) -> float:
+    """Pairs per second over ``requests`` sent one after another."""
+    proc, _ = start(cmd, PORT)
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{PORT}", timeout=120) as client:
+            client.post("/rerank", json=requests[0]).raise_for_status()  # warm-up
+            started = time.perf_counter()
+            pairs = 0
+            for body in requests:
+                answer = client.post("/rerank", json=body)
+                answer.raise_for_status()
+                pairs += len(answer.json()["results"])
+            return pairs / (time.perf_counter() - started)
+    finally:
+        stop(proc)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--requests", type=int, default=20)
+    ap.add_argument("--docs", type=int, default=32)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    targets = commands(args.threads)
+    requests = bodies(args.requests, args.docs, seed=7)
+    rates: dict[str, list[float]] = {name: [] for name in targets}
+    for r in range(args.rounds):
+        order = list(targets) if r % 2 == 0 else list(targets)[::-1]
+        for name in order:
+            rates[name].append(one_round(targets[name], requests))
+            print(f"round {r} {name:14} {rates[name][-1]:8.1f} pairs/s", flush=True)
+    ratios = [a / b for a, b in zip(rates["llamapy.serve"], rates["llama-server"], strict=True)]
+    print("\n| target | pairs/s (rounds) | median |\n|---|---|---|")
+    for name, xs in rates.items():
+        print(f"| {name} | {' / '.join(f'{x:.0f}' for x in xs)} | {statistics.median(xs):.0f} |")
+    print(f"\nllamapy / llama-server: median of rounds {statistics.median(ratios):.2f} "
+          f"(rounds {', '.join(f'{x:.2f}' for x in ratios)})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
