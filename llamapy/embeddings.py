@@ -18,16 +18,26 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from llamapy._native import Batch, Context, LoraAdapter, Model
-from llamapy.errors import ClosedError, ContextOverflowError, InvalidOptionError
+from llamapy.errors import (
+    ClosedError,
+    ContextOverflowError,
+    InvalidOptionError,
+    QueueFullError,
+    RequestCancelledError,
+)
 
 if TYPE_CHECKING:
     import numpy as np
 
 __all__ = ["POOLINGS", "RANK", "Embedder", "rerank_tokens"]
+
+T = TypeVar("T")
+#: Work for the embedder's thread: it reads the flag that cancels it between decodes.
+Job = Callable[[threading.Event], T]
 
 #: The poolings an ``Embedder`` applies (llama.cpp's names; ``none`` gives no vector per input).
 POOLINGS = ("mean", "cls", "last")
@@ -57,13 +67,16 @@ class Embedder:
     """Embeddings of one model on a private context and worker thread (a context manager).
 
     ``embed(text)`` gives a ``(n_embd,)`` vector, ``embed([texts])`` an ``(n, n_embd)`` matrix;
-    rows are L2-normalised float32. Safe to call from any thread; calls run one at a time.
+    rows are L2-normalised float32. Safe to call from any thread; calls run one at a time, and
+    at most ``max_pending`` wait besides the running one (0: no bound; past it a call raises
+    :class:`~llamapy.errors.QueueFullError` at once). Cancelling the task awaiting an ``a*``
+    call cancels its work: queued, it never runs; running, it stops before its next decode.
     ``pooling``: one of :data:`POOLINGS`.
     """
 
     def __init__(self, model: Model, *, n_ctx: int = 2048, n_seq_max: int = 16,
                  n_threads: int = 0, adapters: Sequence[tuple[LoraAdapter, float]] = (),
-                 pooling: str = "mean") -> None:
+                 pooling: str = "mean", max_pending: int = 16) -> None:
         if n_ctx < 1 or n_seq_max < 1:
             raise InvalidOptionError("n_ctx and n_seq_max must be >= 1", option="n_ctx")
         if pooling not in (*POOLINGS, RANK):
@@ -78,6 +91,9 @@ class Embedder:
         self._ctx: Context | None = None
         self._batch: Batch | None = None
         self._closed = False
+        self.max_pending = max_pending
+        self._jobs = 0
+        self._jobs_lock = threading.Lock()
         self._worker_thread: threading.Thread | None = None
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="llamapy-embed",
                                           initializer=self._mark_worker)
@@ -101,6 +117,51 @@ class Embedder:
     def score_tokens(self, inputs: Sequence[Sequence[int]]) -> list[float]:
         """Each input's relevance score (pooling :data:`RANK`; blocks, runs on the
         embedder's thread): the first output of the model's classifier head, unnormalised."""
+        return self._run(self._scorer(inputs))
+
+    async def ascore_tokens(self, inputs: Sequence[Sequence[int]]) -> list[float]:
+        """:meth:`score_tokens`, awaited; cancelling the task stops the scoring."""
+        return await self._arun(self._scorer(inputs))
+
+    def embed(self, text: str | Sequence[str]) -> np.ndarray:
+        """One vector for a string, a matrix (one row per input) for a list of strings."""
+        if isinstance(text, str):
+            row: np.ndarray = self.embed_tokens([self.tokenize(text)])[0]
+            return row
+        return self.embed_tokens(self._texts_tokens(text))
+
+    def embed_tokens(self, inputs: Sequence[Sequence[int]]) -> np.ndarray:
+        """A ``(len(inputs), n_embd)`` float32 matrix of token lists (blocks; runs on the
+        embedder's thread)."""
+        return self._run(self._embedding(inputs))
+
+    async def aembed(self, text: str | Sequence[str]) -> np.ndarray:
+        """:meth:`embed`, awaited (the event loop is never blocked)."""
+        if isinstance(text, str):
+            row: np.ndarray = (await self.aembed_tokens([self.tokenize(text)]))[0]
+            return row
+        return await self.aembed_tokens(self._texts_tokens(text))
+
+    async def aembed_tokens(self, inputs: Sequence[Sequence[int]]) -> np.ndarray:
+        """:meth:`embed_tokens`, awaited; cancelling the task stops the embedding."""
+        return await self._arun(self._embedding(inputs))
+
+    def _texts_tokens(self, text: Sequence[str]) -> list[list[int]]:
+        texts = list(text)
+        if not all(isinstance(t, str) for t in texts):
+            raise InvalidOptionError("embed takes a string or a list of strings", option="text")
+        return [self.tokenize(t) for t in texts]
+
+    def _embedding(self, inputs: Sequence[Sequence[int]]) -> Job[np.ndarray]:
+        """The job embedding ``inputs`` (checked now, on the caller's thread)."""
+        if self.pooling == RANK:
+            raise InvalidOptionError("a reranker scores inputs (score_tokens), it gives no "
+                                     "vectors", option="pooling")
+        groups = self._groups(inputs)
+        return lambda cancel: self._embed_groups(inputs, groups, cancel)
+
+    def _scorer(self, inputs: Sequence[Sequence[int]]) -> Job[list[float]]:
+        """The job scoring ``inputs`` (checked now, on the caller's thread)."""
         if self.pooling != RANK:
             raise InvalidOptionError("scores need a reranker's rank pooling", option="pooling")
         width = self.model.n_cls_out
@@ -108,39 +169,8 @@ class Embedder:
             raise InvalidOptionError("the model has no classifier head to rank with",
                                      option="pooling")
         groups = self._groups(inputs)
-        rows = self._run(lambda: self._pooled(inputs, groups, width))
-        return [float(row[0]) for row in rows]
-
-    def embed(self, text: str | Sequence[str]) -> np.ndarray:
-        """One vector for a string, a matrix (one row per input) for a list of strings."""
-        if isinstance(text, str):
-            row: np.ndarray = self.embed_tokens([self.tokenize(text)])[0]
-            return row
-        texts = list(text)
-        if not all(isinstance(t, str) for t in texts):
-            raise InvalidOptionError("embed takes a string or a list of strings", option="text")
-        return self.embed_tokens([self.tokenize(t) for t in texts])
-
-    def embed_tokens(self, inputs: Sequence[Sequence[int]]) -> np.ndarray:
-        """A ``(len(inputs), n_embd)`` float32 matrix of token lists (blocks; runs on the
-        embedder's thread)."""
-        if self.pooling == RANK:
-            raise InvalidOptionError("a reranker scores inputs (score_tokens), it gives no "
-                                     "vectors", option="pooling")
-        groups = self._groups(inputs)  # validate on the caller's thread
-        return self._run(lambda: self._embed_groups(inputs, groups))
-
-    async def aembed(self, text: str | Sequence[str]) -> np.ndarray:
-        """:meth:`embed`, awaited (the event loop is never blocked)."""
-        if self._closed:
-            raise ClosedError("the embedder is closed")
-        return await asyncio.wrap_future(self._worker.submit(self.embed, text))
-
-    async def aembed_tokens(self, inputs: Sequence[Sequence[int]]) -> np.ndarray:
-        """:meth:`embed_tokens`, awaited."""
-        if self._closed:
-            raise ClosedError("the embedder is closed")
-        return await asyncio.wrap_future(self._worker.submit(self.embed_tokens, inputs))
+        return lambda cancel: [float(row[0]) for row in self._pooled(inputs, groups, width,
+                                                                     cancel)]
 
     def close(self) -> None:
         """Free the context on its thread and stop the thread; idempotent."""
@@ -160,12 +190,42 @@ class Embedder:
     def _mark_worker(self) -> None:
         self._worker_thread = threading.current_thread()
 
-    def _run(self, fn: Callable[[], np.ndarray]) -> np.ndarray:
+    def _run(self, job: Job[T]) -> T:
+        """Run ``job`` on the worker and wait for it (directly when already there)."""
         if self._closed:
             raise ClosedError("the embedder is closed")
         if threading.current_thread() is self._worker_thread:
-            return fn()
-        return self._worker.submit(fn).result()
+            return job(threading.Event())
+        return self._submit(job)[0].result()
+
+    async def _arun(self, job: Job[T]) -> T:
+        """Await ``job`` on the worker; cancelling the awaiting task cancels the job (a job
+        already running stops before its next decode)."""
+        future, cancel = self._submit(job)
+        try:
+            return await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            cancel.set()
+            future.cancel()
+            raise
+
+    def _submit(self, job: Job[T]) -> tuple[Future[T], threading.Event]:
+        """Queue ``job`` for the worker with its cancel flag; ``QueueFullError`` when
+        ``max_pending`` calls wait already (besides the running one)."""
+        if self._closed:
+            raise ClosedError("the embedder is closed")
+        with self._jobs_lock:
+            if self.max_pending and self._jobs > self.max_pending:
+                raise QueueFullError(self.max_pending)
+            self._jobs += 1
+        cancel = threading.Event()
+        future = self._worker.submit(job, cancel)
+        future.add_done_callback(self._job_done)
+        return future, cancel
+
+    def _job_done(self, future: Future[Any]) -> None:
+        with self._jobs_lock:
+            self._jobs -= 1
 
     def _context(self) -> tuple[Context, Batch]:
         if self._ctx is None:
@@ -217,14 +277,17 @@ class Embedder:
         return [g for g in groups if g]
 
     def _pooled(self, inputs: Sequence[Sequence[int]], groups: list[list[int]],
-                width: int) -> np.ndarray:
-        """The pooled ``width`` floats of each input, one decode per group."""
+                width: int, cancel: threading.Event) -> np.ndarray:
+        """The pooled ``width`` floats of each input, one decode per group; a set ``cancel``
+        stops before the next decode (``RequestCancelledError``)."""
         import numpy as np  # on first use: a server that never embeds never imports it
 
         ctx, batch = self._context()
         out = np.zeros((len(inputs), width), dtype=np.float32)
         try:
             for group in groups:
+                if cancel.is_set():
+                    raise RequestCancelledError("the embedding was cancelled")
                 ctx.clear()
                 batch.clear()
                 for seq_id, index in enumerate(group):
@@ -237,11 +300,11 @@ class Embedder:
             ctx.clear()
         return out
 
-    def _embed_groups(self, inputs: Sequence[Sequence[int]],
-                      groups: list[list[int]]) -> np.ndarray:
+    def _embed_groups(self, inputs: Sequence[Sequence[int]], groups: list[list[int]],
+                      cancel: threading.Event) -> np.ndarray:
         import numpy as np
 
-        out = self._pooled(inputs, groups, self.n_embd)
+        out = self._pooled(inputs, groups, self.n_embd, cancel)
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         normalised: np.ndarray = np.divide(out, norms, out=out, where=norms > 0)
         return normalised

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..errors import InvalidOptionError, UnsupportedFeatureError
 from ..openai_api.target import ServedModel
+from ..options.limits import check_embedding_tokens
 from .options import served_name
 from .params import EmbedBody
 
@@ -42,6 +43,7 @@ def embed_inputs(served: ServedModel, body: EmbedBody, n_ctx: int) -> list[list[
                 f"input[{i}] has {len(ids)} tokens, more than the context ({n_ctx}); "
                 "set truncate to true to cut it", option="input")
         out.append(ids[:n_ctx])
+    check_embedding_tokens(out, served.server.start_options.engine)
     return out
 
 

@@ -17,13 +17,15 @@ vocabulary's; :func:`fit_windows` fits look-back windows to the context before t
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from itertools import accumulate
 
 from llamapy.options._spec import check, is_int, option
 from llamapy.options.sampling import RequestOptions, SamplingParams
 
-__all__ = ["RequestLimits", "check_count", "check_limits", "check_model_bounds", "fit_windows"]
+__all__ = ["RequestLimits", "check_count", "check_embedding_tokens", "check_limits",
+           "check_model_bounds", "fit_windows"]
 
 
 @dataclass(slots=True, frozen=True, kw_only=True)
@@ -44,7 +46,10 @@ class RequestLimits:
                                     "parser recurses once per level)")
     max_choices: int = option(128, "most engine requests one HTTP request may make (n choices "
                               "times prompts)")
-    max_embedding_inputs: int = option(2048, "most inputs per embeddings request")
+    max_embedding_inputs: int = option(2048, "most inputs per embeddings or rerank request")
+    max_embedding_tokens: int = option(65536, "most tokens per embeddings or rerank request, "
+                                       "all inputs together (the work one request may ask "
+                                       "of the embeddings context)")
     max_sample_ms: int = option(1000, "a request whose sampler takes longer than this for "
                                 "one token fails (a grammar too costly to apply)")
 
@@ -62,6 +67,13 @@ class RequestLimits:
 def check_count(count: int, limit: int, option: str, what: str) -> None:
     """``InvalidOptionError`` for ``option`` when ``count`` exceeds ``limit``."""
     check(count <= limit, option, f"at most {limit} {what} per request, got {count}")
+
+
+def check_embedding_tokens(inputs: Sequence[Sequence[int]], limits: RequestLimits,
+                           option: str = "input") -> None:
+    """Refuse an embeddings or rerank request of more tokens than ``max_embedding_tokens``."""
+    check_count(sum(len(ids) for ids in inputs), limits.max_embedding_tokens, option,
+                "tokens (all inputs together)")
 
 
 def check_limits(options: RequestOptions, limits: RequestLimits) -> None:

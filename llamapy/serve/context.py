@@ -123,20 +123,24 @@ class AppContext:
     def embedder(self, served: ServedModel, pooling: str | None = None) -> Iterator[Embedder]:
         """The embedder of ``pooling`` (default: the server's ``--pooling``, see
         :func:`embedder_pooling`): one per app and pooling, created on first use (with the
-        server's thread count), or a fresh one per request, freed after it, where the source
+        server's thread count; at most ``max_queue`` requests wait for it, as for the
+        engine), or a fresh one per request, freed after it, where the source
         does not share one (several models: a cached one would keep an unloaded model's
         weights in memory)."""
-        context = served.server.start_options.context
-        threads = context.n_threads
-        pooling = embedder_pooling(context) if pooling is None else pooling
+        start = served.server.start_options
+        pooling = embedder_pooling(start.context) if pooling is None else pooling
+
+        def make() -> Embedder:
+            return Embedder(served.model, n_threads=start.context.n_threads, pooling=pooling,
+                            max_pending=start.engine.max_queue)  # (the server's queue bound)
+
         if not self.source.shares_embedder():
-            with Embedder(served.model, n_threads=threads, pooling=pooling) as embedder:
+            with make() as embedder:
                 yield embedder
             return
         with self._lock:
             if pooling not in self._embedders:
-                self._embedders[pooling] = Embedder(served.model, n_threads=threads,
-                                                    pooling=pooling)
+                self._embedders[pooling] = make()
             shared = self._embedders[pooling]
         yield shared
 

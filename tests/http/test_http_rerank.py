@@ -156,3 +156,14 @@ def test_a_ranking_server_refuses_to_generate(reranker: TestClient, path: str,
     answer = reranker.post(path, json=body)
     assert answer.status_code == 501, answer.text
     assert "/rerank" in answer.text
+
+
+def test_the_work_of_one_request_is_bounded(reranker: TestClient) -> None:
+    # max_embedding_tokens (65536 by default) bounds all inputs together, for rerank and
+    # embeddings alike: 2000 pairs of ~45 tokens is ~90k tokens
+    many = ["machine learning is a field of study " * 5] * 2000
+    for path, body in (("/rerank", {"query": QUERY, "documents": many}),
+                       ("/v1/embeddings", {"input": many})):
+        answer = reranker.post(path, json=body)
+        assert answer.status_code == 400, answer.text[:200]
+        assert "tokens (all inputs together)" in answer.json()["error"]["message"]

@@ -12,16 +12,19 @@ or a list of these, one input each.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
 
 from ...embeddings import Embedder
 from ...errors import InvalidOptionError, UnsupportedFeatureError
 from ...openai_api import ServedModel
 from ...openai_api.completions import check_token_ids
 from ...openai_api.prompt_shapes import PROMPT_STRING_KEY
+from ...options.limits import check_embedding_tokens
+from ..context import cancel_on_disconnect
 
 if TYPE_CHECKING:
     import numpy as np
@@ -42,7 +45,9 @@ def embedding_inputs(served: ServedModel, value: object) -> list[list[int]]:
     if len(items) > limit:
         raise InvalidOptionError(f"input: at most {limit} inputs per request, got {len(items)}",
                                  option="input")
-    return [_entry(served, item) for item in items]
+    inputs = [_entry(served, item) for item in items]
+    check_embedding_tokens(inputs, served.server.start_options.engine)
+    return inputs
 
 
 def _is_id(value: object) -> bool:
@@ -128,7 +133,8 @@ def embedding_response(served: ServedModel, inputs: Sequence[list[int]],
             "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}}
 
 
-async def aembed(embedder: Embedder, inputs: Sequence[list[int]]) -> np.ndarray:
-    """``embedder.embed_tokens(inputs)`` without blocking the event loop."""
-    loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(None, embedder.embed_tokens, inputs)
+async def aembed(request: Request, embedder: Embedder, inputs: Sequence[list[int]]
+                 ) -> np.ndarray:
+    """``embedder.embed_tokens(inputs)`` without blocking the event loop; a client that goes
+    away cancels it (queued, it never runs; running, it stops before its next decode)."""
+    return await cancel_on_disconnect(request, embedder.aembed_tokens(inputs))

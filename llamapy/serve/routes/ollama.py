@@ -136,8 +136,9 @@ def _embedding_routes(router: Router, ctx: AppContext) -> None:
             raise UnsupportedFeatureError("embeddings", "embeddings are disabled on this server")
         _keep(ctx, served_name(served, body.model), body.keep_alive)
         with ctx.embedder(served) as embedder:
-            inputs = await asyncio.to_thread(embed_inputs, served, body, embedder.n_ctx)
-            rows = await aembed(embedder, inputs)
+            inputs = await asyncio.to_thread(embed_inputs, served, body,
+                                             embedder.max_input_tokens)
+            rows = await aembed(request, embedder, inputs)
         return embed_response(body.model, rows.tolist(), inputs, started)
 
     @router.post("/api/embed", schema=EmbedBody.model_json_schema)

@@ -89,6 +89,6 @@ def _model_routes(router: Router, ctx: AppContext) -> None:
             raise UnsupportedFeatureError("embeddings", "embeddings are disabled on this server")
         inputs, fmt = await asyncio.to_thread(parse_embedding_request, served, body)
         with ctx.embedder(served) as embedder:
-            vectors = await aembed(embedder, inputs)
+            vectors = await aembed(request, embedder, inputs)
         return embedding_response(served, inputs, vectors, fmt)
 

@@ -26,7 +26,8 @@ from starlette.requests import Request
 from ...embeddings import RANK, rerank_tokens
 from ...errors import EndpointDisabledError, InvalidOptionError, UnknownOptionError
 from ...openai_api import ServedModel
-from ..context import AppContext, read_json
+from ...options.limits import check_embedding_tokens
+from ..context import AppContext, cancel_on_disconnect, read_json
 from ..routing import Router
 
 __all__ = ["RERANK_FIELDS", "RerankRequest", "parse_rerank", "rerank_response", "rerank_router"]
@@ -96,6 +97,7 @@ def parse_rerank(served: ServedModel, body: object) -> RerankRequest:
     if isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 0:
         raise InvalidOptionError("top_n must be an integer >= 0", option="top_n")
     inputs = tuple(rerank_tokens(served.model, query, text) for text in texts)
+    check_embedding_tokens(inputs, served.server.start_options.engine, "documents")
     return RerankRequest(model=body.get("model"), texts=texts, inputs=inputs, top_n=top_n,
                          tei=tei, return_text=_flag(body, "return_text" if tei
                                                     else "return_documents"))
@@ -138,7 +140,7 @@ def rerank_router(ctx: AppContext) -> Router:
                                         "with `--reranking`")
         parsed = await asyncio.to_thread(parse_rerank, served, body)
         with ctx.embedder(served, RANK) as embedder:
-            scores = await asyncio.to_thread(embedder.score_tokens, parsed.inputs)
+            scores = await cancel_on_disconnect(request, embedder.ascore_tokens(parsed.inputs))
         return rerank_response(served, parsed, scores)
 
     return router
