@@ -167,3 +167,18 @@ def test_the_work_of_one_request_is_bounded(reranker: TestClient) -> None:
         answer = reranker.post(path, json=body)
         assert answer.status_code == 400, answer.text[:200]
         assert "tokens (all inputs together)" in answer.json()["error"]["message"]
+
+
+NASTY = ("", "\x00", "\u202e\ufeff", "[CLS] [SEP] [MASK]", "{query}", "x" * 5000, "é" * 3000,
+         2**63, -1, 1.5, None, True, {"text": 5}, {"text": ["a"]}, [[["deep"]]], {})
+
+
+@pytest.mark.parametrize("value", NASTY, ids=repr)
+def test_hostile_values_get_a_typed_answer_and_the_server_lives_on(reranker: TestClient,
+                                                                   value: object) -> None:
+    for body in ({"query": value, "documents": DOCS}, {"query": QUERY, "documents": [value]},
+                 {"query": QUERY, "documents": DOCS, "top_n": value},
+                 {"query": QUERY, "texts": [value, "a"], "return_text": value}):
+        answer = reranker.post("/rerank", json=body)
+        assert answer.status_code < 500, (body, answer.text[:200])
+    assert reranker.post("/rerank", json={"query": QUERY, "documents": DOCS}).status_code == 200
