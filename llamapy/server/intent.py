@@ -36,7 +36,7 @@ class _Default(enum.Enum):
 #: An intent's ``timeout`` when the call sets none: each method's own default applies.
 DEFAULT_TIMEOUT: Final = _Default.TIMEOUT
 
-#: The request option names (without ``sampling``) and their sampling counterparts.
+#: The request options' own names (``sampling`` aside: its fields are options too).
 _OWN = tuple(f.name for f in dataclasses.fields(RequestOptions) if f.name != "sampling")
 
 
