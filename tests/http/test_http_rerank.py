@@ -182,3 +182,10 @@ def test_hostile_values_get_a_typed_answer_and_the_server_lives_on(reranker: Tes
         answer = reranker.post("/rerank", json=body)
         assert answer.status_code < 500, (body, answer.text[:200])
     assert reranker.post("/rerank", json={"query": QUERY, "documents": DOCS}).status_code == 200
+
+
+def test_the_model_fetcher_writes_the_tiny_reranker(capsys: pytest.CaptureFixture[str]) -> None:
+    from llamapy.models import main
+
+    assert main(["fetch", "--reranker"]) == 0
+    assert capsys.readouterr().out.strip() == str(tiny_reranker_path())
