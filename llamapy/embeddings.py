@@ -45,18 +45,20 @@ POOLINGS = ("mean", "cls", "last")
 RANK = "rank"
 
 
-def rerank_tokens(model: Model, query: str, document: str) -> list[int]:
+def rerank_tokens(model: Model, query: str, document: str,
+                  query_tokens: Sequence[int] | None = None) -> list[int]:
     """A (query, document) pair as a reranker reads it: the model's ``rerank`` template with
     ``{query}`` and ``{document}`` filled in when it has one, else BOS, the query, EOS, SEP,
     the document and EOS, each special token where the vocabulary adds it (as llama-server
-    builds it)."""
+    builds it). ``query_tokens``: the query already tokenized (no special tokens), for the
+    pairs of one query."""
     template = model.chat_template("rerank")
     if template is not None:
         text = template.replace("{query}", query).replace("{document}", document)
         return model.tokenize(text, False, True)
     eos = model.eos if model.eos >= 0 else model.sep
     out = [model.bos] if model.add_bos else []
-    out += model.tokenize(query, False, False)
+    out += model.tokenize(query, False, False) if query_tokens is None else query_tokens
     out += [eos] if model.add_eos else []
     out += [model.sep] if model.add_sep else []
     out += model.tokenize(document, False, False)
@@ -164,20 +166,20 @@ class Embedder:
         """The job scoring ``inputs`` (checked now, on the caller's thread)."""
         if self.pooling != RANK:
             raise InvalidOptionError("scores need a reranker's rank pooling", option="pooling")
-        width = self.model.n_cls_out
-        if width < 1:
-            raise InvalidOptionError("the model has no classifier head to rank with",
-                                     option="pooling")
+        width = max(1, self.model.n_cls_out)  # (llama.cpp reads the first, as llama-server)
         groups = self._groups(inputs)
         return lambda cancel: [float(row[0]) for row in self._pooled(inputs, groups, width,
                                                                      cancel)]
 
     def close(self) -> None:
-        """Free the context on its thread and stop the thread; idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        self._worker.submit(self._free).result()
+        """Free the context on its thread and stop the thread; idempotent. Calls queued
+        before it still run; none is taken after it (``ClosedError``)."""
+        with self._jobs_lock:  # (a call is queued whole before this, or refused after it)
+            if self._closed:
+                return
+            self._closed = True
+            freed = self._worker.submit(self._free)
+        freed.result()
         self._worker.shutdown(wait=True)
 
     def __enter__(self) -> Embedder:
@@ -212,14 +214,14 @@ class Embedder:
     def _submit(self, job: Job[T]) -> tuple[Future[T], threading.Event]:
         """Queue ``job`` for the worker with its cancel flag; ``QueueFullError`` when
         ``max_pending`` calls wait already (besides the running one)."""
-        if self._closed:
-            raise ClosedError("the embedder is closed")
+        cancel = threading.Event()
         with self._jobs_lock:
+            if self._closed:
+                raise ClosedError("the embedder is closed")
             if self.max_pending and self._jobs > self.max_pending:
                 raise QueueFullError(self.max_pending)
             self._jobs += 1
-        cancel = threading.Event()
-        future = self._worker.submit(job, cancel)
+            future = self._worker.submit(job, cancel)
         future.add_done_callback(self._job_done)
         return future, cancel
 

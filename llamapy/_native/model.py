@@ -306,7 +306,8 @@ class Model(Owned):
 
     @property
     def n_cls_out(self) -> int:
-        """Outputs of the classifier head (a reranker's score: 1); 0 without one."""
+        """Outputs of the classifier head (a reranker's score: 1; llama.cpp also reports 1 for
+        a model that declares no labels)."""
         return int(native().lib.llama_model_n_cls_out(self.ptr))
 
     def token_text(self, token: int) -> str:

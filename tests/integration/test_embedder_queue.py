@@ -11,7 +11,7 @@ import pytest
 
 from llamapy._native import Context, Model
 from llamapy.embeddings import RANK, Embedder, rerank_tokens
-from llamapy.errors import QueueFullError
+from llamapy.errors import ClosedError, QueueFullError
 from llamapy.testing import tiny_reranker_path
 
 
@@ -76,3 +76,12 @@ def test_a_cancelled_call_that_waits_never_runs(model: Model) -> None:
     with Embedder(model, pooling=RANK) as embedder:
         asyncio.run(run(embedder))
     assert not ran.is_set()
+
+
+def test_no_call_is_taken_after_close(model: Model) -> None:
+    embedder = Embedder(model, pooling=RANK)
+    assert len(embedder.score_tokens([rerank_tokens(model, "q", "a")])) == 1
+    embedder.close()
+    with pytest.raises(ClosedError):
+        embedder.score_tokens([rerank_tokens(model, "q", "a")])
+    assert embedder._ctx is None and embedder._jobs == 0

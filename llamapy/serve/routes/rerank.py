@@ -80,6 +80,23 @@ def _documents(body: Mapping[str, Any], limit: int) -> tuple[tuple[str, ...], bo
     return tuple(texts), key == "texts"
 
 
+def _pairs(served: ServedModel, query: str, texts: Sequence[str]) -> tuple[list[int], ...]:
+    """Each document's pair with ``query`` (tokenized once), refused as soon as the pairs
+    together pass ``max_embedding_tokens``: the work before the refusal is bounded by the
+    limit, not by the body."""
+    model, limits = served.model, served.server.start_options.engine
+    query_tokens = model.tokenize(query, False, False)
+    check_embedding_tokens([query_tokens], limits, "query")
+    pairs: list[list[int]] = []
+    total = 0
+    for text in texts:
+        pairs.append(rerank_tokens(model, query, text, query_tokens))
+        total += len(pairs[-1])
+        if total > limits.max_embedding_tokens:
+            check_embedding_tokens(pairs, limits, "documents")  # raises, naming the limit
+    return tuple(pairs)
+
+
 def parse_rerank(served: ServedModel, body: object) -> RerankRequest:
     """Validate a rerank body and tokenize its pairs (blocking: run it off the event loop)."""
     if not isinstance(body, Mapping):
@@ -96,8 +113,7 @@ def parse_rerank(served: ServedModel, body: object) -> RerankRequest:
     top_n = body.get("top_n", len(texts))
     if isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 0:
         raise InvalidOptionError("top_n must be an integer >= 0", option="top_n")
-    inputs = tuple(rerank_tokens(served.model, query, text) for text in texts)
-    check_embedding_tokens(inputs, served.server.start_options.engine, "documents")
+    inputs = _pairs(served, query, texts)
     return RerankRequest(model=body.get("model"), texts=texts, inputs=inputs, top_n=top_n,
                          tei=tei, return_text=_flag(body, "return_text" if tei
                                                     else "return_documents"))
