@@ -77,18 +77,14 @@ def create_app(target: Server | Loader | ModelManager, *, alias: str | None = _S
     :mod:`llamapy.serve.tenants`; not both) protect all but ``/health`` and the pages.
     ``cors_origins``, ``allowed_hosts`` and ``bind_hosts``: which pages and ``Host`` names are
     answered (:mod:`llamapy.serve.cors`, :mod:`llamapy.serve.guard`). ``chat_template``: Jinja
-    overriding the GGUF's. ``own_server``: close it on shutdown. The serving options
-    (``alias``, ``api_key``, ``cors_origins``, ``allowed_hosts``, ``request_timeout``,
-    ``max_body_bytes``, ``embeddings``, ``webui``, ``slots``, ``metrics``, ``props``,
-    ``slot_save_path``, ``api_prefix``, ``sse_ping_interval``, and in ``served`` the
-    presentation ones such as ``aliases``, ``tags``, ``n_predict`` or ``cache_report`` and
-    ``sleep_idle_seconds``, :mod:`llamapy.serve.sleep`) mean, default to and are checked as
-    :class:`~llamapy.options.ServeOptions` says.
+    overriding the GGUF's. ``own_server``: close it on shutdown. The serving options (the
+    keywords :class:`~llamapy.options.ServeOptions` names, and in ``served`` the presentation
+    ones such as ``aliases``, ``tags``, ``n_predict``, ``cache_report`` and
+    ``sleep_idle_seconds``, :mod:`llamapy.serve.sleep`) mean, default to and are checked as it
+    says.
     """
-    ServeOptions(alias=alias, api_key=api_key, cors_origins=tuple(cors_origins or ()),
-                 allowed_hosts=tuple(allowed_hosts or ()), max_body_bytes=max_body_bytes,
-                 sse_ping_interval=sse_ping_interval,
-                 sleep_idle_seconds=served.get("sleep_idle_seconds"))  # raises if one is bad
+    _check_serving(alias, api_key, cors_origins, allowed_hosts, max_body_bytes,
+                   sse_ping_interval, served.get("sleep_idle_seconds"))
     owned = _owner(target, alias=alias, chat_template=chat_template,
                    chat_templates=chat_templates, request_timeout=request_timeout, **served)
     ctx = _context(owned, keys=_key_table(api_key, api_keys), embeddings=embeddings, slots=slots,
@@ -98,6 +94,16 @@ def create_app(target: Server | Loader | ModelManager, *, alias: str | None = _S
     _add_middleware(app, ctx, CorsPolicy(cors_origins or DEFAULT_ORIGINS), max_body_bytes,
                     HostPolicy(allowed_hosts, bind_hosts), app.state.error_shape)
     return app
+
+
+def _check_serving(alias: str | None, api_key: str | None, cors_origins: Sequence[str],
+                   allowed_hosts: Sequence[str], max_body_bytes: int,
+                   sse_ping_interval: float, sleep_idle_seconds: float | None) -> None:
+    """Check ``create_app``'s serving keywords through the option tree (raises if one is
+    bad)."""
+    ServeOptions(alias=alias, api_key=api_key, cors_origins=tuple(cors_origins or ()),
+                 allowed_hosts=tuple(allowed_hosts or ()), max_body_bytes=max_body_bytes,
+                 sse_ping_interval=sse_ping_interval, sleep_idle_seconds=sleep_idle_seconds)
 
 
 def _assemble(ctx: AppContext, owned: ModelSource | None, webui: bool,
