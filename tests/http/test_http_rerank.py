@@ -189,3 +189,19 @@ def test_the_model_fetcher_writes_the_tiny_reranker(capsys: pytest.CaptureFixtur
 
     assert main(["fetch", "--reranker"]) == 0
     assert capsys.readouterr().out.strip() == str(tiny_reranker_path())
+
+
+def test_teis_truncate_and_raw_scores(reranker: TestClient) -> None:
+    tei = {"query": QUERY, "texts": DOCS, "raw_scores": False, "truncate": False}
+    plain = reranker.post("/rerank", json=tei)
+    assert plain.status_code == 200, plain.text
+    long = ["a machine " * 400, DOCS[1]]  # ~800 tokens: past the 512 positions
+    refused = reranker.post("/rerank", json={"query": QUERY, "texts": long})
+    assert refused.status_code == 400
+    for direction in ("Right", "Left"):
+        cut = reranker.post("/rerank", json={"query": QUERY, "texts": long, "truncate": True,
+                                             "truncation_direction": direction})
+        assert cut.status_code == 200, cut.text
+        assert sorted(r["index"] for r in cut.json()) == [0, 1]
+    bad = reranker.post("/rerank", json={**tei, "truncation_direction": "Middle"})
+    assert bad.status_code == 400

@@ -10,8 +10,10 @@ Embedder` with rank pooling: one decode per ``n_ctx`` tokens), off the event loo
 Two shapes, as llama-server answers them: Jina's and Cohere's (``documents``: strings, or
 objects with a ``text``; ``top_n``; ``return_documents`` adds each ``document``) gives
 ``{"model", "object": "list", "usage", "results": [{"index", "relevance_score"}]}``;
-Hugging Face TEI's (``texts``; ``return_text``) gives the bare list of ``{"index", "score"}``.
-Results come best first; scores are the model's raw outputs.
+Hugging Face TEI's (``texts``; ``return_text``; ``truncate`` cuts a pair longer than the
+model's context, keeping its start, or its end with ``truncation_direction`` ``Left``) gives
+the bare list of ``{"index", "score"}``. Results come best first; scores are the model's raw
+outputs (TEI's ``raw_scores`` is accepted: they are raw either way, as llama-server's are).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ __all__ = ["RERANK_FIELDS", "RerankRequest", "parse_rerank", "rerank_response", 
 
 #: The fields a rerank body may have.
 RERANK_FIELDS = ("model", "query", "documents", "texts", "top_n", "return_documents",
-                 "return_text")
+                 "return_text", "raw_scores", "truncate", "truncation_direction")
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,25 +82,41 @@ def _documents(body: Mapping[str, Any], limit: int) -> tuple[tuple[str, ...], bo
     return tuple(texts), key == "texts"
 
 
-def _pairs(served: ServedModel, query: str, texts: Sequence[str]) -> tuple[list[int], ...]:
-    """Each document's pair with ``query`` (tokenized once), refused as soon as the pairs
-    together pass ``max_embedding_tokens``: the work before the refusal is bounded by the
-    limit, not by the body."""
+def _truncation(body: Mapping[str, Any], max_input: int) -> slice | None:
+    """TEI's ``truncate``: the slice keeping the first (``truncation_direction`` ``Right``,
+    the default) or last ``max_input`` tokens of a pair; None: a pair too long is a 400."""
+    direction = body.get("truncation_direction", "Right")
+    if direction not in ("Right", "Left"):
+        raise InvalidOptionError("truncation_direction must be 'Right' or 'Left'",
+                                 option="truncation_direction")
+    _flag(body, "raw_scores")  # (the scores are the model's raw outputs either way)
+    if not _flag(body, "truncate"):
+        return None
+    return slice(None, max_input) if direction == "Right" else slice(-max_input, None)
+
+
+def _pairs(served: ServedModel, query: str, texts: Sequence[str], cut: slice | None
+           ) -> tuple[list[int], ...]:
+    """Each document's pair with ``query`` (tokenized once; ``cut`` to fit), refused as soon
+    as the pairs together pass ``max_embedding_tokens``: the work before the refusal is
+    bounded by the limit, not by the body."""
     model, limits = served.model, served.server.start_options.engine
     query_tokens = model.tokenize(query, False, False)
     check_embedding_tokens([query_tokens], limits, "query")
     pairs: list[list[int]] = []
     total = 0
     for text in texts:
-        pairs.append(rerank_tokens(model, query, text, query_tokens))
+        pair = rerank_tokens(model, query, text, query_tokens)
+        pairs.append(pair if cut is None else pair[cut])
         total += len(pairs[-1])
         if total > limits.max_embedding_tokens:
             check_embedding_tokens(pairs, limits, "documents")  # raises, naming the limit
     return tuple(pairs)
 
 
-def parse_rerank(served: ServedModel, body: object) -> RerankRequest:
-    """Validate a rerank body and tokenize its pairs (blocking: run it off the event loop)."""
+def parse_rerank(served: ServedModel, body: object, max_input: int = 512) -> RerankRequest:
+    """Validate a rerank body and tokenize its pairs (blocking: run it off the event loop);
+    ``max_input``: the longest pair the embedder takes (where ``truncate`` cuts)."""
     if not isinstance(body, Mapping):
         raise InvalidOptionError("request body must be a JSON object")
     unknown = [key for key in body if key not in RERANK_FIELDS]
@@ -113,7 +131,7 @@ def parse_rerank(served: ServedModel, body: object) -> RerankRequest:
     top_n = body.get("top_n", len(texts))
     if isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 0:
         raise InvalidOptionError("top_n must be an integer >= 0", option="top_n")
-    inputs = _pairs(served, query, texts)
+    inputs = _pairs(served, query, texts, _truncation(body, max_input))
     return RerankRequest(model=body.get("model"), texts=texts, inputs=inputs, top_n=top_n,
                          tei=tei, return_text=_flag(body, "return_text" if tei
                                                     else "return_documents"))
@@ -154,8 +172,9 @@ def rerank_router(ctx: AppContext) -> Router:
         if served.server.start_options.context.pooling_type != RANK:
             raise EndpointDisabledError("This server does not support reranking. Start it "
                                         "with `--reranking`")
-        parsed = await asyncio.to_thread(parse_rerank, served, body)
         with ctx.embedder(served, RANK) as embedder:
+            parsed = await asyncio.to_thread(parse_rerank, served, body,
+                                             embedder.max_input_tokens)
             scores = await cancel_on_disconnect(request, embedder.ascore_tokens(parsed.inputs))
         return rerank_response(served, parsed, scores)
 
