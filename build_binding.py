@@ -1,7 +1,8 @@
 """Steps 4 and 6 of ``build_lib.py``: llamapy's cffi declarations, generated from the pinned
-headers (``llama.h``, its ggml headers and the shim's), and the layout probe that records the
-``sizeof``/``offsetof`` of every ``llama_*`` struct for the test suite to compare with cffi's
-view. Imported by ``build_lib.py`` (run it, not this file).
+headers (``llama.h``, its ggml headers, the shim's and libmtmd's ``mtmd.h``/``mtmd-helper.h``),
+and the layout probe that records the ``sizeof``/``offsetof`` of every ``llama_*`` and
+``mtmd_*`` struct for the loader and the test suite to compare with cffi's view. Imported by
+``build_lib.py`` (run it, not this file).
 """
 
 from __future__ import annotations
@@ -16,6 +17,10 @@ ROOT = Path(__file__).resolve().parent
 FFI_MODULE = ROOT / "llamapy" / "_native" / "_llama_ffi.py"
 SHIM_DIR = ROOT / "llamapy" / "_native" / "shim"
 SHIM_HEADER = SHIM_DIR / "llamapy_shim.h"
+#: The headers the declarations come from, in order (``mtmd.h`` includes ``llama.h`` again:
+#: its include guard keeps one copy).
+BINDING_HEADERS = ("llamapy_shim.h", "mtmd.h", "mtmd-helper.h")
+_STRUCTS = re.compile(r"struct\s+((?:llama|mtmd)_\w+)\s*\{")
 _CFFI_SIZES = {"int32_t": 4, "int64_t": 8, "uint32_t": 4, "float": 4, "int": 4, "double": 8}
 
 
@@ -23,15 +28,23 @@ class StepError(RuntimeError):
     """A build step failed; the message names the step and its log."""
 
 
+def include_flags(src: Path) -> list[str]:
+    """The ``-I`` flags of the binding's headers."""
+    return [f"-I{src / 'include'}", f"-I{src / 'ggml' / 'include'}",
+            f"-I{src / 'tools' / 'mtmd'}", f"-I{SHIM_DIR}"]
+
+
 def preprocess_headers(src: Path, work: Path) -> str:
-    """Preprocess the shim's header (``llama.h``, its ggml headers, then the shim's) into C."""
+    """Preprocess :data:`BINDING_HEADERS` (``llama.h`` and its ggml headers come in through the
+    shim's) into C."""
     fake = work / "fakeinc"
     fake.mkdir(parents=True, exist_ok=True)
     for name in ("stddef.h", "stdint.h", "stdbool.h", "stdio.h", "stdarg.h"):
         (fake / name).write_text("")
+    umbrella = work / "binding_headers.h"
+    umbrella.write_text("".join(f'#include "{h}"\n' for h in BINDING_HEADERS))
     cmd = [os.environ.get("CC", "cc"), "-E", "-P", "-nostdinc", f"-I{fake}",
-           f"-I{src / 'include'}", f"-I{src / 'ggml' / 'include'}",
-           "-D__attribute__(x)=", "-D__declspec(x)=", str(SHIM_HEADER)]
+           *include_flags(src), "-D__attribute__(x)=", "-D__declspec(x)=", str(umbrella)]
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         raise StepError(f"step 'binding': preprocessing the headers failed:\n{out.stderr}")
@@ -82,7 +95,7 @@ def layout_structs(cdef: str) -> dict[str, list[str]]:
     ffi = cffi.FFI()
     ffi.cdef(cdef)
     structs: dict[str, list[str]] = {}
-    for name in sorted(set(re.findall(r"struct\s+(llama_\w+)\s*\{", cdef))):
+    for name in sorted(set(_STRUCTS.findall(cdef))):
         ctype = ffi.typeof(f"struct {name}")
         structs[name] = [field for field, _ in ctype.fields or []]
     return structs
@@ -90,7 +103,8 @@ def layout_structs(cdef: str) -> dict[str, list[str]]:
 
 def run_layout_probe(src: Path, build: Path, cdef: str) -> None:
     structs = layout_structs(cdef)
-    body = ['#include <stdio.h>', '#include <stddef.h>', '#include "llama.h"', "int main(void) {",
+    body = ['#include <stdio.h>', '#include <stddef.h>',
+            *(f'#include "{h}"' for h in BINDING_HEADERS), "int main(void) {",
             '  printf("{\\n");']
     for i, (name, fields) in enumerate(structs.items()):
         parts = ['\\"__sizeof__\\": %zu'] + [f'\\"{f}\\": %zu' for f in fields]
@@ -102,8 +116,7 @@ def run_layout_probe(src: Path, build: Path, cdef: str) -> None:
     probe_c.write_text("\n".join(body) + "\n")
     exe = build / "layout_probe"
     cc = os.environ.get("CC", "cc")
-    cmd = [cc, "-o", str(exe), str(probe_c), f"-I{src / 'include'}",
-           f"-I{src / 'ggml' / 'include'}"]
+    cmd = [cc, "-o", str(exe), str(probe_c), *include_flags(src)]
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         raise StepError(f"step 'layout probe': compile failed:\n{out.stderr}")

@@ -5,18 +5,18 @@ Steps (each prints a phase line; a failure names the step and its log file):
 
 1. fetch   ``pip download --no-deps --no-binary :all: llama-cpp-python==<pin>``, verify sha256
 2. extract ``vendor/llama.cpp`` into ``<cache>/src/``
-3. configure + build the shared ``llama`` target (with ggml's RPC backend) and ``ggml-rpc-server``
-   with CMake (+ Ninja when present) into
+3. configure + build the shared ``llama`` target (with ggml's RPC backend), ``ggml-rpc-server``
+   and ``mtmd`` (libmtmd: images and audio through an mmproj) with CMake (+ Ninja when present) into
    ``<cache>/build/<key>``, where ``key`` hashes (source sha256, build flags, compiler)
 4. generate the cffi declarations from the preprocessed pinned headers (``llama.h`` and the
-   shim's header) and write the out-of-line ABI module ``llamapy/_native/_llama_ffi.py``
+   shim's header, ``mtmd.h`` and ``mtmd-helper.h``) and write the out-of-line ABI module ``llamapy/_native/_llama_ffi.py``
 5. compile the shim (``llamapy/_native/shim/``: the libllama calls that can throw, wrapped in
    try/catch) against the built library into ``libllamapy_shim`` next to it
 6. compile and run a layout probe that records ``sizeof``/``offsetof`` of every ``llama_*``
-   struct in ``<build>/layout.json`` (the test suite compares it with cffi's view)
+   and ``mtmd_*`` struct in ``<build>/layout.json`` (the test suite compares it with cffi's view)
 
 A second run with the same key is a no-op that prints where the library is, unless the shim's
-sources changed: then steps 4 to 6 run again (seconds), not the library's build. ``<cache>`` is
+sources or the binding's generator changed: then steps 4 to 6 run again (seconds), not the library's build. ``<cache>`` is
 ``$LLAMAPY_CACHE`` or ``~/.cache/llamapy``.
 
 Usage: ``python build_lib.py [--cuda] [--blas] [--no-native] [--rpc] [--jobs N]
@@ -60,6 +60,8 @@ SERVER_TARGETS = ("llama-server", "llama-bench")
 #: ggml's RPC server, which lends this host's devices to a libllama elsewhere (``rpc_servers``);
 #: one small program, built with the library so every build can split a model over hosts.
 RPC_TARGETS = ("ggml-rpc-server",)
+#: libmtmd, llama.cpp's multimodal library (images and audio through a model's ``--mmproj``).
+MEDIA_TARGETS = ("mtmd",)
 
 
 def phase(message: str) -> None:
@@ -201,11 +203,12 @@ def shim_compiler(build: Path) -> str:
 
 
 def shim_key(build: Path, key: str) -> str:
-    """What the shim is built from: its sources, the C++ compiler and the library's key."""
+    """What the shim and the binding are built from: the shim's sources, the binding's
+    generator, the C++ compiler and the library's key."""
     cxx = shim_compiler(build)
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
     material = [key, cxx, version.splitlines()[:1], SHIM_HEADER.read_text(),
-                SHIM_SOURCE.read_text()]
+                SHIM_SOURCE.read_text(), (ROOT / "build_binding.py").read_text()]
     return hashlib.sha256(json.dumps(material).encode()).hexdigest()[:16]
 
 
@@ -261,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         flags = cmake_flags(args)
         key = build_key(flags)
         build = cache / "build" / key
-        targets = ["llama", *RPC_TARGETS, *(SERVER_TARGETS if args.with_server else ())]
+        targets = ["llama", *RPC_TARGETS, *MEDIA_TARGETS, *(SERVER_TARGETS if args.with_server else ())]
         record_path = build / "build.json"
         done = json.loads(record_path.read_text()) if record_path.exists() else {}
         missing = [t for t in targets if t not in done.get("targets", [])]
@@ -312,7 +315,7 @@ def generate_binding(src: Path, build: Path) -> None:
     write_ffi_module(cdef, build)
     phase(f"shim: compiling {SHIM_SOURCE.name} against the library")
     build_shim(src, build)
-    phase("layout probe: recording sizeof/offsetof of every llama_* struct")
+    phase("layout probe: recording sizeof/offsetof of every llama_* and mtmd_* struct")
     run_layout_probe(src, build, cdef)
 
 

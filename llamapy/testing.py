@@ -3,7 +3,9 @@
 :func:`write_random_lora` writes a LoRA adapter GGUF with random low-rank tensors for a llama
 architecture base model; :func:`tiny_reranker_path` writes (once, into the model cache) a tiny
 BERT reranker with arbitrary weights, byte for byte the same on every machine and checked
-against :data:`TINY_RERANKER_SHA256` (both need the ``gguf`` package from the ``test`` extra).
+against :data:`TINY_RERANKER_SHA256`; :func:`tiny_mmproj_path` does the same for a tiny
+vision projector of the default model (:data:`TINY_MMPROJ_SHA256`). All need the ``gguf``
+package from the ``test`` extra.
 """
 
 from __future__ import annotations
@@ -63,6 +65,40 @@ _WORDS = ("machine", "learning", "is", "a", "the", "of", "and", "paris", "city",
 _CHARS = "abcdefghijklmnopqrstuvwxyz0123456789.,?!'"
 
 
+#: The tiny projector's bytes (``gguf`` 0.19; integer-arithmetic weights, as the reranker's).
+TINY_MMPROJ_SHA256 = "a5282eb7c1effffa79c5e2c9004319003dea29272d6c7e135372f03ff66be074"
+
+
+def tiny_mmproj_path(fetch: bool = True) -> Path:
+    """The tiny multimodal projector in the model cache, written first when missing (with
+    ``fetch``).
+
+    A LLaVA-style vision projector for the default model (SmolLM2-135M, 576 wide): every image
+    becomes 16 embeddings. Its weights are arbitrary: answers about an image prove plumbing,
+    caching and errors, never that the model saw anything.
+    """
+    from ._tiny_mmproj import write_tiny_mmproj
+
+    return _generated("tiny-mmproj.gguf", write_tiny_mmproj, TINY_MMPROJ_SHA256, fetch)
+
+
+def _generated(name: str, write: Any, sha256: str, fetch: bool) -> Path:
+    """A generated test artefact in the model cache, written and checked when missing."""
+    path = cache_dir() / "models" / name
+    if not path.is_file():
+        if not fetch:
+            raise ModelNotFoundError(f"{name} not found at {path}")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        write(tmp)
+        got = sha256_file(tmp)
+        if got != sha256:
+            tmp.unlink()
+            raise ModelNotFoundError(f"sha256 mismatch for the generated {name}: {got}")
+        tmp.replace(path)
+    return path
+
+
 def tiny_reranker_path(fetch: bool = True) -> Path:
     """The tiny reranker in the model cache, written first when missing (with ``fetch``).
 
@@ -70,19 +106,7 @@ def tiny_reranker_path(fetch: bool = True) -> Path:
     server started with ``--reranking`` on it scores (query, document) pairs. Its weights are
     arbitrary: the scores prove plumbing, batching, ordering and errors, never relevance.
     """
-    path = cache_dir() / "models" / "tiny-reranker.gguf"
-    if not path.is_file():
-        if not fetch:
-            raise ModelNotFoundError(f"tiny reranker not found at {path}")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        write_tiny_reranker(tmp)
-        got = sha256_file(tmp)
-        if got != TINY_RERANKER_SHA256:
-            tmp.unlink()
-            raise ModelNotFoundError(f"sha256 mismatch for the tiny reranker: {got}")
-        tmp.replace(path)
-    return path
+    return _generated("tiny-reranker.gguf", write_tiny_reranker, TINY_RERANKER_SHA256, fetch)
 
 
 def _weights(shape: tuple[int, ...], salt: int, scale: float = 0.4) -> Any:

@@ -26,6 +26,7 @@ log = logging.getLogger("llamapy.llama_cpp")
 
 _BUILD_HINT = "run `python build_lib.py` from the llamapy checkout to build it"
 _LIB_NAMES = ("libllama.so", "libllama.dylib", "llama.dll")
+_MTMD_NAMES = ("libmtmd.so", "libmtmd.dylib", "mtmd.dll")
 _SHIM_NAMES = ("libllamapy_shim.so", "libllamapy_shim.dylib", "llamapy_shim.dll")
 #: The ``LLAMAPY_SHIM_ABI`` of ``shim/llamapy_shim.h`` this code calls.
 SHIM_ABI = 1
@@ -52,6 +53,36 @@ def native() -> Native:
             if _native is None:
                 _native = _load()
     return _native
+
+
+_media_lib: Any = None
+
+
+def media_lib() -> Any:
+    """libmtmd (llama.cpp's multimodal library, built next to libllama), opened on first use
+    with its log routed to :mod:`logging` like libllama's."""
+    global _media_lib
+    nat = native()
+    if _media_lib is None:
+        with _lock:
+            if _media_lib is None:
+                _media_lib = _open_media(nat)
+    return _media_lib
+
+
+def _open_media(nat: Native) -> Any:
+    folder = nat.lib_path.parent
+    path = next((folder / n for n in _MTMD_NAMES if (folder / n).is_file()), None)
+    if path is None:
+        raise LibraryNotFoundError(f"libmtmd is missing next to {nat.lib_path}; {_BUILD_HINT}")
+    try:
+        lib = nat.ffi.dlopen(str(path))
+    except OSError as exc:
+        raise LibraryNotFoundError(f"cannot load {path}: {exc}; {_BUILD_HINT}") from exc
+    from . import _logging
+
+    _logging.install_media(lib)
+    return lib
 
 
 def c_bytes(buf: Any, n: int) -> bytes:

@@ -50,6 +50,12 @@ def install(ffi: Any, lib: Any) -> None:
     lib.llama_log_set(_callback, ffi.NULL)
 
 
+def install_media(lib: Any) -> None:
+    """Route libmtmd's log (its own and its vision encoder's) through the same callback."""
+    assert _callback is not None and _ffi is not None, "install() runs when libllama loads"
+    lib.mtmd_helper_log_set(_callback, _ffi.NULL)
+
+
 @contextlib.contextmanager
 def capture() -> Iterator[list[str]]:
     """Collect warning/error lines llama.cpp logs on this thread inside the block."""

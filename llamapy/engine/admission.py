@@ -10,6 +10,7 @@ from collections.abc import Callable, Container, Hashable, Iterator
 from llamapy.engine.backend import Backend
 from llamapy.engine.cache.ram import common_prefix
 from llamapy.engine.cache.resolver import PrefixResolver
+from llamapy.engine.media import check_media
 from llamapy.engine.options import EngineConfig, RequestOptions
 from llamapy.engine.planner import queued_view
 from llamapy.engine.request import Request, Run
@@ -52,19 +53,23 @@ def check_request(request: Request, backend: Backend, pool: SlotPool,
     if request.request_id in active:
         raise InvalidOptionError(f"request id {request.request_id!r} is already active",
                                  option="request_id")
-    prompt = _tokens(request, backend.n_vocab)
+    prompt = _tokens(request, backend.n_vocab, request.options.max_tokens > 0)
     if not prompt and request.options.max_tokens > 0:
         raise InvalidOptionError("empty prompt", option="token_ids")
     _check_fits(request, prompt, backend, pool)
     return prompt
 
 
-def _tokens(request: Request, n_vocab: int) -> list[int]:
+def _tokens(request: Request, n_vocab: int, samples: bool) -> list[int]:
     try:
         prompt = list(map(operator.index, request.token_ids))
     except TypeError as exc:
         raise InvalidOptionError("token ids must be integers", option="token_ids") from exc
-    if prompt and (min(prompt) < 0 or max(prompt) >= n_vocab):
+    if not isinstance(request.media, tuple):
+        raise InvalidOptionError("request.media must be a tuple of MediaSpan", option="media")
+    if request.media:
+        check_media(prompt, request.media, n_vocab, samples)
+    elif prompt and (min(prompt) < 0 or max(prompt) >= n_vocab):
         raise InvalidOptionError(f"token ids must be in [0, {n_vocab})", option="token_ids")
     return prompt
 

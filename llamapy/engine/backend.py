@@ -18,6 +18,12 @@ libllama so that each method is one or two native calls:
 ``is_eog``                 ``llama_vocab_is_eog``
 =========================  ====================================================================
 
+Media (see :mod:`llamapy.engine.media`): a :class:`Segment` with ``media`` set holds rows of
+an encoded image or audio clip, not text: its ``token_ids`` are the chunk's media token ids
+(negative), and the backend decodes the chunk's embeddings for them, in a batch of embeddings
+before the batch of tokens (``llama_batch.embd``). Media segments take no rows of the token
+batch and never ask for logits.
+
 Policy (which tokens to decode, which prefix to keep) lives in the engine, never in a backend.
 
 Adapter sets: llama.cpp applies LoRA adapters to a whole context, not per sequence, so every
@@ -34,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    from llamapy.engine.media import MediaRows
     from llamapy.engine.options import SamplingParams
 
 __all__ = ["Backend", "BatchPlan", "Sampler", "Segment"]
@@ -52,7 +59,8 @@ class Segment:
     backends ignore it, the fake backend records it in every KV cell it writes so tests can
     prove reuse never crosses scopes. ``draft_tag`` is the key of the text a speculative draft
     was proposed from (None: no draft); the fake backend records a violation when it differs
-    from ``tag`` (a cross-scope proposal).
+    from ``tag`` (a cross-scope proposal). ``media``: the segment decodes these rows of a media
+    chunk (see the module docstring).
     """
 
     seq_id: int
@@ -62,13 +70,15 @@ class Segment:
     tag: Hashable = None
     n_outputs: int = 1
     draft_tag: Hashable = None
+    media: MediaRows | None = None
 
 
 @dataclass(slots=True)
 class BatchPlan:
     """One ``llama_decode`` call: segments laid out back to back in the batch.
 
-    Segment ``i`` occupies batch rows ``offsets[i] .. offsets[i] + len(token_ids) - 1``;
+    Text segment ``i`` occupies batch rows ``offsets[i] .. offsets[i] + len(token_ids) - 1``
+    of the token batch (media segments take none: their offset is the next text row);
     :meth:`output_index` is the row of its last token, the index a backend passes to
     ``llama_sampler_sample`` / ``llama_get_logits_ith``. ``adapter_set`` is the one adapter set
     the whole call runs under (see the module docstring).
@@ -84,11 +94,12 @@ class BatchPlan:
 
     @property
     def offsets(self) -> list[int]:
-        """Batch row of each segment's first token."""
+        """Token-batch row of each segment's first token (media segments take no rows)."""
         out, at = [], 0
         for seg in self.segments:
             out.append(at)
-            at += len(seg.token_ids)
+            if seg.media is None:
+                at += len(seg.token_ids)
         return out
 
     def output_index(self, segment_index: int) -> int:
@@ -100,7 +111,8 @@ class BatchPlan:
         """Per segment, the row of its output (``None`` when ``logits`` is False)."""
         out: list[int | None] = []
         for seg, off in zip(self.segments, self.offsets, strict=True):
-            out.append(off + len(seg.token_ids) - 1 if seg.logits else None)
+            out.append(off + len(seg.token_ids) - 1 if seg.logits and seg.media is None
+                       else None)
         return out
 
 

@@ -17,6 +17,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
 from llamapy.engine.backend import BatchPlan, Segment
+from llamapy.engine.media import MediaRows
 from llamapy.engine.request import Run
 from llamapy.engine.slots import Slot
 from llamapy.engine.strategies import (
@@ -45,6 +46,7 @@ class Entry:
     draft: list[int] = field(default_factory=list)
     draft_tag: Hashable = None
     draft_bucket: Hashable = None
+    media: MediaRows | None = None
 
 
 @dataclass(slots=True)
@@ -57,7 +59,7 @@ class ScheduledBatch:
     def to_plan(self) -> BatchPlan:
         """The backend's view of this batch."""
         return BatchPlan([Segment(e.slot.seq_id, e.start_pos, e.token_ids, e.samples, e.run.key,
-                                  len(e.draft) + 1, e.draft_tag)
+                                  len(e.draft) + 1, e.draft_tag, e.media)
                           for e in self.entries], self.adapter_set)
 
     @property
@@ -194,9 +196,10 @@ class Planner:
         run = slot.run
         assert run is not None, "prefill entry"
         start = len(slot.cached)
-        end = start + run.chunk_to_pin(start, n)
+        end, media = run.media_cut(start, start + run.chunk_to_pin(start, n))
         samples = end == len(run.prompt) and not run.prefill_only
-        return Entry(slot, run, run.prompt[start:end], start, prefill=True, samples=samples)
+        return Entry(slot, run, run.prompt[start:end], start, prefill=True, samples=samples,
+                     media=media)
 
 
 def _wait_key(slot: Slot) -> tuple[float, int]:

@@ -17,6 +17,7 @@ from enum import Enum
 from functools import lru_cache
 from typing import TYPE_CHECKING, NamedTuple
 
+from llamapy.engine.media import MediaRows, MediaSpan
 from llamapy.engine.options import RequestOptions
 from llamapy.engine.states import RequestState, StateMachine, request_machine
 from llamapy.engine.text import TextStream
@@ -223,6 +224,8 @@ class Request:
     runs the request on a leased slot (see :meth:`Engine.lease`). ``sampler``, when set, is
     the request's sampler built ahead (off the tick thread, by the backend's
     ``new_sampler``); the engine takes it over (and closes it) instead of building one.
+    ``media`` places encoded images and audio in the prompt (see :mod:`llamapy.engine.media`):
+    their rows' ids in ``token_ids`` are the chunks' media token ids.
     """
 
     request_id: Hashable
@@ -232,6 +235,7 @@ class Request:
     cache_identity: str = ""
     lease_id: int | None = None
     sampler: Sampler | None = None
+    media: tuple[MediaSpan, ...] = ()
 
     @property
     def adapter_set(self) -> tuple[Hashable, ...]:
@@ -307,6 +311,16 @@ class Run:
         """Most prompt tokens that may be reused: all but the last, whose logits are needed,
         unless nothing will be sampled."""
         return len(self.prompt) if self.prefill_only else max(0, len(self.prompt) - 1)
+
+    def media_cut(self, start: int, end: int) -> tuple[int, MediaRows | None]:
+        """A prefill chunk ``[start, end)`` cut so that it is all text or all one media
+        chunk's rows: its new end, and the rows when it is media."""
+        for span in self.request.media:
+            if span.start <= start < span.end:
+                return min(end, span.end), MediaRows(span.chunk, start - span.start)
+            if start < span.start:
+                return min(end, span.start), None
+        return end, None
 
     def chunk_to_pin(self, start: int, n: int) -> int:
         """``n`` prompt tokens from ``start``, cut to end at the next pin still to write (so

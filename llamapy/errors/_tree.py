@@ -61,6 +61,21 @@ class UnsupportedFeatureError(LlamapyError):
         self.feature = feature
 
 
+class MediaError(LlamapyError, ValueError):
+    """A request's image or audio cannot be used: not an image or audio file llamapy reads,
+    larger or more than the server allows, of a kind the model's projector does not take, or
+    sent to a model loaded without one. ``reason`` is a short machine-readable word
+    (``"no_projector"``, ``"format"``, ``"too_large"``, ``"too_many"``, ``"kind"``,
+    ``"decode"``, ``"placement"``)."""
+
+    http_status = 400
+    error_type = "invalid_request_error"
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
 class TemplateError(LlamapyError):
     """A chat template failed to render."""
 

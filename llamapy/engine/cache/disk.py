@@ -54,6 +54,7 @@ from llamapy.engine.cache.disk_format import (
     encode_entry,
     entry_identity,
     file_size,
+    media_runs,
 )
 from llamapy.engine.cache.disk_index import DiskIndex, Found
 from llamapy.engine.cache.disk_reads import DiskReads
@@ -188,10 +189,12 @@ class DiskPromptCache(FolderIndex):
                 get_size: Callable[[], int], get_data: Callable[[], bytes], wait: bool,
                 last_used_ns: int | None) -> bool:
         """Size, serialise, reserve and queue the write of an entry (see :meth:`offer`)."""
-        if file_size(key.cache_scope, len(tokens), get_size(), key.tenant) > self.tenant_budget:
+        runs = media_runs(tokens)
+        if file_size(key.cache_scope, len(tokens), get_size(), key.tenant, runs) \
+                > self.tenant_budget:
             return False
         data = get_data()
-        size = file_size(key.cache_scope, len(tokens), len(data), key.tenant)
+        size = file_size(key.cache_scope, len(tokens), len(data), key.tenant, runs)
         if size > self.tenant_budget or not self._reserve(size, wait):
             return False
         entry = CacheEntry(key, tokens, data)

@@ -11,11 +11,17 @@ One file per entry, version 1, integers little-endian::
     32            32    identity: sha256 of (namespace, cache_scope, cache_identity, adapters,
                         tenant, salt digest)
     64            32    body sha256: of the token ids and the state bytes
-    96            M     UTF-8 JSON metadata: ``{"scope": cache_scope, "tenant": tenant}``
-                        (``"tenant"`` only for a tenant other than the default, None)
-    96+M          4T    token ids (u32)
+    96            M     UTF-8 JSON metadata: ``{"scope": cache_scope, "tenant": tenant,
+                        "media": runs}`` (``"tenant"`` only for a tenant other than the
+                        default, None; ``"media"`` only when the tokens hold media)
+    96+M          4T    token ids (u32; 0xFFFFFFFF where a media token id stands)
     96+M+4T       32    header sha256: of bytes [0, 96+M+4T)
     128+M+4T      S     state bytes (``Backend.state_seq_get``)
+
+Media token ids (negative, see :mod:`llamapy.engine.media`) do not fit a u32: the metadata
+lists them as runs ``[index, first id, length]`` of consecutive ids (each next id one less),
+and the token array holds a placeholder there. The body checksum and the file name hash the
+runs too (:func:`token_digest_bytes`), so entries that differ only in their media differ.
 
 The *header* (everything before the state) is small: the index is rebuilt from headers alone
 (the tenant in the metadata charges the entry to its tenant's share of the budget), and the
@@ -43,10 +49,12 @@ if TYPE_CHECKING:
     from llamapy.engine.request import CacheKey
 
 __all__ = ["FORMAT_VERSION", "MAGIC", "CacheNamespace", "EntryHeader", "blob_identity",
-           "encode_entry", "entry_identity", "file_size", "read_header", "read_state",
-           "token_bytes"]
+           "encode_entry", "entry_identity", "file_size", "media_runs", "read_header",
+           "read_state", "token_bytes", "token_digest_bytes"]
 
 MAGIC = b"LPYPKV\x00\x01"
+#: The u32 written where a media token id stands (its id is in the metadata's runs).
+MEDIA_PLACEHOLDER = 0xFFFFFFFF
 FORMAT_VERSION = 1
 _FIXED = struct.Struct("<8sIIQQ32s32s")
 _DIGEST = 32
@@ -73,30 +81,60 @@ class EntryHeader:
         return self.state_offset + self.state_len
 
 
+def media_runs(token_ids: Sequence[int]) -> list[list[int]]:
+    """The media token ids of ``token_ids`` as runs ``[index, first id, length]``."""
+    runs: list[list[int]] = []
+    if not token_ids or min(token_ids) >= 0:
+        return runs
+    for i, t in enumerate(token_ids):
+        if t >= 0:
+            continue
+        last = runs[-1] if runs else None
+        if last is not None and last[0] + last[2] == i and last[1] - last[2] == t:
+            last[2] += 1
+        else:
+            runs.append([i, t, 1])
+    return runs
+
+
 def token_bytes(token_ids: Sequence[int]) -> bytes:
-    """Token ids as little-endian u32."""
+    """Token ids as little-endian u32 (:data:`MEDIA_PLACEHOLDER` for a media token id)."""
+    if token_ids and min(token_ids) < 0:
+        token_ids = [t if t >= 0 else MEDIA_PLACEHOLDER for t in token_ids]
     arr = array("I", token_ids)
     if sys.byteorder != "little":
         arr.byteswap()
     return arr.tobytes()
 
 
-def _meta(scope: str | None, tenant: str | None) -> bytes:
-    fields = {"scope": scope} if tenant is None else {"scope": scope, "tenant": tenant}
+def token_digest_bytes(token_ids: Sequence[int]) -> bytes:
+    """What checksums and file names hash of ``token_ids``: :func:`token_bytes`, then the
+    media runs (nothing more without media, so entries written before media keep theirs)."""
+    runs = media_runs(token_ids)
+    return token_bytes(token_ids) + (json.dumps(runs).encode() if runs else b"")
+
+
+def _meta(scope: str | None, tenant: str | None, runs: list[list[int]] | None = None) -> bytes:
+    fields: dict[str, object] = {"scope": scope}
+    if tenant is not None:
+        fields["tenant"] = tenant
+    if runs:
+        fields["media"] = runs
     return json.dumps(fields, sort_keys=True).encode()
 
 
 def file_size(scope: str | None, n_tokens: int, state_len: int,
-              tenant: str | None = None) -> int:
-    """The size of an entry's file, computed before its state is serialised."""
-    return _FIXED.size + len(_meta(scope, tenant)) + 4 * n_tokens + _DIGEST + state_len
+              tenant: str | None = None, runs: list[list[int]] | None = None) -> int:
+    """The size of an entry's file, computed before its state is serialised (``runs``: the
+    tokens' :func:`media_runs`)."""
+    return _FIXED.size + len(_meta(scope, tenant, runs)) + 4 * n_tokens + _DIGEST + state_len
 
 
 def encode_entry(identity: bytes, scope: str | None, token_ids: Sequence[int],
                  state: bytes, tenant: str | None = None) -> list[bytes]:
     """An entry's file as chunks (written in order; the state is not copied)."""
-    tokens, meta = token_bytes(token_ids), _meta(scope, tenant)
-    body = hashlib.sha256(tokens)
+    tokens, meta = token_bytes(token_ids), _meta(scope, tenant, media_runs(token_ids))
+    body = hashlib.sha256(token_digest_bytes(token_ids))
     body.update(state)
     fixed = _FIXED.pack(MAGIC, FORMAT_VERSION, len(meta), len(token_ids), len(state), identity,
                         body.digest())
@@ -123,25 +161,45 @@ def read_header(f: BinaryIO, size: int) -> EntryHeader:
     digest = f.read(_DIGEST)
     if len(rest) != rest_len or hashlib.sha256(fixed + rest).digest() != digest:
         raise DiskCacheFormatError("header checksum mismatch")
-    scope, tenant = _meta_fields(rest[:meta_len])
+    scope, tenant, runs = _meta_fields(rest[:meta_len])
     tokens = array("I")
     tokens.frombytes(rest[meta_len:])
     if sys.byteorder != "little":
         tokens.byteswap()
-    return EntryHeader(identity, scope, tuple(tokens), state_len, body,
+    return EntryHeader(identity, scope, _with_media(tokens, runs), state_len, body,
                        _FIXED.size + rest_len + _DIGEST, tenant)
 
 
-def _meta_fields(meta: bytes) -> tuple[str | None, str | None]:
-    """``(scope, tenant)`` of the metadata (no ``"tenant"``: the default tenant, None)."""
+def _meta_fields(meta: bytes) -> tuple[str | None, str | None, list[list[int]]]:
+    """``(scope, tenant, media runs)`` of the metadata (no ``"tenant"``: the default tenant,
+    None)."""
     try:
         fields = json.loads(meta)
-        scope, tenant = fields["scope"], fields.get("tenant")
+        scope, tenant, runs = fields["scope"], fields.get("tenant"), fields.get("media", [])
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise DiskCacheFormatError("malformed metadata") from exc
-    if any(v is not None and not isinstance(v, str) for v in (scope, tenant)):
+    if any(v is not None and not isinstance(v, str) for v in (scope, tenant)) or \
+            not isinstance(runs, list) or not all(_is_run(r) for r in runs):
         raise DiskCacheFormatError("malformed metadata")
-    return scope, tenant
+    return scope, tenant, runs
+
+
+def _is_run(run: object) -> bool:
+    return (isinstance(run, list) and len(run) == 3
+            and all(type(v) is int for v in run)
+            and run[0] >= 0 and run[2] > 0 and run[1] < 0 and run[1] - run[2] >= -(1 << 63))
+
+
+def _with_media(tokens: array[int], runs: list[list[int]]) -> tuple[int, ...]:
+    """The token ids with each media run's ids put back over its placeholders."""
+    out = list(tokens)
+    for index, first, n in runs:
+        if index + n > len(out) or any(t != MEDIA_PLACEHOLDER for t in out[index:index + n]):
+            raise DiskCacheFormatError("media runs do not match the token ids")
+        out[index:index + n] = range(first, first - n, -1)
+    if MEDIA_PLACEHOLDER in out:
+        raise DiskCacheFormatError("a placeholder without a media run")
+    return tuple(out)
 
 
 def read_state(f: BinaryIO, header: EntryHeader) -> bytes:
@@ -150,7 +208,7 @@ def read_state(f: BinaryIO, header: EntryHeader) -> bytes:
     state = f.read(header.state_len)
     if len(state) != header.state_len:
         raise DiskCacheFormatError("truncated state")
-    body = hashlib.sha256(token_bytes(header.token_ids))
+    body = hashlib.sha256(token_digest_bytes(header.token_ids))
     body.update(state)
     if body.digest() != header.body_sha256:
         raise DiskCacheFormatError("body checksum mismatch")

@@ -36,7 +36,12 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from llamapy.engine.cache.disk_format import EntryHeader, read_header, read_state, token_bytes
+from llamapy.engine.cache.disk_format import (
+    EntryHeader,
+    read_header,
+    read_state,
+    token_digest_bytes,
+)
 from llamapy.errors import DiskCacheFormatError
 
 try:
@@ -57,7 +62,7 @@ _SWEEP_S = 600.0
 
 def entry_name(identity: bytes, token_ids: Sequence[int]) -> str:
     """``<identity>-<token hash>.lpkv``: one file per identity and token sequence."""
-    tokens = hashlib.sha256(token_bytes(token_ids)).hexdigest()[:32]
+    tokens = hashlib.sha256(token_digest_bytes(token_ids)).hexdigest()[:32]
     return f"{identity.hex()[:32]}-{tokens}{SUFFIX}"
 
 

@@ -13,6 +13,10 @@ simulation (like httpcore's mock backend).
 - Next tokens come from :class:`~llamapy.engine.fake.model.FakeModel`, a pure function of the
   history hash stored in the KV cells (salted by each cell's adapter set) and the seed: wrong
   reuse or wrong batching across adapter sets changes the output.
+- Media segments (:mod:`llamapy.engine.media`): their ids must be their chunk's media token ids
+  and their rows the chunk's embeddings at those ids (checked against
+  :func:`~llamapy.engine.fake.media.fake_media_rows` for fake chunks); a media segment asking
+  for logits is a violation. Media rows hash into the history like tokens.
 - Fault switches (:meth:`inject`), a cost model advancing a :class:`SimClock`, and
   :meth:`check_integrity`.
 """
@@ -26,6 +30,7 @@ from dataclasses import dataclass
 
 from llamapy.engine.backend import BatchPlan, Segment
 from llamapy.engine.fake.kv import Cell, decode_cells, encode_cells, encoded_size
+from llamapy.engine.fake.media import FAKE_MEDIA_WIDTH, fake_media_rows
 from llamapy.engine.fake.model import (
     ROOT_HASH,
     CostModel,
@@ -187,9 +192,26 @@ class FakeBackend:
         for seg in plan.segments:
             ok = ok and 0 <= seg.seq_id < self._n_seq_max and len(seg.token_ids) > 0
             ok = ok and seg.start_pos == self.seq_pos_max(seg.seq_id) + 1
-            ok = ok and all(0 <= t < self.model.n_vocab for t in seg.token_ids)
+            ok = ok and (all(0 <= t < self.model.n_vocab for t in seg.token_ids)
+                         if seg.media is None else self._media_ok(seg))
         if not ok:
             raise InvalidBatchError()
+
+    def _media_ok(self, seg: Segment) -> bool:
+        """Whether a media segment's ids and rows are its chunk's (a violation otherwise)."""
+        rows, n = seg.media, len(seg.token_ids)
+        assert rows is not None
+        chunk = rows.chunk
+        ids = chunk.token_ids[rows.first:rows.first + n]
+        if tuple(seg.token_ids) != ids or len(ids) != n:
+            return False
+        if seg.logits:
+            self.violations.append(f"seq {seg.seq_id}: a media segment asks for logits")
+        if chunk.width == FAKE_MEDIA_WIDTH and bytes(chunk.rows(rows.first, n)) != \
+                fake_media_rows(chunk.digest, rows.first, n):
+            self.violations.append(f"seq {seg.seq_id}: media rows {rows.first}.. are not "
+                                   "the chunk's")
+        return True
 
     def _stream(self, seq_id: int) -> int:
         return 0 if self._kv_unified else seq_id

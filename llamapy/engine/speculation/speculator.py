@@ -219,7 +219,7 @@ class Speculator:
         """Give ``run`` its speculation state if its settings turn speculation on."""
         params = self.defaults.merged(run.request.options.speculative)
         usable = [t for t in params.type if t in self.drafters]
-        if not params.enabled or not usable or run.prefill_only \
+        if not params.enabled or not usable or run.prefill_only or run.request.media \
                 or not self.backend.supports_partial_removal:
             return
         run.spec = Speculation(params)

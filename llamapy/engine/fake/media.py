@@ -1,0 +1,36 @@
+"""Media for the fake backend: a deterministic stand-in for a model's projector.
+
+:func:`fake_media_chunk` "encodes" any bytes into a :class:`~llamapy.engine.media.MediaChunk`
+whose row count depends on the bytes and whose embeddings are a pure function of its digest and
+row (:func:`fake_media_rows`), so :class:`~llamapy.engine.fake.backend.FakeBackend` can check
+that every media segment it decodes carries the right rows of the right chunk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+
+from llamapy.engine.media import MediaChunk
+
+__all__ = ["FAKE_MEDIA_WIDTH", "fake_media_chunk", "fake_media_rows"]
+
+#: The embedding width of fake media.
+FAKE_MEDIA_WIDTH = 4
+
+
+def fake_media_rows(digest: bytes, first: int, n: int, width: int = FAKE_MEDIA_WIDTH) -> bytes:
+    """Rows ``first .. first + n - 1`` of the embeddings of the chunk with ``digest``."""
+    out = bytearray()
+    for row in range(first, first + n):
+        h = hashlib.blake2b(digest + row.to_bytes(8, "little"), digest_size=2 * width).digest()
+        out += struct.pack(f"={width}f", *(h[2 * i] + h[2 * i + 1] / 256.0
+                                           for i in range(width)))
+    return bytes(out)
+
+
+def fake_media_chunk(data: bytes, kind: str = "image") -> MediaChunk:
+    """The chunk the fake projector makes of ``data``: ``2 + len(data) % 7`` rows."""
+    digest = hashlib.sha256(b"llamapy-fake-projector\x00" + data).digest()
+    n = 2 + len(data) % 7
+    return MediaChunk(digest, fake_media_rows(digest, 0, n), n, FAKE_MEDIA_WIDTH, kind)

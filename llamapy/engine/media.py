@@ -1,0 +1,123 @@
+"""Images and audio in a prompt: media chunks as the engine sees them.
+
+A prompt with media is still a list of token ids: each media chunk (an image or audio clip,
+already encoded into ``n_tokens`` embeddings by a model's projector) occupies ``n_tokens``
+positions, held by *media token ids*: negative ids derived from the chunk's digest (a hash of
+its bytes and of the projector) and the row's index (:func:`media_token_ids`). So everything
+that reuses KV by comparing tokens (a slot's own prefix, donors, in-flight adoption, the RAM
+and disk caches) reuses a media chunk's KV exactly when the same media comes again at the same
+place, and never for other media: two digests give the same ids only if their first 60 bits
+agree.
+
+A :class:`~llamapy.engine.request.Request` carries its chunks as :class:`MediaSpan`: where in
+the prompt each begins. The planner never mixes text and media in one slot's entry: a prefill
+chunk ends where a media chunk begins, and a media chunk's rows are decoded (possibly over
+several ticks, under the same ``n_batch`` budget as text) as a segment with
+:class:`MediaRows`, which the backend decodes from the embeddings instead of token ids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from llamapy.errors import InvalidOptionError
+
+__all__ = ["MEDIA_KINDS", "MediaChunk", "MediaRows", "MediaSpan", "check_media",
+           "is_media_token", "media_token_ids"]
+
+#: The kinds of media a chunk may hold.
+MEDIA_KINDS = frozenset({"image", "audio"})
+_BASE_SHIFT = 4  # 64 - 4 = 60 bits of digest per chunk: ids stay within int64
+
+
+def media_token_ids(digest: bytes, n_tokens: int) -> tuple[int, ...]:
+    """The ``n_tokens`` ids standing for a media chunk with ``digest`` (all negative)."""
+    base = int.from_bytes(digest[:8], "little") >> _BASE_SHIFT
+    return tuple(-(1 + base + i) for i in range(n_tokens))
+
+
+def is_media_token(token_id: int) -> bool:
+    """Whether ``token_id`` stands for a row of a media chunk (text tokens are >= 0)."""
+    return token_id < 0
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class MediaChunk:
+    """One encoded image or audio clip: ``n_tokens`` embeddings of ``width`` float32 each
+    (``embeddings``, row-major, native byte order), identified by ``digest``. Its rows are
+    decoded with causal attention, a few at a time if the budget says so (projectors whose
+    media needs bidirectional attention are refused when they load)."""
+
+    digest: bytes
+    embeddings: bytes
+    n_tokens: int
+    width: int
+    kind: str = "image"
+
+    def __post_init__(self) -> None:
+        if self.kind not in MEDIA_KINDS or self.n_tokens <= 0 or self.width <= 0 \
+                or len(self.digest) < 8:
+            raise InvalidOptionError("malformed media chunk", option="media")
+        if len(self.embeddings) != self.n_tokens * self.width * 4:
+            raise InvalidOptionError(
+                f"media chunk: {len(self.embeddings)} bytes of embeddings, expected "
+                f"{self.n_tokens} x {self.width} float32", option="media")
+
+    @property
+    def token_ids(self) -> tuple[int, ...]:
+        """Its media token ids (see :func:`media_token_ids`)."""
+        return media_token_ids(self.digest, self.n_tokens)
+
+    def rows(self, first: int, n: int) -> memoryview:
+        """The embeddings of rows ``first .. first + n - 1``."""
+        size = self.width * 4
+        return memoryview(self.embeddings)[first * size:(first + n) * size]
+
+
+@dataclass(frozen=True, slots=True)
+class MediaSpan:
+    """A media chunk placed in a prompt from index ``start``."""
+
+    start: int
+    chunk: MediaChunk
+
+    @property
+    def end(self) -> int:
+        """The index just past its last row."""
+        return self.start + self.chunk.n_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class MediaRows:
+    """What a media segment decodes: ``chunk``'s rows from ``first`` (as many as the segment
+    has tokens)."""
+
+    chunk: MediaChunk
+    first: int
+
+
+def check_media(prompt: Sequence[int], spans: Sequence[MediaSpan], n_vocab: int,
+                samples: bool) -> None:
+    """``InvalidOptionError`` unless every negative id of ``prompt`` belongs to one of
+    ``spans`` (sorted, disjoint, each holding its chunk's ids), every other id is in
+    ``[0, n_vocab)``, and (when the request samples) the prompt ends with text."""
+    at = 0
+    for span in spans:
+        if not isinstance(span, MediaSpan) or span.start < at or span.end > len(prompt):
+            raise InvalidOptionError("media spans must be sorted, disjoint and inside the "
+                                     "prompt", option="media")
+        if tuple(prompt[span.start:span.end]) != span.chunk.token_ids:
+            raise InvalidOptionError("a media span's token ids are not its chunk's",
+                                     option="media")
+        _check_text(prompt[at:span.start], n_vocab)
+        at = span.end
+    _check_text(prompt[at:], n_vocab)
+    if samples and spans and spans[-1].end == len(prompt):
+        raise InvalidOptionError("a prompt must end with text after its last media chunk",
+                                 option="media")
+
+
+def _check_text(token_ids: Sequence[int], n_vocab: int) -> None:
+    if token_ids and (min(token_ids) < 0 or max(token_ids) >= n_vocab):
+        raise InvalidOptionError(f"token ids must be in [0, {n_vocab})", option="token_ids")
