@@ -153,6 +153,9 @@ def cmake_flags(args: argparse.Namespace) -> list[str]:
         # The RPC backend is always in: it costs nothing until servers are registered
         # (``rpc_servers``), and one build then serves both uses.
         "-DGGML_RPC=ON",
+        # libmtmd without video: its video path runs ffprobe/ffmpeg on request bytes (and is
+        # where a malformed image falls through to); llamapy takes images and audio only.
+        "-DMTMD_VIDEO=OFF",
         f"-DGGML_NATIVE={'OFF' if args.no_native else 'ON'}",
     ]
     if not args.no_native:

@@ -17,8 +17,8 @@ from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
-from ._native import Batch, Context, LoraAdapter, Model, SamplerChain
-from .engine.backend import BatchPlan
+from ._native import Batch, Context, EmbeddingBatch, LoraAdapter, Model, SamplerChain
+from .engine.backend import BatchPlan, Segment
 from .engine.options import SamplingParams
 from .errors import DecodeError, InvalidBatchError, InvalidOptionError, LlamapyError
 from .greedy import GreedyPick, greedy_pick_for
@@ -180,6 +180,7 @@ class LlamaBackend:
         self.model = model
         self.ctx = ctx
         self._batch = Batch(ctx.n_batch)
+        self._media_batch: EmbeddingBatch | None = None  # made on the first media segment
         self._partial = not model.is_recurrent
         self._adapters: dict[str, LoraAdapter] = {}
         self._adapter_set: Hashable = ()
@@ -229,12 +230,34 @@ class LlamaBackend:
         self._check(plan)
         if plan.adapter_set != self._adapter_set:
             self._apply_adapters(plan.adapter_set)
+        media = [seg for seg in plan.segments if seg.media is not None]
+        if media:
+            self._decode_media(media)
         batch = self._batch
         batch.clear()
         for seg in plan.segments:
-            batch.add(seg.seq_id, seg.start_pos, seg.token_ids, seg.logits, seg.n_outputs)
-        self.ctx.decode(batch)
+            if seg.media is None:
+                batch.add(seg.seq_id, seg.start_pos, seg.token_ids, seg.logits, seg.n_outputs)
+        try:
+            self.ctx.decode(batch)
+        except DecodeError:
+            for seg in media:  # the plan failed as a whole: its media rows go too
+                self.ctx.seq_rm(seg.seq_id, seg.start_pos, -1)
+            raise
 
+    def _decode_media(self, segments: list[Segment]) -> None:
+        """Decode the plan's media segments from their embeddings, before its tokens."""
+        batch = self._media_batch
+        if batch is None:
+            batch = self._media_batch = EmbeddingBatch(self.ctx.n_batch, self.model.n_embd_inp)
+        batch.clear()
+        for seg in segments:
+            assert seg.media is not None
+            if seg.media.chunk.width != batch.width:
+                raise InvalidBatchError()
+            batch.add(seg.seq_id, seg.start_pos,
+                      seg.media.chunk.rows(seg.media.first, len(seg.token_ids)))
+        self.ctx.decode(batch)
     def _check(self, plan: BatchPlan) -> None:
         """The contract's batch rules, checked before libllama sees the batch (it accepts a
         sequence that does not continue at ``pos_max + 1``; the engine never sends one)."""

@@ -11,6 +11,7 @@ from .context import (
     Batch,
     Context,
     ContextOptions,
+    EmbeddingBatch,
     context_option_keys,
     tuning_option_keys,
 )
@@ -22,6 +23,7 @@ __all__ = [
     "Batch",
     "Context",
     "ContextOptions",
+    "EmbeddingBatch",
     "LoraAdapter",
     "Model",
     "ModelOptions",

@@ -120,7 +120,7 @@ class Context(Owned):
 
     # --- decode and outputs -------------------------------------------------------------------
 
-    def decode(self, batch: Batch) -> None:
+    def decode(self, batch: Batch | EmbeddingBatch) -> None:
         """Decode a batch; a non-zero return code raises its typed :class:`DecodeError` (a C++
         exception, caught by the shim, :class:`~llamapy.errors.DecodeExceptionError`)."""
         if batch.n_tokens == 0:
@@ -320,3 +320,53 @@ class Batch:
         self._logits[n:end] = [0] * (k - outputs) + [1] * outputs
         self.struct.n_tokens = end
         return end - 1
+
+
+class EmbeddingBatch:
+    """A preallocated ``llama_batch`` of embeddings (``llama_batch.embd``, no token ids): rows
+    of an encoded image or audio clip, ``width`` float32 each, decoded like tokens at their
+    positions. No row asks for logits."""
+
+    def __init__(self, capacity: int, width: int) -> None:
+        if capacity <= 0 or width <= 0:
+            raise InvalidOptionError("embedding batch capacity and width must be positive",
+                                     option="n_batch")
+        ffi = native().ffi
+        self.capacity, self.width = capacity, width
+        self._embd = ffi.new("float[]", capacity * width)
+        self._pos = ffi.new("llama_pos[]", capacity)
+        self._n_seq = ffi.new("int32_t[]", capacity)
+        self._seq = ffi.new("llama_seq_id[]", capacity)
+        self._seq_ptrs = ffi.new("llama_seq_id *[]", capacity)
+        self._logits = ffi.new("int8_t[]", capacity)
+        for i in range(capacity):
+            self._seq_ptrs[i] = self._seq + i
+        self._n_seq[0:capacity] = [1] * capacity
+        self.struct = ffi.new("struct llama_batch *")
+        s = self.struct
+        s.token, s.embd, s.pos, s.n_seq_id = ffi.NULL, self._embd, self._pos, self._n_seq
+        s.seq_id, s.logits, s.n_tokens = self._seq_ptrs, self._logits, 0
+
+    @property
+    def n_tokens(self) -> int:
+        """Rows currently in the batch."""
+        return int(self.struct.n_tokens)
+
+    def clear(self) -> None:
+        """Empty the batch."""
+        self.struct.n_tokens = 0
+
+    def add(self, seq_id: int, start_pos: int, rows: bytes | memoryview) -> None:
+        """Append ``rows`` (whole float32 rows of :attr:`width`) of ``seq_id`` from
+        ``start_pos``."""
+        size = self.width * 4
+        k, n = len(rows) // size, int(self.struct.n_tokens)
+        if k == 0 or k * size != len(rows) or n + k > self.capacity:
+            raise InvalidOptionError(f"embedding batch: {len(rows)} bytes do not make whole "
+                                     f"rows of {self.width} floats within the capacity")
+        ffi = native().ffi
+        ffi.memmove(self._embd + n * self.width, rows, len(rows))
+        self._pos[n:n + k] = range(start_pos, start_pos + k)
+        self._seq[n:n + k] = [seq_id] * k
+        self._logits[n:n + k] = [0] * k
+        self.struct.n_tokens = n + k

@@ -181,6 +181,11 @@ class Model(Owned):
         return int(native().lib.llama_model_n_embd(self.ptr))
 
     @property
+    def n_embd_inp(self) -> int:
+        """Width of an input embedding (what a multimodal projector outputs per row)."""
+        return int(native().lib.llama_model_n_embd_inp(self.ptr))
+
+    @property
     def is_recurrent(self) -> bool:
         """Recurrent models (and hybrids) cannot remove partial sequences."""
         lib = native().lib

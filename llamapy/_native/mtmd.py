@@ -52,7 +52,7 @@ class Projector(Owned):
             f"failed to load the multimodal projector {self.path}: "
             + _logging.captured_message(lines, "libmtmd returned no context")))
         self.marker = c_text(lib.mtmd_default_marker())
-        self.width = int(native().lib.llama_model_n_embd_inp(model.ptr))
+        self.width = model.n_embd_inp
 
     def _free(self, ptr: Any) -> None:
         media_lib().mtmd_free(ptr)
@@ -135,6 +135,10 @@ class Bitmap(Owned):
         """Whether it holds audio."""
         return bool(media_lib().mtmd_bitmap_is_audio(self.ptr))
 
+    def set_id(self, value: str) -> None:
+        """Name the bitmap: the chunks made of it carry the name (:attr:`ChunkInfo.id`)."""
+        media_lib().mtmd_bitmap_set_id(self.ptr, value.encode())
+
     @property
     def size(self) -> tuple[int, int]:
         """``(width, height)`` in pixels (audio: samples and 1)."""
@@ -147,13 +151,15 @@ class ChunkInfo:
     """One chunk of a tokenized prompt: ``kind`` is ``"text"``, ``"image"`` or ``"audio"``;
     ``token_ids`` are a text chunk's tokens (empty for media); ``n_tokens`` the embeddings (or
     tokens) it decodes to and ``n_pos`` the positions it takes; ``non_causal`` whether its
-    embeddings must be decoded in one batch with bidirectional attention."""
+    embeddings must be decoded in one batch with bidirectional attention; ``id`` a media
+    chunk's bitmap's name (:meth:`Bitmap.set_id`)."""
 
     kind: str
     token_ids: tuple[int, ...]
     n_tokens: int
     n_pos: int
     non_causal: bool
+    id: str = ""
 
 
 class MediaChunks(Owned):
@@ -181,10 +187,12 @@ class MediaChunks(Owned):
             n = ffi.new("size_t *")
             ptr = lib.mtmd_input_chunk_get_tokens_text(chunk, n)
             tokens = tuple(ffi.unpack(ptr, int(n[0]))) if n[0] else ()
-        non_causal = kind != "text" and bool(
-            lib.mtmd_decode_use_non_causal(self._projector.ptr, chunk))
+        media = kind != "text"
+        non_causal = media and bool(lib.mtmd_decode_use_non_causal(self._projector.ptr, chunk))
+        name = lib.mtmd_input_chunk_get_id(chunk) if media else ffi.NULL
         return ChunkInfo(kind, tokens, int(lib.mtmd_input_chunk_get_n_tokens(chunk)),
-                         int(lib.mtmd_input_chunk_get_n_pos(chunk)), non_causal)
+                         int(lib.mtmd_input_chunk_get_n_pos(chunk)), non_causal,
+                         c_text(name) if name != ffi.NULL else "")
 
     def encode(self, index: int) -> bytes:
         """Run the projector on media chunk ``index``: its embeddings, ``n_tokens`` rows of

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from llamapy.errors import InvalidOptionError
 
-__all__ = ["MEDIA_KINDS", "MediaChunk", "MediaRows", "MediaSpan", "check_media",
+__all__ = ["MEDIA_KINDS", "MediaChunk", "MediaPrompt", "MediaRows", "MediaSpan", "check_media",
            "is_media_token", "media_token_ids"]
 
 #: The kinds of media a chunk may hold.
@@ -86,6 +86,25 @@ class MediaSpan:
     def end(self) -> int:
         """The index just past its last row."""
         return self.start + self.chunk.n_tokens
+
+
+class MediaPrompt(tuple[int, ...]):
+    """A prompt's token ids (a tuple, media token ids included) that carries its
+    :class:`MediaSpan` as ``media``: what a projector's tokenizer returns, and what a caller
+    passes wherever token ids go. A slice or copy is a plain tuple without the media (whose
+    ids the engine then refuses)."""
+
+    media: tuple[MediaSpan, ...]
+
+    def __new__(cls, token_ids: Sequence[int], media: Sequence[MediaSpan] = ()) -> MediaPrompt:
+        prompt = super().__new__(cls, token_ids)
+        prompt.media = tuple(media)
+        return prompt
+
+    @property
+    def num_media_tokens(self) -> int:
+        """Positions held by media."""
+        return sum(span.chunk.n_tokens for span in self.media)
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,6 +50,11 @@ class RequestLimits:
     max_embedding_tokens: int = option(65536, "most tokens per embeddings or rerank request, "
                                        "all inputs together (the work one request may ask "
                                        "of the embeddings context)")
+    max_media_items: int = option(16, "most images and audio clips per request")
+    max_media_bytes: int = option(20 * 1024 * 1024, "largest image or audio file per item, in "
+                                  "bytes (decoded: base64 and data URLs count what they hold)")
+    max_media_pixels: int = option(1 << 25, "largest image per item, in pixels (width times "
+                                   "height, read from its header before it is decoded)")
     max_sample_ms: int = option(1000, "a request whose sampler takes longer than this for "
                                 "one token fails (a grammar too costly to apply)")
 

@@ -69,6 +69,8 @@ class ServerOptions:
     ``adapters`` directly in-process. ``spec_draft_model`` is loaded next to the model, with the
     same loading options and a context of the same size, for the ``draft`` drafter.
     ``warmup`` runs llama-server's warm-up decode before the server reports ready.
+    ``mmproj`` is a multimodal projector GGUF for the model: requests may then send images
+    (and audio, for an audio projector), see :meth:`~llamapy.server.Server.media_prompt`.
     """
 
     model_path: str = required("the GGUF model file (Server's positional argument)")
@@ -83,6 +85,11 @@ class ServerOptions:
     spec_draft_model: str | None = option(
         None, "draft model GGUF (same vocabulary) for speculative decoding; implies "
         "--spec-type draft when no type is given", flags=("-md", "--model-draft"))
+    mmproj: str | None = option(
+        None, "multimodal projector GGUF of the model: requests may send images (and audio, "
+        "for an audio projector)", flags=("-mm", "--mmproj"))
+    mmproj_offload: bool = option(True, "run the multimodal projector on the GPU when there "
+                                  "is one (llama-server's --mmproj-offload)")
     warmup: bool = option(True, "decode BOS+EOS once after loading, before taking work, so the "
                           "first request skips the first decode's one-time costs (llama-server's "
                           "--warmup)")

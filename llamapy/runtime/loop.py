@@ -103,6 +103,12 @@ class TickLoop:
         hosted = self.hosted
         return None if hosted is None else hosted.model
 
+    @property
+    def media(self) -> Any:
+        """The hosted model's media encoder (None without one, or while not hosted)."""
+        hosted = self.hosted
+        return None if hosted is None else hosted.media
+
     def submit(self, request: Request) -> None:
         """Queue a request; errors reach its sink as an ``ErrorEvent``."""
         if self.state in (LoopState.CLOSED, LoopState.CRASHED):  # nobody would read it

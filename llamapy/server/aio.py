@@ -22,7 +22,7 @@ from ..runtime import (
     Collector,
     Completion,
 )
-from .calls import Call
+from .calls import Call, prompt_ids
 from .core import ServerCore
 from .intent import GenerationIntent
 
@@ -52,7 +52,7 @@ class AsyncMethods(ServerCore):
         """Async ``complete_tokens``: ``timeout`` (default 60 s) bounds the whole call, the
         wait for the load included; cancelling the task cancels the request."""
         call = self._prepare(intent, options, per_event=False)
-        ids = list(token_ids)
+        ids = prompt_ids(token_ids)
         await self._await_loaded(call.left(), call.timeout)
         return await self._acollect(call, ids)
 
@@ -112,7 +112,7 @@ class AsyncMethods(ServerCore):
         """Async ``events``: an :class:`~llamapy.runtime.AsyncEventStream`, submitted at
         its first iteration (or ``async with`` entry)."""
         call = self._prepare(intent, options, per_event=True)
-        ids = list(token_ids)
+        ids = prompt_ids(token_ids)
         return self._async_events(call, lambda: ids)
 
     def astream_tokens(self, token_ids: Sequence[int],

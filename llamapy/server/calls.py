@@ -20,12 +20,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..engine import Request
+from ..engine.media import MediaPrompt
 from ..errors import RequestTimeoutError
 from ..options.sampling import RequestOptions
 from .intent import GenerationIntent, canonical_options, deadline_of, resolve_intent
 from .options import ResolvedStart
 
-__all__ = ["Call", "ReadySignal", "canonical_options", "load_timeout_error", "prepare_call"]
+__all__ = ["Call", "ReadySignal", "canonical_options", "load_timeout_error", "prepare_call",
+           "prompt_ids"]
 
 
 @dataclass(slots=True)
@@ -46,9 +48,17 @@ class Call:
         return max(0.0, self.deadline - time.monotonic())
 
     def request(self, token_ids: Sequence[int]) -> Request:
-        """The request to submit for ``token_ids``."""
+        """The request to submit for ``token_ids`` (a
+        :class:`~llamapy.engine.media.MediaPrompt` brings its media)."""
+        media = token_ids.media if isinstance(token_ids, MediaPrompt) else ()
         return Request(request_id=self.request_id, token_ids=list(token_ids),
-                       options=self.options)
+                       options=self.options, media=media)
+
+
+def prompt_ids(token_ids: Sequence[int]) -> Sequence[int]:
+    """A call's prompt as given: a :class:`~llamapy.engine.media.MediaPrompt` as it is (a
+    copy would drop its media), any other sequence as a list."""
+    return token_ids if isinstance(token_ids, MediaPrompt) else list(token_ids)
 
 
 def prepare_call(source: GenerationIntent | Mapping[str, Any], start: ResolvedStart, *,

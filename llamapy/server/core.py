@@ -13,15 +13,17 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._native import Model
 from ..adapters import resolve_adapters
 from ..engine import Engine
+from ..engine.media import MediaPrompt
 from ..errors import (
     InvalidOptionError,
     LlamapyError,
+    MediaError,
     NotReadyError,
     NotRunningError,
 )
@@ -209,6 +211,32 @@ class ServerCore:
         for its load (then :class:`~llamapy.errors.RequestTimeoutError`)."""
         self._wait_loaded(timeout, timeout)
         return self.fetch_model().tokenize(text, add_special, parse_special)
+
+    @property
+    def modalities(self) -> dict[str, bool]:
+        """What the served model takes besides text: ``{"vision": ..., "audio": ...}`` (both
+        False without a projector, or while it loads)."""
+        media = self._loop.media
+        return dict(media.modalities) if media is not None else {"vision": False,
+                                                                 "audio": False}
+
+    def media_prompt(self, text: str, media: Sequence[bytes], *, add_special: bool = True,
+                     parse_special: bool = True, timeout: float | None = None) -> MediaPrompt:
+        """Tokenize ``text`` with ``media``: each media marker (``<__media__>``) in ``text``
+        stands for the next item (PNG, JPEG, GIF or BMP bytes; WAV, MP3 or FLAC for an audio
+        projector). The result goes wherever token ids go (``complete_tokens``, ...): its
+        media is decoded with it, and a later prompt with the same media at the same place
+        reuses its KV. Waits up to ``timeout`` for the load. Blocks while the media is
+        encoded: call it off an event loop. :class:`~llamapy.errors.MediaError` for media the
+        server refuses (see :class:`~llamapy.options.limits.RequestLimits`) or a model
+        without a projector (reason ``"no_projector"``)."""
+        self._wait_loaded(timeout, timeout)
+        encoder = self._loop.media
+        if encoder is None:
+            raise MediaError("this model takes no images or audio (it was loaded without a "
+                             "multimodal projector: --mmproj)", reason="no_projector")
+        return encoder.prompt(text, media, self._start.engine, add_special=add_special,
+                              parse_special=parse_special)  # type: ignore[no-any-return]
 
     def cancel(self, request: Hashable) -> None:
         """Cancel a request (its id, or a stream this server returned), queued, running or

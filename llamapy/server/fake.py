@@ -10,7 +10,9 @@ in milliseconds. Importing or serving it never loads libllama.
 What the fake backend does not have: a draft model (``spec_draft_model`` fails the load with
 :class:`~llamapy.errors.UnsupportedFeatureError`), LoRA files (an adapter set only salts the fake
 model's tokens), an embeddings context (serve the app with ``embeddings=False``) and FIM tokens
-(``/infill`` answers 501).
+(``/infill`` answers 501). Its projector (any ``mmproj`` value) is
+:class:`~llamapy.media.FakeMediaEncoder`: it takes images, and audio when the value says
+``audio``.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from ..engine.engine import Engine
 from ..engine.fake.backend import FakeBackend
 from ..engine.fake.text import FakeTextModel
 from ..errors import UnsupportedFeatureError
+from ..media.fake import FakeMediaEncoder
 from ..runtime import Hosted
 from .options import ResolvedStart
 from .server import Server
@@ -52,4 +55,7 @@ def host_fake(start: ResolvedStart, model: FakeTextModel, *, sleep_s: float = 0.
     if start.engine.prompt_cache_dir:
         namespace = CacheNamespace(f"llamapy-fake:{model.description}")
     engine = Engine(backend, start.engine, cache_namespace=namespace)
-    return Hosted(engine=engine, model=model)
+    media = None
+    if start.server.mmproj:  # any value: the fake projector (audio too when it names audio)
+        media = FakeMediaEncoder(model.tokenize, audio="audio" in start.server.mmproj)
+    return Hosted(engine=engine, model=model, media=media)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from .._native import Model
 from .._native.prefetch import take
+from .._system import physical_cores
 from ..fingerprint import start_fingerprint
 from ..runtime.hosting import Hosted
 from ..runtime.native import host_model
@@ -33,6 +34,8 @@ def load_server(start: ResolvedStart) -> Hosted:
         preload = tuple((path, 1.0) for path in start.server.lora)
         hosted = host_model(model, start.context, start.engine, preload, draft_model=draft,
                             warmup=start.server.warmup)
+        if start.server.mmproj:
+            _attach_media(hosted, start, model)
     except BaseException:
         model.close()
         if draft is not None:
@@ -40,3 +43,26 @@ def load_server(start: ResolvedStart) -> Hosted:
         raise
     start_fingerprint(path, delay=FINGERPRINT_DELAY_S)  # for sessions and slot files
     return hosted
+
+
+def _attach_media(hosted: Hosted, start: ResolvedStart, model: Model) -> None:
+    """Load the start's projector for ``model`` into ``hosted`` (freed before the rest); a
+    failure frees what ``hosted`` holds and raises."""
+    from ..media import MediaEncoder
+
+    assert start.server.mmproj is not None
+    try:
+        encoder = MediaEncoder.load(start.server.mmproj, model,
+                                    use_gpu=start.server.mmproj_offload,
+                                    n_threads=start.context.n_threads or physical_cores())
+    except BaseException:
+        hosted.engine.close()
+        hosted.free()
+        raise
+    free = hosted.free
+
+    def free_all() -> None:
+        encoder.close()
+        free()
+
+    hosted.media, hosted.free = encoder, free_all

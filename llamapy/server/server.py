@@ -22,7 +22,7 @@ from ..runtime import (
     TextChunks,
 )
 from .aio import AsyncMethods
-from .calls import Call
+from .calls import Call, prompt_ids
 from .intent import GenerationIntent
 from .loop import load_server
 from .options import ResolvedStart
@@ -116,7 +116,7 @@ class Server(AsyncMethods):
         that fails meanwhile raises :class:`~llamapy.errors.LoadFailedError`.
         """
         call = self._prepare(intent, options, per_event=False)
-        ids = list(token_ids)
+        ids = prompt_ids(token_ids)
         self._wait_loaded(call.left(), call.timeout)
         return self._collect(call, ids)
 
@@ -156,7 +156,7 @@ class Server(AsyncMethods):
         submitted at the first iteration or on entering ``with`` (see :meth:`stream_tokens`).
         """
         call = self._prepare(intent, options, per_event=True)
-        ids = list(token_ids)
+        ids = prompt_ids(token_ids)
         return self._event_stream(call, lambda: ids)
 
     def stream_tokens(self, token_ids: Sequence[int],

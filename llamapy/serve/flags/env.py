@@ -61,6 +61,8 @@ LLAMA_ENV: dict[str, str] = {
     "LLAMA_ARG_LOG_VERBOSITY": "-lv",
     "LLAMA_ARG_MAIN_GPU": "-mg",
     "LLAMA_ARG_MIN_P": "--min-p",
+    "LLAMA_ARG_MMPROJ": "--mmproj",
+    "LLAMA_ARG_MMPROJ_OFFLOAD": "--mmproj-offload",
     "LLAMA_ARG_MODEL": "-m",
     "LLAMA_ARG_MODELS_DIR": "--models-dir",
     "LLAMA_ARG_MODELS_MAX": "--models-max",

@@ -1,0 +1,171 @@
+"""``MediaEncoder``: a model's multimodal projector, shared by every request of a server.
+
+:meth:`MediaEncoder.prompt` turns a prompt text with media markers and the media's bytes into a
+:class:`~llamapy.engine.media.MediaPrompt`: text tokens, and for each image or audio clip its
+embeddings, placed where its marker was. Every item is checked first (:func:`.probe.probe`:
+its kind and format from its header, an image's pixel count before it is decoded; the
+request's limits; what the projector takes). Encoding runs on the caller's thread (an HTTP
+worker thread, never the event loop or the tick thread), one call at a time: the projector
+is not thread-safe.
+
+A media chunk is named by the sha256 of the projector's identity and the item's bytes, so
+identical media has identical media token ids (the engine's caches reuse its KV) and one
+projector never answers for another's. Encoded chunks are kept in a byte-bounded LRU
+(``cache_bytes``): a conversation that sends the same image each turn encodes it once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from pathlib import Path
+
+from llamapy._native import Model
+from llamapy._native.mtmd import MediaChunks, Projector
+from llamapy.engine.media import MediaChunk, MediaPrompt, MediaSpan
+from llamapy.errors import MediaError, UnsupportedFeatureError
+from llamapy.fingerprint import model_fingerprint
+from llamapy.options.limits import RequestLimits
+
+from .probe import MediaInfo, probe
+
+__all__ = ["MediaEncoder", "check_media_items"]
+
+#: Encoded chunks kept for reuse, in bytes of embeddings.
+DEFAULT_CACHE_BYTES = 256 * 1024 * 1024
+
+
+def check_media_items(media: Sequence[bytes], limits: RequestLimits,
+                      modalities: dict[str, bool]) -> list[MediaInfo]:
+    """Each item's kind and size, refused (:class:`~llamapy.errors.MediaError`) unless it is
+    a format :func:`.probe.probe` reads, within ``limits`` and of a kind in ``modalities``
+    (``"vision"`` for images, ``"audio"``). Nothing is decoded."""
+    if len(media) > limits.max_media_items:
+        raise MediaError(f"at most {limits.max_media_items} images and audio clips per "
+                         f"request, got {len(media)}", reason="too_many")
+    infos = []
+    for data in media:
+        if len(data) > limits.max_media_bytes:
+            raise MediaError(f"a media item of {len(data)} bytes is larger than the "
+                             f"{limits.max_media_bytes} bytes allowed", reason="too_large")
+        info = probe(data)
+        if info.pixels > limits.max_media_pixels:
+            raise MediaError(f"a {info.width}x{info.height} image is larger than the "
+                             f"{limits.max_media_pixels} pixels allowed", reason="too_large")
+        if not modalities["vision" if info.kind == "image" else "audio"]:
+            raise MediaError(f"this model's projector does not take {info.kind}",
+                             reason="kind")
+        infos.append(info)
+    return infos
+
+
+class MediaEncoder:
+    """A loaded projector behind a lock, with an LRU of encoded chunks (see the module)."""
+
+    def __init__(self, projector: Projector, identity: str, *,
+                 cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+        if projector.uses_mrope:
+            projector.close()
+            raise UnsupportedFeatureError("mmproj", "this projector places media with M-RoPE "
+                                          "(several positions a token); llamapy does not yet")
+        self._projector = projector
+        self.identity = identity
+        self.marker = projector.marker
+        self.vision = projector.supports_vision
+        self.audio = projector.supports_audio
+        self._lock = threading.Lock()
+        self._cache: OrderedDict[bytes, MediaChunk] = OrderedDict()
+        self._cache_bytes = cache_bytes
+        self._held = 0
+        self.num_encoded = 0
+        self.num_cache_hits = 0
+
+    @classmethod
+    def load(cls, path: str | Path, model: Model, *, use_gpu: bool = True,
+             n_threads: int = 4) -> MediaEncoder:
+        """Load the projector at ``path`` for ``model`` (``ModelLoadError`` if it does not
+        fit the model)."""
+        projector = Projector(path, model, use_gpu=use_gpu, n_threads=n_threads)
+        return cls(projector, identity=model_fingerprint(path))
+
+    @property
+    def modalities(self) -> dict[str, bool]:
+        """``{"vision": ..., "audio": ...}``: what the projector takes."""
+        return {"vision": self.vision, "audio": self.audio}
+
+    def close(self) -> None:
+        """Free the projector (before its model). Idempotent."""
+        with self._lock:
+            self._projector.close()
+            self._cache.clear()
+            self._held = 0
+
+    def check(self, media: Sequence[bytes], limits: RequestLimits) -> list[MediaInfo]:
+        """See :func:`check_media_items`."""
+        return check_media_items(media, limits, self.modalities)
+
+    def prompt(self, text: str, media: Sequence[bytes], limits: RequestLimits, *,
+               add_special: bool = True, parse_special: bool = True) -> MediaPrompt:
+        """Tokenize ``text``, where each :attr:`marker` stands for the next item of ``media``,
+        and encode the media (or take it from the cache). :class:`~llamapy.errors.MediaError`
+        for media refused by :meth:`check`, undecodable, or not matching the markers."""
+        self.check(media, limits)
+        digests = [self._digest(data) for data in media]
+        with self._lock:
+            bitmaps = []
+            try:
+                for data, digest in zip(media, digests, strict=True):
+                    bitmap = self._projector.bitmap(data)
+                    bitmaps.append(bitmap)
+                    bitmap.set_id(digest.hex())
+                chunks = self._projector.tokenize(text, bitmaps, add_special=add_special,
+                                                  parse_special=parse_special)
+            finally:
+                for bitmap in bitmaps:
+                    bitmap.close()
+            with chunks:
+                return self._assemble(chunks)
+
+    def _digest(self, data: bytes) -> bytes:
+        return hashlib.sha256(f"llamapy-media\x00{self.identity}\x00".encode() + data).digest()
+
+    def _assemble(self, chunks: MediaChunks) -> MediaPrompt:
+        """The prompt of ``chunks``: text tokens, and each media chunk's (cached) encoding."""
+        token_ids: list[int] = []
+        spans: list[MediaSpan] = []
+        seen: dict[str, int] = {}
+        for index, info in enumerate(chunks.items):
+            if info.kind == "text":
+                token_ids.extend(info.token_ids)
+                continue
+            if info.non_causal or info.n_pos != info.n_tokens:
+                raise UnsupportedFeatureError("mmproj", "this projector's media needs "
+                                              "bidirectional attention or its own positions; "
+                                              "llamapy does not decode it yet")
+            ordinal = seen[info.id] = seen.get(info.id, -1) + 1
+            digest = hashlib.sha256(f"{info.id}:{ordinal}".encode()).digest()
+            chunk = self._cached(digest) or self._encode(chunks, index, digest, info.kind)
+            spans.append(MediaSpan(len(token_ids), chunk))
+            token_ids.extend(chunk.token_ids)
+        return MediaPrompt(token_ids, spans)
+
+    def _cached(self, digest: bytes) -> MediaChunk | None:
+        chunk = self._cache.get(digest)
+        if chunk is not None:
+            self._cache.move_to_end(digest)
+            self.num_cache_hits += 1
+        return chunk
+
+    def _encode(self, chunks: MediaChunks, index: int, digest: bytes, kind: str) -> MediaChunk:
+        info = chunks.items[index]
+        chunk = MediaChunk(digest, chunks.encode(index), info.n_tokens, self._projector.width,
+                           kind)
+        self.num_encoded += 1
+        self._cache[digest] = chunk
+        self._held += len(chunk.embeddings)
+        while self._held > self._cache_bytes and self._cache:
+            _, old = self._cache.popitem(last=False)
+            self._held -= len(old.embeddings)
+        return chunk

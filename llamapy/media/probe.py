@@ -1,0 +1,107 @@
+"""What a media item is, read from its first bytes, before any decoder sees it.
+
+libmtmd decodes images with stb_image and audio with miniaudio, and hands anything else to a
+video probe that starts ``ffprobe``. A request's bytes must never get that far unchecked, and an
+image's pixel count (what decoding it costs in memory: 3 bytes a pixel, more while it is
+preprocessed) must be known before it is decoded: a few kilobytes of PNG can claim a 60,000 x
+60,000 canvas. :func:`probe` reads the kind, the format and, for images, the size from the
+header, and refuses every format it does not know.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from llamapy.errors import MediaError
+
+__all__ = ["IMAGE_FORMATS", "MediaInfo", "probe"]
+
+#: The image formats read (their headers give the size): stb_image decodes each.
+IMAGE_FORMATS = ("png", "jpeg", "gif", "bmp")
+_JPEG_SOF = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE,
+                       0xCF})
+
+
+@dataclass(frozen=True, slots=True)
+class MediaInfo:
+    """``kind`` (``"image"`` or ``"audio"``), ``format`` and, for an image, its size."""
+
+    kind: str
+    format: str
+    width: int = 0
+    height: int = 0
+
+    @property
+    def pixels(self) -> int:
+        """``width * height`` (0 for audio)."""
+        return self.width * self.height
+
+
+def probe(data: bytes) -> MediaInfo:
+    """The kind, format and size of ``data``; :class:`~llamapy.errors.MediaError` (reason
+    ``"format"``) for anything but PNG, JPEG, GIF, BMP, WAV, MP3 and FLAC, or a header that
+    does not hold together."""
+    head = data[:16]
+    if head.startswith(b"\x89PNG\r\n\x1a\n"):
+        return _png(data)
+    if head.startswith(b"\xff\xd8\xff"):
+        return _jpeg(data)
+    if head[:6] in (b"GIF87a", b"GIF89a"):
+        width, height = _unpack("<HH", data, 6, "gif")
+        return _image("gif", width, height)
+    if head.startswith(b"BM"):
+        width, height = _unpack("<ii", data, 18, "bmp")
+        return _image("bmp", width, abs(height))
+    if head.startswith(b"RIFF") and head[8:12] == b"WAVE":
+        return MediaInfo("audio", "wav")
+    if head.startswith(b"fLaC"):
+        return MediaInfo("audio", "flac")
+    if head.startswith(b"ID3") or (len(head) > 1 and head[0] == 0xFF and head[1] & 0xE0 == 0xE0):
+        return MediaInfo("audio", "mp3")
+    raise MediaError("unsupported media: send a PNG, JPEG, GIF or BMP image, or WAV, MP3 or "
+                     "FLAC audio", reason="format")
+
+
+def _unpack(fmt: str, data: bytes, at: int, name: str) -> tuple[int, ...]:
+    size = struct.calcsize(fmt)
+    if len(data) < at + size:
+        raise MediaError(f"truncated {name} header", reason="format")
+    return struct.unpack_from(fmt, data, at)
+
+
+def _image(name: str, width: int, height: int) -> MediaInfo:
+    if width <= 0 or height <= 0:
+        raise MediaError(f"{name} image of size {width}x{height}", reason="format")
+    return MediaInfo("image", name, width, height)
+
+
+def _png(data: bytes) -> MediaInfo:
+    length, tag = _unpack(">I4s", data, 8, "png")
+    if tag != b"IHDR" or length < 8:
+        raise MediaError("png without its IHDR header", reason="format")
+    width, height = _unpack(">II", data, 16, "png")
+    return _image("png", width, height)
+
+
+def _jpeg(data: bytes) -> MediaInfo:
+    """The size from the first start-of-frame segment (walking the segments' lengths)."""
+    at = 2
+    while at + 4 <= len(data):
+        if data[at] != 0xFF:
+            break
+        marker = data[at + 1]
+        if marker == 0xFF:  # fill byte
+            at += 1
+            continue
+        if marker in (0x01, *range(0xD0, 0xD8)):  # segments without a length
+            at += 2
+            continue
+        (length,) = _unpack(">H", data, at + 2, "jpeg")
+        if marker in _JPEG_SOF:
+            height, width = _unpack(">HH", data, at + 5, "jpeg")
+            return _image("jpeg", width, height)
+        if length < 2:
+            break
+        at += 2 + length
+    raise MediaError("jpeg without a readable frame header", reason="format")
