@@ -220,10 +220,13 @@ class Model(Owned):
         raise NativeError("tokenization failed")
 
     def token_to_piece(self, token: int, special: bool = True) -> bytes:
-        """The bytes of one token (special tokens rendered when ``special``)."""
+        """The bytes of one token (special tokens rendered when ``special``);
+        :class:`~llamapy.errors.InvalidOptionError` for an id outside the vocabulary
+        (libllama would read out of bounds)."""
         cached = self._piece_cache.get((token, special))
         if cached is not None:
             return cached
+        self._check_ids((token,))
         ffi, lib = native().ffi, native().lib
         buf = ffi.new("char[]", 64)
         n = lib.llama_token_to_piece(self.vocab, token, buf, 64, 0, special)
@@ -236,9 +239,12 @@ class Model(Owned):
 
     def detokenize(self, tokens: Sequence[int], remove_special: bool = False,
                    unparse_special: bool = False) -> str:
-        """Token ids to text."""
+        """Token ids to text (:class:`~llamapy.errors.InvalidOptionError` for an id outside
+        the vocabulary)."""
+        tokens = list(tokens)
+        self._check_ids(tokens)
         ffi, lib = native().ffi, native().lib
-        arr = ffi.new("llama_token[]", list(tokens))
+        arr = ffi.new("llama_token[]", tokens)
         cap = max(16, len(tokens) * 8)
         for _ in range(2):
             buf = ffi.new("char[]", cap)
@@ -248,6 +254,11 @@ class Model(Owned):
                 return c_bytes(buf, n).decode("utf-8", "replace")
             cap = -n
         raise NativeError("detokenization failed")
+
+    def _check_ids(self, tokens: Sequence[int]) -> None:
+        if tokens and not 0 <= min(tokens) <= max(tokens) < self.n_vocab:
+            raise InvalidOptionError(f"token ids must be in [0, {self.n_vocab})",
+                                     option="tokens")
 
     def is_eog(self, token: int) -> bool:
         """Whether ``token`` ends generation (EOS, EOT, ...); cached per token, as the engine

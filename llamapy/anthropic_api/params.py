@@ -41,7 +41,8 @@ class TextBlock(_Block):
 
 
 class ImageBlock(_Block):
-    """``{"type": "image", "source": ...}`` (recognised in order to refuse it clearly)."""
+    """``{"type": "image", "source": ...}``: ``{"type": "base64", "media_type", "data"}``
+    (a ``url`` source is refused: the server fetches nothing)."""
 
     type: Literal["image"]
     source: dict[str, Any]

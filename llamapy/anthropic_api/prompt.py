@@ -86,40 +86,58 @@ def system_text(system: str | list[TextBlock] | None) -> str | None:
     return "\n".join(out)
 
 
-def _tool_result_text(block: ToolResultBlock, where: str) -> str:
+def _tool_result_content(block: ToolResultBlock, where: str) -> str | list[dict[str, Any]]:
+    """A tool result as the template's tool message content: its text, or text and image
+    parts when it holds images."""
     content = block.content
-    if isinstance(content, list):
-        parts = [parse_block(part, f"{where}.content[{j}]") for j, part in enumerate(content)]
-        texts = []
-        for part in parts:
-            if not isinstance(part, TextBlock):
-                raise UnsupportedFeatureError(
-                    part.type, f"{where}: tool_result content may only hold text blocks")
-            texts.append(part.text)
-        content = "\n".join(texts)
-    text = content or ""
-    return f"Error: {text}" if block.is_error else text
+    prefix = "Error: " if block.is_error else ""
+    if not isinstance(content, list):
+        return prefix + (content or "")
+    parts: list[dict[str, Any]] = [{"type": "text", "text": prefix}] if prefix else []
+    for j, raw in enumerate(content):
+        part = parse_block(raw, f"{where}.content[{j}]")
+        if isinstance(part, TextBlock):
+            parts.append({"type": "text", "text": part.text})
+        elif isinstance(part, ImageBlock):
+            parts.append(image_part(part))
+        else:
+            raise UnsupportedFeatureError(
+                part.type, f"{where}: tool_result content may only hold text and image blocks")
+    if all(p["type"] == "text" for p in parts):
+        return prefix + "\n".join(p["text"] for p in parts[1 if prefix else 0:])
+    return parts
+
+
+def image_part(block: ImageBlock) -> dict[str, Any]:
+    """An image block as an OpenAI ``image_url`` part (a base64 source as a data URL; a
+    ``url`` source as it is, which the media layer refuses unless it is a data URL)."""
+    source = block.source
+    if source.get("type") == "base64":
+        url = f"data:{source.get('media_type', '')};base64,{source.get('data', '')}"
+    else:
+        url = str(source.get("url", ""))
+    return {"type": "image_url", "image_url": {"url": url}}
 
 
 def _refuse_image(block: Block, where: str) -> None:
     if isinstance(block, ImageBlock):
-        raise UnsupportedFeatureError("image", f"{where}: image input is not supported "
-                                               "(the model has no vision)")
+        raise InvalidOptionError(f"{where}: images belong in a user turn", option=where)
 
 
 def _user_messages(blocks: list[Block], where: str) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     texts: list[dict[str, Any]] = []
     for j, block in enumerate(blocks):
-        _refuse_image(block, f"{where}[{j}]")
         if isinstance(block, TextBlock):
             texts.append({"type": "text", "text": block.text})
+        elif isinstance(block, ImageBlock):
+            texts.append(image_part(block))
         elif isinstance(block, ToolResultBlock):
             if texts:
                 out.append({"role": "user", "content": texts})
                 texts = []
             out.append({"role": "tool", "tool_call_id": block.tool_use_id,
-                        "content": _tool_result_text(block, f"{where}[{j}]")})
+                        "content": _tool_result_content(block, f"{where}[{j}]")})
         else:
             raise InvalidOptionError(f"{where}[{j}]: a user turn cannot hold {block.type!r} "
                                      "blocks", option=where)

@@ -108,6 +108,8 @@ def capabilities(served: ServedModel, embeddings: bool = True) -> list[str]:
         out.append("thinking")
     if embeddings:
         out.append("embedding")
+    if served.server.modalities["vision"]:
+        out.append("vision")
     return out
 
 

@@ -9,8 +9,8 @@ reuse are those of ``/v1/chat/completions``:
 - messages keep their roles; an assistant's ``thinking`` becomes ``reasoning_content`` and its
   ``tool_calls`` (``arguments`` an object) OpenAI calls with ids; a ``tool`` message answers
   the earliest unanswered call (of its ``tool_name`` when given). History the template cannot
-  show is inlined (:func:`~llamapy.openai_api.bridge.polyfill_history`). ``images`` are
-  refused: the served model takes no images.
+  show is inlined (:func:`~llamapy.openai_api.bridge.polyfill_history`). ``images``
+  (base64) go before the text of their user turn, for a model with a projector.
 - ``format`` ``"json"`` is any JSON (``json_object``), an object is a JSON schema
   (``json_schema``); ``think`` sets the template's ``enable_thinking`` (``"low"``/``"medium"``/
   ``"high"`` mean true); reasoning is always parsed out of the answer into ``thinking``.
@@ -58,11 +58,16 @@ class OllamaPlan:
     started_ns: int = field(default_factory=time.perf_counter_ns)
 
 
-def _refuse_images(images: list[str] | None, where: str) -> None:
-    if images:
-        raise UnsupportedFeatureError(
-            "images", f"{where}: the served model takes no images (multimodal input is not "
-                      "supported)")
+def _with_images(content: str, images: list[str] | None) -> str | list[dict[str, Any]]:
+    """A user turn's content: its text, or its images (base64, as Ollama sends them) as
+    ``image_url`` parts before the text, where Ollama's templates put them."""
+    if not images:
+        return content
+    parts: list[dict[str, Any]] = [
+        {"type": "image_url", "image_url": {"url": f"data:application/octet-stream;base64,"
+                                                   f"{image if isinstance(image, str) else ''}"}}
+        for image in images]
+    return [*parts, {"type": "text", "text": content}]
 
 
 def _assistant(message: Message, index: int, pending: list[tuple[str, str]]
@@ -99,13 +104,16 @@ def chat_messages(messages: list[Message]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     pending: list[tuple[str, str]] = []
     for i, message in enumerate(messages):
-        _refuse_images(message.images, f"messages[{i}].images")
+        if message.images and message.role != "user":
+            raise InvalidOptionError(f"messages[{i}].images: only a user message may hold "
+                                     "images", option="images")
         if message.role == "assistant":
             out.append(_assistant(message, i, pending))
         elif message.role == "tool":
             out.append(_tool_result(message, pending))
         else:
-            out.append({"role": message.role, "content": message.content or ""})
+            out.append({"role": message.role,
+                        "content": _with_images(message.content or "", message.images)})
     return out
 
 
@@ -174,7 +182,9 @@ def prepare_generate(served: ServedModel, request: Mapping[str, Any] | GenerateB
                      ) -> OllamaPlan:
     """Validate an ``/api/generate`` request and prepare it (no generation yet)."""
     body = request if isinstance(request, GenerateBody) else parse_body(GenerateBody, request)
-    _refuse_images(body.images, "images")
+    if body.images and body.raw:
+        raise UnsupportedFeatureError("images", "images with raw are not supported: the "
+                                      "template places them")
     refused = {"template": body.template, "suffix": body.suffix, "context": body.context,
                "width": body.width, "height": body.height, "steps": body.steps}
     for name, value in refused.items():
@@ -182,7 +192,8 @@ def prepare_generate(served: ServedModel, request: Mapping[str, Any] | GenerateB
             raise UnsupportedFeatureError(name, f"{name} is not supported on /api/generate "
                                                 "here")
     prompt = body.prompt or ""
-    messages = [{"role": "user", "content": prompt}]
+    messages: list[dict[str, Any]] = [{"role": "user",
+                                       "content": _with_images(prompt, body.images)}]
     if body.system:
         messages.insert(0, {"role": "system", "content": body.system})
     return _plan(served, body, "generate", _request(served, body, messages),

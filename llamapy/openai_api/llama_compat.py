@@ -26,6 +26,7 @@ from ..server import Completion, GenerationIntent, Model
 from .chat_request import from_chat_body
 from .completions import check_token_ids
 from .logprobs import MIN_CANDIDATES, sampled_logprob
+from .media_parts import MEDIA_MARKER
 from .params import ChatBody, engine_extras, parse_body
 from .prompt import render_prompt
 from .prompt_shapes import native_prompts
@@ -286,7 +287,8 @@ def props(served: ServedModel) -> dict[str, Any]:
         "chat_template": template.source,
         "bos_token": template.bos_token,
         "eos_token": template.eos_token,
-        "modalities": {"vision": False, "audio": False},
+        "modalities": {**served.server.modalities, "video": False},
+        "media_marker": MEDIA_MARKER,
         "build_info": build_info(),
     }
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..chat import OutputParser
@@ -26,6 +26,7 @@ from ..options import check_reasoning_format
 from ..server import GenerationIntent
 from .chat_request import ChatRequest, from_chat_body
 from .logprobs import MIN_CANDIDATES
+from .media_parts import take_media
 from .params import ChatBody, ResponseFormat, check_unsupported, parse_body
 from .target import ServedModel
 
@@ -43,7 +44,7 @@ class ChatPlan:
     served: ServedModel
     request: ChatRequest
     prompt: str
-    token_ids: list[int]
+    token_ids: Sequence[int]
     intent: GenerationIntent
     tools_active: bool
     reasoning: bool
@@ -231,8 +232,11 @@ def prepare_request(served: ServedModel, request: ChatRequest) -> ChatPlan:
     if not request.messages:
         raise InvalidOptionError("the conversation has no message", option="messages")
     served.server.check_fits_at_once(request.n)
+    messages, media = take_media(request.messages, served.limits)
+    if media:
+        request = replace(request, messages=messages)
     prompt = render_prompt(served, request)
-    token_ids = served.tokenize_prompt(prompt)
+    token_ids = served.tokenize_prompt(prompt, media)
     fields = chat_fields(served, request, len(token_ids))
     intent = call_intent(served, request.extra("ignore_eos"), fields, request.max_tokens,
                          len(token_ids))

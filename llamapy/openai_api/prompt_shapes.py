@@ -2,18 +2,20 @@
 
 One prompt: a string; token ids; a *mixed* list of token ids and strings (``[12, "text", 34]``:
 each string tokenized in place, with BOS only when it comes first); or an object
-``{"prompt_string": ...}`` (whose value may be any of these; ``multimodal_data`` is refused:
-no model here takes images). Several prompts: a list without token ids at its top level whose
+``{"prompt_string": ...}`` (whose value may be any of these) with, for a model with a
+projector, ``multimodal_data``: base64 images or audio, one for each media marker of a string
+``prompt_string``. Several prompts: a list without token ids at its top level whose
 items are each one prompt (``["a", [1, 2], {"prompt_string": "b"}]``). Token ids must be in
 the vocabulary; anything else is a 400.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..errors import InvalidOptionError, UnsupportedFeatureError
+from ..errors import InvalidOptionError, MediaError
+from ..media.sources import media_from_base64
 from .completions import check_token_ids
 from .target import ServedModel
 
@@ -24,7 +26,7 @@ PROMPT_STRING_KEY = "prompt_string"
 MULTIMODAL_KEY = "multimodal_data"
 
 
-def native_prompts(served: ServedModel, prompt: object) -> list[tuple[list[int], str]]:
+def native_prompts(served: ServedModel, prompt: object) -> list[tuple[Sequence[int], str]]:
     """Every prompt of a ``/completion`` ``prompt`` field (see the module)."""
     if isinstance(prompt, list) and not any(_is_id(p) for p in prompt):
         items: list[object] = list(prompt)
@@ -40,12 +42,11 @@ def _is_id(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _one(served: ServedModel, prompt: object) -> tuple[list[int], str]:
+def _one(served: ServedModel, prompt: object) -> tuple[Sequence[int], str]:
     """One prompt: a string, token ids, a mixed list or a ``prompt_string`` object."""
     if isinstance(prompt, Mapping) and PROMPT_STRING_KEY in prompt:
         if prompt.get(MULTIMODAL_KEY):
-            raise UnsupportedFeatureError(MULTIMODAL_KEY, "multimodal data provided, but the "
-                                          "model does not support multimodal requests")
+            return _multimodal(served, prompt[PROMPT_STRING_KEY], prompt[MULTIMODAL_KEY])
         prompt = prompt[PROMPT_STRING_KEY]
     if isinstance(prompt, str):
         if not prompt:
@@ -58,6 +59,24 @@ def _one(served: ServedModel, prompt: object) -> tuple[list[int], str]:
     raise InvalidOptionError("prompt elements must be a string, a list of token ids, a "
                              "{\"prompt_string\": ...} object, or a list of token ids and "
                              "strings", option="prompt")
+
+
+def _multimodal(served: ServedModel, text: object, data: object
+                ) -> tuple[Sequence[int], str]:
+    """A ``prompt_string`` with its ``multimodal_data`` (base64 items, one per marker)."""
+    if not isinstance(text, str) or not text:
+        raise InvalidOptionError("with multimodal_data, prompt_string must be a non-empty "
+                                 "string", option="prompt")
+    if not isinstance(data, list):
+        raise InvalidOptionError("multimodal_data must be a list of base64 strings",
+                                 option=MULTIMODAL_KEY)
+    limits = served.limits
+    if len(data) > limits.max_media_items:
+        raise MediaError(f"at most {limits.max_media_items} images and audio clips per "
+                         "request", reason="too_many")
+    media = [media_from_base64(item, limits.max_media_bytes, f"{MULTIMODAL_KEY}[{i}]")
+             for i, item in enumerate(data)]
+    return served.tokenize_prompt(text, media), text
 
 
 def _mixed(served: ServedModel, items: list[Any]) -> list[int]:

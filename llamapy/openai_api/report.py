@@ -102,7 +102,7 @@ def timings_dict(timings: RequestTimings, model: Model | None = None,
         out["draft_n"] = timings.draft_tokens
         out["draft_n_accepted"] = timings.draft_accepted
     if model is not None and prompt_ids is not None and at and "cache_source" in out:
-        window = list(prompt_ids[at:at + DIVERGED_TEXT_TOKENS])
+        window = [t for t in prompt_ids[at:at + DIVERGED_TEXT_TOKENS] if t >= 0]  # not media
         out["cache_diverged_text"] = model.detokenize(window, False, True) if window else ""
     return out
 

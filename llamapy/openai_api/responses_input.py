@@ -38,6 +38,7 @@ from .responses_params import (
     FunctionCallOutputItem,
     FunctionChoice,
     FunctionTool,
+    ImagePart,
     Item,
     MessageItem,
     ReasoningItem,
@@ -76,11 +77,32 @@ class ResponsesPlan:
 
 
 def _parts_text(content: str | list[dict[str, Any]], where: str) -> str:
+    text = _parts_content(content, where)
+    if not isinstance(text, str):
+        raise InvalidOptionError(f"{where}: images belong in user input", option=where)
+    return text
+
+
+def _parts_content(content: str | list[dict[str, Any]], where: str
+                   ) -> str | list[dict[str, Any]]:
+    """A message's content: its text, or text and ``image_url`` parts when it has images."""
     if isinstance(content, str):
         return content
     parts = [parse_part(raw, f"{where}[{j}]") for j, raw in enumerate(content)]
-    return "".join(part.refusal if isinstance(part, RefusalPart) else part.text
-                   for part in parts)
+    if not any(isinstance(part, ImagePart) for part in parts):
+        return "".join(part.refusal if isinstance(part, RefusalPart) else part.text
+                       for part in parts if not isinstance(part, ImagePart))
+    out: list[dict[str, Any]] = []
+    for j, part in enumerate(parts):
+        if isinstance(part, ImagePart):
+            if part.image_url is None:
+                raise UnsupportedFeatureError("file_id", f"{where}[{j}]: input_image needs an "
+                                              "image_url (there is no file store)")
+            out.append({"type": "image_url", "image_url": {"url": part.image_url}})
+        else:
+            out.append({"type": "text", "text": part.refusal if isinstance(part, RefusalPart)
+                        else part.text})
+    return out
 
 
 def _assistant_turn(messages: list[dict[str, Any]], *, reasoning: bool = False
@@ -108,7 +130,8 @@ def _reasoning_text(item: ReasoningItem, where: str) -> str:
 def _add_item(messages: list[dict[str, Any]], item: Item, where: str) -> None:
     if isinstance(item, MessageItem) and item.role != "assistant":
         role = "system" if item.role == "developer" else item.role
-        messages.append({"role": role, "content": _parts_text(item.content, f"{where}.content")})
+        messages.append({"role": role,
+                         "content": _parts_content(item.content, f"{where}.content")})
     elif isinstance(item, MessageItem):
         turn = _assistant_turn(messages)
         text = _parts_text(item.content, f"{where}.content")

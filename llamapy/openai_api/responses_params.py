@@ -48,10 +48,20 @@ class RefusalPart(_Data):
     refusal: str
 
 
-Part = TextPart | RefusalPart
+class ImagePart(_Data):
+    """``{"type": "input_image", "image_url": ...}``: a data URL (``file_id`` is refused:
+    there is no file store)."""
+
+    type: Literal["input_image"]
+    image_url: str | None = None
+    file_id: str | None = None
+    detail: str | None = None
+
+
+Part = TextPart | RefusalPart | ImagePart
 PARTS: dict[str, type[Part]] = {
     "input_text": TextPart, "output_text": TextPart, "summary_text": TextPart,
-    "reasoning_text": TextPart, "refusal": RefusalPart,
+    "reasoning_text": TextPart, "refusal": RefusalPart, "input_image": ImagePart,
 }
 
 
@@ -225,7 +235,7 @@ def parse_item(raw: object, where: str) -> Item:
 
 
 def parse_part(raw: object, where: str) -> Part:
-    """One content part; images, files and audio are refused (a text-only model)."""
+    """One content part (files and audio are refused)."""
     return _by_type(PARTS, raw, where, "content part")  # type: ignore[arg-type]
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..chat import ChatTemplate, OutputParser
 from ..errors import EndpointDisabledError, InvalidOptionError, ModelNotFoundError
+from ..options.limits import RequestLimits
 from ..options.serve import SERVE_OPTION_NAMES, ServeOptions
 from ..server import Completion, GenerationIntent, Model, Server
 from .cache_report import (
@@ -159,12 +160,21 @@ class ServedModel:
             protocols.append(self.tool_protocol())
         return OutputParser.from_protocols(protocols, reasoning_started=reasoning_started)
 
-    def tokenize_prompt(self, text: str) -> list[int]:
-        """Tokenize rendered prompt text (special tokens parsed; BOS added once)."""
+    def tokenize_prompt(self, text: str, media: Sequence[bytes] = ()) -> Sequence[int]:
+        """Tokenize rendered prompt text (special tokens parsed; BOS added once); with
+        ``media``, each media marker in ``text`` stands for the next item
+        (:meth:`Server.media_prompt`: a :class:`~llamapy.engine.media.MediaPrompt`)."""
         model = self.model
         bos = _special_text(model, model.bos)
         add_special = model.add_bos and not (bos and text.startswith(bos))
+        if media:
+            return self.server.media_prompt(text, media, add_special=add_special)
         return model.tokenize(text, add_special, True)
+
+    @property
+    def limits(self) -> RequestLimits:
+        """The serving limits on one request."""
+        return self.server.start_options.engine
 
     def events(self, token_ids: Sequence[int], intent: GenerationIntent) -> SyncEvents:
         """The request's event stream (:meth:`Server.open_stream`; closing it cancels), as

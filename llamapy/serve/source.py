@@ -131,4 +131,6 @@ def model_card(served: ServedModel) -> dict[str, Any]:
                      "n_params": model.n_params, "size": model.size, "n_vocab": model.n_vocab,
                      "description": model.description},
             "aliases": [served.name, *served.aliases],
+            "capabilities": ["completion", *(["multimodal"] if any(
+                served.server.modalities.values()) else [])],
             **({"tags": list(served.tags)} if served.tags else {})}

@@ -61,6 +61,9 @@ class FakeApp:
                                  raise_server_exceptions=False)
         self.client.__enter__()
         self.server.wait_ready(10)
+        # the app's host takes the server on a thread of its own: wait for it too, or the
+        # first request may find the model "loading"
+        app.state.llamapy.source.wait_started(10)
 
     def __enter__(self) -> FakeApp:
         return self

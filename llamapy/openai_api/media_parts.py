@@ -1,0 +1,67 @@
+"""The images and audio of a conversation, taken out of its messages for the projector.
+
+Every chat API translates its media into OpenAI's content parts: ``image_url`` (a data URL, or
+the URL as a string) and ``input_audio`` (``{"data": base64, "format"}``). :func:`take_media`
+replaces each such part with a text part holding the media marker, as llama-server does, and
+returns the decoded bytes in order: the template renders the marker where the media was, and
+the projector's tokenizer puts each item's embeddings there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from llamapy.errors import MediaError
+from llamapy.media.sources import media_from_base64, media_from_url
+from llamapy.options.limits import RequestLimits
+
+__all__ = ["MEDIA_MARKER", "MEDIA_PART_TYPES", "take_media"]
+
+#: What stands for one media item in a rendered prompt (libmtmd's default marker).
+MEDIA_MARKER = "<__media__>"
+#: The content part types that carry media.
+MEDIA_PART_TYPES = frozenset({"image_url", "input_audio"})
+
+
+def take_media(messages: tuple[Mapping[str, Any], ...], limits: RequestLimits
+               ) -> tuple[tuple[Mapping[str, Any], ...], list[bytes]]:
+    """``messages`` with each media part replaced by a marker text part, and the media's
+    bytes in order (the messages as they are when they hold none).
+    :class:`~llamapy.errors.MediaError` for media that cannot be read or is past ``limits``
+    (count and bytes; formats and pixels are checked when it is encoded)."""
+    media: list[bytes] = []
+    out = []
+    for i, message in enumerate(messages):
+        content = message.get("content")
+        if not isinstance(content, list) or not any(_is_media(p) for p in content):
+            out.append(message)
+            continue
+        parts = []
+        for j, part in enumerate(content):
+            if _is_media(part):
+                if len(media) >= limits.max_media_items:
+                    raise MediaError(f"at most {limits.max_media_items} images and audio "
+                                     "clips per request", reason="too_many")
+                media.append(_bytes(part, limits, f"messages[{i}].content[{j}]"))
+                part = {"type": "text", "text": MEDIA_MARKER}
+            parts.append(part)
+        out.append({**message, "content": parts})
+    return (tuple(out) if media else messages), media
+
+
+def _is_media(part: object) -> bool:
+    return isinstance(part, Mapping) and part.get("type") in MEDIA_PART_TYPES
+
+
+def _bytes(part: Mapping[str, Any], limits: RequestLimits, where: str) -> bytes:
+    if part["type"] == "image_url":
+        source = part.get("image_url")
+        url = source.get("url") if isinstance(source, Mapping) else source
+        return media_from_url(url, limits.max_media_bytes, f"{where}.image_url")
+    audio = part.get("input_audio")
+    if not isinstance(audio, Mapping):
+        raise MediaError(f"{where}.input_audio must be an object with data and format",
+                         reason="format")
+    return media_from_base64(audio.get("data"), limits.max_media_bytes,
+                             f"{where}.input_audio.data")

@@ -1,0 +1,178 @@
+"""Images (and audio) on every API, on the fake server and its fake projector: each API's
+media shape reaches the engine as media, a resent image reuses its KV and another does not,
+and bad media is a 400 in the API's own error shape with nothing left behind."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+from fake_http import FakeApp
+
+from llamapy.media.samples import png, wav
+
+RED, BLUE = png(8, 8, (255, 0, 0)), png(8, 8, (0, 0, 255))
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def data_url(data: bytes, mime: str = "image/png") -> str:
+    return f"data:{mime};base64,{b64(data)}"
+
+
+def openai_chat(image: bytes | str, text: str = "what is this?") -> dict:
+    url = image if isinstance(image, str) else data_url(image)
+    return {"messages": [{"role": "user", "content": [
+        {"type": "text", "text": text}, {"type": "image_url", "image_url": {"url": url}}]}],
+        "max_tokens": 4, "temperature": 0}
+
+
+@pytest.fixture
+def app():
+    with FakeApp(options={"mmproj": "fake-audio"}) as fake:
+        yield fake
+
+
+def chat(app: FakeApp, body: dict) -> dict:
+    response = app.send("POST", "/v1/chat/completions", json=body)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def test_a_resent_image_is_reused_and_another_is_not(app: FakeApp) -> None:
+    first = chat(app, openai_chat(RED))
+    again = chat(app, openai_chat(RED))
+    other = chat(app, openai_chat(BLUE))
+    prompt = first["usage"]["prompt_tokens"]
+    assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == prompt - 1
+    assert other["usage"]["prompt_tokens_details"]["cached_tokens"] < prompt - 4
+    assert again["choices"][0]["message"] == first["choices"][0]["message"]
+    app.check_idle()
+
+
+def test_the_image_changes_the_answer(app: FakeApp) -> None:
+    answers = {chat(app, openai_chat(png(8, 8, (c, 0, 0))))["choices"][0]["message"]["content"]
+               for c in range(0, 250, 50)}
+    assert len(answers) > 1
+    app.check_idle()
+
+
+def test_input_audio_is_taken_by_an_audio_projector(app: FakeApp) -> None:
+    body = {"messages": [{"role": "user", "content": [
+        {"type": "input_audio", "input_audio": {"data": b64(wav(0.1)), "format": "wav"}},
+        {"type": "text", "text": "transcribe"}]}], "max_tokens": 3}
+    assert chat(app, body)["usage"]["completion_tokens"] == 3
+
+
+def test_anthropic_image_blocks_and_tool_results(app: FakeApp) -> None:
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                         "data": b64(RED)}}
+    body = {"model": "fake", "max_tokens": 4, "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "see"}, image]}]}
+    first = app.send("POST", "/v1/messages", json=body)
+    assert first.status_code == 200, first.text
+    again = app.send("POST", "/v1/messages", json=body).json()
+    assert again["usage"]["cache_read_input_tokens"] > 0
+    tool_turns = {"model": "fake", "max_tokens": 4, "messages": [
+        {"role": "user", "content": "take a screenshot"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "shot",
+                                           "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
+                                      "content": [{"type": "text", "text": "here"}, image]}]}]}
+    assert app.send("POST", "/v1/messages", json=tool_turns).status_code == 200
+    bad = {**body, "messages": [{"role": "user", "content": [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                     "data": "!!!"}}]}]}
+    refused = app.send("POST", "/v1/messages", json=bad)
+    assert refused.status_code == 400
+    assert refused.json()["type"] == "error"
+    assert refused.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_responses_input_image(app: FakeApp) -> None:
+    body = {"model": "fake", "max_output_tokens": 4, "input": [{"role": "user", "content": [
+        {"type": "input_text", "text": "what?"},
+        {"type": "input_image", "image_url": data_url(RED)}]}]}
+    first = app.send("POST", "/v1/responses", json=body)
+    assert first.status_code == 200, first.text
+    again = app.send("POST", "/v1/responses", json=body).json()
+    assert again["usage"]["input_tokens_details"]["cached_tokens"] > 0
+
+
+def test_completion_multimodal_data(app: FakeApp) -> None:
+    body = {"prompt": {"prompt_string": "look: <__media__> and say", "multimodal_data":
+                       [b64(RED)]}, "n_predict": 3}
+    response = app.send("POST", "/completion", json=body)
+    assert response.status_code == 200, response.text
+    assert response.json()["tokens_predicted"] == 3
+    wrong = {"prompt": {"prompt_string": "no marker", "multimodal_data": [b64(RED)]}}
+    assert app.send("POST", "/completion", json=wrong).status_code == 400
+
+
+def test_ollama_images(app: FakeApp) -> None:
+    body = {"model": "fake", "stream": False, "messages": [
+        {"role": "user", "content": "what?", "images": [b64(RED)]}],
+        "options": {"num_predict": 3}}
+    response = app.send("POST", "/api/chat", json=body)
+    assert response.status_code == 200, response.text
+    generate = {"model": "fake", "stream": False, "prompt": "what?", "images": [b64(BLUE)],
+                "options": {"num_predict": 3}}
+    assert app.send("POST", "/api/generate", json=generate).status_code == 200
+    show = app.send("POST", "/api/show", json={"model": "fake"}).json()
+    assert "vision" in show["capabilities"]
+
+
+def test_props_and_models_report_the_modalities(app: FakeApp) -> None:
+    props = app.send("GET", "/props").json()
+    assert props["modalities"] == {"vision": True, "audio": True, "video": False}
+    assert props["media_marker"] == "<__media__>"
+    models = app.send("GET", "/v1/models").json()
+    assert "multimodal" in models["data"][0]["capabilities"]
+
+
+@pytest.mark.parametrize(("url", "why"), [
+    ("http://example.com/cat.png", "remote"),
+    ("data:image/png;base64,@@@@", "base64"),
+    ("data:image/png,rawtext", "data URL"),
+    (data_url(b"GIF89a" + b"\x00" * 4), "truncated"),
+    (data_url(b"not an image at all"), "unsupported"),
+    (data_url(png(9000, 9000)[:64]), "pixels"),
+])
+def test_bad_media_is_a_400(app: FakeApp, url: str, why: str) -> None:
+    response = app.send("POST", "/v1/chat/completions", json=openai_chat(url))
+    assert response.status_code == 400, (why, response.text)
+    assert response.json()["error"]["type"] == "invalid_request_error"
+    app.check_idle()
+
+
+def test_too_many_and_too_large_media() -> None:
+    with FakeApp(options={"mmproj": "fake", "max_media_items": 2,
+                          "max_media_bytes": 200}) as app:
+        body = openai_chat(RED)
+        body["messages"][0]["content"] += [{"type": "image_url",
+                                            "image_url": {"url": data_url(RED)}}] * 2
+        assert app.send("POST", "/v1/chat/completions", json=body).status_code == 400
+        big = openai_chat(png(64, 64, (1, 2, 3)) + b"\x00" * 300)
+        assert app.send("POST", "/v1/chat/completions", json=big).status_code == 400
+        assert app.send("POST", "/v1/chat/completions", json=openai_chat(RED)).status_code \
+            == 200
+        app.check_idle()
+
+
+def test_a_model_without_a_projector_refuses_media() -> None:
+    with FakeApp() as app:
+        response = app.send("POST", "/v1/chat/completions", json=openai_chat(RED))
+        assert response.status_code == 400
+        assert "--mmproj" in response.json()["error"]["message"]
+        assert app.send("GET", "/props").json()["modalities"]["vision"] is False
+
+
+def test_audio_is_refused_by_a_vision_projector() -> None:
+    with FakeApp(options={"mmproj": "fake"}) as app:
+        body = {"messages": [{"role": "user", "content": [
+            {"type": "input_audio", "input_audio": {"data": b64(wav(0.1)), "format": "wav"}}]}]}
+        response = app.send("POST", "/v1/chat/completions", json=body)
+        assert response.status_code == 400
+        assert "audio" in response.json()["error"]["message"]
