@@ -70,10 +70,9 @@ def test_blocks_keep_their_order_as_chat_messages() -> None:
 
 
 @pytest.mark.parametrize(("content", "error"), [
-    ([{"type": "image", "source": {"type": "url", "url": "http://x"}}], UnsupportedFeatureError),
     ([{"type": "search_result", "source": "x"}], UnsupportedFeatureError),
     ([{"type": "tool_result", "tool_use_id": "t",
-       "content": [{"type": "image", "source": {}}]}], UnsupportedFeatureError),
+       "content": [{"type": "search_result", "source": "x"}]}], UnsupportedFeatureError),
     ([{"type": "thinking", "thinking": "x"}], InvalidOptionError),
     ([{"text": "no type"}], InvalidOptionError),
     ([{"type": "tool_use", "id": "t", "name": "f"}, {"type": "nope"}], UnsupportedFeatureError),
@@ -81,6 +80,22 @@ def test_blocks_keep_their_order_as_chat_messages() -> None:
 def test_bad_blocks_raise_typed_errors(content: list, error: type[Exception]) -> None:
     with pytest.raises(error):
         anthropic({"role": "user", "content": content})
+
+
+def test_image_blocks_become_image_url_parts() -> None:
+    """An image (base64 or url source) in a user turn or a tool result becomes an OpenAI
+    ``image_url`` part, which the media layer decodes (a remote url is refused there); an
+    image in an assistant turn is a 400."""
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                         "data": "AAAA"}}
+    out = anthropic({"role": "user", "content": [{"type": "text", "text": "see"}, image]})
+    assert out[-1]["content"][1] == {"type": "image_url",
+                                     "image_url": {"url": "data:image/png;base64,AAAA"}}
+    remote = anthropic({"role": "user", "content": [
+        {"type": "image", "source": {"type": "url", "url": "http://x"}}]})
+    assert remote[-1]["content"][0]["image_url"]["url"] == "http://x"
+    with pytest.raises(InvalidOptionError):
+        anthropic({"role": "assistant", "content": [image]})
 
 
 def test_system_text_blanks_the_billing_stamp() -> None:

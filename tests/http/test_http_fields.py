@@ -281,7 +281,7 @@ def test_props_has_llama_servers_fields(http: httpx.Client) -> None:
     assert settings["n_ctx"] == 4096 == http.get("/slots").json()[0]["n_ctx"]  # unified KV
     assert (settings["id"], settings["is_processing"]) == (0, False)
     assert (props["total_slots"], props["is_sleeping"]) == (4, False)
-    assert props["modalities"] == {"vision": False, "audio": False}
+    assert props["modalities"] == {"vision": False, "audio": False, "video": False}
     assert props["build_info"].startswith("llamapy-") and "llama.cpp-" in props["build_info"]
     assert "<|im_start|>" in props["chat_template"]
 

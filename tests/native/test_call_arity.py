@@ -1,7 +1,7 @@
 """Every ``lib.<function>(...)`` and ``shim.<function>(...)`` call in the package passes as many
 arguments as the pinned headers (and the shim's) declare (cffi checks only when the call runs:
 a penalties sampler built with the previous signature failed only once a request set a
-penalty)."""
+penalty). libmtmd's calls (``mtmd_*``) are checked against libmtmd."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import ast
 from pathlib import Path
 
 import llamapy
-from llamapy._native._loader import native
+from llamapy._native._loader import media_lib, native
 
 
 def lib_calls() -> list[tuple[str, int, str, str, int]]:
@@ -35,7 +35,8 @@ def test_every_native_call_matches_its_declaration() -> None:
     assert sum(owner == "shim" for _, _, owner, _, _ in calls) >= 10  # and the shim's calls
     wrong = []
     for path, line, owner, function, n_args in calls:
-        declared = nat.ffi.typeof(getattr(getattr(nat, owner), function))
+        library = media_lib() if function.startswith("mtmd_") else getattr(nat, owner)
+        declared = nat.ffi.typeof(getattr(library, function))
         if n_args != len(declared.args) and not declared.ellipsis:
             wrong.append(f"{path}:{line} {function}: {n_args} args, declared "
                          f"{len(declared.args)}")

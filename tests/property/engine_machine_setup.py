@@ -16,6 +16,8 @@ PREFIXES: tuple[list[int], ...] = (
     [], [1, 2, 3, 1, 2, 3, 1, 2], [1, 2, 3, 3, 2, 1, 1, 2, 3, 3, 2, 1],
     [1, 2, 3, 3, 2, 1, 1, 2, 3, 3, 2, 1, 2, 2], [2, 2, 1])
 SCOPES = (None, None, "a", "b")
+#: Media a prompt may hold (bytes the fake projector turns into 2 to 8 rows).
+IMAGES = (b"cat", b"dog", b"a longer picture")
 IDENTITIES = ("", "", "lora")
 ADAPTER_SETS = ((), (), (("a.gguf", 1.0),), (("b.gguf", 0.5),),
                 (("a.gguf", 1.0), ("b.gguf", 0.5)))
@@ -62,6 +64,7 @@ class Shadow:
     adapters: tuple
     key: tuple
     sink: Recorder = field(default_factory=Recorder)
+    media: tuple = ()
 
 
 @st.composite

@@ -24,6 +24,7 @@ from engine_machine_setup import (
     CACHE_PINS,
     FAULTS,
     IDENTITIES,
+    IMAGES,
     PREFIXES,
     SCOPES,
     SPECULATIVE,
@@ -55,6 +56,8 @@ from llamapy.engine import (
     SamplingParams,
 )
 from llamapy.engine.cache.disk import CacheNamespace
+from llamapy.engine.fake.media import fake_media_chunk
+from llamapy.engine.media import MediaSpan
 from llamapy.engine.engine import Engine
 from llamapy.engine.fake.backend import FakeBackend
 from llamapy.engine.states import SlotState
@@ -128,6 +131,23 @@ class EngineMachine(RuleBasedStateMachine):
                                  sampling=SamplingParams(seed=seed, temp=0.0 if greedy else 0.8))
         return self._submit(prompt, options, identity, None)
 
+    @rule(target=requests, prefix=st.sampled_from(PREFIXES), image=st.sampled_from(IMAGES),
+          tail=st.lists(st.integers(1, 3), max_size=6), max_tokens=st.integers(0, 5),
+          scope=st.sampled_from(SCOPES), seed=st.integers(0, 2),
+          speculative=st.sampled_from(SPECULATIVE))
+    def submit_media(self, prefix, image, tail, max_tokens, scope, seed, speculative):
+        """A prompt with an image (few distinct images, so one comes again at the same place
+        and its KV is reused, while another at that place must not be): its rows are decoded
+        from its embeddings, never mixed with text in one entry, and the answer is the
+        oracle's for the prompt's media token ids."""
+        chunk = fake_media_chunk(image)
+        if not tail and max_tokens > 0:
+            tail = [1]  # a prompt that samples ends with text
+        prompt = [*prefix, *chunk.token_ids, *tail]
+        options = RequestOptions(max_tokens=max_tokens, cache_scope=scope,
+                                 speculative=speculative, sampling=SamplingParams(seed=seed))
+        return self._submit(prompt, options, "", None, (MediaSpan(len(prefix), chunk),))
+
     @rule(target=requests, prefix=st.sampled_from(PREFIXES[1:]), n=st.integers(2, 4),
           tails=st.lists(st.integers(1, 3), min_size=4, max_size=4),
           max_tokens=st.integers(1, 4), scope=st.sampled_from(SCOPES),
@@ -170,15 +190,16 @@ class EngineMachine(RuleBasedStateMachine):
         options = RequestOptions(max_tokens=shadow.max_tokens, cache_scope=scope,
                                  stop=shadow.stop, adapters=shadow.adapters,
                                  speculative="ngram", sampling=shadow.params)
-        return self._submit(shadow.prompt, options, shadow.key[1], None)
+        return self._submit(shadow.prompt, options, shadow.key[1], None, shadow.media)
 
-    def _submit(self, prompt, options, identity, lease_id):
+    def _submit(self, prompt, options, identity, lease_id, media=()):
         rid, self.next_id = self.next_id, self.next_id + 1
         shadow = Shadow(rid, prompt, options.max_tokens, options.sampling, options.stop,
-                        options.adapters, (options.cache_scope, identity, options.adapters))
+                        options.adapters, (options.cache_scope, identity, options.adapters),
+                        media=media)
         overflow = len(prompt) + options.max_tokens > self.backend.n_ctx_seq
         full = self._queue_full_for(lease_id, options.slot_id)
-        request = Request(rid, prompt, options, shadow.sink, identity, lease_id)
+        request = Request(rid, prompt, options, shadow.sink, identity, lease_id, media=media)
         try:
             self.engine.submit(request)
         except ContextOverflowError as exc:
@@ -338,6 +359,11 @@ class EngineMachine(RuleBasedStateMachine):
                 assert len(seg.token_ids) - draft <= self.engine.config.chunk_size
                 assert seg.tag[2] == plan.adapter_set, "a plan mixes adapter sets"
                 assert seg.draft_tag in (None, seg.tag), "a draft from another key"
+                media = [t < 0 for t in seg.token_ids]
+                assert all(media) == (seg.media is not None) and (all(media) or not any(media)), \
+                    "a segment mixes text and media"
+                assert seg.media is None or not seg.logits, "a media segment asks for logits"
+        assert not self.backend.violations, self.backend.violations
         self.backend.plans.clear()
 
     def _check_oracle(self, shadow: Shadow) -> None:

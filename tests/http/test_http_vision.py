@@ -1,0 +1,136 @@
+"""Images on the real model: SmolLM2-135M with the tiny generated vision projector of
+``llamapy.testing.tiny_mmproj_path`` (every image becomes 16 embeddings), through the official
+OpenAI and Anthropic clients and the Responses API, served by uvicorn.
+
+The projector's weights are arbitrary (integer hashing, the same bytes on every machine), so
+these tests prove the plumbing: an image reaches the model as embeddings and changes its
+answer, a conversation that sends the same image again reuses its KV (``cached_tokens``) and
+answers the same, another image is not reused, bad media is a 400, and nothing is left
+behind. They cannot prove the model sees anything: that needs trained weights.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+
+import anthropic
+import httpx
+import openai
+import pytest
+from live import LiveApp
+
+from llamapy._paths import sha256_file
+from llamapy.media.samples import png
+from llamapy.serve import create_app
+from llamapy.server import Server
+from llamapy.testing import TINY_MMPROJ_SHA256, tiny_mmproj_path
+
+RED, BLUE = png(24, 24, (220, 20, 20)), png(24, 24, (20, 20, 220))
+QUESTION = "What is in this image?"
+
+
+def data_url(image: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(image).decode()
+
+
+@pytest.fixture(scope="module")
+def vision(model_path) -> Iterator[LiveApp]:
+    server = Server(model_path, mmproj=str(tiny_mmproj_path()), n_ctx=2048, n_parallel=2,
+                    n_threads=1)
+    server.wait_ready(60)
+    with LiveApp(create_app(server, alias="vision", own_server=True)) as app:
+        yield app
+
+
+@pytest.fixture(scope="module")
+def oai(vision: LiveApp) -> openai.OpenAI:
+    return openai.OpenAI(base_url=vision.url + "/v1", api_key="x", max_retries=0, timeout=120)
+
+
+def ask(client: openai.OpenAI, image: bytes, question: str = QUESTION):
+    return client.chat.completions.create(
+        model="vision", max_tokens=8, temperature=0,
+        messages=[{"role": "user", "content": [
+            {"type": "text", "text": question},
+            {"type": "image_url", "image_url": {"url": data_url(image)}}]}])
+
+
+def test_the_projector_is_the_pinned_one() -> None:
+    assert sha256_file(tiny_mmproj_path()) == TINY_MMPROJ_SHA256
+
+
+def test_openai_client_image_is_reused_when_resent(oai: openai.OpenAI) -> None:
+    first = ask(oai, RED)
+    again = ask(oai, RED)
+    other = ask(oai, BLUE)
+    assert first.usage.prompt_tokens >= 16 + 5
+    assert first.usage.prompt_tokens_details.cached_tokens == 0
+    assert again.usage.prompt_tokens_details.cached_tokens == again.usage.prompt_tokens - 1
+    assert again.choices[0].message.content == first.choices[0].message.content
+    # the image sits after the question: only the text before it may be reused
+    assert other.usage.prompt_tokens_details.cached_tokens < first.usage.prompt_tokens - 16
+
+
+def test_the_image_reaches_the_model(oai: openai.OpenAI) -> None:
+    answers = {ask(oai, png(24, 24, (c, 255 - c, 40))).choices[0].message.content
+               for c in (0, 90, 180, 255)}
+    text_only = oai.chat.completions.create(
+        model="vision", max_tokens=8, temperature=0,
+        messages=[{"role": "user", "content": QUESTION}]).choices[0].message.content
+    assert len(answers | {text_only}) > 1
+
+
+def test_a_second_turn_keeps_the_image_cached(oai: openai.OpenAI) -> None:
+    first = ask(oai, BLUE, "Describe it.")
+    turn = [{"role": "user", "content": [
+        {"type": "text", "text": "Describe it."},
+        {"type": "image_url", "image_url": {"url": data_url(BLUE)}}]},
+        {"role": "assistant", "content": first.choices[0].message.content},
+        {"role": "user", "content": "And the colour?"}]
+    second = oai.chat.completions.create(model="vision", max_tokens=4, temperature=0,
+                                         messages=turn)
+    assert second.usage.prompt_tokens_details.cached_tokens >= first.usage.prompt_tokens - 1
+
+
+def test_anthropic_client_image(vision: LiveApp) -> None:
+    client = anthropic.Anthropic(base_url=vision.url, api_key="x", max_retries=0)
+    block = {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                         "data": base64.b64encode(RED).decode()}}
+    messages = [{"role": "user", "content": [{"type": "text", "text": QUESTION}, block]}]
+    first = client.messages.create(model="vision", max_tokens=6, messages=messages,
+                                   extra_body={"temperature": 0})
+    again = client.messages.create(model="vision", max_tokens=6, messages=messages,
+                                   extra_body={"temperature": 0})
+    assert first.usage.input_tokens >= 16
+    assert again.usage.cache_read_input_tokens > 16
+    assert again.content[0].text == first.content[0].text
+    with pytest.raises(anthropic.BadRequestError):
+        client.messages.create(model="vision", max_tokens=6, messages=[
+            {"role": "user", "content": [{"type": "image", "source": {
+                "type": "base64", "media_type": "image/png",
+                "data": base64.b64encode(b"nope").decode()}}]}])
+
+
+def test_responses_input_image(oai: openai.OpenAI) -> None:
+    request = {"model": "vision", "max_output_tokens": 6, "temperature": 0, "input": [{"role": "user", "content": [
+        {"type": "input_text", "text": QUESTION},
+        {"type": "input_image", "image_url": data_url(BLUE)}]}]}
+    first = oai.responses.create(**request)
+    again = oai.responses.create(**request)
+    assert again.usage.input_tokens_details.cached_tokens > 16
+    assert again.output_text == first.output_text
+
+
+def test_bad_media_is_refused_and_the_server_goes_on(vision: LiveApp,
+                                                     oai: openai.OpenAI) -> None:
+    bad = [data_url(b"\x89PNG\r\n\x1a\n" + b"\x00" * 40),  # a PNG header with nothing after
+           data_url(png(2, 2)[:40]),  # truncated after its header
+           "http://127.0.0.1:9/x.png"]
+    for url in bad:
+        with pytest.raises(openai.BadRequestError):
+            oai.chat.completions.create(model="vision", max_tokens=2, messages=[
+                {"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}]}])
+    assert ask(oai, RED).usage.completion_tokens > 0
+    props = httpx.get(vision.url + "/props").json()
+    assert props["modalities"]["vision"] is True
