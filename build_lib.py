@@ -9,14 +9,16 @@ Steps (each prints a phase line; a failure names the step and its log file):
    and ``mtmd`` (libmtmd: images and audio through an mmproj) with CMake (+ Ninja when present) into
    ``<cache>/build/<key>``, where ``key`` hashes (source sha256, build flags, compiler)
 4. generate the cffi declarations from the preprocessed pinned headers (``llama.h`` and the
-   shim's header, ``mtmd.h`` and ``mtmd-helper.h``) and write the out-of-line ABI module ``llamapy/_native/_llama_ffi.py``
+   shim's header, ``mtmd.h`` and ``mtmd-helper.h``) and write the out-of-line ABI module
+   ``llamapy/_native/_llama_ffi.py``
 5. compile the shim (``llamapy/_native/shim/``: the libllama calls that can throw, wrapped in
    try/catch) against the built library into ``libllamapy_shim`` next to it
 6. compile and run a layout probe that records ``sizeof``/``offsetof`` of every ``llama_*``
    and ``mtmd_*`` struct in ``<build>/layout.json`` (the test suite compares it with cffi's view)
 
 A second run with the same key is a no-op that prints where the library is, unless the shim's
-sources or the binding's generator changed: then steps 4 to 6 run again (seconds), not the library's build. ``<cache>`` is
+sources or the binding's generator changed: then steps 4 to 6 run again (seconds), not the
+library's build. ``<cache>`` is
 ``$LLAMAPY_CACHE`` or ``~/.cache/llamapy``.
 
 Usage: ``python build_lib.py [--cuda] [--blas] [--no-native] [--rpc] [--jobs N]
@@ -267,7 +269,8 @@ def main(argv: list[str] | None = None) -> int:
         flags = cmake_flags(args)
         key = build_key(flags)
         build = cache / "build" / key
-        targets = ["llama", *RPC_TARGETS, *MEDIA_TARGETS, *(SERVER_TARGETS if args.with_server else ())]
+        targets = ["llama", *RPC_TARGETS, *MEDIA_TARGETS,
+                   *(SERVER_TARGETS if args.with_server else ())]
         record_path = build / "build.json"
         done = json.loads(record_path.read_text()) if record_path.exists() else {}
         missing = [t for t in targets if t not in done.get("targets", [])]

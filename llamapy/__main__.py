@@ -10,6 +10,7 @@ import argparse
 import logging
 import os
 import sys
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from .errors import LlamapyError
@@ -63,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _prompt_tokens(server: Server, prompt: str, raw: bool) -> list[int]:
+def _prompt_tokens(server: Server, prompt: str, raw: bool) -> Sequence[int]:
     """``prompt`` as a user message through the chat template the HTTP server renders (the
     GGUF's Jinja template, BOS added once), or as raw text."""
     from .openai_api import ServedModel

@@ -259,20 +259,17 @@ class Context(Owned):
         self.reset_perf()
 
 
-class Batch:
-    """A preallocated ``llama_batch`` filled through cffi arrays (one sequence id per token).
+class _Rows:
+    """The arrays of a preallocated ``llama_batch`` (one sequence id per row) and its
+    ``n_tokens``: rows of token ids, or (``width`` > 0) of embeddings ``width`` floats each."""
 
-    ``add(seq_id, start_pos, token_ids, logits_last, n_outputs)`` appends a run of tokens for one
-    sequence (with output rows for its last ``n_outputs`` tokens when ``logits_last``); the
-    returned index is the batch row of the run's last token (for sampling and logits).
-    """
-
-    def __init__(self, capacity: int) -> None:
-        if capacity <= 0:
+    def __init__(self, capacity: int, width: int = 0) -> None:
+        if capacity <= 0 or width < 0:
             raise InvalidOptionError("batch capacity must be positive", option="n_batch")
         ffi = native().ffi
-        self.capacity = capacity
-        self._token = ffi.new("llama_token[]", capacity)
+        self.capacity, self.width = capacity, width
+        self._token = ffi.new("llama_token[]", capacity) if width == 0 else ffi.NULL
+        self._embd = ffi.new("float[]", capacity * width) if width else ffi.NULL
         self._pos = ffi.new("llama_pos[]", capacity)
         self._n_seq = ffi.new("int32_t[]", capacity)
         self._seq = ffi.new("llama_seq_id[]", capacity)
@@ -283,18 +280,26 @@ class Batch:
         self._n_seq[0:capacity] = [1] * capacity
         self.struct = ffi.new("struct llama_batch *")
         s = self.struct
-        s.token, s.pos, s.n_seq_id = self._token, self._pos, self._n_seq
-        s.seq_id, s.logits, s.embd = self._seq_ptrs, self._logits, ffi.NULL
-        s.n_tokens = 0
+        s.token, s.embd, s.pos, s.n_seq_id = self._token, self._embd, self._pos, self._n_seq
+        s.seq_id, s.logits, s.n_tokens = self._seq_ptrs, self._logits, 0
 
     @property
     def n_tokens(self) -> int:
-        """Tokens currently in the batch."""
+        """Rows currently in the batch."""
         return int(self.struct.n_tokens)
 
     def clear(self) -> None:
         """Empty the batch (no per-element work)."""
         self.struct.n_tokens = 0
+
+
+class Batch(_Rows):
+    """A preallocated ``llama_batch`` of token ids filled through cffi arrays.
+
+    ``add(seq_id, start_pos, token_ids, logits_last, n_outputs)`` appends a run of tokens for one
+    sequence (with output rows for its last ``n_outputs`` tokens when ``logits_last``); the
+    returned index is the batch row of the run's last token (for sampling and logits).
+    """
 
     def add(self, seq_id: int, start_pos: int, token_ids: Sequence[int],
             logits_last: bool = True, n_outputs: int = 1) -> int:
@@ -322,39 +327,15 @@ class Batch:
         return end - 1
 
 
-class EmbeddingBatch:
+class EmbeddingBatch(_Rows):
     """A preallocated ``llama_batch`` of embeddings (``llama_batch.embd``, no token ids): rows
     of an encoded image or audio clip, ``width`` float32 each, decoded like tokens at their
     positions. No row asks for logits."""
 
     def __init__(self, capacity: int, width: int) -> None:
-        if capacity <= 0 or width <= 0:
-            raise InvalidOptionError("embedding batch capacity and width must be positive",
-                                     option="n_batch")
-        ffi = native().ffi
-        self.capacity, self.width = capacity, width
-        self._embd = ffi.new("float[]", capacity * width)
-        self._pos = ffi.new("llama_pos[]", capacity)
-        self._n_seq = ffi.new("int32_t[]", capacity)
-        self._seq = ffi.new("llama_seq_id[]", capacity)
-        self._seq_ptrs = ffi.new("llama_seq_id *[]", capacity)
-        self._logits = ffi.new("int8_t[]", capacity)
-        for i in range(capacity):
-            self._seq_ptrs[i] = self._seq + i
-        self._n_seq[0:capacity] = [1] * capacity
-        self.struct = ffi.new("struct llama_batch *")
-        s = self.struct
-        s.token, s.embd, s.pos, s.n_seq_id = ffi.NULL, self._embd, self._pos, self._n_seq
-        s.seq_id, s.logits, s.n_tokens = self._seq_ptrs, self._logits, 0
-
-    @property
-    def n_tokens(self) -> int:
-        """Rows currently in the batch."""
-        return int(self.struct.n_tokens)
-
-    def clear(self) -> None:
-        """Empty the batch."""
-        self.struct.n_tokens = 0
+        if width <= 0:
+            raise InvalidOptionError("embedding width must be positive", option="n_batch")
+        super().__init__(capacity, width)
 
     def add(self, seq_id: int, start_pos: int, rows: bytes | memoryview) -> None:
         """Append ``rows`` (whole float32 rows of :attr:`width`) of ``seq_id`` from

@@ -22,7 +22,7 @@ template refuses to render keeps nothing for that breakpoint.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -132,7 +132,7 @@ def _truncated(body: MessagesBody, point: Breakpoint) -> MessagesBody:
 
 
 def _prefix_length(served: ServedModel, body: MessagesBody, point: Breakpoint,
-                   token_ids: list[int], to_chat: ToChat) -> int:
+                   token_ids: Sequence[int], to_chat: ToChat) -> int:
     """Tokens the rendering of ``body`` up to ``point`` shares with ``token_ids``."""
     if point.part == "request":
         return len(token_ids)
@@ -145,7 +145,7 @@ def _prefix_length(served: ServedModel, body: MessagesBody, point: Breakpoint,
     return common_prefix(served.tokenize_prompt(prompt), token_ids)
 
 
-def cache_pins(served: ServedModel, body: MessagesBody, token_ids: list[int],
+def cache_pins(served: ServedModel, body: MessagesBody, token_ids: Sequence[int],
                points: list[Breakpoint], to_chat: ToChat) -> tuple[tuple[int, float], ...]:
     """The ``cache_pins`` of ``points`` (from :func:`breakpoints`) in a Messages request whose
     prompt is ``token_ids``; ``to_chat`` renders a truncated body's chat request."""

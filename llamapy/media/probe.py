@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import Any
 
 from llamapy.errors import MediaError
 
@@ -63,7 +64,7 @@ def probe(data: bytes) -> MediaInfo:
                      "FLAC audio", reason="format")
 
 
-def _unpack(fmt: str, data: bytes, at: int, name: str) -> tuple[int, ...]:
+def _unpack(fmt: str, data: bytes, at: int, name: str) -> tuple[Any, ...]:
     size = struct.calcsize(fmt)
     if len(data) < at + size:
         raise MediaError(f"truncated {name} header", reason="format")

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -50,7 +50,7 @@ class OllamaPlan:
     served: ServedModel
     kind: Kind
     model: str
-    token_ids: list[int]
+    token_ids: Sequence[int]
     intent: GenerationIntent
     parser: Callable[[], OutputParser]
     #: Alternatives reported per token with ``logprobs`` (None: no logprobs).

@@ -38,7 +38,7 @@ class CompletionPlan:
 
     served: ServedModel
     body: CompletionBody
-    prompts: list[list[int]]
+    prompts: list[Sequence[int]]
     texts: list[str]
     intents: list[GenerationIntent]
     id: str = field(default_factory=lambda: new_id("cmpl"))
@@ -62,7 +62,7 @@ def check_token_ids(served: ServedModel, token_ids: Sequence[int], where: str = 
 
 
 def prompt_list(served: ServedModel, prompt: object, n: int = 1
-                ) -> list[tuple[list[int], str]]:
+                ) -> list[tuple[Sequence[int], str]]:
     """Each prompt as ``(token_ids, text)``; ``n`` choices of each must fit the server's
     ``max_choices`` (checked before any prompt is tokenized)."""
     if isinstance(prompt, str):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from .. import __version__
@@ -69,7 +69,7 @@ def _probabilities(model: Model, token_id: int, candidates: Any, n_probs: int,
 
 
 #: One prompt of a ``/completion`` ready to run: ``(token ids, text, typed engine options)``.
-NativePrompt = tuple[list[int], str, GenerationIntent]
+NativePrompt = tuple[Sequence[int], str, GenerationIntent]
 
 
 def prepare_native(served: ServedModel, request: Mapping[str, Any]
@@ -141,7 +141,7 @@ def _settings(served: ServedModel, intent: GenerationIntent) -> dict[str, Any]:
             "samplers": list(sampler_names(settings["samplers"]))}
 
 
-def native_response(served: ServedModel, ids: list[int], text: str, intent: GenerationIntent,
+def native_response(served: ServedModel, ids: Sequence[int], text: str, intent: GenerationIntent,
                     request: Mapping[str, Any], completion: Completion, index: int = 0
                     ) -> dict[str, Any]:
     """The ``/completion`` response of a finished generation (prompt ``index``; the route
@@ -170,7 +170,7 @@ def native_response(served: ServedModel, ids: list[int], text: str, intent: Gene
 
 
 def native_chunk(served: ServedModel, request: Mapping[str, Any], event: TokenEvent,
-                 n_done: int, ids: list[int]) -> dict[str, Any]:
+                 n_done: int, ids: Sequence[int]) -> dict[str, Any]:
     """One streamed ``/completion`` chunk (``timings`` so far with ``timings_per_token``)."""
     out: dict[str, Any] = {"index": 0, "content": event.text, "tokens": [event.token_id],
                            "stop": False, "id_slot": event.slot_id, "tokens_predicted": n_done,
@@ -184,7 +184,7 @@ def native_chunk(served: ServedModel, request: Mapping[str, Any], event: TokenEv
     return out
 
 
-def native_progress(served: ServedModel, event: ProgressEvent, ids: list[int]
+def native_progress(served: ServedModel, event: ProgressEvent, ids: Sequence[int]
                     ) -> dict[str, Any]:
     """A ``prompt_progress`` chunk of a streamed ``/completion`` (``return_progress``)."""
     return {"index": 0, "content": "", "tokens": [], "stop": False,
@@ -193,7 +193,7 @@ def native_progress(served: ServedModel, event: ProgressEvent, ids: list[int]
             **per_token_timings(event, served.model, ids)}
 
 
-def native_final(served: ServedModel, ids: list[int], text: str, intent: GenerationIntent,
+def native_final(served: ServedModel, ids: Sequence[int], text: str, intent: GenerationIntent,
                  event: DoneEvent) -> dict[str, Any]:
     """The last streamed ``/completion`` chunk (``stop: true`` with timings)."""
     return {

@@ -235,8 +235,10 @@ class ServerCore:
         if encoder is None:
             raise MediaError("this model takes no images or audio (it was loaded without a "
                              "multimodal projector: --mmproj)", reason="no_projector")
-        return encoder.prompt(text, media, self._start.engine, add_special=add_special,
-                              parse_special=parse_special)  # type: ignore[no-any-return]
+        prompt: MediaPrompt = encoder.prompt(text, media, self._start.engine,
+                                             add_special=add_special,
+                                             parse_special=parse_special)
+        return prompt
 
     def cancel(self, request: Hashable) -> None:
         """Cancel a request (its id, or a stream this server returned), queued, running or

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from engine_helpers import make_engine, ref
 
 from llamapy.engine import Request, RequestOptions, SamplingParams
 from llamapy.engine.fake.media import fake_media_chunk
 from llamapy.engine.media import MediaSpan, is_media_token, media_token_ids
 from llamapy.engine.testing import Recorder, drain
 from llamapy.errors import InvalidOptionError
-
-from engine_helpers import make_engine, ref
 
 
 def media_prompt(before: list[int], data: bytes, after: list[int]) -> tuple[list[int], tuple]:

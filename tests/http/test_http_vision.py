@@ -113,9 +113,10 @@ def test_anthropic_client_image(vision: LiveApp) -> None:
 
 
 def test_responses_input_image(oai: openai.OpenAI) -> None:
-    request = {"model": "vision", "max_output_tokens": 6, "temperature": 0, "input": [{"role": "user", "content": [
-        {"type": "input_text", "text": QUESTION},
-        {"type": "input_image", "image_url": data_url(BLUE)}]}]}
+    content = [{"type": "input_text", "text": QUESTION},
+               {"type": "input_image", "image_url": data_url(BLUE)}]
+    request = {"model": "vision", "max_output_tokens": 6, "temperature": 0,
+               "input": [{"role": "user", "content": content}]}
     first = oai.responses.create(**request)
     again = oai.responses.create(**request)
     assert again.usage.input_tokens_details.cached_tokens > 16

@@ -56,10 +56,10 @@ from llamapy.engine import (
     SamplingParams,
 )
 from llamapy.engine.cache.disk import CacheNamespace
-from llamapy.engine.fake.media import fake_media_chunk
-from llamapy.engine.media import MediaSpan
 from llamapy.engine.engine import Engine
 from llamapy.engine.fake.backend import FakeBackend
+from llamapy.engine.fake.media import fake_media_chunk
+from llamapy.engine.media import MediaSpan
 from llamapy.engine.states import SlotState
 from llamapy.engine.testing import drain
 from llamapy.errors import ContextOverflowError, DecodeError, LlamapyError, QueueFullError
