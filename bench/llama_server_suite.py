@@ -11,7 +11,12 @@ and its ``utils.py`` gets one appended, clearly marked block (the original text 
 * ``ServerPreset.load_all()`` (a session-start warm-up that only exists to download models) is a
   no-op;
 * servers that set no thread count get ``--threads N`` (``--threads``, default 2) so the run
-  stays light on a shared machine.
+  stays light on a shared machine;
+* the vision preset (``tinygemma3``, whose projector its Hugging Face repo would bring) gets the
+  local ``--mmproj`` file through ``LLAMA_ARG_MMPROJ`` (the tiny generated projector of the
+  default model by default), and the two test images the vision tests download from Hugging
+  Face with ``requests.get`` are made locally (a red and a blue 64x64 PNG): a URL the tests hand
+  to the server itself stays remote, and the server must fetch it or refuse it.
 
 Nothing a test asserts is changed. The binary is chosen through the suite's own
 ``LLAMA_SERVER_BIN_PATH``: the llama-server binary, or, for ``--target llamapy``, a small wrapper
@@ -84,6 +89,50 @@ def download_file(url: str, output_file_path: str | None = None) -> str:
         print(f"suite patch: {{url}} -> {{_SUITE_MODEL_FILE}}")
         return _SUITE_MODEL_FILE
     return _suite_orig_download_file(url, output_file_path)
+
+
+_SUITE_MMPROJ_FILE = os.environ.get("SUITE_MMPROJ_FILE", "")
+
+
+def _suite_png(rgb):
+    import struct as _st, zlib as _z
+    raw = (b"\\x00" + bytes(rgb) * 64) * 64
+    def chunk(tag, data):
+        return _st.pack(">I", len(data)) + tag + data + _st.pack(">I", _z.crc32(tag + data))
+    return (b"\\x89PNG\\r\\n\\x1a\\n" + chunk(b"IHDR", _st.pack(">IIBBBBB", 64, 64, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", _z.compress(raw)) + chunk(b"IEND", b""))
+
+
+class _SuiteImage:
+    status_code = 200
+    def __init__(self, content):
+        self.content = content
+    def raise_for_status(self):
+        return None
+
+
+_SUITE_IMAGES = {{"11_truck.png": (200, 40, 40), "91_cat.png": (40, 40, 200)}}
+_suite_orig_get = requests.get
+
+
+def _suite_get(url, *args, **kwargs):
+    name = str(url).rsplit("/", 1)[-1]
+    if "tinygemma3-GGUF" in str(url) and name in _SUITE_IMAGES:
+        return _SuiteImage(_suite_png(_SUITE_IMAGES[name]))
+    return _suite_orig_get(url, *args, **kwargs)
+
+
+requests.get = _suite_get
+_suite_plain_start = _suite_start
+
+
+def _suite_start(self, timeout_seconds: int = DEFAULT_HTTP_TIMEOUT) -> None:
+    vision = "tinygemma3" in str(self.model_hf_repo or "")
+    if vision and _SUITE_MMPROJ_FILE:
+        os.environ["LLAMA_ARG_MMPROJ"] = _SUITE_MMPROJ_FILE
+    else:
+        os.environ.pop("LLAMA_ARG_MMPROJ", None)
+    return _suite_plain_start(self, timeout_seconds)
 
 
 ServerProcess.start = _suite_start
@@ -242,6 +291,8 @@ def parse_args() -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     ap.add_argument("--src", type=Path, default=DEFAULT_SRC, help="tools/server/tests dir")
     ap.add_argument("--bin", type=Path, default=DEFAULT_BIN, help="llama-server binary")
     ap.add_argument("--model", type=Path, default=DEFAULT_MODEL, help="local GGUF for presets")
+    ap.add_argument("--mmproj", type=Path, default=CACHE / "models" / "tiny-mmproj.gguf",
+                    help="local projector for the vision preset")
     ap.add_argument("--port", type=int, default=18473, help="base port (the suite's PORT)")
     ap.add_argument("--threads", type=int, default=2, help="--threads when a test sets none")
     ap.add_argument("--server-python", default=shutil.which("python3") or sys.executable)
@@ -282,6 +333,7 @@ def suite_env(args: argparse.Namespace, binary: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("DEBUG_EXTERNAL", "DEBUG")}
     env.update(LLAMA_SERVER_BIN_PATH=str(binary), SUITE_MODEL_FILE=str(args.model),
                SUITE_THREADS=str(args.threads), PORT=str(args.port),
+               SUITE_MMPROJ_FILE=str(args.mmproj),
                PYTHONDONTWRITEBYTECODE="1")
     return env
 

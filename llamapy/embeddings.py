@@ -6,7 +6,10 @@ pooling, unified KV) is private to the
 embedder and is only ever touched by the embedder's own single worker thread: it is created
 there on first use and freed there by :meth:`Embedder.close`. Inputs are batched: as many
 sequences as fit ``n_ctx`` tokens and ``n_seq_max`` sequences go into one decode (each
-sequence must fit one ubatch for pooling, so ``n_batch == n_ubatch == n_ctx``).
+sequence must fit one ubatch for pooling, so ``n_batch == n_ubatch == n_ctx``). An input
+with images or audio (a :class:`~llamapy.engine.media.MediaPrompt`) is decoded alone, its text
+and media rows in order; as in llama-server, its vector pools the rows of its last part (which
+attend to everything before them).
 
 The generation context of a ``Server`` or a session is never used; both share the ``Model``
 (weights are loaded once). LoRA ``adapters`` (``(LoraAdapter, scale)`` pairs the caller owns and
@@ -21,7 +24,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from llamapy._native import Batch, Context, LoraAdapter, Model
+from llamapy._native import Batch, Context, EmbeddingBatch, LoraAdapter, Model
+from llamapy.engine.media import MediaPrompt
 from llamapy.errors import (
     ClosedError,
     ContextOverflowError,
@@ -92,6 +96,7 @@ class Embedder:
         self.adapters = tuple(adapters)
         self._ctx: Context | None = None
         self._batch: Batch | None = None
+        self._media_batch: EmbeddingBatch | None = None
         self._closed = False
         self.max_pending = max_pending
         self._jobs = 0
@@ -271,11 +276,13 @@ class Embedder:
             if len(ids) > longest:
                 raise ContextOverflowError(stage="embed", resident_tokens=0,
                                            additional_tokens=len(ids), n_ctx=longest)
-            if groups[-1] and (used + len(ids) > budget or len(groups[-1]) == self.n_seq_max):
+            alone = _has_media(ids)
+            if groups[-1] and (alone or used + len(ids) > budget
+                               or len(groups[-1]) == self.n_seq_max):
                 groups.append([])
                 used = 0
             groups[-1].append(index)
-            used += len(ids)
+            used += budget if alone else len(ids)  # (nothing joins an input with media)
         return [g for g in groups if g]
 
     def _pooled(self, inputs: Sequence[Sequence[int]], groups: list[list[int]],
@@ -292,6 +299,10 @@ class Embedder:
                     raise RequestCancelledError("the embedding was cancelled")
                 ctx.clear()
                 batch.clear()
+                if _has_media(inputs[group[0]]):
+                    self._decode_parts(ctx, batch, inputs[group[0]])  # type: ignore[arg-type]
+                    out[group[0]] = ctx.sequence_embeddings(0, width)
+                    continue
                 for seq_id, index in enumerate(group):
                     ids = list(inputs[index])  # pooling reads every row
                     batch.add(seq_id, 0, ids, logits_last=True, n_outputs=len(ids))
@@ -301,6 +312,29 @@ class Embedder:
         finally:
             ctx.clear()
         return out
+
+    def _decode_parts(self, ctx: Context, batch: Batch, prompt: MediaPrompt) -> None:
+        """Decode a prompt with media as sequence 0: its text and media parts in order, every
+        row an output."""
+        at = 0
+        parts: list[tuple[int, int, Any]] = []
+        for span in prompt.media:
+            parts += [(at, span.start, None)] if span.start > at else []
+            parts.append((span.start, span.end, span.chunk))
+            at = span.end
+        parts += [(at, len(prompt), None)] if at < len(prompt) else []
+        for start, end, chunk in parts:
+            if chunk is None:
+                batch.clear()
+                batch.add(0, start, list(prompt[start:end]), logits_last=True,
+                          n_outputs=end - start)
+                ctx.decode(batch)
+                continue
+            if self._media_batch is None or self._media_batch.width != chunk.width:
+                self._media_batch = EmbeddingBatch(self.n_ctx, chunk.width)
+            self._media_batch.clear()
+            self._media_batch.add(0, start, chunk.rows(0, chunk.n_tokens), outputs=True)
+            ctx.decode(self._media_batch)
 
     def _embed_groups(self, inputs: Sequence[Sequence[int]], groups: list[list[int]],
                       cancel: threading.Event) -> np.ndarray:
@@ -315,3 +349,7 @@ class Embedder:
         if self._ctx is not None:
             self._ctx.close()
             self._ctx = None
+
+
+def _has_media(ids: Sequence[int]) -> bool:
+    return isinstance(ids, MediaPrompt) and bool(ids.media)

@@ -337,9 +337,11 @@ class EmbeddingBatch(_Rows):
             raise InvalidOptionError("embedding width must be positive", option="n_batch")
         super().__init__(capacity, width)
 
-    def add(self, seq_id: int, start_pos: int, rows: bytes | memoryview) -> None:
+    def add(self, seq_id: int, start_pos: int, rows: bytes | memoryview,
+            outputs: bool = False) -> None:
         """Append ``rows`` (whole float32 rows of :attr:`width`) of ``seq_id`` from
-        ``start_pos``."""
+        ``start_pos`` (each an output row with ``outputs``: an embeddings context pools
+        them)."""
         size = self.width * 4
         k, n = len(rows) // size, int(self.struct.n_tokens)
         if k == 0 or k * size != len(rows) or n + k > self.capacity:
@@ -349,5 +351,5 @@ class EmbeddingBatch(_Rows):
         ffi.memmove(self._embd + n * self.width, rows, len(rows))
         self._pos[n:n + k] = range(start_pos, start_pos + k)
         self._seq[n:n + k] = [seq_id] * k
-        self._logits[n:n + k] = [0] * k
+        self._logits[n:n + k] = [int(outputs)] * k
         self.struct.n_tokens = n + k

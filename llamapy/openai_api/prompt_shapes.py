@@ -19,7 +19,7 @@ from ..media.sources import media_from_base64
 from .completions import check_token_ids
 from .target import ServedModel
 
-__all__ = ["PROMPT_STRING_KEY", "native_prompts"]
+__all__ = ["MULTIMODAL_KEY", "PROMPT_STRING_KEY", "media_input", "native_prompts"]
 
 #: The key of llama-server's JSON prompt object.
 PROMPT_STRING_KEY = "prompt_string"
@@ -46,7 +46,8 @@ def _one(served: ServedModel, prompt: object) -> tuple[Sequence[int], str]:
     """One prompt: a string, token ids, a mixed list or a ``prompt_string`` object."""
     if isinstance(prompt, Mapping) and PROMPT_STRING_KEY in prompt:
         if prompt.get(MULTIMODAL_KEY):
-            return _multimodal(served, prompt[PROMPT_STRING_KEY], prompt[MULTIMODAL_KEY])
+            text = prompt[PROMPT_STRING_KEY]
+            return media_input(served, text, prompt[MULTIMODAL_KEY]), str(text)
         prompt = prompt[PROMPT_STRING_KEY]
     if isinstance(prompt, str):
         if not prompt:
@@ -61,9 +62,11 @@ def _one(served: ServedModel, prompt: object) -> tuple[Sequence[int], str]:
                              "strings", option="prompt")
 
 
-def _multimodal(served: ServedModel, text: object, data: object
-                ) -> tuple[Sequence[int], str]:
-    """A ``prompt_string`` with its ``multimodal_data`` (base64 items, one per marker)."""
+def media_input(served: ServedModel, text: object, data: object, *,
+                parse_special: bool = True) -> Sequence[int]:
+    """A ``prompt_string`` with its ``multimodal_data`` (base64 items, one per marker) as the
+    projector's prompt (``parse_special``: the prompt's special tokens are parsed, as a
+    completion's are; an embedding input's are not)."""
     if not isinstance(text, str) or not text:
         raise InvalidOptionError("with multimodal_data, prompt_string must be a non-empty "
                                  "string", option="prompt")
@@ -76,7 +79,9 @@ def _multimodal(served: ServedModel, text: object, data: object
                          "request", reason="too_many")
     media = [media_from_base64(item, limits.max_media_bytes, f"{MULTIMODAL_KEY}[{i}]")
              for i, item in enumerate(data)]
-    return served.tokenize_prompt(text, media), text
+    if parse_special:
+        return served.tokenize_prompt(text, media)
+    return served.server.media_prompt(text, media, parse_special=False)
 
 
 def _mixed(served: ServedModel, items: list[Any]) -> list[int]:

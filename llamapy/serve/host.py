@@ -39,7 +39,7 @@ from ..openai_api import ServedModel
 from ..openai_api.target import check_presentation
 from ..server import ModelLease, ModelManager, ModelSpec, ModelState, Server
 from .sleep import WakeOnRequest, sleep_snapshot
-from .source import Listed, model_card
+from .source import Listed, model_card, model_listing
 
 log = logging.getLogger("llamapy.serve")
 
@@ -148,7 +148,7 @@ class ModelHost:
         with self.steady() as asleep:
             if asleep:
                 return dict(self.snapshot["models"])
-            return {"object": "list", "data": [model_card(self.get())]}
+            return model_listing(self.get())
 
     def model_entry(self, model_id: str) -> dict[str, Any]:
         """``/v1/models/{id}`` (asleep: as it was; looking does not wake it)."""
@@ -242,7 +242,7 @@ class ModelHost:
         """The manager unloads the idle model (its lock held): the snapshot is taken and the
         hooks see it first."""
         served = self._served_model(server)
-        self.snapshot = sleep_snapshot(served, {"object": "list", "data": [model_card(served)]})
+        self.snapshot = sleep_snapshot(served, model_listing(served))
         self._slept = True
         for hook in self.sleep_hooks:
             hook(served)

@@ -131,6 +131,23 @@ def model_card(served: ServedModel) -> dict[str, Any]:
                      "n_params": model.n_params, "size": model.size, "n_vocab": model.n_vocab,
                      "description": model.description},
             "aliases": [served.name, *served.aliases],
-            "capabilities": ["completion", *(["multimodal"] if any(
-                served.server.modalities.values()) else [])],
+            "capabilities": capabilities(served),
             **({"tags": list(served.tags)} if served.tags else {})}
+
+
+def capabilities(served: ServedModel) -> list[str]:
+    """llama-server's model capabilities: ``completion``, and ``multimodal`` with a
+    projector."""
+    media = any(served.server.modalities.values())
+    return ["completion", *(["multimodal"] if media else [])]
+
+
+def model_listing(served: ServedModel) -> dict[str, Any]:
+    """``/v1/models`` of one model as llama-server answers it: OpenAI's ``data`` and, for
+    Ollama-style clients, ``models`` (with the capabilities)."""
+    entry = {"name": served.name, "model": served.name, "modified_at": "", "size": "",
+             "digest": "", "type": "model", "description": "", "tags": [""],
+             "capabilities": capabilities(served), "parameters": "",
+             "details": {"parent_model": "", "format": "gguf", "family": "",
+                         "families": [""], "parameter_size": "", "quantization_level": ""}}
+    return {"models": [entry], "object": "list", "data": [model_card(served)]}

@@ -37,8 +37,20 @@ def test_a_mixed_list_is_its_parts_tokenized_in_place(http: httpx.Client) -> Non
                      ).json()["tokens"]
     mixed, whole = vectors(http, ["a red apple", *ids]), vectors(http, [*head, *ids])
     assert mixed[0] == pytest.approx(whole[0], abs=1e-5)
-    by_object = vectors(http, [{"prompt_string": [*head, " tax law"]}], path="/embeddings")
+    by_object = vectors(http, [{"prompt_string": [*head, " tax law"]}])
     assert by_object[0] == pytest.approx(whole[0], abs=1e-4)
+
+
+def test_native_embeddings_answer_in_llama_servers_shape(http: httpx.Client) -> None:
+    """``/embeddings`` (llama-server's own route): a list of ``{"index", "embedding":
+    [vector]}``, the same vectors as ``/v1/embeddings``."""
+    native = http.post("/embeddings", json={"content": ["a red apple", "tax law"]})
+    assert native.status_code == 200, native.text
+    body = native.json()
+    assert [item["index"] for item in body] == [0, 1]
+    assert [len(item["embedding"]) for item in body] == [1, 1]
+    oai = vectors(http, ["a red apple", "tax law"])
+    assert body[1]["embedding"][0] == pytest.approx(oai[1], abs=1e-5)
 
 
 @pytest.mark.parametrize("value", ["", [], [[]], [True], [1.5], [{"prompt_string": {}}],

@@ -135,3 +135,27 @@ def test_bad_media_is_refused_and_the_server_goes_on(vision: LiveApp,
     assert ask(oai, RED).usage.completion_tokens > 0
     props = httpx.get(vision.url + "/props").json()
     assert props["modalities"]["vision"] is True
+
+
+def test_embeddings_with_an_image(vision: LiveApp) -> None:
+    """llama-server's multimodal embeddings: ``multimodal_data`` with a ``prompt_string``, or
+    image parts in ``content``; the same image gives the same vector in both shapes, the text
+    alone another, and media that is not an image is a 400."""
+    image = base64.b64encode(RED).decode()
+    with httpx.Client(base_url=vision.url, timeout=120) as http:
+        native = http.post("/embeddings", json={"content": [
+            {"prompt_string": "What is this: <__media__>\n", "multimodal_data": [image]},
+            {"prompt_string": "What is this: <__media__>\n", "multimodal_data": [image]},
+            {"prompt_string": "What is this: <__media__>\n"}]})
+        assert native.status_code == 200, native.text
+        rows = [item["embedding"][0] for item in native.json()]
+        assert rows[0] == rows[1] and rows[0] != rows[2]
+        parts = {"content": [{"type": "text", "text": "What is this: "},
+                             {"type": "image_url", "image_url": {"url": data_url(RED)}},
+                             {"type": "text", "text": "\n"}]}
+        oai = http.post("/v1/embeddings", json={"input": [parts]})
+        assert oai.status_code == 200, oai.text
+        assert oai.json()["data"][0]["embedding"] == pytest.approx(rows[0], abs=1e-5)
+        bad = http.post("/embeddings", json={"content": [
+            {"prompt_string": "What is this: <__media__>\n", "multimodal_data": ["bWFsZm9y"]}]})
+        assert bad.status_code == 400

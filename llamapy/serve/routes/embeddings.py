@@ -22,7 +22,8 @@ from ...embeddings import Embedder
 from ...errors import InvalidOptionError, UnsupportedFeatureError
 from ...openai_api import ServedModel
 from ...openai_api.completions import check_token_ids
-from ...openai_api.prompt_shapes import PROMPT_STRING_KEY
+from ...openai_api.media_parts import take_media
+from ...openai_api.prompt_shapes import MULTIMODAL_KEY, PROMPT_STRING_KEY, media_input
 from ...options.limits import check_embedding_tokens
 from ..context import cancel_on_disconnect
 
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 
-def embedding_inputs(served: ServedModel, value: object) -> list[list[int]]:
+def embedding_inputs(served: ServedModel, value: object) -> list[Sequence[int]]:
     """``input`` as token lists, shaped as llama-server reads it: a list with token ids at its
     top level is one input (ids and strings mixed); any other list holds one input per item (a
     string, token ids, a mixed list, ``{"prompt_string": ...}`` or ``{"content": [parts]}``);
@@ -54,11 +55,20 @@ def _is_id(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _entry(served: ServedModel, item: object) -> list[int]:
+def _entry(served: ServedModel, item: object) -> Sequence[int]:
     """One input's tokens (strings as :meth:`Embedder.tokenize` reads them; in a mixed list,
-    special tokens only before a leading string)."""
+    special tokens only before a leading string); with media (``multimodal_data``, or image
+    parts in ``content``), the prompt of the model's projector."""
+    if isinstance(item, Mapping) and item.get(MULTIMODAL_KEY):
+        return media_input(served, item.get(PROMPT_STRING_KEY), item[MULTIMODAL_KEY],
+                           parse_special=False)
+    if isinstance(item, Mapping) and PROMPT_STRING_KEY not in item:
+        text, media = _content(served, item)
+        if media:
+            return served.server.media_prompt(text, media, parse_special=False)
+        item = text
     if isinstance(item, Mapping):
-        item = item[PROMPT_STRING_KEY] if PROMPT_STRING_KEY in item else _content_text(item)
+        item = item[PROMPT_STRING_KEY]
     if isinstance(item, str):
         return served.model.tokenize(item, True, False)
     if isinstance(item, list) and item and all(_is_id(v) or isinstance(v, str) for v in item):
@@ -72,20 +82,23 @@ def _entry(served: ServedModel, item: object) -> list[int]:
                              "objects", option="input")
 
 
-def _content_text(item: Mapping[str, Any]) -> str:
+def _content(served: ServedModel, item: Mapping[str, Any]) -> tuple[str, list[bytes]]:
     """llama-server's ``{"content": [{"type": "text", "text": ...}, ...]}`` input item as its
-    text (the parts joined; any other part type is a 400: no model here takes media)."""
+    text (the parts joined, each image or audio part a media marker) and its media."""
     content = item.get("content")
-    if isinstance(content, list) and content and all(
-            isinstance(p, Mapping) and p.get("type") == "text" and isinstance(p.get("text"), str)
-            for p in content):
-        return "".join(p["text"] for p in content)
+    if isinstance(content, list) and content:
+        (message,), media = take_media(({"content": content},), served.limits)
+        parts = message["content"]
+        if all(isinstance(p, Mapping) and p.get("type") == "text"
+               and isinstance(p.get("text"), str) for p in parts):
+            return "".join(p["text"] for p in parts), media
     raise InvalidOptionError("an input object needs 'content': a list of "
-                             "{\"type\": \"text\", \"text\": ...} parts", option="input")
+                             "{\"type\": \"text\", \"text\": ...} parts (or image_url and "
+                             "input_audio parts)", option="input")
 
 
 def parse_embedding_request(served: ServedModel, request: Mapping[str, Any]
-                            ) -> tuple[list[list[int]], str]:
+                            ) -> tuple[list[Sequence[int]], str]:
     """``(token lists, encoding_format)`` of an embeddings request (400 under ``--pooling
     none``, as llama-server's OpenAI endpoint answers: that pooling has no vector per input)."""
     if not isinstance(request, Mapping):
@@ -118,7 +131,7 @@ def _input(request: Mapping[str, Any]) -> object:
     return request[given[0]]
 
 
-def embedding_response(served: ServedModel, inputs: Sequence[list[int]],
+def embedding_response(served: ServedModel, inputs: Sequence[Sequence[int]],
                        vectors: np.ndarray, fmt: str) -> dict[str, Any]:
     """The OpenAI ``list`` of ``embedding`` objects."""
     def encode(vector: np.ndarray) -> list[float] | str:
@@ -133,7 +146,7 @@ def embedding_response(served: ServedModel, inputs: Sequence[list[int]],
             "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}}
 
 
-async def aembed(request: Request, embedder: Embedder, inputs: Sequence[list[int]]
+async def aembed(request: Request, embedder: Embedder, inputs: Sequence[Sequence[int]]
                  ) -> np.ndarray:
     """``embedder.embed_tokens(inputs)`` without blocking the event loop; a client that goes
     away cancels it (queued, it never runs; running, it stops before its next decode)."""

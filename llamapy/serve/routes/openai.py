@@ -7,6 +7,7 @@ result (JSON with cache headers, or SSE); errors propagate to the app's handlers
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -17,6 +18,7 @@ from ...errors import UnsupportedFeatureError
 from ...openai_api import (
     ChatBody,
     CompletionBody,
+    ServedModel,
     achat_completion,
     acompletion,
     astream_chat_completion,
@@ -80,9 +82,18 @@ def _model_routes(router: Router, ctx: AppContext) -> None:
         return await run_in_threadpool(ctx.source.model_entry, model_id)
 
     @router.post("/v1/embeddings")
-    @router.post("/embeddings", hidden=True)
     async def embeddings(request: Request) -> dict[str, Any]:
         """Mean-pooled, normalised embeddings on a dedicated context."""
+        served, inputs, vectors, fmt = await _embed(request)
+        return embedding_response(served, inputs, vectors, fmt)
+
+    @router.post("/embeddings", hidden=True)
+    async def native_embeddings(request: Request) -> list[dict[str, Any]]:
+        """llama-server's ``/embeddings``: ``[{"index", "embedding": [vector]}]``."""
+        _, _, vectors, _ = await _embed(request)
+        return [{"index": i, "embedding": [[float(x) for x in v]]} for i, v in enumerate(vectors)]
+
+    async def _embed(request: Request) -> tuple[ServedModel, list[Sequence[int]], Any, str]:
         body = await read_json(request)
         served = ctx.served()
         if not ctx.embeddings:
@@ -90,5 +101,5 @@ def _model_routes(router: Router, ctx: AppContext) -> None:
         inputs, fmt = await asyncio.to_thread(parse_embedding_request, served, body)
         with ctx.embedder(served) as embedder:
             vectors = await aembed(request, embedder, inputs)
-        return embedding_response(served, inputs, vectors, fmt)
+        return served, inputs, vectors, fmt
 
