@@ -246,7 +246,21 @@ class LlamaBackend:
             raise
 
     def _decode_media(self, segments: list[Segment]) -> None:
-        """Decode the plan's media segments from their embeddings, before its tokens."""
+        """Decode the plan's media segments from their embeddings, before its tokens: the
+        causal ones together, each other one alone with bidirectional attention."""
+        causal = [seg for seg in segments if seg.media and seg.media.chunk.causal]
+        if causal:
+            self.ctx.decode(self._fill_media(causal))
+        for seg in segments:
+            if seg.media and not seg.media.chunk.causal:
+                batch = self._fill_media([seg])
+                self.ctx.set_causal_attn(False)
+                try:
+                    self.ctx.decode(batch)
+                finally:
+                    self.ctx.set_causal_attn(True)
+
+    def _fill_media(self, segments: list[Segment]) -> EmbeddingBatch:
         batch = self._media_batch
         if batch is None:
             batch = self._media_batch = EmbeddingBatch(self.ctx.n_batch, self.model.n_embd_inp)
@@ -257,11 +271,11 @@ class LlamaBackend:
                 raise InvalidBatchError()
             batch.add(seg.seq_id, seg.start_pos,
                       seg.media.chunk.rows(seg.media.first, len(seg.token_ids)))
-        self.ctx.decode(batch)
+        return batch
     def _check(self, plan: BatchPlan) -> None:
         """The contract's batch rules, checked before libllama sees the batch (it accepts a
         sequence that does not continue at ``pos_max + 1``; the engine never sends one)."""
-        if plan.n_tokens > self.ctx.n_batch:
+        if max(plan.decodes(), default=0) > self.ctx.n_batch:
             raise InvalidBatchError()
         next_pos: dict[int, int] = {}
         for seg in plan.segments:

@@ -4,7 +4,8 @@
 architecture base model; :func:`tiny_reranker_path` writes (once, into the model cache) a tiny
 BERT reranker with arbitrary weights, byte for byte the same on every machine and checked
 against :data:`TINY_RERANKER_SHA256`; :func:`tiny_mmproj_path` does the same for a tiny
-vision projector of the default model (:data:`TINY_MMPROJ_SHA256`). All need the ``gguf``
+vision projector of the default model (:data:`TINY_MMPROJ_SHA256`) and
+:func:`tiny_gemma3_mmproj_path` for one of the second test model. All need the ``gguf``
 package from the ``test`` extra.
 """
 
@@ -80,6 +81,23 @@ def tiny_mmproj_path(fetch: bool = True) -> Path:
     from ._tiny_mmproj import write_tiny_mmproj
 
     return _generated("tiny-mmproj.gguf", write_tiny_mmproj, TINY_MMPROJ_SHA256, fetch)
+
+
+#: The tiny Gemma 3 projector's bytes (see :func:`tiny_gemma3_mmproj_path`).
+TINY_GEMMA3_MMPROJ_SHA256 = "b29c46fe564d7de8c91ff743604c9c088d4898259892e5836085bd35723083ec"
+
+
+def tiny_gemma3_mmproj_path(fetch: bool = True) -> Path:
+    """The tiny Gemma 3 vision projector in the model cache, written first when missing.
+
+    For the second test model (Gemma 3 270M, 640 wide): every image becomes 4 embeddings
+    between ``<start_of_image>`` and ``<end_of_image>``, decoded together with bidirectional
+    attention, as Gemma 3's are. Arbitrary weights, as :func:`tiny_mmproj_path`'s.
+    """
+    from ._tiny_mmproj import write_tiny_gemma3_mmproj
+
+    return _generated("tiny-gemma3-mmproj.gguf", write_tiny_gemma3_mmproj,
+                      TINY_GEMMA3_MMPROJ_SHA256, fetch)
 
 
 def _generated(name: str, write: Any, sha256: str, fetch: bool) -> Path:

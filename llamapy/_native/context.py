@@ -170,6 +170,11 @@ class Context(Owned):
             self._abort_cb = ffi.callback("ggml_abort_callback", lambda _data: self._abort)
             native().lib.llama_set_abort_callback(self.ptr, self._abort_cb, ffi.NULL)
 
+    def set_causal_attn(self, causal: bool) -> None:
+        """Decode with causal attention (the default) or bidirectional attention (an image
+        chunk of a projector that needs it)."""
+        native().lib.llama_set_causal_attn(self.ptr, bool(causal))
+
     def set_adapters(self, adapters: Sequence[tuple[LoraAdapter, float]]) -> None:
         """Attach LoRA adapters with scales (an empty list detaches all)."""
         ffi, lib = native().ffi, native().lib

@@ -4,7 +4,9 @@ Templates are written against Hugging Face conventions, which differ from the Op
 format in three places, handled here the way llama.cpp's template polyfills do:
 
 - ``content`` may be a list of ``{"type": "text", "text": ...}`` parts: the texts are joined
-  with ``"\\n"``. Other part types (images, audio) are not supported by a text model.
+  with ``"\\n"``, and a ``{"type": "media_marker", "text": ...}`` part (where an image or audio
+  clip stood) is joined with no newline before or after it, as llama-server joins them. Other
+  part types are refused.
 - ``content: null`` (an assistant turn that only calls tools) becomes ``""``, so templates that
   concatenate ``message['content']`` still render.
 - ``tool_calls[*].function.arguments`` is a JSON *string* on the wire, but most templates
@@ -67,15 +69,18 @@ def _content_text(content: object, index: int) -> str:
         return content
     if not isinstance(content, list):
         raise TemplateError(f"messages[{index}].content must be a string or a list of parts")
-    texts = []
+    text, after_marker = "", False
     for part in content:
         kind = part.get("type") if isinstance(part, Mapping) else None
-        if kind != "text":
+        if kind not in ("text", "media_marker"):
             raise UnsupportedFeatureError(
                 feature=str(kind), message=f"messages[{index}]: content part {kind!r} unsupported"
             )
-        texts.append(str(part.get("text", "")))
-    return "\n".join(texts)
+        if kind == "text" and text and not after_marker:
+            text += "\n"
+        text += str(part.get("text", ""))
+        after_marker = kind == "media_marker"
+    return text
 
 
 def _tool_call(call: object, index: int) -> dict[str, Any]:

@@ -53,14 +53,16 @@ def check_request(request: Request, backend: Backend, pool: SlotPool,
     if request.request_id in active:
         raise InvalidOptionError(f"request id {request.request_id!r} is already active",
                                  option="request_id")
-    prompt = _tokens(request, backend.n_vocab, request.options.max_tokens > 0)
+    prompt = _tokens(request, backend, request.options.max_tokens > 0,
+                     min(config.n_batch, backend.n_batch))
     if not prompt and request.options.max_tokens > 0:
         raise InvalidOptionError("empty prompt", option="token_ids")
     _check_fits(request, prompt, backend, pool)
     return prompt
 
 
-def _tokens(request: Request, n_vocab: int, samples: bool) -> list[int]:
+def _tokens(request: Request, backend: Backend, samples: bool, n_batch: int) -> list[int]:
+    n_vocab = backend.n_vocab
     try:
         prompt = list(map(operator.index, request.token_ids))
     except TypeError as exc:
@@ -68,7 +70,7 @@ def _tokens(request: Request, n_vocab: int, samples: bool) -> list[int]:
     if not isinstance(request.media, tuple):
         raise InvalidOptionError("request.media must be a tuple of MediaSpan", option="media")
     if request.media:
-        check_media(prompt, request.media, n_vocab, samples)
+        check_media(prompt, request.media, n_vocab, samples, n_batch)
     elif prompt and (min(prompt) < 0 or max(prompt) >= n_vocab):
         raise InvalidOptionError(f"token ids must be in [0, {n_vocab})", option="token_ids")
     return prompt

@@ -20,9 +20,10 @@ libllama so that each method is one or two native calls:
 
 Media (see :mod:`llamapy.engine.media`): a :class:`Segment` with ``media`` set holds rows of
 an encoded image or audio clip, not text: its ``token_ids`` are the chunk's media token ids
-(negative), and the backend decodes the chunk's embeddings for them, in a batch of embeddings
-before the batch of tokens (``llama_batch.embd``). Media segments take no rows of the token
-batch and never ask for logits.
+(negative), and the backend decodes the chunk's embeddings for them before the batch of tokens
+(``llama_batch.embd``): the causal chunks' rows in one batch, each other chunk (whole) in one
+of its own with bidirectional attention. Media segments take no rows of the token batch and
+never ask for logits. ``n_batch`` bounds each of these decodes (:meth:`BatchPlan.decodes`).
 
 Policy (which tokens to decode, which prefix to keep) lives in the engine, never in a backend.
 
@@ -91,6 +92,19 @@ class BatchPlan:
     def n_tokens(self) -> int:
         """Total tokens in the batch (must be <= the backend's ``n_batch``)."""
         return sum(len(s.token_ids) for s in self.segments)
+
+    def decodes(self) -> list[int]:
+        """The rows of each decode the plan makes: the causal media rows (if any), each
+        non-causal media segment, then the tokens."""
+        causal, alone, text = 0, [], 0
+        for seg in self.segments:
+            if seg.media is None:
+                text += len(seg.token_ids)
+            elif seg.media.chunk.causal:
+                causal += len(seg.token_ids)
+            else:
+                alone.append(len(seg.token_ids))
+        return [n for n in (causal, *alone, text) if n]
 
     @property
     def offsets(self) -> list[int]:

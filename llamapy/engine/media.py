@@ -14,6 +14,11 @@ the prompt each begins. The planner never mixes text and media in one slot's ent
 chunk ends where a media chunk begins, and a media chunk's rows are decoded (possibly over
 several ticks, under the same ``n_batch`` budget as text) as a segment with
 :class:`MediaRows`, which the backend decodes from the embeddings instead of token ids.
+
+A chunk that is not ``causal`` (Gemma 3's images: their rows attend to one another both ways)
+is decoded whole in one decode of its own, as llama-server does: its entry takes all its rows
+whatever the tick's budget gave the slot (each decode stays within ``n_batch``: a longer such
+chunk is refused at submit), and a reused prefix never ends inside it.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from dataclasses import dataclass
 from llamapy.errors import InvalidOptionError
 
 __all__ = ["MEDIA_KINDS", "MediaChunk", "MediaPrompt", "MediaRows", "MediaSpan", "check_media",
-           "is_media_token", "media_token_ids"]
+           "is_media_token", "media_floor", "media_token_ids"]
 
 #: The kinds of media a chunk may hold.
 MEDIA_KINDS = frozenset({"image", "audio"})
@@ -45,15 +50,15 @@ def is_media_token(token_id: int) -> bool:
 @dataclass(frozen=True, slots=True, eq=False)
 class MediaChunk:
     """One encoded image or audio clip: ``n_tokens`` embeddings of ``width`` float32 each
-    (``embeddings``, row-major, native byte order), identified by ``digest``. Its rows are
-    decoded with causal attention, a few at a time if the budget says so (projectors whose
-    media needs bidirectional attention are refused when they load)."""
+    (``embeddings``, row-major, native byte order), identified by ``digest``. ``causal``:
+    whether its rows may be decoded a few at a time (see the module)."""
 
     digest: bytes
     embeddings: bytes
     n_tokens: int
     width: int
     kind: str = "image"
+    causal: bool = True
 
     def __post_init__(self) -> None:
         if self.kind not in MEDIA_KINDS or self.n_tokens <= 0 or self.width <= 0 \
@@ -117,15 +122,20 @@ class MediaRows:
 
 
 def check_media(prompt: Sequence[int], spans: Sequence[MediaSpan], n_vocab: int,
-                samples: bool) -> None:
+                samples: bool, n_batch: int) -> None:
     """``InvalidOptionError`` unless every negative id of ``prompt`` belongs to one of
-    ``spans`` (sorted, disjoint, each holding its chunk's ids), every other id is in
-    ``[0, n_vocab)``, and (when the request samples) the prompt ends with text."""
+    ``spans`` (sorted, disjoint, each holding its chunk's ids; one that is not causal within
+    ``n_batch`` rows), every other id is in ``[0, n_vocab)``, and (when the request samples)
+    the prompt ends with text."""
     at = 0
     for span in spans:
         if not isinstance(span, MediaSpan) or span.start < at or span.end > len(prompt):
             raise InvalidOptionError("media spans must be sorted, disjoint and inside the "
                                      "prompt", option="media")
+        if not span.chunk.causal and span.chunk.n_tokens > n_batch:
+            raise InvalidOptionError(
+                f"a media chunk of {span.chunk.n_tokens} rows is decoded in one batch: raise "
+                f"n_batch (now {n_batch}) to at least that", option="n_batch")
         if tuple(prompt[span.start:span.end]) != span.chunk.token_ids:
             raise InvalidOptionError("a media span's token ids are not its chunk's",
                                      option="media")
@@ -135,6 +145,17 @@ def check_media(prompt: Sequence[int], spans: Sequence[MediaSpan], n_vocab: int,
     if samples and spans and spans[-1].end == len(prompt):
         raise InvalidOptionError("a prompt must end with text after its last media chunk",
                                  option="media")
+
+
+def media_floor(spans: Sequence[MediaSpan], n: int) -> int:
+    """``n`` reused positions, cut back to the start of a chunk that is not causal when they
+    end inside it (its rows are decoded together or not at all)."""
+    for span in spans:
+        if span.start < n < span.end and not span.chunk.causal:
+            return span.start
+        if span.start >= n:
+            break
+    return n
 
 
 def _check_text(token_ids: Sequence[int], n_vocab: int) -> None:

@@ -314,10 +314,12 @@ class Run:
 
     def media_cut(self, start: int, end: int) -> tuple[int, MediaRows | None]:
         """A prefill chunk ``[start, end)`` cut so that it is all text or all one media
-        chunk's rows: its new end, and the rows when it is media."""
+        chunk's rows: its new end, and the rows when it is media (all the rows of a chunk
+        that is not causal, however short the chunk asked for)."""
         for span in self.request.media:
             if span.start <= start < span.end:
-                return min(end, span.end), MediaRows(span.chunk, start - span.start)
+                stop = min(end, span.end) if span.chunk.causal else span.end
+                return stop, MediaRows(span.chunk, start - span.start)
             if start < span.start:
                 return min(end, span.start), None
         return end, None

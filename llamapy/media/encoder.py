@@ -140,13 +140,12 @@ class MediaEncoder:
             if info.kind == "text":
                 token_ids.extend(info.token_ids)
                 continue
-            if info.non_causal or info.n_pos != info.n_tokens:
-                raise UnsupportedFeatureError("mmproj", "this projector's media needs "
-                                              "bidirectional attention or its own positions; "
-                                              "llamapy does not decode it yet")
+            if info.n_pos != info.n_tokens:
+                raise UnsupportedFeatureError("mmproj", "this projector's media takes positions "
+                                              "of its own; llamapy does not decode it yet")
             ordinal = seen[info.id] = seen.get(info.id, -1) + 1
             digest = hashlib.sha256(f"{info.id}:{ordinal}".encode()).digest()
-            chunk = self._cached(digest) or self._encode(chunks, index, digest, info.kind)
+            chunk = self._cached(digest) or self._encode(chunks, index, digest)
             spans.append(MediaSpan(len(token_ids), chunk))
             token_ids.extend(chunk.token_ids)
         return MediaPrompt(token_ids, spans)
@@ -158,10 +157,10 @@ class MediaEncoder:
             self.num_cache_hits += 1
         return chunk
 
-    def _encode(self, chunks: MediaChunks, index: int, digest: bytes, kind: str) -> MediaChunk:
+    def _encode(self, chunks: MediaChunks, index: int, digest: bytes) -> MediaChunk:
         info = chunks.items[index]
         chunk = MediaChunk(digest, chunks.encode(index), info.n_tokens, self._projector.width,
-                           kind)
+                           info.kind, causal=not info.non_causal)
         self.num_encoded += 1
         self._cache[digest] = chunk
         self._held += len(chunk.embeddings)

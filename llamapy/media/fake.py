@@ -21,11 +21,13 @@ MARKER = "<__media__>"
 
 
 class FakeMediaEncoder:
-    """A projector for fake servers that takes images (and audio with ``audio=True``)."""
+    """A projector for fake servers that takes images (and audio with ``audio=True``; its
+    chunks must be decoded whole with ``causal=False``)."""
 
     def __init__(self, tokenize: Callable[[str, bool, bool], list[int]], *,
-                 audio: bool = False) -> None:
+                 audio: bool = False, causal: bool = True) -> None:
         self._tokenize = tokenize
+        self._causal = causal
         self.marker = MARKER
         self.vision, self.audio = True, audio
         self.identity = "fake-projector"
@@ -51,7 +53,7 @@ class FakeMediaEncoder:
         token_ids = list(self._tokenize(pieces[0], add_special, parse_special))
         spans = []
         for data, info, piece in zip(media, infos, pieces[1:], strict=True):
-            chunk = fake_media_chunk(data, info.kind)
+            chunk = fake_media_chunk(data, info.kind, self._causal)
             self.num_encoded += 1
             spans.append(MediaSpan(len(token_ids), chunk))
             token_ids += chunk.token_ids

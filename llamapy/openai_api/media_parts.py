@@ -2,7 +2,8 @@
 
 Every chat API translates its media into OpenAI's content parts: ``image_url`` (a data URL, or
 the URL as a string) and ``input_audio`` (``{"data": base64, "format"}``). :func:`take_media`
-replaces each such part with a text part holding the media marker, as llama-server does, and
+replaces each such part with a ``media_marker`` part holding the marker (joined to the text
+around it without newlines, as llama-server joins it), and
 returns the decoded bytes in order: the template renders the marker where the media was, and
 the projector's tokenizer puts each item's embeddings there.
 """
@@ -44,7 +45,7 @@ def take_media(messages: tuple[Mapping[str, Any], ...], limits: RequestLimits
                     raise MediaError(f"at most {limits.max_media_items} images and audio "
                                      "clips per request", reason="too_many")
                 media.append(_bytes(part, limits, f"messages[{i}].content[{j}]"))
-                part = {"type": "text", "text": MEDIA_MARKER}
+                part = {"type": "media_marker", "text": MEDIA_MARKER}
             parts.append(part)
         out.append({**message, "content": parts})
     return (tuple(out) if media else messages), media

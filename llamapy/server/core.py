@@ -238,6 +238,12 @@ class ServerCore:
         prompt: MediaPrompt = encoder.prompt(text, media, self._start.engine,
                                              add_special=add_special,
                                              parse_special=parse_special)
+        n_ubatch = self._start.context.n_ubatch
+        for span in prompt.media:  # rows decoded together must fit one physical batch
+            if not span.chunk.causal and span.chunk.n_tokens > n_ubatch:
+                raise MediaError(f"this model's media chunks of {span.chunk.n_tokens} rows are "
+                                 f"decoded in one physical batch: start the server with "
+                                 f"--ubatch-size {span.chunk.n_tokens} or more", reason="kind")
         return prompt
 
     def cancel(self, request: Hashable) -> None:

@@ -12,7 +12,7 @@ What the fake backend does not have: a draft model (``spec_draft_model`` fails t
 model's tokens), an embeddings context (serve the app with ``embeddings=False``) and FIM tokens
 (``/infill`` answers 501). Its projector (any ``mmproj`` value) is
 :class:`~llamapy.media.FakeMediaEncoder`: it takes images, and audio when the value says
-``audio``.
+``audio``; its chunks must be decoded whole (Gemma 3's kind) when it says ``bidirectional``.
 """
 
 from __future__ import annotations
@@ -56,6 +56,8 @@ def host_fake(start: ResolvedStart, model: FakeTextModel, *, sleep_s: float = 0.
         namespace = CacheNamespace(f"llamapy-fake:{model.description}")
     engine = Engine(backend, start.engine, cache_namespace=namespace)
     media = None
-    if start.server.mmproj:  # any value: the fake projector (audio too when it names audio)
-        media = FakeMediaEncoder(model.tokenize, audio="audio" in start.server.mmproj)
+    if start.server.mmproj:  # any value: the fake projector (see the module)
+        name = start.server.mmproj
+        media = FakeMediaEncoder(model.tokenize, audio="audio" in name,
+                                 causal="bidirectional" not in name)
     return Hosted(engine=engine, model=model, media=media)

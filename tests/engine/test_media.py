@@ -139,3 +139,45 @@ def test_the_disk_tier_restores_a_media_prefix(tmp_path) -> None:
         outputs.append(sink)
     assert outputs[1].final.timings.reused_tokens > len(spans[0].chunk.token_ids)
     assert outputs[0].tokens == outputs[1].tokens == ref(backend, prompt, 4)
+
+
+def bidirectional_prompt(before, data, after):
+    chunk = fake_media_chunk(data, causal=False)
+    return [*before, *chunk.token_ids, *after], (MediaSpan(len(before), chunk),)
+
+
+def test_a_bidirectional_chunk_is_decoded_whole_past_the_chunk_budget() -> None:
+    engine, backend = make_engine(chunk_size=3, n_batch=16)
+    prompt, spans = bidirectional_prompt([7, 8], b"123456", [9, 9, 9])  # 8 rows
+    sink = submit_media(engine, "r", prompt, spans)
+    drain(engine, each=backend.check_integrity)
+    assert sink.tokens == ref(backend, prompt, 4)
+    media = [(s.media.first, len(s.token_ids)) for p in backend.plans for s in p.segments
+             if s.media is not None]
+    assert media == [(0, 8)]
+    assert backend.violations == []
+
+
+def test_a_bidirectional_chunk_larger_than_n_batch_is_refused() -> None:
+    engine, _ = make_engine(n_batch=4, chunk_size=4)
+    prompt, spans = bidirectional_prompt([1], b"123456", [2])
+    with pytest.raises(InvalidOptionError, match="n_batch"):
+        submit_media(engine, "r", prompt, spans)
+
+
+def test_reuse_never_ends_inside_a_bidirectional_chunk() -> None:
+    """A slot whose KV ends inside a chunk (a pin cut it there) is reused only up to the
+    chunk's start: the chunk is decoded whole again."""
+    engine, backend = make_engine(n_parallel=1)
+    prompt, spans = bidirectional_prompt([1, 2, 3], b"whole", [4, 5])
+    chunk = spans[0].chunk
+    submit_media(engine, "a", prompt, spans)
+    drain(engine)
+    inside = spans[0].start + 2
+    backend.seq_rm(0, inside, -1)  # as if the slot's KV had been cut inside the chunk
+    engine.pool.slots[0].cached = engine.pool.slots[0].cached[:inside]
+    again = submit_media(engine, "b", prompt, spans)
+    drain(engine, each=backend.check_integrity)
+    assert again.final.timings.reused_tokens == spans[0].start
+    assert again.tokens == ref(backend, prompt, 4)
+    assert chunk.n_tokens > 2 and backend.violations == []

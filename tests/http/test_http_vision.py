@@ -1,6 +1,7 @@
 """Images on the real model: SmolLM2-135M with the tiny generated vision projector of
 ``llamapy.testing.tiny_mmproj_path`` (every image becomes 16 embeddings), through the official
-OpenAI and Anthropic clients and the Responses API, served by uvicorn.
+OpenAI and Anthropic clients and the Responses API, served by uvicorn; and Gemma 3 270M with
+a tiny Gemma 3 projector, whose images are decoded whole with bidirectional attention.
 
 The projector's weights are arbitrary (integer hashing, the same bytes on every machine), so
 these tests prove the plumbing: an image reaches the model as embeddings and changes its
@@ -24,7 +25,13 @@ from llamapy._paths import sha256_file
 from llamapy.media.samples import png
 from llamapy.serve import create_app
 from llamapy.server import Server
-from llamapy.testing import TINY_MMPROJ_SHA256, tiny_mmproj_path
+from llamapy.models import second_model_path
+from llamapy.testing import (
+    TINY_GEMMA3_MMPROJ_SHA256,
+    TINY_MMPROJ_SHA256,
+    tiny_gemma3_mmproj_path,
+    tiny_mmproj_path,
+)
 
 RED, BLUE = png(24, 24, (220, 20, 20)), png(24, 24, (20, 20, 220))
 QUESTION = "What is in this image?"
@@ -48,9 +55,9 @@ def oai(vision: LiveApp) -> openai.OpenAI:
     return openai.OpenAI(base_url=vision.url + "/v1", api_key="x", max_retries=0, timeout=120)
 
 
-def ask(client: openai.OpenAI, image: bytes, question: str = QUESTION):
+def ask(client: openai.OpenAI, image: bytes, question: str = QUESTION, model: str = "vision"):
     return client.chat.completions.create(
-        model="vision", max_tokens=8, temperature=0,
+        model=model, max_tokens=8, temperature=0,
         messages=[{"role": "user", "content": [
             {"type": "text", "text": question},
             {"type": "image_url", "image_url": {"url": data_url(image)}}]}])
@@ -159,3 +166,28 @@ def test_embeddings_with_an_image(vision: LiveApp) -> None:
         bad = http.post("/embeddings", json={"content": [
             {"prompt_string": "What is this: <__media__>\n", "multimodal_data": ["bWFsZm9y"]}]})
         assert bad.status_code == 400
+
+
+@pytest.fixture(scope="module")
+def gemma3_vision() -> Iterator[LiveApp]:
+    """Gemma 3 270M with the tiny Gemma 3 projector: its images are 4 rows decoded together
+    with bidirectional attention (``chunk_size`` 2: a chunk that small still takes them
+    whole)."""
+    server = Server(second_model_path(), mmproj=str(tiny_gemma3_mmproj_path()), n_ctx=1024,
+                    n_parallel=1, chunk_size=2, n_threads=1)
+    server.wait_ready(60)
+    with LiveApp(create_app(server, alias="gemma3", own_server=True)) as app:
+        yield app
+
+
+def test_gemma3_images_are_decoded_whole_and_reused(gemma3_vision: LiveApp) -> None:
+    client = openai.OpenAI(base_url=gemma3_vision.url + "/v1", api_key="x", max_retries=0,
+                           timeout=120)
+    first = ask(client, RED, model="gemma3")
+    again = ask(client, RED, model="gemma3")
+    other = ask(client, BLUE, model="gemma3")
+    assert first.usage.prompt_tokens_details.cached_tokens == 0
+    assert again.usage.prompt_tokens_details.cached_tokens == again.usage.prompt_tokens - 1
+    assert again.choices[0].message.content == first.choices[0].message.content
+    assert other.usage.prompt_tokens_details.cached_tokens < first.usage.prompt_tokens - 4
+    assert sha256_file(tiny_gemma3_mmproj_path()) == TINY_GEMMA3_MMPROJ_SHA256

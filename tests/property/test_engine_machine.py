@@ -18,6 +18,7 @@ import codecs
 import shutil
 import tempfile
 
+import pytest
 from engine.spec_helpers import AuditedNgramDrafter, OracleDrafter  # tests/engine
 from engine_machine_setup import (
     ADAPTER_SETS,
@@ -62,7 +63,13 @@ from llamapy.engine.fake.media import fake_media_chunk
 from llamapy.engine.media import MediaSpan
 from llamapy.engine.states import SlotState
 from llamapy.engine.testing import drain
-from llamapy.errors import ContextOverflowError, DecodeError, LlamapyError, QueueFullError
+from llamapy.errors import (
+    ContextOverflowError,
+    DecodeError,
+    InvalidOptionError,
+    LlamapyError,
+    QueueFullError,
+)
 
 
 class EngineMachine(RuleBasedStateMachine):
@@ -134,13 +141,20 @@ class EngineMachine(RuleBasedStateMachine):
     @rule(target=requests, prefix=st.sampled_from(PREFIXES), image=st.sampled_from(IMAGES),
           tail=st.lists(st.integers(1, 3), max_size=6), max_tokens=st.integers(0, 5),
           scope=st.sampled_from(SCOPES), seed=st.integers(0, 2),
-          speculative=st.sampled_from(SPECULATIVE))
-    def submit_media(self, prefix, image, tail, max_tokens, scope, seed, speculative):
+          speculative=st.sampled_from(SPECULATIVE), causal=st.booleans())
+    def submit_media(self, prefix, image, tail, max_tokens, scope, seed, speculative, causal):
         """A prompt with an image (few distinct images, so one comes again at the same place
         and its KV is reused, while another at that place must not be): its rows are decoded
         from its embeddings, never mixed with text in one entry, and the answer is the
-        oracle's for the prompt's media token ids."""
-        chunk = fake_media_chunk(image)
+        oracle's for the prompt's media token ids. A chunk that is not causal is decoded whole
+        in one decode (refused when it cannot fit one)."""
+        chunk = fake_media_chunk(image, causal=causal)
+        if not causal and chunk.n_tokens > self.engine.n_batch:
+            with pytest.raises(InvalidOptionError, match="n_batch"):
+                self.engine.submit(Request(-1, [*prefix, *chunk.token_ids, 1],
+                                           RequestOptions(), media=(MediaSpan(len(prefix),
+                                                                              chunk),)))
+            return multiple()
         if not tail and max_tokens > 0:
             tail = [1]  # a prompt that samples ends with text
         prompt = [*prefix, *chunk.token_ids, *tail]
@@ -171,6 +185,8 @@ class EngineMachine(RuleBasedStateMachine):
         if lease_id not in self.engine.pool.leases:
             return multiple()
         resident = self.engine.leases.tokens(lease_id)[:keep]
+        if any(t < 0 for t in resident):  # media rows: a lease's requests carry no media
+            resident = resident[:min(i for i, t in enumerate(resident) if t < 0)]
         prompt = resident + extra or [2]
         options = RequestOptions(max_tokens=max_tokens, cache_scope=scope,
                                  adapters=adapters if other_set is None else other_set,
@@ -352,11 +368,12 @@ class EngineMachine(RuleBasedStateMachine):
             self.num_ngram_proposed += drafter is self.ngram and len(drafter.proposals)
             drafter.proposals.clear()
         for plan in self.backend.plans:
-            assert plan.n_tokens <= self.engine.n_batch
+            assert max(plan.decodes()) <= self.engine.n_batch
             for seg in plan.segments:
                 draft = seg.n_outputs - 1  # a decode's verified draft; not a prefill chunk
                 assert draft == 0 or (seg.logits and len(seg.token_ids) == 1 + draft)
-                assert len(seg.token_ids) - draft <= self.engine.config.chunk_size
+                whole = seg.media is not None and not seg.media.chunk.causal
+                assert whole or len(seg.token_ids) - draft <= self.engine.config.chunk_size
                 assert seg.tag[2] == plan.adapter_set, "a plan mixes adapter sets"
                 assert seg.draft_tag in (None, seg.tag), "a draft from another key"
                 media = [t < 0 for t in seg.token_ids]

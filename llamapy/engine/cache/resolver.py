@@ -47,6 +47,7 @@ from llamapy.engine.cache.disk import DiskPromptCache
 from llamapy.engine.cache.pinning import plan_pins, reuse_for_pins, write_pins
 from llamapy.engine.cache.ram import PromptCache, common_prefix
 from llamapy.engine.cache.tier import CacheTier, ReadStatus
+from llamapy.engine.media import media_floor
 from llamapy.engine.options import EngineTuning
 from llamapy.engine.request import Run
 from llamapy.engine.slots import Slot, SlotPool
@@ -112,7 +113,8 @@ class PrefixResolver:
         run.machine.fire("resolve")
         self._note_instability(run, slot)
         run.pins = plan_pins(run, self.ram)
-        self._apply(run, slot, choice._replace(n=reuse_for_pins(run, self.ram, choice.n)), data)
+        n = media_floor(run.request.media, reuse_for_pins(run, self.ram, choice.n))
+        self._apply(run, slot, choice._replace(n=n), data)
         self.write_pins(run)
         return True
 
@@ -239,7 +241,8 @@ class PrefixResolver:
         if have >= run.reuse_cap:
             return False
         donor, n = self._best_donor(run, slot, floor=have)
-        if donor is not None:
+        n = media_floor(run.request.media, n)
+        if donor is not None and n > have:
             self.backend.seq_cp(donor.seq_id, slot.seq_id, have, n)
             slot.cached.extend(run.prompt[have:n])
             self.counters.reused["inflight"] += n - have

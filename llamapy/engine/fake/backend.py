@@ -186,9 +186,9 @@ class FakeBackend:
         return self.model.logits(self.output_row(batch_index))
 
     def _validate(self, plan: BatchPlan) -> None:
-        n = plan.n_tokens
         seqs = [s.seq_id for s in plan.segments]
-        ok = 0 < n <= self._n_batch and len(set(seqs)) == len(seqs)
+        ok = plan.n_tokens > 0 and max(plan.decodes()) <= self._n_batch
+        ok = ok and len(set(seqs)) == len(seqs)
         for seg in plan.segments:
             ok = ok and 0 <= seg.seq_id < self._n_seq_max and len(seg.token_ids) > 0
             ok = ok and seg.start_pos == self.seq_pos_max(seg.seq_id) + 1
@@ -207,6 +207,9 @@ class FakeBackend:
             return False
         if seg.logits:
             self.violations.append(f"seq {seg.seq_id}: a media segment asks for logits")
+        if not chunk.causal and (rows.first, n) != (0, chunk.n_tokens):
+            self.violations.append(f"seq {seg.seq_id}: rows {rows.first}..{rows.first + n} of "
+                                   "a chunk that must be decoded whole")
         if chunk.width == FAKE_MEDIA_WIDTH and bytes(chunk.rows(rows.first, n)) != \
                 fake_media_rows(chunk.digest, rows.first, n):
             self.violations.append(f"seq {seg.seq_id}: media rows {rows.first}.. are not "

@@ -29,8 +29,10 @@ def fake_media_rows(digest: bytes, first: int, n: int, width: int = FAKE_MEDIA_W
     return bytes(out)
 
 
-def fake_media_chunk(data: bytes, kind: str = "image") -> MediaChunk:
-    """The chunk the fake projector makes of ``data``: ``2 + len(data) % 7`` rows."""
-    digest = hashlib.sha256(b"llamapy-fake-projector\x00" + data).digest()
+def fake_media_chunk(data: bytes, kind: str = "image", causal: bool = True) -> MediaChunk:
+    """The chunk the fake projector makes of ``data``: ``2 + len(data) % 7`` rows (``causal``:
+    a projector whose rows may be decoded a few at a time; not: Gemma 3's kind)."""
+    projector = b"llamapy-fake-projector\x00" if causal else b"llamapy-fake-bidirectional\x00"
+    digest = hashlib.sha256(projector + data).digest()
     n = 2 + len(data) % 7
-    return MediaChunk(digest, fake_media_rows(digest, 0, n), n, FAKE_MEDIA_WIDTH, kind)
+    return MediaChunk(digest, fake_media_rows(digest, 0, n), n, FAKE_MEDIA_WIDTH, kind, causal)

@@ -89,7 +89,7 @@ def _content(served: ServedModel, item: Mapping[str, Any]) -> tuple[str, list[by
     if isinstance(content, list) and content:
         (message,), media = take_media(({"content": content},), served.limits)
         parts = message["content"]
-        if all(isinstance(p, Mapping) and p.get("type") == "text"
+        if all(isinstance(p, Mapping) and p.get("type") in ("text", "media_marker")
                and isinstance(p.get("text"), str) for p in parts):
             return "".join(p["text"] for p in parts), media
     raise InvalidOptionError("an input object needs 'content': a list of "
