@@ -23,9 +23,9 @@ from live import LiveApp
 
 from llamapy._paths import sha256_file
 from llamapy.media.samples import png
+from llamapy.models import second_model_path
 from llamapy.serve import create_app
 from llamapy.server import Server
-from llamapy.models import second_model_path
 from llamapy.testing import (
     TINY_GEMMA3_MMPROJ_SHA256,
     TINY_MMPROJ_SHA256,
