@@ -9,6 +9,7 @@ generating routes' code.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from fake_http import ALIAS, FakeApp, sse_events
 from hypothesis import strategies as st
 
 from llamapy.anthropic_api import MessagesBody
+from llamapy.media.samples import png
 from llamapy.ollama_api import ChatBody as OllamaChat
 from llamapy.ollama_api import EmbedBody, EmbeddingsBody, GenerateBody, ModelOpBody, ShowBody
 from llamapy.ollama_api.params import Options as OllamaOptions
@@ -39,6 +41,12 @@ from llamapy.server import server_request_option_keys
 EXTRAS = tuple(sorted({*server_request_option_keys(), *ENGINE_ALIASES, *API_EXTRAS}
                       - set(SERVER_ONLY)))
 MESSAGES = [{"role": "user", "content": "hi"}]
+#: A tiny image, base64: the valid bodies send it on every API that takes media (the fuzzed
+#: app has a fake projector), so the mutations reach the media fields too.
+IMAGE = base64.b64encode(png(2, 2)).decode()
+IMAGE_URL = f"data:image/png;base64,{IMAGE}"
+MEDIA_MESSAGES = [{"role": "user", "content": [
+    {"type": "text", "text": "hi"}, {"type": "image_url", "image_url": {"url": IMAGE_URL}}]}]
 
 
 def _fields(model: Any, *more: str) -> tuple[str, ...]:
@@ -62,16 +70,22 @@ class Route:
     allowed_5xx: frozenset[int] = frozenset()
 
 
-CHAT = {"messages": MESSAGES, "max_tokens": 4}
-ANTHROPIC = {"model": ALIAS, "max_tokens": 4, "messages": MESSAGES}
-NATIVE = {"prompt": "hi", "n_predict": 4}
+CHAT = {"messages": MEDIA_MESSAGES, "max_tokens": 4}
+ANTHROPIC = {"model": ALIAS, "max_tokens": 4, "messages": [{"role": "user", "content": [
+    {"type": "text", "text": "hi"},
+    {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": IMAGE}}]}]}
+NATIVE = {"prompt": {"prompt_string": "hi <__media__>", "multimodal_data": [IMAGE]},
+          "n_predict": 4}
+RESPONSES = {"max_output_tokens": 4, "input": [{"role": "user", "content": [
+    {"type": "input_text", "text": "hi"}, {"type": "input_image", "image_url": IMAGE_URL}]}]}
 CHAT_FIELDS = _fields(ChatBody, *EXTRAS)
 RESPONSES_FIELDS = _fields(ResponsesBody, *EXTRAS)
 MESSAGES_FIELDS = _fields(MessagesBody, *EXTRAS)
 NATIVE_FIELDS = tuple(sorted({*OWN_FIELDS, *IGNORED_FIELDS, *EXTRAS, "ignore_eos", "n_probs"}))
 OLLAMA_OPTIONS = {"num_predict": 4}
-OLLAMA_CHAT = {"model": ALIAS, "messages": MESSAGES, "options": OLLAMA_OPTIONS}
-OLLAMA_GENERATE = {"model": ALIAS, "prompt": "hi", "options": OLLAMA_OPTIONS}
+OLLAMA_CHAT = {"model": ALIAS, "options": OLLAMA_OPTIONS,
+               "messages": [{"role": "user", "content": "hi", "images": [IMAGE]}]}
+OLLAMA_GENERATE = {"model": ALIAS, "prompt": "hi", "images": [IMAGE], "options": OLLAMA_OPTIONS}
 #: The option keys the fuzzer sets inside ``options`` (as ``options.<key>``, see ``_set``).
 OLLAMA_OPTION_FIELDS = tuple(f"options.{name}" for name in OllamaOptions.model_fields)
 
@@ -89,8 +103,8 @@ POST_ROUTES = (
     _post("/v1/chat/completions", CHAT, CHAT_FIELDS),
     _post("/chat/completions", CHAT, CHAT_FIELDS),
     _post("/v1/completions", {"prompt": "hi", "max_tokens": 4}, _fields(CompletionBody, *EXTRAS)),
-    _post("/v1/responses", {"input": "hi", "max_output_tokens": 4}, RESPONSES_FIELDS),
-    _post("/responses", {"input": "hi", "max_output_tokens": 4}, RESPONSES_FIELDS),
+    _post("/v1/responses", RESPONSES, RESPONSES_FIELDS),
+    _post("/responses", RESPONSES, RESPONSES_FIELDS),
     _post("/v1/responses/input_tokens", {"input": "hi"}, _fields(ResponsesBody)),
     _post("/responses/input_tokens", {"input": "hi"}, _fields(ResponsesBody)),
     _post("/v1/chat/completions/input_tokens", {"messages": MESSAGES}, _fields(ChatBody)),
@@ -109,9 +123,10 @@ POST_ROUTES = (
     _post("/props", {}, ("n_ctx", "default_generation_settings")),
     _post("/slots/{id_slot}", {"filename": "fuzz.bin"}, ("filename",),
           query={"action": "save"}),
-    _post("/v1/embeddings", {"input": "hi"}, ("content", "dimensions", "encoding_format",
-                                              "input", "model", "user")),
-    _post("/embeddings", {"input": "hi"}, ("input",)),
+    _post("/v1/embeddings", {"input": [{"content": MEDIA_MESSAGES[0]["content"]}]},
+          ("content", "dimensions", "encoding_format", "input", "model", "user")),
+    _post("/embeddings", {"content": [{"prompt_string": "hi <__media__>",
+                                       "multimodal_data": [IMAGE]}]}, ("content",)),
     *(_post(path, {"query": "q", "documents": ["a", "b"]}, RERANK_FIELDS,
             allowed_5xx=frozenset({501}))  # the fake model is no reranker: always 501
       for path in ("/v1/rerank", "/rerank", "/reranking", "/v1/reranking")),

@@ -57,7 +57,7 @@ from starlette.routing import Route as StarletteRoute
 
 #: Paths served by the same handler as another path in the catalogue (not swept twice).
 ALIASES = frozenset({"/chat/completions", "/responses", "/responses/input_tokens",
-                     "/chat/completions/input_tokens", "/completions", "/embeddings"})
+                     "/chat/completions/input_tokens", "/completions"})
 SWEPT = tuple(r for r in ROUTES if r.path not in ALIASES and (r.body is not None or "{" in r.path))
 
 
@@ -73,7 +73,7 @@ class Apps:
         """The current app, or a fresh one if there is none or its tick thread died."""
         if self._app is None or not self._app.alive:
             self.discard()
-            self._app = FakeApp(slot_folder=self.folder)
+            self._app = FakeApp(slot_folder=self.folder, options={"mmproj": "fake-audio"})
         return self._app
 
     def discard(self) -> None:
