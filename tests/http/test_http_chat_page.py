@@ -36,6 +36,7 @@ def grammar_answer(page: Any, text: str, max_tokens: int = 80) -> None:
 
 def test_page_streams_a_conversation_with_tokens_per_second(page: Any) -> None:
     page.wait_for_function("document.querySelector('#model').textContent.includes('smol')")
+    assert page.is_hidden("#attach-label")  # a model without a projector takes no images
     setting(page, "#max-tokens", "12")
     first = ask(page, "Say hello.")
     assert first.locator(".content").inner_text().strip()

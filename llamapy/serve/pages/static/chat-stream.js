@@ -14,7 +14,11 @@ export function requestBody(conv) {
   const messages = [];
   if (s.system.trim()) messages.push({ role: "system", content: s.system });
   for (const m of conv.messages) {
-    if (m.role === "user" || m.role === "assistant") {
+    if (m.role === "user" && m.images?.length) {  // data URLs, as the page attached them
+      messages.push({ role: "user", content: [
+        { type: "text", text: m.content ?? "" },
+        ...m.images.map((url) => ({ type: "image_url", image_url: { url } }))] });
+    } else if (m.role === "user" || m.role === "assistant") {
       messages.push({ role: m.role, content: m.content ?? "" });
     }
   }

@@ -67,6 +67,7 @@ function messageView(msg, index) {
   div.dataset.index = String(index);
   if (msg.role === "assistant") fillAssistant(div, msg);
   else div.querySelector(".content").textContent = msg.content;
+  if (msg.images?.length) div.querySelector(".content").prepend(thumbnails(msg.images));
   div.dataset.done = "true";
   div.querySelector(".msg-actions").append(...actions(msg, index, div));
   return div;
@@ -101,7 +102,9 @@ function startEdit(div, msg, index) {
   const save = action("send", "branch with the edited message and answer it", () => {
     const text = area.value.trim();
     if (!text) return;
-    branch(index, [{ role: "user", content: text }], " (edited)");
+    const edited = { role: "user", content: text };
+    if (msg.images?.length) edited.images = msg.images;  // the images stay with the text
+    branch(index, [edited], " (edited)");
     generate();
   });
   const cancel = action("cancel", "keep the message", () => renderMessages());
@@ -191,9 +194,46 @@ function finish(target, div, msg) {
   headerStats(msg.stats);
 }
 
+// --- attached images ----------------------------------------------------------------------
+
+let attached = [];  // data URLs of the images the next message sends
+
+function thumbnails(urls) {
+  const strip = el("div", "thumbs");
+  for (const url of urls) {
+    const img = document.createElement("img");
+    img.src = url;  // a data: URL the page read from a file (no remote fetch)
+    img.alt = "attached image";
+    strip.append(img);
+  }
+  return strip;
+}
+
+function showAttached() {
+  $("attachments").replaceChildren(...(attached.length ? [thumbnails(attached)] : []));
+  $("attachments").hidden = attached.length === 0;
+}
+
+function readImage(file) {
+  return new Promise((resolve, reject) => {
+    const reader = new FileReader();
+    reader.onload = () => resolve(reader.result);
+    reader.onerror = () => reject(reader.error);
+    reader.readAsDataURL(file);
+  });
+}
+
+async function attach(files) {
+  try { attached = attached.concat(await Promise.all([...files].map(readImage))); } catch (e) {
+    showError("attach: " + e.message);
+  }
+  showAttached();
+}
+
 function send(text) {
   if (conv.title === "New chat") conv.title = text.slice(0, 48);
   const msg = { role: "user", content: text };
+  if (attached.length) { msg.images = attached; attached = []; showAttached(); }
   conv.messages.push(msg);
   $("messages").appendChild(messageView(msg, conv.messages.length - 1));
   refreshList();
@@ -208,7 +248,10 @@ async function loadModels() {
   try {
     const r = await fetch("v1/models", { headers: headers() });
     if (!r.ok) { $("model").textContent = "model: " + await errorMessage(r); return; }
-    models = (await r.json()).data.map((m) => m.id);
+    const listing = await r.json();
+    models = listing.data.map((m) => m.id);
+    // images: when the one model served has a projector (llama-server's capabilities)
+    $("attach-label").hidden = !listing.models?.[0]?.capabilities?.includes("multimodal");
   } catch (e) { $("model").textContent = "model: unavailable"; return; }
   const picker = $("model-picker");
   picker.replaceChildren(...models.map((id) => { const o = el("option", "", id); o.value = id;
@@ -260,6 +303,10 @@ function bindControls() {
     if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); $("composer").requestSubmit(); }
   });
   $("stop").addEventListener("click", () => controller?.abort());
+  $("attach").addEventListener("change", async () => {
+    await attach($("attach").files);
+    $("attach").value = "";
+  });
   $("clear").addEventListener("click", () => {
     if (controller) return;
     open(conv.messages.length ? newConversation().id : conv.id);
