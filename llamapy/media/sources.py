@@ -1,15 +1,37 @@
-"""Media bytes from what a request sends: a ``data:`` URL or bare base64, bounded before it is
-decoded (the decoded size is known from the text's length). Remote ``http(s)`` URLs are refused:
-the server fetches nothing a request names."""
+"""Media bytes from what a request sends, bounded before they are decoded.
+
+An image URL may be a ``data:`` URL, bare base64 (llama-server takes both), a ``file://`` URL
+relative to the folder the server allows (``media_path``: llama-server's ``--media-path``), or
+an ``http(s)`` URL, fetched only when the server allows it (``media_remote``, off by default:
+the server fetches nothing a request names unless told to), within ``max_bytes`` and
+:data:`REMOTE_TIMEOUT_S` for the whole download.
+"""
 
 from __future__ import annotations
 
 import base64
 import binascii
+import time
+from dataclasses import dataclass
+from pathlib import Path
 
 from llamapy.errors import MediaError
 
-__all__ = ["media_from_base64", "media_from_url"]
+__all__ = ["REMOTE_TIMEOUT_S", "MediaFetch", "media_from_base64", "media_from_url"]
+
+#: Seconds a remote media download may take in all (llama-server's 10).
+REMOTE_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class MediaFetch:
+    """Where media may come from besides the request itself: ``remote`` http(s) URLs, and
+    ``folder`` for ``file://`` URLs (None: none); ``max_bytes`` bounds an item."""
+
+    max_bytes: int
+    remote: bool = False
+    folder: str | None = None
+    timeout_s: float = REMOTE_TIMEOUT_S
 
 
 def media_from_base64(data: object, max_bytes: int, where: str) -> bytes:
@@ -28,17 +50,67 @@ def media_from_base64(data: object, max_bytes: int, where: str) -> bytes:
         raise MediaError(f"{where}: the media is not valid base64", reason="format") from None
 
 
-def media_from_url(url: object, max_bytes: int, where: str) -> bytes:
-    """The bytes of a ``data:<type>;base64,<data>`` URL; a remote URL or another scheme is a
-    :class:`~llamapy.errors.MediaError` (reason ``"remote"`` or ``"format"``)."""
+def media_from_url(url: object, fetch: MediaFetch, where: str) -> bytes:
+    """The bytes an image URL names (see the module); :class:`~llamapy.errors.MediaError`
+    for one the server may not read, cannot read, or that is too large."""
     if not isinstance(url, str) or not url:
         raise MediaError(f"{where}: expected a data URL", reason="format")
     scheme = url[:8].lower()
     if scheme.startswith(("http://", "https://")):
-        raise MediaError(f"{where}: remote media URLs are not fetched; send the media inline "
-                         "as a data URL (data:image/png;base64,...)", reason="remote")
-    head, sep, payload = url.partition(",")
-    if not head.lower().startswith("data:") or not sep or not head.lower().endswith(";base64"):
-        raise MediaError(f"{where}: expected a base64 data URL (data:<type>;base64,...)",
-                         reason="format")
-    return media_from_base64(payload, max_bytes, where)
+        if not fetch.remote:
+            raise MediaError(f"{where}: remote media URLs are not fetched here (start the "
+                             "server with --media-remote); send the media inline as a data "
+                             "URL (data:image/png;base64,...)", reason="remote")
+        return _download(url, fetch, where)
+    if scheme.startswith("file://"):
+        return _local(url[7:], fetch, where)
+    if scheme.startswith("data:"):
+        head, sep, payload = url.partition(",")
+        if not sep or not head.lower().endswith(";base64"):
+            raise MediaError(f"{where}: expected a base64 data URL (data:<type>;base64,...)",
+                             reason="format")
+        return media_from_base64(payload, fetch.max_bytes, where)
+    return media_from_base64(url, fetch.max_bytes, where)  # bare base64, as llama-server
+
+
+def _local(name: str, fetch: MediaFetch, where: str) -> bytes:
+    """A file of the allowed folder, by a relative name that stays inside it."""
+    if fetch.folder is None:
+        raise MediaError(f"{where}: file:// URLs need the server's --media-path",
+                         reason="remote")
+    folder = Path(fetch.folder).resolve()
+    path = (folder / name).resolve()
+    if not name or Path(name).is_absolute() or not path.is_relative_to(folder) \
+            or not path.is_file():
+        raise MediaError(f"{where}: no such file in the media folder: {name!r}",
+                         reason="remote")
+    if path.stat().st_size > fetch.max_bytes:
+        raise MediaError(f"{where}: the file is larger than the {fetch.max_bytes} bytes "
+                         "allowed", reason="too_large")
+    return path.read_bytes()
+
+
+def _download(url: str, fetch: MediaFetch, where: str) -> bytes:
+    """GET ``url`` within ``fetch.max_bytes`` and ``fetch.timeout_s`` in all."""
+    import httpx
+
+    deadline = time.monotonic() + fetch.timeout_s
+    data = bytearray()
+    try:
+        with httpx.Client(timeout=fetch.timeout_s, follow_redirects=True,
+                          max_redirects=3) as client, client.stream("GET", url) as response:
+            if not 200 <= response.status_code < 300:
+                raise MediaError(f"{where}: fetching the media failed: HTTP "
+                                 f"{response.status_code}", reason="remote")
+            for chunk in response.iter_bytes():
+                data += chunk
+                if len(data) > fetch.max_bytes:
+                    raise MediaError(f"{where}: the media is larger than the "
+                                     f"{fetch.max_bytes} bytes allowed", reason="too_large")
+                if time.monotonic() > deadline:
+                    raise MediaError(f"{where}: fetching the media took longer than "
+                                     f"{fetch.timeout_s:g} s", reason="remote")
+    except httpx.HTTPError as exc:
+        raise MediaError(f"{where}: fetching the media failed: {type(exc).__name__}",
+                         reason="remote") from None
+    return bytes(data)

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from llamapy.errors import MediaError
-from llamapy.media.sources import media_from_base64, media_from_url
+from llamapy.media.sources import MediaFetch, media_from_base64, media_from_url
 from llamapy.options.limits import RequestLimits
 
 __all__ = ["MEDIA_MARKER", "MEDIA_PART_TYPES", "take_media"]
@@ -25,12 +25,15 @@ MEDIA_MARKER = "<__media__>"
 MEDIA_PART_TYPES = frozenset({"image_url", "input_audio"})
 
 
-def take_media(messages: tuple[Mapping[str, Any], ...], limits: RequestLimits
+def take_media(messages: tuple[Mapping[str, Any], ...], limits: RequestLimits,
+               fetch: MediaFetch | None = None
                ) -> tuple[tuple[Mapping[str, Any], ...], list[bytes]]:
-    """``messages`` with each media part replaced by a marker text part, and the media's
-    bytes in order (the messages as they are when they hold none).
-    :class:`~llamapy.errors.MediaError` for media that cannot be read or is past ``limits``
-    (count and bytes; formats and pixels are checked when it is encoded)."""
+    """``messages`` with each media part replaced by a marker part, and the media's bytes in
+    order (the messages as they are when they hold none); ``fetch`` says where else than the
+    request media may come from (default: nowhere). :class:`~llamapy.errors.MediaError` for
+    media that cannot be read or is past ``limits`` (count and bytes; formats and pixels are
+    checked when it is encoded)."""
+    fetch = fetch or MediaFetch(limits.max_media_bytes)
     media: list[bytes] = []
     out = []
     for i, message in enumerate(messages):
@@ -44,7 +47,7 @@ def take_media(messages: tuple[Mapping[str, Any], ...], limits: RequestLimits
                 if len(media) >= limits.max_media_items:
                     raise MediaError(f"at most {limits.max_media_items} images and audio "
                                      "clips per request", reason="too_many")
-                media.append(_bytes(part, limits, f"messages[{i}].content[{j}]"))
+                media.append(_bytes(part, fetch, f"messages[{i}].content[{j}]"))
                 part = {"type": "media_marker", "text": MEDIA_MARKER}
             parts.append(part)
         out.append({**message, "content": parts})
@@ -55,14 +58,13 @@ def _is_media(part: object) -> bool:
     return isinstance(part, Mapping) and part.get("type") in MEDIA_PART_TYPES
 
 
-def _bytes(part: Mapping[str, Any], limits: RequestLimits, where: str) -> bytes:
+def _bytes(part: Mapping[str, Any], fetch: MediaFetch, where: str) -> bytes:
     if part["type"] == "image_url":
         source = part.get("image_url")
         url = source.get("url") if isinstance(source, Mapping) else source
-        return media_from_url(url, limits.max_media_bytes, f"{where}.image_url")
+        return media_from_url(url, fetch, f"{where}.image_url")
     audio = part.get("input_audio")
     if not isinstance(audio, Mapping):
         raise MediaError(f"{where}.input_audio must be an object with data and format",
                          reason="format")
-    return media_from_base64(audio.get("data"), limits.max_media_bytes,
-                             f"{where}.input_audio.data")
+    return media_from_base64(audio.get("data"), fetch.max_bytes, f"{where}.input_audio.data")

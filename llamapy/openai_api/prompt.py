@@ -232,7 +232,7 @@ def prepare_request(served: ServedModel, request: ChatRequest) -> ChatPlan:
     if not request.messages:
         raise InvalidOptionError("the conversation has no message", option="messages")
     served.server.check_fits_at_once(request.n)
-    messages, media = take_media(request.messages, served.limits)
+    messages, media = take_media(request.messages, served.limits, served.media_fetch)
     if media:
         request = replace(request, messages=messages)
     prompt = render_prompt(served, request)

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..chat import ChatTemplate, OutputParser
 from ..errors import EndpointDisabledError, InvalidOptionError, ModelNotFoundError
+from ..media.sources import MediaFetch
 from ..options.limits import RequestLimits
 from ..options.serve import SERVE_OPTION_NAMES, ServeOptions
 from ..server import Completion, GenerationIntent, Model, Server
@@ -101,6 +102,8 @@ class ServedModel:
     verbose: bool = False
     default_ignore_eos: bool = _DEFAULTS.default_ignore_eos
     cache_report: str = _DEFAULTS.cache_report
+    media_path: str | None = _DEFAULTS.media_path
+    media_remote: bool = _DEFAULTS.media_remote
     created: int = field(default_factory=lambda: int(time.time()))
     tenant: str | None = None
 
@@ -175,6 +178,11 @@ class ServedModel:
     def limits(self) -> RequestLimits:
         """The serving limits on one request."""
         return self.server.start_options.engine
+
+    @property
+    def media_fetch(self) -> MediaFetch:
+        """Where a request's image URLs may point besides the request itself."""
+        return MediaFetch(self.limits.max_media_bytes, self.media_remote, self.media_path)
 
     def events(self, token_ids: Sequence[int], intent: GenerationIntent) -> SyncEvents:
         """The request's event stream (:meth:`Server.open_stream`; closing it cancels), as

@@ -108,6 +108,12 @@ class ServeOptions:
         "(default: none; on --host 0.0.0.0 or :: without this flag, any name is answered)")
     # 16 MiB: generous for long prompts, small enough to stop abuse
     max_body_bytes: int = option(16 * 1024 * 1024, "largest request body accepted")
+    media_path: str | None = option(
+        None, "folder whose files requests may name as file:// image URLs, by a relative path "
+        "(default: none)")
+    media_remote: bool = option(
+        False, "fetch the http(s) image URLs requests name (within --max-media-bytes and 10 "
+        "s; default: off, the server fetches nothing a request names)")
     reasoning: str = option(
         "auto", "thinking in the chat template: on/off set enable_thinking for requests that "
         "do not (default: auto = the template's own)", flags=("-rea",))
@@ -144,7 +150,8 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "reasoning_format": REASONING_FORMATS, "cache_report": CACHE_REPORTS,
     "reasoning": REASONING_SWITCHES, "log_level": LOG_LEVELS, "log_colors": LOG_COLORS}
 #: The options that are a string or None, and those that are a list (or tuple) of strings.
-_TEXTS = ("alias", "api_key", "api_key_file", "ssl_key_file", "ssl_cert_file", "log_file")
+_TEXTS = ("alias", "api_key", "api_key_file", "ssl_key_file", "ssl_cert_file", "log_file",
+          "media_path")
 _TEXT_LISTS = ("aliases", "tags", "cors_origins", "allowed_hosts")
 
 

@@ -5,11 +5,18 @@ and bad media is a 400 in the API's own error shape with nothing left behind."""
 from __future__ import annotations
 
 import base64
+import http.server
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from fake_http import FakeApp
 
+from llamapy.errors import MediaError
 from llamapy.media.samples import png, wav
+from llamapy.media.sources import MediaFetch, media_from_url
 
 RED, BLUE = png(8, 8, (255, 0, 0)), png(8, 8, (0, 0, 255))
 
@@ -133,7 +140,7 @@ def test_props_and_models_report_the_modalities(app: FakeApp) -> None:
 
 
 @pytest.mark.parametrize(("url", "why"), [
-    ("http://example.com/cat.png", "remote"),
+    ("http://127.0.0.1:9/cat.png", "remote"),
     ("data:image/png;base64,@@@@", "base64"),
     ("data:image/png,rawtext", "data URL"),
     (data_url(b"GIF89a" + b"\x00" * 4), "truncated"),
@@ -176,3 +183,72 @@ def test_audio_is_refused_by_a_vision_projector() -> None:
         response = app.send("POST", "/v1/chat/completions", json=body)
         assert response.status_code == 400
         assert "audio" in response.json()["error"]["message"]
+
+
+class _StandIn(http.server.BaseHTTPRequestHandler):
+    """A local stand-in for remote image hosts: an image, a 404, an oversized body and a
+    slow drip."""
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        if self.path == "/red.png":
+            self._send(200, RED)
+        elif self.path == "/big.png":
+            self._send(200, RED + b"\x00" * 5000)
+        elif self.path == "/slow.png":
+            self.send_response(200)
+            self.send_header("Content-Length", "1000")
+            self.end_headers()
+            for _ in range(100):
+                self.wfile.write(b"\x00" * 10)
+                self.wfile.flush()
+                time.sleep(0.05)
+        else:
+            self._send(404, b"no")
+
+    def _send(self, status: int, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        return None
+
+
+@pytest.fixture(scope="module")
+def stand_in() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _StandIn)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def test_remote_and_local_image_urls_when_the_server_allows_them(stand_in: str,
+                                                                 tmp_path: Path) -> None:
+    (tmp_path / "red.png").write_bytes(RED)
+    with FakeApp(options={"mmproj": "fake", "max_media_bytes": 4000},
+                 app_options={"media_remote": True, "media_path": str(tmp_path)}) as app:
+        for url in (f"{stand_in}/red.png", "file://red.png", b64(RED)):
+            answer = app.send("POST", "/v1/chat/completions", json=openai_chat(url))
+            assert answer.status_code == 200, (url, answer.text)
+        for url in (f"{stand_in}/missing.png", f"{stand_in}/big.png", "file://../x.png",
+                    f"file://{tmp_path / 'red.png'}", "file://nothing.png"):
+            answer = app.send("POST", "/v1/chat/completions", json=openai_chat(url))
+            assert answer.status_code == 400, (url, answer.text)
+        app.check_idle()
+
+
+def test_remote_urls_are_refused_by_default(stand_in: str) -> None:
+    with FakeApp(options={"mmproj": "fake"}) as app:
+        for url in (f"{stand_in}/red.png", "file://red.png"):
+            answer = app.send("POST", "/v1/chat/completions", json=openai_chat(url))
+            assert answer.status_code == 400
+            assert "media" in answer.json()["error"]["message"]
+
+
+def test_a_slow_remote_image_is_cut_at_the_time_limit(stand_in: str) -> None:
+    started = time.monotonic()
+    with pytest.raises(MediaError, match="longer than"):
+        media_from_url(f"{stand_in}/slow.png", MediaFetch(10_000, remote=True, timeout_s=0.5),
+                       "image")
+    assert time.monotonic() - started < 3

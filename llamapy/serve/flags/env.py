@@ -61,6 +61,7 @@ LLAMA_ENV: dict[str, str] = {
     "LLAMA_ARG_LOG_VERBOSITY": "-lv",
     "LLAMA_ARG_MAIN_GPU": "-mg",
     "LLAMA_ARG_MIN_P": "--min-p",
+    "LLAMA_ARG_MEDIA_PATH": "--media-path",
     "LLAMA_ARG_MMPROJ": "--mmproj",
     "LLAMA_ARG_MMPROJ_OFFLOAD": "--mmproj-offload",
     "LLAMA_ARG_MODEL": "-m",

@@ -87,7 +87,8 @@ def _content(served: ServedModel, item: Mapping[str, Any]) -> tuple[str, list[by
     text (the parts joined, each image or audio part a media marker) and its media."""
     content = item.get("content")
     if isinstance(content, list) and content:
-        (message,), media = take_media(({"content": content},), served.limits)
+        (message,), media = take_media(({"content": content},), served.limits,
+                                       served.media_fetch)
         parts = message["content"]
         if all(isinstance(p, Mapping) and p.get("type") in ("text", "media_marker")
                and isinstance(p.get("text"), str) for p in parts):
