@@ -189,7 +189,7 @@ class _StandIn(http.server.BaseHTTPRequestHandler):
     """A local stand-in for remote image hosts: an image, a 404, an oversized body and a
     slow drip."""
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:
         if self.path == "/red.png":
             self._send(200, RED)
         elif self.path == "/big.png":
