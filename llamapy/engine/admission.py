@@ -54,14 +54,15 @@ def check_request(request: Request, backend: Backend, pool: SlotPool,
         raise InvalidOptionError(f"request id {request.request_id!r} is already active",
                                  option="request_id")
     prompt = _tokens(request, backend, request.options.max_tokens > 0,
-                     min(config.n_batch, backend.n_batch))
+                     min(config.n_batch, backend.n_batch), pool)
     if not prompt and request.options.max_tokens > 0:
         raise InvalidOptionError("empty prompt", option="token_ids")
     _check_fits(request, prompt, backend, pool)
     return prompt
 
 
-def _tokens(request: Request, backend: Backend, samples: bool, n_batch: int) -> list[int]:
+def _tokens(request: Request, backend: Backend, samples: bool, n_batch: int,
+            pool: SlotPool) -> list[int]:
     n_vocab = backend.n_vocab
     try:
         prompt = list(map(operator.index, request.token_ids))
@@ -69,11 +70,21 @@ def _tokens(request: Request, backend: Backend, samples: bool, n_batch: int) -> 
         raise InvalidOptionError("token ids must be integers", option="token_ids") from exc
     if not isinstance(request.media, tuple):
         raise InvalidOptionError("request.media must be a tuple of MediaSpan", option="media")
-    if request.media:
-        check_media(prompt, request.media, n_vocab, samples, n_batch)
+    if request.media or (prompt and min(prompt) < 0 and request.lease_id is not None):
+        check_media(prompt, request.media, n_vocab, samples, n_batch,
+                    _held(request, prompt, pool))
     elif prompt and (min(prompt) < 0 or max(prompt) >= n_vocab):
         raise InvalidOptionError(f"token ids must be in [0, {n_vocab})", option="token_ids")
     return prompt
+
+
+def _held(request: Request, prompt: list[int], pool: SlotPool) -> int:
+    """Prompt tokens a request's leased slot already holds under its key (0 without a
+    lease): media ids among them need no media span."""
+    if request.lease_id is None:
+        return 0
+    slot = pool.leased_slot(request.lease_id)
+    return common_prefix(slot.cached, prompt) if slot.key == request.cache_key else 0
 
 
 def _check_fits(request: Request, prompt: list[int], backend: Backend, pool: SlotPool) -> None:

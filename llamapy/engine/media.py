@@ -122,12 +122,13 @@ class MediaRows:
 
 
 def check_media(prompt: Sequence[int], spans: Sequence[MediaSpan], n_vocab: int,
-                samples: bool, n_batch: int) -> None:
+                samples: bool, n_batch: int, held: int = 0) -> None:
     """``InvalidOptionError`` unless every negative id of ``prompt`` belongs to one of
     ``spans`` (sorted, disjoint, each holding its chunk's ids; one that is not causal within
-    ``n_batch`` rows), every other id is in ``[0, n_vocab)``, and (when the request samples)
+    ``n_batch`` rows) or to its first ``held`` ids (KV a leased slot already holds: they are
+    not decoded again), every other id is in ``[0, n_vocab)``, and (when the request samples)
     the prompt ends with text."""
-    at = 0
+    at = held if not spans else 0
     for span in spans:
         if not isinstance(span, MediaSpan) or span.start < at or span.end > len(prompt):
             raise InvalidOptionError("media spans must be sorted, disjoint and inside the "
@@ -139,10 +140,10 @@ def check_media(prompt: Sequence[int], spans: Sequence[MediaSpan], n_vocab: int,
         if tuple(prompt[span.start:span.end]) != span.chunk.token_ids:
             raise InvalidOptionError("a media span's token ids are not its chunk's",
                                      option="media")
-        _check_text(prompt[at:span.start], n_vocab)
+        _check_text(prompt[max(at, held):span.start], n_vocab)
         at = span.end
-    _check_text(prompt[at:], n_vocab)
-    if samples and spans and spans[-1].end == len(prompt):
+    _check_text(prompt[max(at, held):], n_vocab)
+    if samples and prompt and prompt[-1] < 0:
         raise InvalidOptionError("a prompt must end with text after its last media chunk",
                                  option="media")
 

@@ -185,12 +185,17 @@ class EngineMachine(RuleBasedStateMachine):
         if lease_id not in self.engine.pool.leases:
             return multiple()
         resident = self.engine.leases.tokens(lease_id)[:keep]
-        if any(t < 0 for t in resident):  # media rows: a lease's requests carry no media
-            resident = resident[:min(i for i, t in enumerate(resident) if t < 0)]
         prompt = resident + extra or [2]
         options = RequestOptions(max_tokens=max_tokens, cache_scope=scope,
                                  adapters=adapters if other_set is None else other_set,
                                  sampling=SamplingParams(seed=7, temp=0.8))
+        media_held = any(t < 0 for t in prompt)  # media rows the lease holds: no span needed
+        other_key = other_set is not None and other_set != adapters
+        if media_held and (other_key or (prompt[-1] < 0 and max_tokens > 0)):
+            with pytest.raises(InvalidOptionError):  # not its KV, or nothing after the media
+                self.engine.submit(Request(-1, prompt, options, cache_identity=identity,
+                                           lease_id=lease_id))
+            return multiple()
         return self._submit(prompt, options, identity, lease_id)
 
     @rule(target=requests, rid=requests, move=st.booleans())
