@@ -31,7 +31,7 @@ from llamapy.options.limits import RequestLimits
 
 from .probe import MediaInfo, probe
 
-__all__ = ["MediaEncoder", "check_media_items"]
+__all__ = ["MediaEncoder", "check_media_items", "check_physical_batch"]
 
 #: Encoded chunks kept for reuse, in bytes of embeddings.
 DEFAULT_CACHE_BYTES = 256 * 1024 * 1024
@@ -59,6 +59,23 @@ def check_media_items(media: Sequence[bytes], limits: RequestLimits,
                              reason="kind")
         infos.append(info)
     return infos
+
+
+def check_physical_batch(prompt: MediaPrompt, n_ubatch: int) -> MediaPrompt:
+    """``prompt``, unless a chunk decoded in one batch (not causal) has more rows than
+    ``n_ubatch``, the context's physical batch (then :class:`~llamapy.errors.MediaError`)."""
+    for span in prompt.media:
+        if not span.chunk.causal and span.chunk.n_tokens > n_ubatch:
+            raise MediaError(f"this model's media chunks of {span.chunk.n_tokens} rows are "
+                             f"decoded in one physical batch: start the server with "
+                             f"--ubatch-size {span.chunk.n_tokens} or more", reason="kind")
+    return prompt
+
+
+def no_projector() -> MediaError:
+    """The error for media sent to a model without a projector."""
+    return MediaError("this model takes no images or audio (it was loaded without a "
+                      "multimodal projector: --mmproj)", reason="no_projector")
 
 
 class MediaEncoder:

@@ -23,10 +23,10 @@ from ..engine.media import MediaPrompt
 from ..errors import (
     InvalidOptionError,
     LlamapyError,
-    MediaError,
     NotReadyError,
     NotRunningError,
 )
+from ..media.encoder import check_physical_batch, no_projector
 from ..runtime import Hosted, LoopState, PendingStreams, TickLoop
 from .calls import Call, ReadySignal, load_timeout_error, prepare_call
 from .intent import GenerationIntent, resolve_intent, revise_intent
@@ -233,18 +233,11 @@ class ServerCore:
         self._wait_loaded(timeout, timeout)
         encoder = self._loop.media
         if encoder is None:
-            raise MediaError("this model takes no images or audio (it was loaded without a "
-                             "multimodal projector: --mmproj)", reason="no_projector")
+            raise no_projector()
         prompt: MediaPrompt = encoder.prompt(text, media, self._start.engine,
                                              add_special=add_special,
                                              parse_special=parse_special)
-        n_ubatch = self._start.context.n_ubatch
-        for span in prompt.media:  # rows decoded together must fit one physical batch
-            if not span.chunk.causal and span.chunk.n_tokens > n_ubatch:
-                raise MediaError(f"this model's media chunks of {span.chunk.n_tokens} rows are "
-                                 f"decoded in one physical batch: start the server with "
-                                 f"--ubatch-size {span.chunk.n_tokens} or more", reason="kind")
-        return prompt
+        return check_physical_batch(prompt, self._start.context.n_ubatch)
 
     def cancel(self, request: Hashable) -> None:
         """Cancel a request (its id, or a stream this server returned), queued, running or
@@ -304,7 +297,8 @@ class ServerCore:
         check_shared(config)
         self._check_running()
         host = ServerHost(self._loop, self.wait_ready().model, self._start.context,
-                          self._start.engine.sampling, resolve_adapters(config.adapters))
+                          self._start.engine.sampling, resolve_adapters(config.adapters),
+                          media=self._loop.media, limits=self._start.engine)
         try:
             return Session(host, config)
         except BaseException:

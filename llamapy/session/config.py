@@ -172,12 +172,15 @@ class PrefixInput:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SuffixInput:
-    """The volatile tail (a diff, test output, the user's turn): ``text`` or ``token_ids``
-    (no BOS is added). ``manifest``, if given, must have the resident identity."""
+    """The volatile tail (a diff, test output, the user's turn, a screenshot): ``text`` or
+    ``token_ids`` (no BOS is added). ``media``: images (or audio) for a model served with a
+    projector, each standing where the next media marker (``<__media__>``) of ``text`` is.
+    ``manifest``, if given, must have the resident identity."""
 
     text: str | None = None
     token_ids: tuple[int, ...] | None = None
     manifest: ContextManifest | None = None
+    media: tuple[bytes, ...] = ()
 
     def __post_init__(self) -> None:
         if (self.text is None) == (self.token_ids is None):
@@ -185,6 +188,14 @@ class SuffixInput:
                                      option="text")
         if self.token_ids is not None:
             object.__setattr__(self, "token_ids", tuple(self.token_ids))
+        media = tuple(self.media)
+        if not all(isinstance(item, bytes | bytearray | memoryview) for item in media):
+            raise InvalidOptionError("SuffixInput.media holds the bytes of each item",
+                                     option="media")
+        if media and self.text is None:
+            raise InvalidOptionError("SuffixInput.media needs text with a media marker for "
+                                     "each item", option="media")
+        object.__setattr__(self, "media", tuple(bytes(item) for item in media))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -13,7 +13,7 @@ the engine's lease operations (:mod:`llamapy.engine.leases`).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -23,9 +23,12 @@ from llamapy._pins import LLAMA_CPP_COMMIT
 from llamapy.adapters import AdapterSet
 from llamapy.embeddings import Embedder
 from llamapy.engine.engine import Engine
+from llamapy.engine.media import MediaPrompt
 from llamapy.engine.options import SamplingParams
 from llamapy.errors import UnsupportedFeatureError
+from llamapy.media.encoder import check_physical_batch, no_projector
 from llamapy.options.context import KV_RUNTIME_KEYS
+from llamapy.options.limits import RequestLimits
 from llamapy.runtime import InlineRuntime, Runtime
 from llamapy.session.manifest import ContextManifest, file_digest, runtime_digest, sha256_hex
 
@@ -50,6 +53,9 @@ class SessionHost(Protocol):
     adapter_set: AdapterSet
 
     def tokenize(self, text: str, add_special: bool) -> list[int]: ...
+
+    def media_prompt(self, text: str, media: Sequence[bytes],
+                     add_special: bool) -> MediaPrompt: ...
 
     def detokenize(self, token_ids: list[int]) -> str: ...
 
@@ -109,13 +115,17 @@ class ServerHost:
 
     ``context`` is the hosting context's options (for the manifest and the embedder's thread
     count). ``owned`` are closed with the host, after the embedder (a standalone session's
-    private runtime).
+    private runtime). ``media`` is the served model's media encoder (None: no projector),
+    ``limits`` bound the media a suffix may send.
     """
 
     def __init__(self, runtime: Runtime, model: Model, context: Any, sampling: SamplingParams,
-                 adapter_set: AdapterSet, owned: tuple[Any, ...] = ()) -> None:
+                 adapter_set: AdapterSet, owned: tuple[Any, ...] = (), *, media: Any = None,
+                 limits: RequestLimits | None = None) -> None:
         self.runtime = runtime
         self.model = model
+        self._media, self._limits, self._n_ubatch = media, limits or RequestLimits(), \
+            context.n_ubatch
         self.sampling = sampling
         self.adapter_set = adapter_set
         self.add_bos = model.add_bos
@@ -138,6 +148,14 @@ class ServerHost:
     def tokenize(self, text: str, add_special: bool) -> list[int]:
         """Tokenize with the served model (special tokens parsed)."""
         return self.model.tokenize(text, add_special, True)
+
+    def media_prompt(self, text: str, media: Sequence[bytes],
+                     add_special: bool) -> MediaPrompt:
+        """``text`` with ``media`` (see :meth:`llamapy.server.Server.media_prompt`)."""
+        if self._media is None:
+            raise no_projector()
+        prompt = self._media.prompt(text, media, self._limits, add_special=add_special)
+        return check_physical_batch(prompt, self._n_ubatch)
 
     def detokenize(self, token_ids: list[int]) -> str:
         """Token ids to text (special tokens rendered)."""
@@ -167,7 +185,8 @@ class InlineHost:
     def __init__(self, engine: Engine, base_manifest: ContextManifest, *,
                  tokenize: Callable[[str, bool], list[int]] | None = None,
                  detokenize: Callable[[list[int]], str] | None = None, add_bos: bool = True,
-                 sampling: SamplingParams | None = None, adapter_set: AdapterSet = ()) -> None:
+                 sampling: SamplingParams | None = None, adapter_set: AdapterSet = (),
+                 media: Any = None) -> None:
         self.runtime = InlineRuntime(engine)
         self.base_manifest = base_manifest
         self.n_ctx = engine.n_ctx_seq
@@ -176,6 +195,17 @@ class InlineHost:
         self.adapter_set = adapter_set
         self._tokenize = tokenize
         self._detokenize = detokenize
+        self._media = media
+
+    def media_prompt(self, text: str, media: Sequence[bytes],
+                     add_special: bool) -> MediaPrompt:
+        """``text`` with ``media``, by the host's media encoder (``media``: a
+        :class:`~llamapy.media.FakeMediaEncoder` in tests)."""
+        if self._media is None:
+            raise no_projector()
+        prompt: MediaPrompt = self._media.prompt(text, media, RequestLimits(),
+                                                 add_special=add_special)
+        return prompt
 
     def tokenize(self, text: str, add_special: bool) -> list[int]:
         """Tokenize with the host's tokenizer."""

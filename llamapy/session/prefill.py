@@ -25,10 +25,11 @@ KV that cannot be read back, or that is neither, makes the session fatal
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from llamapy.engine.media import MediaSpan
 from llamapy.engine.request import DoneEvent, ProgressEvent, Request, RequestTimings
 from llamapy.errors import SessionFatalError
 from llamapy.runtime import AsyncRequestStream, RequestStream
@@ -81,6 +82,8 @@ class PrefillPlan:
     manifest: ContextManifest
     wipe: bool
     old: list[int]
+    #: The suffix's images and audio, placed in ``tokens`` (see ``SuffixInput.media``).
+    media: tuple[MediaSpan, ...] = ()
 
 
 class _Reporter:
@@ -127,7 +130,8 @@ class Prefills:
     if TYPE_CHECKING:  # defined by the session
         def _request(self, tokens: list[int], max_tokens: int, identity: str,
                      sampling: Any = None, speculative: Any = None,
-                     progress: bool = False) -> Request: ...
+                     progress: bool = False, request_id: Hashable | None = None,
+                     media: tuple[MediaSpan, ...] = ()) -> Request: ...
 
     def _prefill(self, plan: PrefillPlan, watch: CallWatch,
                  on_progress: ProgressCallback | None) -> RequestTimings:
@@ -184,7 +188,8 @@ class Prefills:
 
     def _prefill_request(self, plan: PrefillPlan) -> Request:
         self.num_prefill_calls += 1
-        return self._request(plan.tokens, 0, plan.manifest.identity_digest, progress=True)
+        return self._request(plan.tokens, 0, plan.manifest.identity_digest, progress=True,
+                             media=plan.media)
 
     def _wipe_fn(self, plan: PrefillPlan) -> Callable[[Engine], int]:
         """Drop the resident KV and re-file the slot under the new identity (a new manifest

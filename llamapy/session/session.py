@@ -23,6 +23,7 @@ import numpy as np
 
 from llamapy.engine.cache.ram import common_prefix
 from llamapy.engine.kv_ops import KvState
+from llamapy.engine.media import MediaSpan
 from llamapy.engine.options import RequestOptions
 from llamapy.engine.request import CacheKey, Request, RequestTimings
 from llamapy.errors import (
@@ -311,14 +312,21 @@ class Session(AsyncPrimitives, Prefills, DecodeStreams):
     def _plan_suffix(self, suffix: SuffixInput) -> PrefillPlan:
         if suffix.manifest is not None:
             self._manifest.compare(suffix.manifest)
-        tokens = list(suffix.token_ids) if suffix.token_ids is not None else \
-            self._host.tokenize(suffix.text or "", False)
         n_prefix = len(self._prefix)
+        media: tuple[MediaSpan, ...] = ()
+        if suffix.media:
+            prompt = self._host.media_prompt(suffix.text or "", suffix.media, False)
+            tokens = list(prompt)
+            media = tuple(MediaSpan(span.start + n_prefix, span.chunk) for span in prompt.media)
+        elif suffix.token_ids is not None:
+            tokens = list(suffix.token_ids)
+        else:
+            tokens = self._host.tokenize(suffix.text or "", False)
         if n_prefix + len(tokens) > self.n_ctx:
             raise ContextOverflowError(stage="prefill_suffix", resident_tokens=n_prefix,
                                        additional_tokens=len(tokens), n_ctx=self.n_ctx)
         return PrefillPlan("prefill_suffix", self._prefix + tokens, n_prefix, self._manifest,
-                           False, self.resident)
+                           False, self.resident, media)
 
     def _snapshot_of(self, state: KvState) -> SessionSnapshot:
         resident, kv = self.resident, list(state.token_ids)
@@ -354,14 +362,15 @@ class Session(AsyncPrimitives, Prefills, DecodeStreams):
 
     def _request(self, tokens: list[int], max_tokens: int, identity: str,
                  sampling: Any = None, speculative: Any = None,
-                 progress: bool = False, request_id: Hashable | None = None) -> Request:
+                 progress: bool = False, request_id: Hashable | None = None,
+                 media: tuple[MediaSpan, ...] = ()) -> Request:
         options = RequestOptions(max_tokens=max_tokens, cache_scope=self.config.cache_scope,
                                  adapters=self._host.adapter_set, speculative=speculative,
                                  return_progress=progress,
                                  **({} if sampling is None else {"sampling": sampling}))
         return Request(request_id=new_request_id() if request_id is None else request_id,
                        token_ids=tokens, options=options,
-                       cache_identity=identity, lease_id=self._lease)
+                       cache_identity=identity, lease_id=self._lease, media=media)
 
 
 def prefix_status(plan: PrefillPlan, timings: RequestTimings) -> PrefixStatus:

@@ -25,6 +25,7 @@ import contextlib
 from collections.abc import AsyncIterator, Hashable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from llamapy.engine.media import MediaSpan
 from llamapy.engine.request import DoneEvent, ErrorEvent, Event, FinishReason, Request, TokenEvent
 from llamapy.errors import (
     ContextOverflowError,
@@ -285,8 +286,8 @@ class DecodeStreams:
 
         def _request(self, tokens: list[int], max_tokens: int, identity: str,
                      sampling: Any = None, speculative: Any = None,
-                     progress: bool = False, request_id: Hashable | None = None
-                     ) -> Request: ...
+                     progress: bool = False, request_id: Hashable | None = None,
+                     media: tuple[MediaSpan, ...] = ()) -> Request: ...
 
     def _decode_request(self, config: DecodeConfig, request_id: Hashable | None = None, *,
                         read_back: bool = True) -> tuple[Request, DecodeRun]:
