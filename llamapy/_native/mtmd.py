@@ -78,8 +78,9 @@ class Projector(Owned):
         return bool(media_lib().mtmd_decode_use_mrope(self.ptr))
 
     def bitmap(self, data: bytes) -> Bitmap:
-        """Decode an image (PNG, JPEG, ... as stb_image reads them) or an audio file (WAV, MP3,
-        FLAC) from ``data``. :class:`~llamapy.errors.MediaError` when it is neither."""
+        """Decode an image (PNG, JPEG, ... as stb_image reads them) from ``data`` (audio:
+        :meth:`audio_bitmap`, from samples read in Python: libmtmd's reader trusts a file's
+        header for its buffer's size). :class:`~llamapy.errors.MediaError` when it is not."""
         lib, ffi = media_lib(), native().ffi
         opt = lib.mtmd_helper_init_opt_default()
         buf = ffi.from_buffer("unsigned char[]", data)
@@ -94,6 +95,19 @@ class Projector(Owned):
             raise MediaError("the media could not be decoded: " + _logging.captured_message(
                 lines, "not an image or audio file libmtmd reads"), reason="decode")
         return Bitmap(wrapper.bitmap)
+
+    def audio_bitmap(self, samples: Any) -> Bitmap:
+        """A bitmap of mono float32 ``samples`` (a numpy array) at
+        :attr:`audio_sample_rate`."""
+        import numpy as np
+
+        ffi = native().ffi
+        data = np.ascontiguousarray(samples, dtype=np.float32)
+        if data.ndim != 1 or len(data) < 2:
+            raise MediaError("audio: expected at least two mono samples", reason="format")
+        ptr = media_lib().mtmd_bitmap_init_from_audio(
+            len(data), ffi.cast("const float *", ffi.from_buffer(data)))
+        return Bitmap(not_null(ptr, lambda: MediaError("audio: no bitmap", reason="decode")))
 
     def tokenize(self, text: str, bitmaps: Sequence[Bitmap], *, add_special: bool = True,
                  parse_special: bool = True) -> MediaChunks:

@@ -145,6 +145,17 @@ class QueueFullError(LlamapyError):
         super().__init__(f"request queue is full (max_queue={max_queue})")
 
 
+class MediaBusyError(QueueFullError):
+    """The model's media encoder has ``max_queue`` requests waiting for it already (or one
+    waited past its bound): nothing was encoded. Images are encoded one request at a time, and
+    the requests waiting for it hold the server's worker threads."""
+
+    def __init__(self, max_queue: int) -> None:
+        QueueFullError.__init__(self, max_queue)
+        self.args = (f"the media encoder is busy ({max_queue} requests wait for it): "
+                     "retry later",)
+
+
 class TenantBusyError(QueueFullError):
     """The request's tenant already holds ``tenant_max_requests`` queued or running requests;
     nothing was queued, and other tenants are still admitted. A :class:`QueueFullError` (429,

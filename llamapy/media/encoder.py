@@ -16,19 +16,27 @@ projector never answers for another's. Encoded chunks are kept in a byte-bounded
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from llamapy._native import Model
 from llamapy._native.mtmd import MediaChunks, Projector
 from llamapy.engine.media import MediaChunk, MediaPrompt, MediaSpan
-from llamapy.errors import MediaError, UnsupportedFeatureError
+from llamapy.errors import (
+    ContextOverflowError,
+    MediaBusyError,
+    MediaError,
+    UnsupportedFeatureError,
+)
 from llamapy.fingerprint import model_fingerprint
 from llamapy.options.limits import RequestLimits
 
+from .audio import wav_samples
 from .probe import MediaInfo, probe
 
 __all__ = ["MediaEncoder", "check_media_items", "check_physical_batch"]
@@ -93,6 +101,8 @@ class MediaEncoder:
         self.vision = projector.supports_vision
         self.audio = projector.supports_audio
         self._lock = threading.Lock()
+        self._waiting_lock = threading.Lock()
+        self._waiting = 0
         self._cache: OrderedDict[bytes, MediaChunk] = OrderedDict()
         self._cache_bytes = cache_bytes
         self._held = 0
@@ -124,26 +134,67 @@ class MediaEncoder:
         return check_media_items(media, limits, self.modalities)
 
     def prompt(self, text: str, media: Sequence[bytes], limits: RequestLimits, *,
-               add_special: bool = True, parse_special: bool = True) -> MediaPrompt:
+               add_special: bool = True, parse_special: bool = True,
+               max_tokens: int | None = None) -> MediaPrompt:
         """Tokenize ``text``, where each :attr:`marker` stands for the next item of ``media``,
         and encode the media (or take it from the cache). :class:`~llamapy.errors.MediaError`
-        for media refused by :meth:`check`, undecodable, or not matching the markers."""
-        self.check(media, limits)
+        for media refused by :meth:`check`, undecodable, or not matching the markers;
+        ``ContextOverflowError`` for a prompt of more than ``max_tokens``, before anything is
+        encoded; :class:`~llamapy.errors.MediaBusyError` when :attr:`max_waiting` requests
+        wait for the encoder already, or this one waited :attr:`wait_s`."""
+        infos = self.check(media, limits)
+        rate = self._projector.audio_sample_rate
+        audio = [wav_samples(data, rate, limits.max_media_seconds) if info.kind == "audio"
+                 else None for data, info in zip(media, infos, strict=True)]
         digests = [self._digest(data) for data in media]
-        with self._lock:
-            bitmaps = []
-            try:
-                for data, digest in zip(media, digests, strict=True):
-                    bitmap = self._projector.bitmap(data)
-                    bitmaps.append(bitmap)
-                    bitmap.set_id(digest.hex())
-                chunks = self._projector.tokenize(text, bitmaps, add_special=add_special,
-                                                  parse_special=parse_special)
-            finally:
-                for bitmap in bitmaps:
-                    bitmap.close()
+        with self._turn():
+            chunks = self._tokenize(text, media, audio, digests, add_special, parse_special)
             with chunks:
+                total = sum(info.n_tokens for info in chunks.items)
+                if max_tokens is not None and total > max_tokens:
+                    raise ContextOverflowError(stage="admit", resident_tokens=0,
+                                               additional_tokens=total, n_ctx=max_tokens)
                 return self._assemble(chunks)
+
+    #: Requests that may wait for the encoder at once (each holds a worker thread).
+    max_waiting = 4
+    #: Seconds one request waits for the encoder at most.
+    wait_s = 60.0
+
+    @contextlib.contextmanager
+    def _turn(self) -> Iterator[None]:
+        """Hold the encoder (see :meth:`prompt` for the bounds on waiting)."""
+        with self._waiting_lock:
+            if self._waiting >= self.max_waiting:
+                raise MediaBusyError(self.max_waiting)
+            self._waiting += 1
+        try:
+            acquired = self._lock.acquire(timeout=self.wait_s)
+        finally:
+            with self._waiting_lock:
+                self._waiting -= 1
+        if not acquired:
+            raise MediaBusyError(self.max_waiting)
+        try:
+            yield
+        finally:
+            self._lock.release()
+
+    def _tokenize(self, text: str, media: Sequence[bytes], audio: list[Any],
+                  digests: list[bytes], add_special: bool, parse_special: bool) -> MediaChunks:
+        """The chunks of ``text`` with its media (under the encoder's lock)."""
+        bitmaps = []
+        try:
+            for data, samples, digest in zip(media, audio, digests, strict=True):
+                bitmap = (self._projector.bitmap(data) if samples is None
+                          else self._projector.audio_bitmap(samples))
+                bitmaps.append(bitmap)
+                bitmap.set_id(digest.hex())
+            return self._projector.tokenize(text, bitmaps, add_special=add_special,
+                                            parse_special=parse_special)
+        finally:
+            for bitmap in bitmaps:
+                bitmap.close()
 
     def _digest(self, data: bytes) -> bytes:
         return hashlib.sha256(f"llamapy-media\x00{self.identity}\x00".encode() + data).digest()

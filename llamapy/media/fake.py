@@ -10,9 +10,10 @@ from collections.abc import Callable, Sequence
 
 from llamapy.engine.fake.media import fake_media_chunk
 from llamapy.engine.media import MediaPrompt, MediaSpan
-from llamapy.errors import MediaError
+from llamapy.errors import ContextOverflowError, MediaError
 from llamapy.options.limits import RequestLimits
 
+from .audio import wav_samples
 from .encoder import check_media_items
 
 __all__ = ["FakeMediaEncoder"]
@@ -43,9 +44,13 @@ class FakeMediaEncoder:
         """Nothing to free."""
 
     def prompt(self, text: str, media: Sequence[bytes], limits: RequestLimits, *,
-               add_special: bool = True, parse_special: bool = True) -> MediaPrompt:
-        """See :meth:`MediaEncoder.prompt`."""
+               add_special: bool = True, parse_special: bool = True,
+               max_tokens: int | None = None) -> MediaPrompt:
+        """See :meth:`MediaEncoder.prompt` (audio is read as the real encoder reads it)."""
         infos = check_media_items(media, limits, self.modalities)
+        for data, info in zip(media, infos, strict=True):
+            if info.kind == "audio":
+                wav_samples(data, 16000, limits.max_media_seconds)
         pieces = text.split(self.marker)
         if len(pieces) != len(media) + 1:
             raise MediaError(f"the prompt has {len(pieces) - 1} media markers for "
@@ -58,4 +63,7 @@ class FakeMediaEncoder:
             spans.append(MediaSpan(len(token_ids), chunk))
             token_ids += chunk.token_ids
             token_ids += self._tokenize(piece, False, parse_special)
+        if max_tokens is not None and len(token_ids) > max_tokens:
+            raise ContextOverflowError(stage="admit", resident_tokens=0,
+                                       additional_tokens=len(token_ids), n_ctx=max_tokens)
         return MediaPrompt(token_ids, spans)

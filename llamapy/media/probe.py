@@ -11,6 +11,7 @@ header, and refuses every format it does not know.
 from __future__ import annotations
 
 import struct
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,8 +42,8 @@ class MediaInfo:
 
 def probe(data: bytes) -> MediaInfo:
     """The kind, format and size of ``data``; :class:`~llamapy.errors.MediaError` (reason
-    ``"format"``) for anything but PNG, JPEG, GIF, BMP, WAV, MP3 and FLAC, or a header that
-    does not hold together."""
+    ``"format"``) for anything but PNG, JPEG, GIF, BMP and WAV, or a header that does not hold
+    together."""
     head = data[:16]
     if head.startswith(b"\x89PNG\r\n\x1a\n"):
         return _png(data)
@@ -56,12 +57,12 @@ def probe(data: bytes) -> MediaInfo:
         return _image("bmp", width, abs(height))
     if head.startswith(b"RIFF") and head[8:12] == b"WAVE":
         return MediaInfo("audio", "wav")
-    if head.startswith(b"fLaC"):
-        return MediaInfo("audio", "flac")
-    if head.startswith(b"ID3") or (len(head) > 1 and head[0] == 0xFF and head[1] & 0xE0 == 0xE0):
-        return MediaInfo("audio", "mp3")
-    raise MediaError("unsupported media: send a PNG, JPEG, GIF or BMP image, or WAV, MP3 or "
-                     "FLAC audio", reason="format")
+    if head.startswith(b"fLaC") or head.startswith(b"ID3") or (
+            len(head) > 1 and head[0] == 0xFF and head[1] & 0xE0 == 0xE0):
+        raise MediaError("unsupported audio: MP3 and FLAC are not read here; send PCM WAV",
+                         reason="format")
+    raise MediaError("unsupported media: send a PNG, JPEG, GIF or BMP image, or PCM WAV audio",
+                     reason="format")
 
 
 def _unpack(fmt: str, data: bytes, at: int, name: str) -> tuple[Any, ...]:
@@ -79,10 +80,41 @@ def _image(name: str, width: int, height: int) -> MediaInfo:
 
 def _png(data: bytes) -> MediaInfo:
     length, tag = _unpack(">I4s", data, 8, "png")
-    if tag != b"IHDR" or length < 8:
+    if tag != b"IHDR" or length < 13:
         raise MediaError("png without its IHDR header", reason="format")
-    width, height = _unpack(">II", data, 16, "png")
-    return _image("png", width, height)
+    width, height, depth, color = _unpack(">IIBB", data, 16, "png")
+    info = _image("png", width, height)
+    channels = _PNG_CHANNELS.get(color, 4)
+    row = (width * channels * depth + 7) // 8 + 1
+    _check_inflated(data, height * row + 14 * height + 64)
+    return info
+
+
+#: Samples per pixel of each PNG colour type.
+_PNG_CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}
+
+
+def _check_inflated(data: bytes, bound: int) -> None:
+    """Refuse a PNG whose image data inflates past ``bound`` bytes (what its header's size
+    allows, interlacing included): stb_image inflates all of it whatever the header says, so
+    a megabyte of zeros would cost a gigabyte. Inflated a megabyte at a time and dropped."""
+    inflater, total, at = zlib.decompressobj(), 0, 8
+    while at + 8 <= len(data):
+        (length, tag), body = _unpack(">I4s", data, at, "png"), at + 8
+        if tag == b"IDAT":
+            chunk = data[body:body + length]
+            while chunk:
+                try:
+                    total += len(inflater.decompress(chunk, 1 << 20))
+                except zlib.error:
+                    raise MediaError("png image data does not inflate", reason="format") from None
+                if total > bound:
+                    raise MediaError("png image data inflates past its size: refused",
+                                     reason="too_large")
+                chunk = inflater.unconsumed_tail
+        elif tag == b"IEND":
+            return
+        at = body + length + 4
 
 
 def _jpeg(data: bytes) -> MediaInfo:

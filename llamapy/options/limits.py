@@ -53,6 +53,7 @@ class RequestLimits:
     max_media_items: int = option(16, "most images and audio clips per request")
     max_media_bytes: int = option(20 * 1024 * 1024, "largest image or audio file per item, in "
                                   "bytes (decoded: base64 and data URLs count what they hold)")
+    max_media_seconds: int = option(600, "longest audio clip per item, in seconds")
     max_media_pixels: int = option(1 << 25, "largest image per item, in pixels (width times "
                                    "height, read from its header before it is decoded)")
     max_sample_ms: int = option(1000, "a request whose sampler takes longer than this for "

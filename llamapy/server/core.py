@@ -236,7 +236,8 @@ class ServerCore:
             raise no_projector()
         prompt: MediaPrompt = encoder.prompt(text, media, self._start.engine,
                                              add_special=add_special,
-                                             parse_special=parse_special)
+                                             parse_special=parse_special,
+                                             max_tokens=self._loop.n_ctx_seq or None)
         return check_physical_batch(prompt, self._start.context.n_ubatch)
 
     def cancel(self, request: Hashable) -> None:

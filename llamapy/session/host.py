@@ -154,7 +154,8 @@ class ServerHost:
         """``text`` with ``media`` (see :meth:`llamapy.server.Server.media_prompt`)."""
         if self._media is None:
             raise no_projector()
-        prompt = self._media.prompt(text, media, self._limits, add_special=add_special)
+        prompt = self._media.prompt(text, media, self._limits, add_special=add_special,
+                                    max_tokens=self.n_ctx)
         return check_physical_batch(prompt, self._n_ubatch)
 
     def detokenize(self, token_ids: list[int]) -> str:
