@@ -17,7 +17,8 @@ from pathlib import Path
 
 from llamapy.errors import MediaError
 
-__all__ = ["REMOTE_TIMEOUT_S", "MediaFetch", "media_from_base64", "media_from_url"]
+__all__ = ["REMOTE_TIMEOUT_S", "MediaBudget", "MediaFetch", "media_from_base64",
+           "media_from_url"]
 
 #: Seconds a remote media download may take in all (llama-server's 10).
 REMOTE_TIMEOUT_S = 10.0
@@ -32,6 +33,21 @@ class MediaFetch:
     remote: bool = False
     folder: str | None = None
     timeout_s: float = REMOTE_TIMEOUT_S
+
+
+@dataclass(slots=True)
+class MediaBudget:
+    """The media one HTTP request may send, all its prompts and inputs together."""
+
+    max_items: int
+    used: int = 0
+
+    def take(self) -> None:
+        """Count one more item; :class:`~llamapy.errors.MediaError` past ``max_items``."""
+        self.used += 1
+        if self.used > self.max_items:
+            raise MediaError(f"at most {self.max_items} images and audio clips per request",
+                             reason="too_many")
 
 
 def media_from_base64(data: object, max_bytes: int, where: str) -> bytes:

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from llamapy.errors import MediaError
-from llamapy.media.sources import MediaFetch, media_from_base64, media_from_url
+from llamapy.media.sources import MediaBudget, MediaFetch, media_from_base64, media_from_url
 from llamapy.options.limits import RequestLimits
 
 __all__ = ["MEDIA_MARKER", "MEDIA_PART_TYPES", "take_media"]
@@ -26,14 +26,16 @@ MEDIA_PART_TYPES = frozenset({"image_url", "input_audio"})
 
 
 def take_media(messages: tuple[Mapping[str, Any], ...], limits: RequestLimits,
-               fetch: MediaFetch | None = None
+               fetch: MediaFetch | None = None, budget: MediaBudget | None = None
                ) -> tuple[tuple[Mapping[str, Any], ...], list[bytes]]:
     """``messages`` with each media part replaced by a marker part, and the media's bytes in
     order (the messages as they are when they hold none); ``fetch`` says where else than the
     request media may come from (default: nowhere). :class:`~llamapy.errors.MediaError` for
     media that cannot be read or is past ``limits`` (count and bytes; formats and pixels are
-    checked when it is encoded)."""
+    checked when it is encoded); ``budget`` counts the items of a request that holds several
+    conversations."""
     fetch = fetch or MediaFetch(limits.max_media_bytes)
+    budget = budget or MediaBudget(limits.max_media_items)
     media: list[bytes] = []
     out = []
     for i, message in enumerate(messages):
@@ -44,9 +46,7 @@ def take_media(messages: tuple[Mapping[str, Any], ...], limits: RequestLimits,
         parts = []
         for j, part in enumerate(content):
             if _is_media(part):
-                if len(media) >= limits.max_media_items:
-                    raise MediaError(f"at most {limits.max_media_items} images and audio "
-                                     "clips per request", reason="too_many")
+                budget.take()
                 media.append(_bytes(part, fetch, f"messages[{i}].content[{j}]"))
                 part = {"type": "media_marker", "text": MEDIA_MARKER}
             parts.append(part)

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..errors import InvalidOptionError, MediaError
-from ..media.sources import media_from_base64
+from ..errors import InvalidOptionError
+from ..media.sources import MediaBudget, media_from_base64
 from .completions import check_token_ids
 from .target import ServedModel
 
@@ -35,19 +35,21 @@ def native_prompts(served: ServedModel, prompt: object) -> list[tuple[Sequence[i
     if not items:
         raise InvalidOptionError("prompt must not be empty", option="prompt")
     served.server.check_fits_at_once(len(items))  # before any is tokenized
-    return [_one(served, item) for item in items]
+    budget = MediaBudget(served.limits.max_media_items)  # all the prompts together
+    return [_one(served, item, budget) for item in items]
 
 
 def _is_id(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _one(served: ServedModel, prompt: object) -> tuple[Sequence[int], str]:
+def _one(served: ServedModel, prompt: object, budget: MediaBudget
+         ) -> tuple[Sequence[int], str]:
     """One prompt: a string, token ids, a mixed list or a ``prompt_string`` object."""
     if isinstance(prompt, Mapping) and PROMPT_STRING_KEY in prompt:
         if prompt.get(MULTIMODAL_KEY):
             text = prompt[PROMPT_STRING_KEY]
-            return media_input(served, text, prompt[MULTIMODAL_KEY]), str(text)
+            return media_input(served, text, prompt[MULTIMODAL_KEY], budget=budget), str(text)
         prompt = prompt[PROMPT_STRING_KEY]
     if isinstance(prompt, str):
         if not prompt:
@@ -63,7 +65,7 @@ def _one(served: ServedModel, prompt: object) -> tuple[Sequence[int], str]:
 
 
 def media_input(served: ServedModel, text: object, data: object, *,
-                parse_special: bool = True) -> Sequence[int]:
+                parse_special: bool = True, budget: MediaBudget) -> Sequence[int]:
     """A ``prompt_string`` with its ``multimodal_data`` (base64 items, one per marker) as the
     projector's prompt (``parse_special``: the prompt's special tokens are parsed, as a
     completion's are; an embedding input's are not)."""
@@ -73,12 +75,11 @@ def media_input(served: ServedModel, text: object, data: object, *,
     if not isinstance(data, list):
         raise InvalidOptionError("multimodal_data must be a list of base64 strings",
                                  option=MULTIMODAL_KEY)
-    limits = served.limits
-    if len(data) > limits.max_media_items:
-        raise MediaError(f"at most {limits.max_media_items} images and audio clips per "
-                         "request", reason="too_many")
-    media = [media_from_base64(item, limits.max_media_bytes, f"{MULTIMODAL_KEY}[{i}]")
-             for i, item in enumerate(data)]
+    media = []
+    for i, item in enumerate(data):
+        budget.take()
+        media.append(media_from_base64(item, served.limits.max_media_bytes,
+                                       f"{MULTIMODAL_KEY}[{i}]"))
     if parse_special:
         return served.tokenize_prompt(text, media)
     return served.server.media_prompt(text, media, parse_special=False)

@@ -252,3 +252,13 @@ def test_a_slow_remote_image_is_cut_at_the_time_limit(stand_in: str) -> None:
         media_from_url(f"{stand_in}/slow.png", MediaFetch(10_000, remote=True, timeout_s=0.5),
                        "image")
     assert time.monotonic() - started < 3
+
+
+def test_the_media_limit_counts_every_prompt_of_a_request() -> None:
+    with FakeApp(options={"mmproj": "fake", "max_media_items": 1}) as app:
+        one = {"prompt_string": "a <__media__> b", "multimodal_data": [b64(RED)]}
+        assert app.send("POST", "/completion", json={"prompt": one, "n_predict": 1}
+                        ).status_code == 200
+        both = app.send("POST", "/completion", json={"prompt": [one, one], "n_predict": 1})
+        assert both.status_code == 400 and "at most 1" in both.json()["error"]["message"]
+        app.check_idle()

@@ -20,6 +20,7 @@ from starlette.requests import Request
 
 from ...embeddings import Embedder
 from ...errors import InvalidOptionError, UnsupportedFeatureError
+from ...media.sources import MediaBudget
 from ...openai_api import ServedModel
 from ...openai_api.completions import check_token_ids
 from ...openai_api.media_parts import take_media
@@ -46,7 +47,8 @@ def embedding_inputs(served: ServedModel, value: object) -> list[Sequence[int]]:
     if len(items) > limit:
         raise InvalidOptionError(f"input: at most {limit} inputs per request, got {len(items)}",
                                  option="input")
-    inputs = [_entry(served, item) for item in items]
+    budget = MediaBudget(served.limits.max_media_items)  # all the inputs together
+    inputs = [_entry(served, item, budget) for item in items]
     check_embedding_tokens(inputs, served.server.start_options.engine)
     return inputs
 
@@ -55,15 +57,15 @@ def _is_id(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _entry(served: ServedModel, item: object) -> Sequence[int]:
+def _entry(served: ServedModel, item: object, budget: MediaBudget) -> Sequence[int]:
     """One input's tokens (strings as :meth:`Embedder.tokenize` reads them; in a mixed list,
     special tokens only before a leading string); with media (``multimodal_data``, or image
     parts in ``content``), the prompt of the model's projector."""
     if isinstance(item, Mapping) and item.get(MULTIMODAL_KEY):
         return media_input(served, item.get(PROMPT_STRING_KEY), item[MULTIMODAL_KEY],
-                           parse_special=False)
+                           parse_special=False, budget=budget)
     if isinstance(item, Mapping) and PROMPT_STRING_KEY not in item:
-        text, media = _content(served, item)
+        text, media = _content(served, item, budget)
         if media:
             return served.server.media_prompt(text, media, parse_special=False)
         item = text
@@ -82,13 +84,14 @@ def _entry(served: ServedModel, item: object) -> Sequence[int]:
                              "objects", option="input")
 
 
-def _content(served: ServedModel, item: Mapping[str, Any]) -> tuple[str, list[bytes]]:
+def _content(served: ServedModel, item: Mapping[str, Any], budget: MediaBudget
+             ) -> tuple[str, list[bytes]]:
     """llama-server's ``{"content": [{"type": "text", "text": ...}, ...]}`` input item as its
     text (the parts joined, each image or audio part a media marker) and its media."""
     content = item.get("content")
     if isinstance(content, list) and content:
         (message,), media = take_media(({"content": content},), served.limits,
-                                       served.media_fetch)
+                                       served.media_fetch, budget)
         parts = message["content"]
         if all(isinstance(p, Mapping) and p.get("type") in ("text", "media_marker")
                and isinstance(p.get("text"), str) for p in parts):
