@@ -9,9 +9,10 @@ the server fetches nothing a request names unless told to), within ``max_bytes``
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
-import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -107,25 +108,42 @@ def _local(name: str, fetch: MediaFetch, where: str) -> bytes:
 
 
 def _download(url: str, fetch: MediaFetch, where: str) -> bytes:
-    """GET ``url`` within ``fetch.max_bytes`` and ``fetch.timeout_s`` in all."""
+    """GET ``url`` within ``fetch.max_bytes`` and ``fetch.timeout_s`` for the whole download
+    (headers included: an event loop's deadline cancels whatever read is under way; a
+    per-read timeout would let a server that sends a byte now and then hold the thread)."""
+    work = _adownload(url, fetch, where)
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # the usual case: a worker thread
+        return asyncio.run(work)
+    with ThreadPoolExecutor(1) as pool:  # called on an event loop's thread: not that loop
+        return pool.submit(asyncio.run, work).result()
+
+
+async def _adownload(url: str, fetch: MediaFetch, where: str) -> bytes:
+    try:
+        return await asyncio.wait_for(_get(url, fetch, where), fetch.timeout_s)
+    except TimeoutError:
+        raise MediaError(f"{where}: fetching the media took longer than {fetch.timeout_s:g} s",
+                         reason="remote") from None
+
+
+async def _get(url: str, fetch: MediaFetch, where: str) -> bytes:
     import httpx
 
-    deadline = time.monotonic() + fetch.timeout_s
     data = bytearray()
     try:
-        with httpx.Client(timeout=fetch.timeout_s, follow_redirects=True,
-                          max_redirects=3) as client, client.stream("GET", url) as response:
+        async with httpx.AsyncClient(timeout=fetch.timeout_s, follow_redirects=True,
+                                     max_redirects=3) as client, \
+                client.stream("GET", url) as response:
             if not 200 <= response.status_code < 300:
                 raise MediaError(f"{where}: fetching the media failed: HTTP "
                                  f"{response.status_code}", reason="remote")
-            for chunk in response.iter_bytes():
+            async for chunk in response.aiter_bytes():
                 data += chunk
                 if len(data) > fetch.max_bytes:
                     raise MediaError(f"{where}: the media is larger than the "
                                      f"{fetch.max_bytes} bytes allowed", reason="too_large")
-                if time.monotonic() > deadline:
-                    raise MediaError(f"{where}: fetching the media took longer than "
-                                     f"{fetch.timeout_s:g} s", reason="remote")
     except httpx.HTTPError as exc:
         raise MediaError(f"{where}: fetching the media failed: {type(exc).__name__}",
                          reason="remote") from None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import http.server
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -262,3 +263,30 @@ def test_the_media_limit_counts_every_prompt_of_a_request() -> None:
         both = app.send("POST", "/completion", json={"prompt": [one, one], "n_predict": 1})
         assert both.status_code == 400 and "at most 1" in both.json()["error"]["message"]
         app.check_idle()
+
+
+def test_a_remote_image_trickling_its_headers_is_cut_at_the_time_limit() -> None:
+    """A server that sends its headers a byte at a time: the limit is on the whole download,
+    not on each read."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+
+    def trickle() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(1024)
+            for byte in b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n":
+                try:
+                    conn.send(bytes([byte]))
+                except OSError:
+                    return
+                time.sleep(0.2)
+
+    threading.Thread(target=trickle, daemon=True).start()
+    started = time.monotonic()
+    with pytest.raises(MediaError, match="longer than"):
+        media_from_url(f"http://127.0.0.1:{listener.getsockname()[1]}/x.png",
+                       MediaFetch(10_000, remote=True, timeout_s=0.6), "image")
+    assert time.monotonic() - started < 2
+    listener.close()
