@@ -222,6 +222,16 @@ class LlamaBackend:
         """Vocabulary size."""
         return self.model.n_vocab
 
+    @property
+    def n_ubatch(self) -> int:
+        """Rows of one physical batch."""
+        return self.ctx.n_ubatch
+
+    @property
+    def media_width(self) -> int:
+        """Floats in a media row (the model's input embedding width)."""
+        return self.model.n_embd_inp
+
     # --- compute ------------------------------------------------------------------------------
 
     def decode(self, plan: BatchPlan) -> None:
@@ -231,17 +241,17 @@ class LlamaBackend:
         if plan.adapter_set != self._adapter_set:
             self._apply_adapters(plan.adapter_set)
         media = [seg for seg in plan.segments if seg.media is not None]
-        if media:
-            self._decode_media(media)
         batch = self._batch
         batch.clear()
         for seg in plan.segments:
             if seg.media is None:
                 batch.add(seg.seq_id, seg.start_pos, seg.token_ids, seg.logits, seg.n_outputs)
         try:
+            if media:
+                self._decode_media(media)
             self.ctx.decode(batch)
         except DecodeError:
-            for seg in media:  # the plan failed as a whole: its media rows go too
+            for seg in media:  # the plan failed as a whole: the media rows it wrote go too
                 self.ctx.seq_rm(seg.seq_id, seg.start_pos, -1)
             raise
 
@@ -275,8 +285,10 @@ class LlamaBackend:
     def _check(self, plan: BatchPlan) -> None:
         """The contract's batch rules, checked before libllama sees the batch (it accepts a
         sequence that does not continue at ``pos_max + 1``; the engine never sends one)."""
-        if max(plan.decodes(), default=0) > self.ctx.n_batch:
-            raise InvalidBatchError()
+        if max(plan.decodes(), default=0) > self.ctx.n_batch or any(
+                seg.media is not None and not seg.media.chunk.causal
+                and len(seg.token_ids) > self.ctx.n_ubatch for seg in plan.segments):
+            raise InvalidBatchError()  # (bidirectional rows past a ubatch: llama.cpp asserts)
         next_pos: dict[int, int] = {}
         for seg in plan.segments:
             if not 0 <= seg.seq_id < self.ctx.n_seq_max:

@@ -54,7 +54,7 @@ def check_request(request: Request, backend: Backend, pool: SlotPool,
         raise InvalidOptionError(f"request id {request.request_id!r} is already active",
                                  option="request_id")
     prompt = _tokens(request, backend, request.options.max_tokens > 0,
-                     min(config.n_batch, backend.n_batch), pool)
+                     min(config.n_batch, backend.n_batch, backend.n_ubatch), pool)
     if not prompt and request.options.max_tokens > 0:
         raise InvalidOptionError("empty prompt", option="token_ids")
     _check_fits(request, prompt, backend, pool)
@@ -72,7 +72,7 @@ def _tokens(request: Request, backend: Backend, samples: bool, n_batch: int,
         raise InvalidOptionError("request.media must be a tuple of MediaSpan", option="media")
     if request.media or (prompt and min(prompt) < 0 and request.lease_id is not None):
         check_media(prompt, request.media, n_vocab, samples, n_batch,
-                    _held(request, prompt, pool))
+                    _held(request, prompt, pool), backend.media_width)
     elif prompt and (min(prompt) < 0 or max(prompt) >= n_vocab):
         raise InvalidOptionError(f"token ids must be in [0, {n_vocab})", option="token_ids")
     return prompt

@@ -195,6 +195,16 @@ class Backend(Protocol):
         ...
 
     @property
+    def n_ubatch(self) -> int:
+        """Rows of one physical batch (a media chunk that is not causal must fit one)."""
+        ...
+
+    @property
+    def media_width(self) -> int:
+        """Floats in one media row (the model's input embedding width)."""
+        ...
+
+    @property
     def kv_unified(self) -> bool:
         """One KV buffer shared by all sequences (enables metadata-only ``seq_cp``)."""
         ...

@@ -122,17 +122,21 @@ class MediaRows:
 
 
 def check_media(prompt: Sequence[int], spans: Sequence[MediaSpan], n_vocab: int,
-                samples: bool, n_batch: int, held: int = 0) -> None:
+                samples: bool, n_batch: int, held: int = 0, width: int | None = None) -> None:
     """``InvalidOptionError`` unless every negative id of ``prompt`` belongs to one of
-    ``spans`` (sorted, disjoint, each holding its chunk's ids; one that is not causal within
-    ``n_batch`` rows) or to its first ``held`` ids (KV a leased slot already holds: they are
-    not decoded again), every other id is in ``[0, n_vocab)``, and (when the request samples)
-    the prompt ends with text."""
+    ``spans`` (sorted, disjoint, each holding its chunk's ids, rows ``width`` wide; one that is
+    not causal within ``n_batch`` rows, the smaller of the decode's and a physical batch's) or
+    to its first ``held`` ids (KV a leased slot already holds: they are not decoded again),
+    every other id is in ``[0, n_vocab)``, and (when the request samples) the prompt ends with
+    text."""
     at = held if not spans else 0
     for span in spans:
         if not isinstance(span, MediaSpan) or span.start < at or span.end > len(prompt):
             raise InvalidOptionError("media spans must be sorted, disjoint and inside the "
                                      "prompt", option="media")
+        if width is not None and span.chunk.width != width:
+            raise InvalidOptionError(f"a media chunk's rows are {span.chunk.width} wide, this "
+                                     f"model's {width}", option="media")
         if not span.chunk.causal and span.chunk.n_tokens > n_batch:
             raise InvalidOptionError(
                 f"a media chunk of {span.chunk.n_tokens} rows is decoded in one batch: raise "

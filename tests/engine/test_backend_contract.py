@@ -192,3 +192,35 @@ def test_cost_model_advances_the_sim_clock():
     backend = FakeBackend(n_ctx=16, n_seq_max=1, cost=CostModel(step_s=0.01, token_s=0.001))
     decode(backend, Segment(0, 0, [1] * 10, True))
     assert backend.clock.now() == pytest.approx(0.02)
+
+
+def media_chunk(backend, n_rows: int = 8):
+    """A chunk of ``n_rows`` rows as wide as the backend's media rows (the fake projector's
+    own rows on the fake backend, zeros on a real one)."""
+    from llamapy.engine.fake.media import FAKE_MEDIA_WIDTH, fake_media_rows
+    from llamapy.engine.media import MediaChunk
+
+    digest = bytes(range(32))
+    width = backend.media_width
+    rows = fake_media_rows(digest, 0, n_rows) if width == FAKE_MEDIA_WIDTH \
+        else bytes(n_rows * width * 4)
+    return MediaChunk(digest, rows, n_rows, width)
+
+
+def test_media_rows_decode_and_a_failed_plan_leaves_none(backend):
+    from llamapy.engine.media import MediaRows
+
+    chunk = media_chunk(backend)
+    decode(backend, Segment(0, 0, chunk.token_ids, media=MediaRows(chunk, 0)),
+           Segment(1, 0, [1, 2, 3], True))
+    assert backend.seq_pos_max(0) == 7 and backend.seq_pos_max(1) == 2
+    backend.clear()
+    at = 0
+    while at < backend.n_ctx - 12:  # all but 12 cells
+        n = min(32, backend.n_ctx - 12 - at)
+        decode(backend, Segment(2, at, [1] * n, False))
+        at += n
+    with pytest.raises(KVCacheFullError):  # 8 media rows fit, the 8 tokens after them do not
+        decode(backend, Segment(0, 0, chunk.token_ids, media=MediaRows(chunk, 0)),
+               Segment(1, 0, [1] * 8, True))
+    assert backend.seq_pos_max(0) == -1 and backend.seq_pos_max(1) == -1

@@ -108,6 +108,8 @@ class FakeBackend:
     n_ctx = property(lambda self: self._n_ctx, doc="Total KV cells.")
     n_seq_max = property(lambda self: self._n_seq_max, doc="Number of sequences.")
     n_batch = property(lambda self: self._n_batch, doc="Max tokens per decode.")
+    n_ubatch = property(lambda self: self._n_batch, doc="Rows of a physical batch (n_batch).")
+    media_width = property(lambda self: FAKE_MEDIA_WIDTH, doc="Floats in a fake media row.")
     kv_unified = property(lambda self: self._kv_unified, doc="One shared cell pool.")
     supports_partial_removal = property(lambda self: self._partial, doc="False: recurrent.")
     n_vocab = property(lambda self: self.model.n_vocab, doc="Vocabulary size.")
