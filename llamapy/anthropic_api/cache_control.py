@@ -29,8 +29,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from ..engine.cache.ram import common_prefix
+from ..engine.media import MediaPrompt, media_floor
 from ..errors import InvalidOptionError, LlamapyError
 from ..openai_api.chat_request import ChatRequest
+from ..openai_api.media_parts import take_media
 from ..openai_api.params import parse_body
 from ..openai_api.prompt import render_prompt
 from ..openai_api.target import ServedModel
@@ -138,11 +140,14 @@ def _prefix_length(served: ServedModel, body: MessagesBody, point: Breakpoint,
         return len(token_ids)
     try:
         request = to_chat(served, _truncated(body, point))
-        prompt = render_prompt(served, dataclasses.replace(request, extras={
+        messages, media = take_media(request.messages, served.limits, served.media_fetch)
+        prompt = render_prompt(served, dataclasses.replace(request, messages=messages, extras={
             **request.extras, "add_generation_prompt": False, "continue_final_message": False}))
+        tokens = served.tokenize_prompt(prompt, media)  # (its media encoded once already)
     except LlamapyError:
         return 0
-    return common_prefix(served.tokenize_prompt(prompt), token_ids)
+    spans = token_ids.media if isinstance(token_ids, MediaPrompt) else ()
+    return media_floor(spans, common_prefix(tokens, token_ids))
 
 
 def cache_pins(served: ServedModel, body: MessagesBody, token_ids: Sequence[int],

@@ -290,3 +290,17 @@ def test_a_remote_image_trickling_its_headers_is_cut_at_the_time_limit() -> None
                        MediaFetch(10_000, remote=True, timeout_s=0.6), "image")
     assert time.monotonic() - started < 2
     listener.close()
+
+
+def test_an_anthropic_cache_breakpoint_after_an_image_is_kept() -> None:
+    """The breakpoint's prefix is rendered with its image (not dropped as unrenderable)."""
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                         "data": b64(BLUE)}}
+    marked = {"type": "text", "text": "remember this " * 20, "cache_control": {"type": "ephemeral"}}
+    body = {"model": "fake", "max_tokens": 2, "messages": [
+        {"role": "user", "content": [image, marked]},
+        {"role": "assistant", "content": "ok"}, {"role": "user", "content": "and now?"}]}
+    with FakeApp(options={"mmproj": "fake", "prompt_cache_ram_mb": 64}) as app:
+        first = app.send("POST", "/v1/messages", json=body)
+        assert first.status_code == 200, first.text
+        assert first.json()["usage"]["cache_creation_input_tokens"] > 200
