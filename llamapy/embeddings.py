@@ -334,7 +334,13 @@ class Embedder:
                 self._media_batch = EmbeddingBatch(self.n_ctx, chunk.width)
             self._media_batch.clear()
             self._media_batch.add(0, start, chunk.rows(0, chunk.n_tokens), outputs=True)
-            ctx.decode(self._media_batch)
+            causal = ctx.causal_attn
+            if not chunk.causal:  # (Gemma 3's rows see one another)
+                ctx.set_causal_attn(False)
+            try:
+                ctx.decode(self._media_batch)
+            finally:
+                ctx.set_causal_attn(causal)
 
     def _embed_groups(self, inputs: Sequence[Sequence[int]], groups: list[list[int]],
                       cancel: threading.Event) -> np.ndarray:

@@ -171,9 +171,14 @@ class Context(Owned):
             native().lib.llama_set_abort_callback(self.ptr, self._abort_cb, ffi.NULL)
 
     def set_causal_attn(self, causal: bool) -> None:
-        """Decode with causal attention (the default) or bidirectional attention (an image
-        chunk of a projector that needs it)."""
+        """Decode with causal attention (a generative model's default) or bidirectional
+        attention (an image chunk of a projector that needs it)."""
         native().lib.llama_set_causal_attn(self.ptr, bool(causal))
+
+    @property
+    def causal_attn(self) -> bool:
+        """Whether the context decodes with causal attention now."""
+        return bool(native().lib.llama_get_causal_attn(self.ptr))
 
     def set_adapters(self, adapters: Sequence[tuple[LoraAdapter, float]]) -> None:
         """Attach LoRA adapters with scales (an empty list detaches all)."""

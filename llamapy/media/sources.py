@@ -91,20 +91,25 @@ def media_from_url(url: object, fetch: MediaFetch, where: str) -> bytes:
 
 
 def _local(name: str, fetch: MediaFetch, where: str) -> bytes:
-    """A file of the allowed folder, by a relative name that stays inside it."""
+    """A file of the allowed folder, by a name relative to it (or an absolute one inside it:
+    ``file:///srv/media/a.png``), at most ``fetch.max_bytes`` read."""
     if fetch.folder is None:
         raise MediaError(f"{where}: file:// URLs need the server's --media-path",
                          reason="remote")
-    folder = Path(fetch.folder).resolve()
-    path = (folder / name).resolve()
-    if not name or Path(name).is_absolute() or not path.is_relative_to(folder) \
-            or not path.is_file():
+    try:
+        folder = Path(fetch.folder).resolve()
+        path = (folder / name).resolve()  # (an absolute name replaces the folder)
+        if not name or "\x00" in name or not path.is_relative_to(folder) or not path.is_file():
+            raise FileNotFoundError(name)
+        with path.open("rb") as f:
+            data = f.read(fetch.max_bytes + 1)
+    except (OSError, ValueError):
         raise MediaError(f"{where}: no such file in the media folder: {name!r}",
-                         reason="remote")
-    if path.stat().st_size > fetch.max_bytes:
+                         reason="remote") from None
+    if len(data) > fetch.max_bytes:
         raise MediaError(f"{where}: the file is larger than the {fetch.max_bytes} bytes "
                          "allowed", reason="too_large")
-    return path.read_bytes()
+    return data
 
 
 def _download(url: str, fetch: MediaFetch, where: str) -> bytes:

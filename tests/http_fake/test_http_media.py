@@ -229,11 +229,12 @@ def test_remote_and_local_image_urls_when_the_server_allows_them(stand_in: str,
     (tmp_path / "red.png").write_bytes(RED)
     with FakeApp(options={"mmproj": "fake", "max_media_bytes": 4000},
                  app_options={"media_remote": True, "media_path": str(tmp_path)}) as app:
-        for url in (f"{stand_in}/red.png", "file://red.png", b64(RED)):
+        for url in (f"{stand_in}/red.png", "file://red.png", f"file://{tmp_path / 'red.png'}",
+                    b64(RED)):
             answer = app.send("POST", "/v1/chat/completions", json=openai_chat(url))
             assert answer.status_code == 200, (url, answer.text)
         for url in (f"{stand_in}/missing.png", f"{stand_in}/big.png", "file://../x.png",
-                    f"file://{tmp_path / 'red.png'}", "file://nothing.png"):
+                    "file:///etc/hostname", "file://red\x00.png", "file://nothing.png"):
             answer = app.send("POST", "/v1/chat/completions", json=openai_chat(url))
             assert answer.status_code == 400, (url, answer.text)
         app.check_idle()

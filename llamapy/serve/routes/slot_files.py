@@ -40,6 +40,7 @@ from ...errors import (
     InvalidOptionError,
     InvalidRequestError,
     PermissionDeniedError,
+    UnsupportedFeatureError,
 )
 from ...fingerprint import model_fingerprint
 from ...openai_api import ServedModel
@@ -151,7 +152,11 @@ def _model_id(served: ServedModel) -> dict[str, Any]:
 
 
 def encode(saved: KvState, model: dict[str, Any]) -> bytes:
-    """A slot file's bytes."""
+    """A slot file's bytes (``UnsupportedFeatureError`` for a slot holding an image's or an
+    audio clip's rows: the file format holds text tokens)."""
+    if saved.token_ids and min(saved.token_ids) < 0:
+        raise UnsupportedFeatureError("slot_save", "this slot holds an image's or an audio "
+                                      "clip's rows: it cannot be saved to a slot file")
     body = struct.pack(f"<{len(saved.token_ids)}i", *saved.token_ids) + saved.state
     key = saved.key
     header = {"version": VERSION, **model, "n_tokens": len(saved.token_ids),
