@@ -305,3 +305,15 @@ def test_an_anthropic_cache_breakpoint_after_an_image_is_kept() -> None:
         first = app.send("POST", "/v1/messages", json=body)
         assert first.status_code == 200, first.text
         assert first.json()["usage"]["cache_creation_input_tokens"] > 200
+
+
+def test_a_slot_holding_an_image_cannot_be_saved(tmp_path: Path) -> None:
+    with FakeApp(slot_folder=tmp_path, options={"mmproj": "fake"}) as app:
+        assert app.send("POST", "/v1/chat/completions", json=openai_chat(RED)).status_code \
+            == 200
+        app.check_idle()
+        answers = [app.send("POST", f"/slots/{i}", params={"action": "save"},
+                            json={"filename": f"s{i}.bin"}) for i in (0, 1)]
+        assert sorted(a.status_code for a in answers) == [200, 400]  # the other slot is empty
+        refused = next(a for a in answers if a.status_code == 400)
+        assert "image" in refused.json()["error"]["message"]
