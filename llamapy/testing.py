@@ -5,7 +5,8 @@ architecture base model; :func:`tiny_reranker_path` writes (once, into the model
 BERT reranker with arbitrary weights, byte for byte the same on every machine and checked
 against :data:`TINY_RERANKER_SHA256`; :func:`tiny_mmproj_path` does the same for a tiny
 vision projector of the default model (:data:`TINY_MMPROJ_SHA256`) and
-:func:`tiny_gemma3_mmproj_path` for one of the second test model. All need the ``gguf``
+:func:`tiny_gemma3_mmproj_path` for one of the second test model, :func:`tiny_audio_mmproj_path`
+for an audio projector of the default model. All need the ``gguf``
 package from the ``test`` extra.
 """
 
@@ -98,6 +99,20 @@ def tiny_gemma3_mmproj_path(fetch: bool = True) -> Path:
 
     return _generated("tiny-gemma3-mmproj.gguf", write_tiny_gemma3_mmproj,
                       TINY_GEMMA3_MMPROJ_SHA256, fetch)
+
+
+#: The tiny audio projector's bytes (see :func:`tiny_audio_mmproj_path`).
+TINY_AUDIO_MMPROJ_SHA256 = "7d1634008c2012191b97784a6734aae8cc5036ca5b72874bf3dbf657f5327d5a"
+
+
+def tiny_audio_mmproj_path(fetch: bool = True) -> Path:
+    """The tiny audio projector of the default model in the model cache, written first when
+    missing: a Whisper-style encoder (Qwen2-Audio's kind) whose 30-second windows become 750
+    embeddings each. Arbitrary weights, as :func:`tiny_mmproj_path`'s."""
+    from ._tiny_mmproj import write_tiny_audio_mmproj
+
+    return _generated("tiny-audio-mmproj.gguf", write_tiny_audio_mmproj,
+                      TINY_AUDIO_MMPROJ_SHA256, fetch)
 
 
 def _generated(name: str, write: Any, sha256: str, fetch: bool) -> Path:
