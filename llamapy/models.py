@@ -155,8 +155,9 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "fetch" and args.mmproj:
             from .testing import tiny_audio_mmproj_path, tiny_gemma3_mmproj_path, tiny_mmproj_path
 
-            for path in (tiny_mmproj_path(), tiny_gemma3_mmproj_path(), tiny_audio_mmproj_path()):
-                print(path)
+            for written in (tiny_mmproj_path(), tiny_gemma3_mmproj_path(),
+                            tiny_audio_mmproj_path()):
+                print(written)
         elif args.command == "fetch":
             if args.all or not args.second:
                 print(fetch_default_model(force=args.force))
