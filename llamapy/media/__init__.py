@@ -1,14 +1,16 @@
 """Images and audio for a model with a multimodal projector (``mmproj``).
 
-:class:`MediaEncoder` checks, decodes and encodes a request's media into a
-:class:`~llamapy.engine.media.MediaPrompt` (:mod:`.encoder`); :func:`probe` reads an item's
-kind, format and size from its header before anything decodes it (:mod:`.probe`);
+:mod:`.probe` reads an item's kind, format and size from its header before anything decodes it;
+:mod:`.audio` reads PCM WAV in Python; :mod:`.checks` holds a request's media to the limits;
+:mod:`.sources` turns what a request sends (data URLs, base64, allowed files and URLs) into
+bytes; :class:`.encoder.MediaEncoder` (the only module here on the native binding, imported
+on its own) encodes media into a :class:`~llamapy.engine.media.MediaPrompt`;
 :class:`FakeMediaEncoder` stands in for servers on the fake backend.
 """
 
-from .encoder import MediaEncoder, check_media_items
+from .checks import check_media_items, check_physical_batch, no_projector
 from .fake import FakeMediaEncoder
 from .probe import IMAGE_FORMATS, MediaInfo, probe
 
-__all__ = ["IMAGE_FORMATS", "FakeMediaEncoder", "MediaEncoder", "MediaInfo",
-           "check_media_items", "probe"]
+__all__ = ["IMAGE_FORMATS", "FakeMediaEncoder", "MediaInfo", "check_media_items",
+           "check_physical_batch", "no_projector", "probe"]

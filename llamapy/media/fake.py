@@ -1,4 +1,4 @@
-"""``FakeMediaEncoder``: :class:`~llamapy.media.MediaEncoder`'s interface for servers on the
+"""``FakeMediaEncoder``: :class:`~llamapy.media.encoder.MediaEncoder`'s interface for servers on the
 fake backend. Media is checked exactly as the real encoder checks it (:func:`.probe.probe` and
 the request's limits), then "encoded" by
 :func:`~llamapy.engine.fake.media.fake_media_chunk`; text between markers is tokenized by the
@@ -14,7 +14,7 @@ from llamapy.errors import ContextOverflowError, MediaError
 from llamapy.options.limits import RequestLimits
 
 from .audio import wav_samples
-from .encoder import check_media_items
+from .checks import check_media_items
 
 __all__ = ["FakeMediaEncoder"]
 

@@ -26,7 +26,7 @@ class LoopState(enum.Enum):
 @dataclass(slots=True)
 class Hosted:
     """What a tick thread hosts: the engine, the model callers may hold (or None), the
-    model's media encoder (a :class:`~llamapy.media.MediaEncoder` or the fake one; None
+    model's media encoder (a :class:`~llamapy.media.encoder.MediaEncoder` or the fake one; None
     without a projector), and how to free the native resources after the engine closed
     (context first; the model is only dropped, so a caller still holding it keeps it alive)."""
 

@@ -26,7 +26,7 @@ from ..errors import (
     NotReadyError,
     NotRunningError,
 )
-from ..media.encoder import check_physical_batch, no_projector
+from ..media.checks import check_physical_batch, no_projector
 from ..runtime import Hosted, LoopState, PendingStreams, TickLoop
 from .calls import Call, ReadySignal, load_timeout_error, prepare_call
 from .intent import GenerationIntent, resolve_intent, revise_intent

@@ -48,7 +48,7 @@ def load_server(start: ResolvedStart) -> Hosted:
 def _attach_media(hosted: Hosted, start: ResolvedStart, model: Model) -> None:
     """Load the start's projector for ``model`` into ``hosted`` (freed before the rest); a
     failure frees what ``hosted`` holds and raises."""
-    from ..media import MediaEncoder
+    from ..media.encoder import MediaEncoder
 
     assert start.server.mmproj is not None
     try:

@@ -26,7 +26,7 @@ from llamapy.engine.engine import Engine
 from llamapy.engine.media import MediaPrompt
 from llamapy.engine.options import SamplingParams
 from llamapy.errors import UnsupportedFeatureError
-from llamapy.media.encoder import check_physical_batch, no_projector
+from llamapy.media.checks import check_physical_batch, no_projector
 from llamapy.options.context import KV_RUNTIME_KEYS
 from llamapy.options.limits import RequestLimits
 from llamapy.runtime import InlineRuntime, Runtime

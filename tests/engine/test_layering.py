@@ -223,3 +223,13 @@ def test_the_rebuild_scan_catches_an_openai_body(tmp_path):
     (package / "y.py").write_text("from llamapy.openai_api.prompt import prepare_chat\n")
     found = openai_chat_uses(sorted(package.glob("*.py")), root=tmp_path / "llamapy")
     assert found == [("anthropic_api/x.py", "ChatBody"), ("anthropic_api/y.py", "prepare_chat")]
+
+
+def test_media_touches_the_binding_in_its_encoder_only():
+    """``llamapy.media`` is read by the API layers (probing, sources, checks): only its encoder,
+    which the server hosts, imports the binding."""
+    files = sorted((PACKAGE / "media").glob("*.py"))
+    assert any(f.name == "encoder.py" for f in files)
+    bad = [(f.name, m) for f in files if f.name != "encoder.py" for m in imported_modules(f)
+           if any(m == x or m.startswith(x + ".") for x in FORBIDDEN)]
+    assert bad == []
