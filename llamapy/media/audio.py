@@ -52,10 +52,11 @@ def wav_samples(data: bytes, rate: int, max_seconds: float) -> np.ndarray:
         raise MediaError(f"audio: a clip of {n / source:.3f} s is shorter than {MIN_SECONDS} s",
                          reason="format")
     samples = _floats(frames[:n * channels * width], width).reshape(n, channels).mean(axis=1)
-    if source == rate:
-        return samples.astype(np.float32)
-    at = np.arange(int(n * rate / source)) * (source / rate)
-    return np.interp(at, np.arange(n), samples).astype(np.float32)
+    if source != rate:
+        at = np.arange(int(n * rate / source)) * (source / rate)
+        samples = np.interp(at, np.arange(n), samples)
+    out: np.ndarray = samples.astype(np.float32)
+    return out
 
 
 def _check_format(channels: int, width: int, rate: int) -> None:

@@ -4,7 +4,9 @@ strategy, the engine setups, and the shadow it keeps of each request."""
 
 from __future__ import annotations
 
+import codecs
 from dataclasses import dataclass, field
+from typing import Any
 
 from hypothesis import event
 from hypothesis import strategies as st
@@ -114,3 +116,50 @@ def report_events(counters: Counters, adapter_switches: int, spec: str,
     for name in LABELLED_COUNTERS:
         if flat[name]:
             event(name)
+
+
+def check_plans(backend: Any, n_batch: int, chunk_size: int) -> None:
+    """The recorded plans keep the batch rules (then forgotten): each decode within
+    ``n_batch``, each prefill chunk within ``chunk_size`` (a bidirectional media chunk whole),
+    one adapter set a plan, drafts of the plan's own key, text and media never in one segment,
+    no media segment asking for logits; and the fake backend saw no violation."""
+    for plan in backend.plans:
+        assert max(plan.decodes()) <= n_batch
+        for seg in plan.segments:
+            draft = seg.n_outputs - 1  # a decode's verified draft; not a prefill chunk
+            assert draft == 0 or (seg.logits and len(seg.token_ids) == 1 + draft)
+            whole = seg.media is not None and not seg.media.chunk.causal
+            assert whole or len(seg.token_ids) - draft <= chunk_size
+            assert seg.tag[2] == plan.adapter_set, "a plan mixes adapter sets"
+            assert seg.draft_tag in (None, seg.tag), "a draft from another key"
+            media = [t < 0 for t in seg.token_ids]
+            assert all(media) == (seg.media is not None) and (all(media) or not any(media)), \
+                "a segment mixes text and media"
+            assert seg.media is None or not seg.logits, "a media segment asks for logits"
+    assert not backend.violations, backend.violations
+    backend.plans.clear()
+
+
+def check_oracle(backend: Any, shadow: Shadow) -> None:
+    """A finished request's tokens are the reference's (a prefix of them when it stopped
+    early), and its text is theirs."""
+    sink = shadow.sink
+    reason = sink.finish_reason
+    expected = backend.model.reference(shadow.prompt, shadow.max_tokens, shadow.params,
+                                       shadow.adapters)
+    got = sink.tokens
+    if reason in ("eog", "max_tokens"):
+        assert got == expected, f"request {shadow.rid}: {got} != reference {expected}"
+    else:
+        assert got == expected[: len(got)], f"request {shadow.rid}: not a prefix of reference"
+    if reason == "prefill":
+        assert shadow.max_tokens == 0 and not got
+    if reason in ("eog", "max_tokens", "stop"):
+        pieces = b"".join(backend.token_to_piece(t) for t in sink.tokens)
+        full = codecs.decode(pieces, "utf-8", errors="replace")
+        if reason == "stop":
+            word = sink.final.stop_word
+            assert word in shadow.stop and sink.text == full[: full.find(word)]
+        else:
+            assert sink.text == full
+            assert not any(word in sink.text for word in shadow.stop)
