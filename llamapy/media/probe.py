@@ -117,8 +117,18 @@ def _check_inflated(data: bytes, bound: int) -> None:
         at = body + length + 4
 
 
+#: The most scans a JPEG may have (a progressive one has about ten): stb_image decodes each,
+#: so thousands of empty scans are a small file that costs minutes of CPU.
+MAX_JPEG_SCANS = 64
+
+
 def _jpeg(data: bytes) -> MediaInfo:
-    """The size from the first start-of-frame segment (walking the segments' lengths)."""
+    """The size from the first start-of-frame segment (walking the segments' lengths), once
+    the file's start-of-scan markers are counted (an entropy-coded 0xFF is stuffed, so the
+    marker's two bytes stand only where a scan or a segment's payload has them)."""
+    if data.count(b"\xff\xda") > MAX_JPEG_SCANS:
+        raise MediaError(f"jpeg with more than {MAX_JPEG_SCANS} scans: refused",
+                         reason="too_large")
     at = 2
     while at + 4 <= len(data):
         if data[at] != 0xFF:

@@ -317,3 +317,22 @@ def test_a_slot_holding_an_image_cannot_be_saved(tmp_path: Path) -> None:
         assert sorted(a.status_code for a in answers) == [200, 400]  # the other slot is empty
         refused = next(a for a in answers if a.status_code == 400)
         assert "image" in refused.json()["error"]["message"]
+
+
+def test_image_bombs_are_refused_from_their_headers(app: FakeApp) -> None:
+    """A PNG whose data inflates past its header's size, and a JPEG of hundreds of scans, are
+    400s before any decoder runs."""
+    import struct
+    import zlib
+
+    def chunk(tag: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
+
+    inflating = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0))
+                 + chunk(b"IDAT", zlib.compress(b"\x00" * 20_000_000, 9)) + chunk(b"IEND", b""))
+    frame = b"\xff\xc2" + struct.pack(">HBHHB", 11, 8, 10, 10, 1) + b"\x01\x11\x00"
+    scans = b"\xff\xd8" + frame + b"\xff\xda\x00\x08\x01\x01\x00\x00\x3f\x00" * 500 + b"\xff\xd9"
+    for bomb in (inflating, scans):
+        answer = app.send("POST", "/v1/chat/completions", json=openai_chat(data_url(bomb)))
+        assert answer.status_code == 400, answer.text
+        assert "refused" in answer.json()["error"]["message"]
