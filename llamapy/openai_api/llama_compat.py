@@ -26,7 +26,7 @@ from ..server import Completion, GenerationIntent, Model
 from .chat_request import from_chat_body
 from .completions import check_token_ids
 from .logprobs import MIN_CANDIDATES, sampled_logprob
-from .media_parts import MEDIA_MARKER
+from .media_parts import MEDIA_MARKER, mark_media
 from .params import ChatBody, engine_extras, parse_body
 from .prompt import render_prompt
 from .prompt_shapes import native_prompts
@@ -247,7 +247,9 @@ def detokenize(served: ServedModel, request: Mapping[str, Any]) -> dict[str, Any
 def apply_template(served: ServedModel, request: Mapping[str, Any]) -> dict[str, Any]:
     """``/apply-template``: the prompt a chat request renders to."""
     body = parse_body(ChatBody, request)
-    return {"prompt": render_prompt(served, from_chat_body(body, engine=False))}
+    chat = from_chat_body(body, engine=False)
+    chat = dataclasses.replace(chat, messages=mark_media(chat.messages))  # media as markers
+    return {"prompt": render_prompt(served, chat)}
 
 
 def slot_n_ctx(served: ServedModel) -> int:

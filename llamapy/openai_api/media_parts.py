@@ -17,7 +17,7 @@ from llamapy.errors import MediaError
 from llamapy.media.sources import MediaBudget, MediaFetch, media_from_base64, media_from_url
 from llamapy.options.limits import RequestLimits
 
-__all__ = ["MEDIA_MARKER", "MEDIA_PART_TYPES", "take_media"]
+__all__ = ["MEDIA_MARKER", "MEDIA_PART_TYPES", "mark_media", "take_media"]
 
 #: What stands for one media item in a rendered prompt (libmtmd's default marker).
 MEDIA_MARKER = "<__media__>"
@@ -52,6 +52,20 @@ def take_media(messages: tuple[Mapping[str, Any], ...], limits: RequestLimits,
             parts.append(part)
         out.append({**message, "content": parts})
     return (tuple(out) if media else messages), media
+
+
+def mark_media(messages: tuple[Mapping[str, Any], ...]) -> tuple[Mapping[str, Any], ...]:
+    """``messages`` with each media part replaced by a marker part, the media not read (a
+    prompt rendered to be shown, as llama-server's ``/apply-template`` shows it)."""
+    out = []
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, list) and any(_is_media(p) for p in content):
+            message = {**message, "content": [
+                {"type": "media_marker", "text": MEDIA_MARKER} if _is_media(p) else p
+                for p in content]}
+        out.append(message)
+    return tuple(out)
 
 
 def _is_media(part: object) -> bool:

@@ -336,3 +336,9 @@ def test_image_bombs_are_refused_from_their_headers(app: FakeApp) -> None:
         answer = app.send("POST", "/v1/chat/completions", json=openai_chat(data_url(bomb)))
         assert answer.status_code == 400, answer.text
         assert "refused" in answer.json()["error"]["message"]
+
+
+def test_apply_template_shows_the_media_marker(app: FakeApp) -> None:
+    answer = app.send("POST", "/apply-template", json=openai_chat(RED, "what is this?"))
+    assert answer.status_code == 200, answer.text
+    assert "what is this?<__media__><" in answer.json()["prompt"]  # joined as llama-server joins
