@@ -12,9 +12,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import ipaddress
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from llamapy.errors import MediaError
 
@@ -27,13 +29,16 @@ REMOTE_TIMEOUT_S = 10.0
 
 @dataclass(frozen=True, slots=True)
 class MediaFetch:
-    """Where media may come from besides the request itself: ``remote`` http(s) URLs, and
-    ``folder`` for ``file://`` URLs (None: none); ``max_bytes`` bounds an item."""
+    """Where media may come from besides the request itself: ``remote`` http(s) URLs (on
+    public addresses only, unless ``private``: loopback, private, link-local and reserved
+    addresses too), and ``folder`` for ``file://`` URLs (None: none); ``max_bytes`` bounds an
+    item."""
 
     max_bytes: int
     remote: bool = False
     folder: str | None = None
     timeout_s: float = REMOTE_TIMEOUT_S
+    private: bool = False
 
 
 @dataclass(slots=True)
@@ -133,13 +138,28 @@ async def _adownload(url: str, fetch: MediaFetch, where: str) -> bytes:
                          reason="remote") from None
 
 
+async def _check_host(request: Any, where: str) -> None:
+    """Refuse a request (the first or a redirect's) to a host that resolves to an address
+    that is not public: a URL must not reach inside the server's network."""
+    host = request.url.host
+    try:
+        infos = await asyncio.get_running_loop().getaddrinfo(host, None)
+    except OSError:
+        raise MediaError(f"{where}: cannot resolve {host!r}", reason="remote") from None
+    for info in infos:
+        if not ipaddress.ip_address(info[4][0]).is_global:
+            raise MediaError(f"{where}: {host!r} is not a public address (start the server "
+                             "with --media-remote-private to fetch from it)", reason="remote")
+
+
 async def _get(url: str, fetch: MediaFetch, where: str) -> bytes:
     import httpx
 
     data = bytearray()
+    hooks = {} if fetch.private else {"request": [lambda r: _check_host(r, where)]}
     try:
         async with httpx.AsyncClient(timeout=fetch.timeout_s, follow_redirects=True,
-                                     max_redirects=3) as client, \
+                                     max_redirects=3, event_hooks=hooks) as client, \
                 client.stream("GET", url) as response:
             if not 200 <= response.status_code < 300:
                 raise MediaError(f"{where}: fetching the media failed: HTTP "

@@ -104,6 +104,7 @@ class ServedModel:
     cache_report: str = _DEFAULTS.cache_report
     media_path: str | None = _DEFAULTS.media_path
     media_remote: bool = _DEFAULTS.media_remote
+    media_remote_private: bool = _DEFAULTS.media_remote_private
     created: int = field(default_factory=lambda: int(time.time()))
     tenant: str | None = None
 
@@ -182,7 +183,8 @@ class ServedModel:
     @property
     def media_fetch(self) -> MediaFetch:
         """Where a request's image URLs may point besides the request itself."""
-        return MediaFetch(self.limits.max_media_bytes, self.media_remote, self.media_path)
+        return MediaFetch(self.limits.max_media_bytes, self.media_remote, self.media_path,
+                          private=self.media_remote_private)
 
     def events(self, token_ids: Sequence[int], intent: GenerationIntent) -> SyncEvents:
         """The request's event stream (:meth:`Server.open_stream`; closing it cancels), as

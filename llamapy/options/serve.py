@@ -112,8 +112,12 @@ class ServeOptions:
         None, "folder whose files requests may name as file:// image URLs, by a relative path "
         "(default: none)")
     media_remote: bool = option(
-        False, "fetch the http(s) image URLs requests name (within --max-media-bytes and 10 "
-        "s; default: off, the server fetches nothing a request names)")
+        False, "fetch the http(s) image URLs requests name, on public addresses (within "
+        "--max-media-bytes and 10 s; default: off, the server fetches nothing a request "
+        "names)")
+    media_remote_private: bool = option(
+        False, "with --media-remote, also fetch from loopback, private and link-local "
+        "addresses (default: off: a URL must not reach inside the server's network)")
     reasoning: str = option(
         "auto", "thinking in the chat template: on/off set enable_thinking for requests that "
         "do not (default: auto = the template's own)", flags=("-rea",))

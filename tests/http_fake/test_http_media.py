@@ -228,7 +228,8 @@ def test_remote_and_local_image_urls_when_the_server_allows_them(stand_in: str,
                                                                  tmp_path: Path) -> None:
     (tmp_path / "red.png").write_bytes(RED)
     with FakeApp(options={"mmproj": "fake", "max_media_bytes": 4000},
-                 app_options={"media_remote": True, "media_path": str(tmp_path)}) as app:
+                 app_options={"media_remote": True, "media_remote_private": True,
+                              "media_path": str(tmp_path)}) as app:
         for url in (f"{stand_in}/red.png", "file://red.png", f"file://{tmp_path / 'red.png'}",
                     b64(RED)):
             answer = app.send("POST", "/v1/chat/completions", json=openai_chat(url))
@@ -251,8 +252,8 @@ def test_remote_urls_are_refused_by_default(stand_in: str) -> None:
 def test_a_slow_remote_image_is_cut_at_the_time_limit(stand_in: str) -> None:
     started = time.monotonic()
     with pytest.raises(MediaError, match="longer than"):
-        media_from_url(f"{stand_in}/slow.png", MediaFetch(10_000, remote=True, timeout_s=0.5),
-                       "image")
+        media_from_url(f"{stand_in}/slow.png",
+                       MediaFetch(10_000, remote=True, timeout_s=0.5, private=True), "image")
     assert time.monotonic() - started < 3
 
 
@@ -288,7 +289,7 @@ def test_a_remote_image_trickling_its_headers_is_cut_at_the_time_limit() -> None
     started = time.monotonic()
     with pytest.raises(MediaError, match="longer than"):
         media_from_url(f"http://127.0.0.1:{listener.getsockname()[1]}/x.png",
-                       MediaFetch(10_000, remote=True, timeout_s=0.6), "image")
+                       MediaFetch(10_000, remote=True, timeout_s=0.6, private=True), "image")
     assert time.monotonic() - started < 2
     listener.close()
 
@@ -342,3 +343,16 @@ def test_apply_template_shows_the_media_marker(app: FakeApp) -> None:
     answer = app.send("POST", "/apply-template", json=openai_chat(RED, "what is this?"))
     assert answer.status_code == 200, answer.text
     assert "what is this?<__media__><" in answer.json()["prompt"]  # joined as llama-server joins
+
+
+def test_remote_urls_reach_public_addresses_only(stand_in: str) -> None:
+    """With --media-remote alone, a URL on a loopback or private address (or a name that
+    resolves to one) is refused before anything is sent."""
+    fetch = MediaFetch(10_000, remote=True)
+    port = stand_in.rsplit(":", 1)[1]
+    for url in (f"{stand_in}/red.png", f"http://localhost:{port}/red.png",
+                "http://10.1.2.3/x.png", "http://169.254.169.254/latest/meta-data"):
+        with pytest.raises(MediaError, match="not a public address"):
+            media_from_url(url, fetch, "image")
+    assert media_from_url(f"{stand_in}/red.png", MediaFetch(10_000, remote=True, private=True),
+                          "image") == RED

@@ -100,6 +100,7 @@ def _add_requests(group: argparse._ArgumentGroup) -> None:
     serve_flag(group, "request_timeout", type=float, metavar="SECONDS")
     serve_flag(group, "media_path", metavar="DIR")
     serve_flag(group, "media_remote", action="store_true")
+    serve_flag(group, "media_remote_private", action="store_true")
     # the option is in bytes, the flag in MB (llama-server has no such flag)
     group.add_argument("--max-body-mb", type=float,
                        default=_TREE.max_body_bytes / MB,
