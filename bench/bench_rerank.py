@@ -3,10 +3,12 @@
 Both servers run the tiny reranker of ``llamapy.testing.tiny_reranker_path`` (arbitrary
 weights: a model this small measures the serving path, HTTP, tokenizing and batching, more
 than the model) with ``--reranking``, one at a time, alternated round by round. Each round
-sends ``--requests`` requests one after another, each a query and ``--docs`` documents of
-20-60 words, and takes the pairs scored per second over the round.
+sends ``--requests`` requests, each a query and ``--docs`` documents of 20-60 words, from
+``--clients`` clients at once (each sends its share one after another) to servers with
+``--parallel`` slots, and takes the pairs scored per second over the round.
 
     python bench/bench_rerank.py --rounds 4 --requests 20 --docs 32
+    python bench/bench_rerank.py --rounds 4 --requests 20 --docs 32 --parallel 4 --clients 4
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import random
 import statistics
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -27,7 +30,7 @@ from llamapy.testing import tiny_reranker_path
 PORT = 18197
 
 
-def commands(threads: int) -> dict[str, list[str]]:
+def commands(threads: int, parallel: int) -> dict[str, list[str]]:
     """Each target's command line (the same model, context and threads)."""
     build = current_build()
     assert build, "run python build_lib.py --with-server"
@@ -35,9 +38,10 @@ def commands(threads: int) -> dict[str, list[str]]:
     common = ["--port", str(PORT), "--host", "127.0.0.1", "-t", str(threads), "-c", "2048",
               "--reranking"]
     return {"llama-server": [str(Path(build["lib_dir"]) / "llama-server"), "-m", model,
-                             "-np", "1", *common],
+                             "-np", str(parallel), *common],
             "llamapy.serve": [sys.executable, "-m", "llamapy.serve", "--model", model,
-                              "--n-parallel", "1", "--log-level", "warning", *common]}
+                              "--n-parallel", str(parallel), "--log-level", "warning",
+                              *common]}
 
 
 def bodies(n: int, docs: int, seed: int) -> list[dict[str, object]]:
@@ -51,19 +55,27 @@ def bodies(n: int, docs: int, seed: int) -> list[dict[str, object]]:
             for _ in range(n)]
 
 
-def one_round(cmd: list[str], requests: list[dict[str, object]]) -> float:
-    """Pairs per second over ``requests`` sent one after another."""
+def send(requests: list[dict[str, object]]) -> int:
+    """Send ``requests`` one after another; the pairs scored."""
+    pairs = 0
+    with httpx.Client(base_url=f"http://127.0.0.1:{PORT}", timeout=120) as client:
+        for body in requests:
+            answer = client.post("/rerank", json=body)
+            answer.raise_for_status()
+            pairs += len(answer.json()["results"])
+    return pairs
+
+
+def one_round(cmd: list[str], requests: list[dict[str, object]], clients: int) -> float:
+    """Pairs per second over ``requests``, shared by ``clients`` sending at once."""
     proc, _ = start(cmd, PORT)
     try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{PORT}", timeout=120) as client:
-            client.post("/rerank", json=requests[0]).raise_for_status()  # warm-up
-            started = time.perf_counter()
-            pairs = 0
-            for body in requests:
-                answer = client.post("/rerank", json=body)
-                answer.raise_for_status()
-                pairs += len(answer.json()["results"])
-            return pairs / (time.perf_counter() - started)
+        send(requests[:1])  # warm-up
+        shares = [requests[i::clients] for i in range(clients)]
+        started = time.perf_counter()
+        with ThreadPoolExecutor(clients) as pool:
+            pairs = sum(pool.map(send, shares))
+        return pairs / (time.perf_counter() - started)
     finally:
         stop(proc)
 
@@ -74,14 +86,16 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=20)
     ap.add_argument("--docs", type=int, default=32)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--parallel", type=int, default=1, help="slots of both servers")
+    ap.add_argument("--clients", type=int, default=1, help="clients sending at once")
     args = ap.parse_args()
-    targets = commands(args.threads)
+    targets = commands(args.threads, args.parallel)
     requests = bodies(args.requests, args.docs, seed=7)
     rates: dict[str, list[float]] = {name: [] for name in targets}
     for r in range(args.rounds):
         order = list(targets) if r % 2 == 0 else list(targets)[::-1]
         for name in order:
-            rates[name].append(one_round(targets[name], requests))
+            rates[name].append(one_round(targets[name], requests, args.clients))
             print(f"round {r} {name:14} {rates[name][-1]:8.1f} pairs/s", flush=True)
     ratios = [a / b for a, b in zip(rates["llamapy.serve"], rates["llama-server"], strict=True)]
     print("\n| target | pairs/s (rounds) | median |\n|---|---|---|")

@@ -44,6 +44,7 @@ class LlamaBackend:
         self._partial = not model.is_recurrent
         self._adapters: dict[str, LoraAdapter] = {}
         self._adapter_set: Hashable = ()
+        self._pooling = ctx.pooling
 
     # --- limits -------------------------------------------------------------------------------
 
@@ -54,7 +55,11 @@ class LlamaBackend:
 
     @property
     def n_ctx_seq(self) -> int:
-        """Per-sequence limit."""
+        """Per-sequence limit; for a context that pools, no more than the model was trained
+        on (an encoder's learned positions end there: past them llama.cpp would abort)."""
+        trained = self.model.n_ctx_train
+        if self._pooling != "none" and trained > 0:
+            return min(self.ctx.n_ctx_seq, trained)
         return self.ctx.n_ctx_seq
 
     @property
@@ -71,6 +76,20 @@ class LlamaBackend:
     def kv_unified(self) -> bool:
         """One KV buffer for all sequences."""
         return self.ctx.options.kv_unified
+
+    @property
+    def pools(self) -> bool:
+        """Whether the context pools each sequence (an embeddings context with a pooling)."""
+        return self._pooling != "none"
+
+    def pooled(self, seq_id: int) -> Sequence[float]:
+        """The pooled output of ``seq_id`` from the last decode: a reranker's ``n_cls_out``
+        scores (at least one), else an ``n_embd`` embedding."""
+        width = max(1, self.model.n_cls_out) if self._pooling == "rank" else None
+        try:
+            return cast("Sequence[float]", self.ctx.sequence_embeddings(seq_id, width))
+        except LlamapyError as exc:
+            raise IndexError(str(exc)) from exc
 
     @property
     def supports_partial_removal(self) -> bool:
@@ -145,6 +164,8 @@ class LlamaBackend:
     def _check(self, plan: BatchPlan) -> None:
         """The contract's batch rules, checked before libllama sees the batch (it accepts a
         sequence that does not continue at ``pos_max + 1``; the engine never sends one)."""
+        if self._pooling != "none" and plan.n_tokens > self.ctx.n_ubatch:
+            raise InvalidBatchError()  # (an encoder's batch past a ubatch: llama.cpp asserts)
         if max(plan.decodes(), default=0) > self.ctx.n_batch or any(
                 seg.media is not None and not seg.media.chunk.causal
                 and len(seg.token_ids) > self.ctx.n_ubatch for seg in plan.segments):

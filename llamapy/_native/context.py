@@ -170,6 +170,15 @@ class Context(Owned):
             self._abort_cb = ffi.callback("ggml_abort_callback", lambda _data: self._abort)
             native().lib.llama_set_abort_callback(self.ptr, self._abort_cb, ffi.NULL)
 
+    @property
+    def pooling(self) -> str:
+        """The pooling the context applies (``none`` unless it computes embeddings with one:
+        ``mean``, ``cls``, ``last`` or ``rank``), the model's own where none was asked for."""
+        if not self.options.embeddings:
+            return "none"
+        code = int(native().lib.llama_pooling_type(self.ptr))
+        return next((name for name, value in _POOLING.items() if value == code), "none")
+
     def set_causal_attn(self, causal: bool) -> None:
         """Decode with causal attention (a generative model's default) or bidirectional
         attention (an image chunk of a projector that needs it)."""

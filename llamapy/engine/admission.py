@@ -16,10 +16,10 @@ from llamapy.engine.planner import queued_view
 from llamapy.engine.request import Request, Run
 from llamapy.engine.slots import Slot, SlotPool
 from llamapy.engine.tenants import Tenants, tenant_of
-from llamapy.errors import ContextOverflowError, InvalidOptionError
+from llamapy.errors import ContextOverflowError, InvalidOptionError, UnsupportedFeatureError
 from llamapy.options.limits import check_limits, check_model_bounds
 
-__all__ = ["Admission", "check_backend", "check_request"]
+__all__ = ["Admission", "check_backend", "check_request", "pooled_limit"]
 
 
 def check_backend(backend: Backend, config: EngineConfig) -> None:
@@ -40,7 +40,9 @@ def check_request(request: Request, backend: Backend, pool: SlotPool,
     integers in ``[0, n_vocab)``, an empty prompt for a request that samples, options over the
     serving limits of ``config``, a biased token outside the vocabulary),
     ``UnknownLeaseError`` and ``ContextOverflowError`` (stage ``"admit"``: prompt plus
-    ``max_tokens`` exceeds the per-sequence context).
+    ``max_tokens`` exceeds the per-sequence context; stage ``"pool"``: a pooled prompt
+    longer than one batch). A pooled request (:attr:`Request.pooled`) needs a backend that pools
+    and a backend that pools takes only pooled requests (``UnsupportedFeatureError``).
     """
     if not isinstance(request.options, RequestOptions):
         raise InvalidOptionError("request.options must be RequestOptions", option="options")
@@ -55,10 +57,37 @@ def check_request(request: Request, backend: Backend, pool: SlotPool,
                                  option="request_id")
     prompt = _tokens(request, backend, request.options.max_tokens > 0,
                      min(config.n_batch, backend.n_batch, backend.n_ubatch), pool)
-    if not prompt and request.options.max_tokens > 0:
+    if not prompt and (request.options.max_tokens > 0 or request.pooled):
         raise InvalidOptionError("empty prompt", option="token_ids")
+    _check_pooled(request, prompt, backend, config)
     _check_fits(request, prompt, backend, pool)
     return prompt
+
+
+def _check_pooled(request: Request, prompt: list[int], backend: Backend,
+                  config: EngineConfig) -> None:
+    """A pooled request only on a backend that pools, and only such requests there; one
+    decode must hold its whole prompt."""
+    if request.pooled is not True and request.pooled is not False:
+        raise InvalidOptionError("request.pooled must be a bool", option="pooled")
+    if request.pooled != backend.pools:
+        raise UnsupportedFeatureError("pooled", "this model pools its input into one output "
+                                      "(a reranker): it generates nothing" if backend.pools
+                                      else "this model's context does not pool its input")
+    if not request.pooled:
+        return
+    if request.options.max_tokens != 0 or request.lease_id is not None or request.media:
+        raise InvalidOptionError("a pooled request samples nothing (max_tokens 0), on no "
+                                 "lease, without media", option="pooled")
+    limit = pooled_limit(backend, config)
+    if len(prompt) > limit:
+        raise ContextOverflowError(stage="pool", resident_tokens=0,
+                                   additional_tokens=len(prompt), n_ctx=limit)
+
+
+def pooled_limit(backend: Backend, config: EngineConfig) -> int:
+    """The longest pooled prompt: one decode of one physical batch."""
+    return min(config.n_batch, backend.n_batch, backend.n_ubatch, backend.n_ctx_seq)
 
 
 def _tokens(request: Request, backend: Backend, samples: bool, n_batch: int,

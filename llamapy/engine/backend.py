@@ -14,6 +14,7 @@ libllama so that each method is one or two native calls:
 ``state_seq_get/set``      ``llama_state_seq_get_data`` / ``llama_state_seq_set_data``
 ``state_seq_size``         ``llama_state_seq_get_size``
 ``logits``                 ``llama_get_logits_ith`` (a row of the most recent decode)
+``pooled``                 ``llama_get_embeddings_seq`` (a sequence's pooled output)
 ``token_to_piece``         ``llama_token_to_piece`` (special tokens not rendered)
 ``is_eog``                 ``llama_vocab_is_eog``
 =========================  ====================================================================
@@ -24,6 +25,12 @@ an encoded image or audio clip, not text: its ``token_ids`` are the chunk's medi
 (``llama_batch.embd``): the causal chunks' rows in one batch, each other chunk (whole) in one
 of its own with bidirectional attention. Media segments take no rows of the token batch and
 never ask for logits. ``n_batch`` bounds each of these decodes (:meth:`BatchPlan.decodes`).
+
+Pooling: a backend whose context pools (:attr:`Backend.pools`: a reranker's classifier, an
+embedding model) gives one output per sequence, not logits. The engine then decodes each
+request's whole prompt in one ``decode``, every row an output (``n_outputs`` = its length), and
+reads :meth:`Backend.pooled` right after it; such a decode holds at most ``n_ubatch`` tokens (one
+physical batch: an encoder attends across it, and a pooled sequence must not span two).
 
 Policy (which tokens to decode, which prefix to keep) lives in the engine, never in a backend.
 
@@ -210,6 +217,12 @@ class Backend(Protocol):
         ...
 
     @property
+    def pools(self) -> bool:
+        """Whether the context pools each sequence into one output (see the module
+        docstring): then every request the engine takes is pooled, and none samples."""
+        ...
+
+    @property
     def supports_partial_removal(self) -> bool:
         """False for recurrent/hybrid models: ``seq_rm`` of a strict sub-range then fails."""
         ...
@@ -290,6 +303,12 @@ class Backend(Protocol):
         """The raw next-token logits (``n_vocab`` floats) of output row ``batch_index`` of the
         most recent ``decode``; valid until the next ``decode`` (copy it to keep it).
         ``IndexError`` when the row was not asked for."""
+        ...
+
+    def pooled(self, seq_id: int) -> Sequence[float]:
+        """The pooled output of ``seq_id`` computed by the most recent ``decode`` (which held
+        its whole sequence, every row an output): a reranker's scores, or an embedding.
+        ``IndexError`` when that decode pooled no such sequence."""
         ...
 
     def token_to_piece(self, token_id: int) -> bytes:

@@ -67,6 +67,8 @@ class Engine:
         self.backend = backend
         self.clock = clock
         self.n_batch = min(config.n_batch, backend.n_batch)
+        if backend.pools:  # (one physical batch a decode: see the backend's pooling)
+            self.n_batch = min(self.n_batch, backend.n_ubatch)
         self.strategy = resolve_strategy(config.batch_strategy)
         self.counters = Counters()
         self.instability_events: deque[InstabilityEvent] = recent_events()
@@ -76,7 +78,8 @@ class Engine:
         self.prefix = PrefixResolver(backend, self.pool, self.ram, self.counters, tuning,
                                      self.instability_events.append, self.disk,
                                      cache_idle_slots=config.cache_idle_slots)
-        self.planner = Planner(self.strategy, self.n_batch, config.chunk_size)
+        chunk = self.n_batch if backend.pools else config.chunk_size  # (prompts go whole)
+        self.planner = Planner(self.strategy, self.n_batch, chunk)
         self.tenants = Tenants.of(config, self.counters)
         self.admission = Admission(self.pool, self.prefix, self.strategy, clock, self.tenants)
         self.speculator = Speculator(backend, self.counters,
@@ -155,9 +158,12 @@ class Engine:
         return slot
 
     def _cache_prompt(self, request: Request) -> bool:
-        """Effective ``cache_prompt``: leased slots always reuse and retain."""
+        """Effective ``cache_prompt``: leased slots always reuse and retain, pooled requests
+        never (their prompt is decoded whole, and pooled KV serves nothing after it)."""
         if request.lease_id is not None:
             return True
+        if request.pooled:
+            return False
         value = request.options.cache_prompt
         return self.config.cache_prompt if value is None else value
 

@@ -124,13 +124,33 @@ class Executor:
                 run.timings.prefill_tokens += len(entry.token_ids)
                 self.prefix.write_pins(run)
                 self._progress(run)
-            if row is not None and entry.draft:
+            if run.whole_prefill:
+                self._pool(entry)
+            elif row is not None and entry.draft:
                 self._verify(entry, row)
             elif row is not None:
                 self._sample(entry, row)
             elif run.prefill_only and entry.slot.remaining_prefill == 0:
                 run.timings.prefill_s = self.clock() - (run.prefill_started_at or 0.0)
                 run.end(FinishReason.PREFILL)
+
+    def _pool(self, entry: Entry) -> None:
+        """Read a pooled run's output (its whole prompt was this decode's), free its KV at
+        once (it serves nothing after; a model without KV memory keeps none anyway) and end
+        it."""
+        run = entry.run
+        try:
+            run.pooled = tuple(float(x) for x in self.backend.pooled(entry.slot.seq_id))
+        except Exception as exc:  # (a foreign error fails this run only)
+            run.end(FinishReason.ERROR,
+                    exc if isinstance(exc, LlamapyError) else EngineError("pool", exc))
+            return
+        finally:
+            self.prefix.trim(entry.slot, 0)
+        now = self.clock()
+        run.timings.prefill_s = now - (run.prefill_started_at or now)
+        run.timings.ttft_s = now - run.submitted_at
+        run.end(FinishReason.PREFILL)
 
     def _verify(self, entry: Entry, row: int) -> None:
         """Sample the rows of a drafted entry while they confirm the draft; trim the rest."""

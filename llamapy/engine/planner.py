@@ -58,9 +58,7 @@ class ScheduledBatch:
 
     def to_plan(self) -> BatchPlan:
         """The backend's view of this batch."""
-        return BatchPlan([Segment(e.slot.seq_id, e.start_pos, e.token_ids, e.samples, e.run.key,
-                                  len(e.draft) + 1, e.draft_tag, e.media)
-                          for e in self.entries], self.adapter_set)
+        return BatchPlan([_segment(e) for e in self.entries], self.adapter_set)
 
     @property
     def n_tokens(self) -> int:
@@ -74,6 +72,14 @@ class ScheduledBatch:
                 ScheduledBatch(self.entries[mid:], self.adapter_set))
 
 
+def _segment(entry: Entry) -> Segment:
+    """An entry as the backend sees it: a pooled run's every row is an output."""
+    pooled = entry.run.whole_prefill
+    outputs = len(entry.token_ids) if pooled else len(entry.draft) + 1
+    return Segment(entry.slot.seq_id, entry.start_pos, entry.token_ids, entry.samples or pooled,
+                   entry.run.key, outputs, entry.draft_tag, entry.media)
+
+
 def slot_view(slot: Slot) -> SlotView:
     """How a running slot looks to strategies."""
     run = slot.run
@@ -83,7 +89,7 @@ def slot_view(slot: Slot) -> SlotView:
                     remaining_prefill=slot.remaining_prefill, num_generated=run.num_generated,
                     submitted_at=run.submitted_at, admitted_at=run.admitted_at,
                     last_token_at=run.last_token_at, serial=run.serial,
-                    leased=slot.lease_id is not None)
+                    leased=slot.lease_id is not None, whole=run.whole_prefill)
 
 
 def queued_view(run: Run, cached_tokens: int = 0) -> QueuedView:
@@ -172,10 +178,14 @@ class Planner:
         if len(set(decision.decode)) != len(decision.decode) or \
                 not set(decision.decode) <= decoding:
             problems.append(f"decode {decision.decode} must be distinct decoding slots")
+        whole = {s.slot_id for s in view.prefilling if s.whole}
         for slot_id, n in decision.prefill.items():
             if slot_id not in chunks or not isinstance(n, int) or not 1 <= n <= chunks[slot_id]:
                 problems.append(f"prefill slot {slot_id}: {n!r} tokens not in "
                                 f"[1, {chunks.get(slot_id, 0)}]")
+            elif slot_id in whole and n != chunks[slot_id]:
+                problems.append(f"prefill slot {slot_id}: {n} tokens of a prefill that is "
+                                f"decoded whole ({chunks[slot_id]})")
         if decision.n_tokens > view.n_batch:
             problems.append(f"{decision.n_tokens} tokens exceed n_batch={view.n_batch}")
         if decision.n_tokens == 0:

@@ -172,6 +172,8 @@ class DoneEvent:
     prompt_tokens: int
     timings: RequestTimings
     stop_word: str = ""
+    #: A pooled request's output (see :attr:`Request.pooled`); None for any other.
+    pooled: tuple[float, ...] | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -225,7 +227,10 @@ class Request:
     the request's sampler built ahead (off the tick thread, by the backend's
     ``new_sampler``); the engine takes it over (and closes it) instead of building one.
     ``media`` places encoded images and audio in the prompt (see :mod:`llamapy.engine.media`):
-    their rows' ids in ``token_ids`` are the chunks' media token ids.
+    their rows' ids in ``token_ids`` are the chunks' media token ids. ``pooled``: the request
+    asks for its prompt's pooled output (a reranker's scores, an embedding; the backend must
+    pool, see :attr:`~llamapy.engine.backend.Backend.pools`), which its ``DoneEvent`` carries:
+    its whole prompt is decoded in one batch, nothing is reused or kept, ``max_tokens`` is 0.
     """
 
     request_id: Hashable
@@ -236,6 +241,7 @@ class Request:
     lease_id: int | None = None
     sampler: Sampler | None = None
     media: tuple[MediaSpan, ...] = ()
+    pooled: bool = False
 
     @property
     def adapter_set(self) -> tuple[Hashable, ...]:
@@ -285,6 +291,8 @@ class Run:
     spec: Speculation | None = None
     #: ``(length, ttl_s)`` of the pins still to write, shortest first (set when resolved).
     pins: list[tuple[int, float]] = field(default_factory=list)
+    #: A pooled request's output, once its prompt is decoded.
+    pooled: tuple[float, ...] | None = None
 
     @property
     def request_id(self) -> Hashable:
@@ -305,6 +313,11 @@ class Run:
     def prefill_only(self) -> bool:
         """``max_tokens == 0``: compute the prompt's KV, sample nothing."""
         return self.request.options.max_tokens == 0
+
+    @property
+    def whole_prefill(self) -> bool:
+        """Whether the prompt is decoded in one piece (a pooled request)."""
+        return self.request.pooled
 
     @property
     def reuse_cap(self) -> int:
@@ -367,4 +380,4 @@ class Run:
             exc = error or LlamapyError("request failed")
             return ErrorEvent(self.request_id, exc, self.timings, self.num_generated)
         return DoneEvent(self.request_id, reason, self.num_generated, len(self.prompt),
-                         self.timings, self.text.stop_word)
+                         self.timings, self.text.stop_word, self.pooled)

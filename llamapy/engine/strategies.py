@@ -54,6 +54,8 @@ class SlotView:
     last_token_at: float | None
     serial: int
     leased: bool = False
+    #: Its prefill is decoded in one piece (a pooled request): all of it in one tick, or none.
+    whole: bool = False
 
 
 def admission_key(slot: SlotView) -> tuple[float, int]:
@@ -97,7 +99,10 @@ class BatchView:
         return len(self.queue)
 
     def chunk_for(self, slot: SlotView) -> int:
-        """The most prefill tokens ``slot`` may take this tick."""
+        """The most prefill tokens ``slot`` may take this tick (for a ``whole`` slot: exactly
+        these or none)."""
+        if slot.whole:
+            return slot.remaining_prefill
         return min(self.chunk_size, slot.remaining_prefill)
 
 
@@ -161,11 +166,14 @@ class BaseStrategy:
     def fill_prefill(view: BatchView, budget: int, decision: BatchDecision,
                      order: Sequence[SlotView] | None = None) -> int:
         """Give prefilling slots tokens in ``order`` (default: admission order) until
-        ``budget`` is spent; returns what is left of it."""
+        ``budget`` is spent (a ``whole`` slot that does not fit what is left is passed over);
+        returns what is left of it."""
         for slot in sorted(view.prefilling, key=admission_key) if order is None else order:
             n = min(budget, view.chunk_for(slot))
             if n <= 0:
                 break
+            if slot.whole and n < slot.remaining_prefill:
+                continue
             decision.prefill[slot.slot_id] = n
             budget -= n
         return budget
@@ -226,8 +234,14 @@ class Balanced(BaseStrategy):
 
     @staticmethod
     def _share_evenly(view: BatchView, budget: int, decision: BatchDecision) -> None:
-        wants = {s.slot_id: view.chunk_for(s) for s in sorted(view.prefilling,
-                                                              key=admission_key)}
+        """``whole`` slots first, each all of it where it fits (admission order); the rest
+        shared round-robin."""
+        ordered = sorted(view.prefilling, key=admission_key)
+        for slot in ordered:
+            if slot.whole and slot.remaining_prefill <= budget:
+                decision.prefill[slot.slot_id] = slot.remaining_prefill
+                budget -= slot.remaining_prefill
+        wants = {s.slot_id: view.chunk_for(s) for s in ordered if not s.whole}
         while budget > 0 and wants:
             share = max(1, budget // len(wants))
             for slot_id in list(wants):

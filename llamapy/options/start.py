@@ -193,9 +193,12 @@ def resolve_start_options(model_path: str | os.PathLike[str], options: Mapping[s
     engine_opts.setdefault("n_parallel", server.n_parallel)
     engine = _with_draft_type(
         make_engine_config({**engine_opts, "n_batch": server.effective_n_batch}), server)
+    tuning = _pick(options, tuning_option_keys())
+    if tuning.get("pooling_type") == "rank":  # (a reranker's context outputs its scores)
+        tuning["embeddings"] = True
     context = ContextOptions(
         n_ctx=server.n_ctx, n_batch=server.effective_n_batch, n_seq_max=server.n_parallel,
-        kv_unified=engine.kv_unified, **_pick(options, tuning_option_keys()),
+        kv_unified=engine.kv_unified, **tuning,
     )
     return ResolvedStart(server, engine, context, model_load_options(options))
 

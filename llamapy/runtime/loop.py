@@ -87,6 +87,8 @@ class TickLoop:
         self.hosted: Hosted | None = None
         #: Context tokens one sequence may use, known once the model is hosted (0 before).
         self.n_ctx_seq = 0
+        #: Most tokens one decode takes (the engine's ``n_batch``; 0 before the load).
+        self.n_batch = 0
         self.ready = threading.Event()
         self._build = build
         self._inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
@@ -217,6 +219,7 @@ class TickLoop:
         try:
             self.hosted = self._build()
             self.n_ctx_seq = self.hosted.engine.n_ctx_seq
+            self.n_batch = self.hosted.engine.n_batch
         except Exception as exc:  # typed or foreign: never a stray thread death
             self._fail_load(exc)
             self._reject_until_closed()

@@ -26,6 +26,7 @@ from .calls import Call, prompt_ids
 from .intent import GenerationIntent
 from .loop import load_server
 from .options import ResolvedStart
+from .pooled import PooledMethods
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 __all__ = ["Server"]
 
 
-class Server(AsyncMethods):
+class Server(AsyncMethods, PooledMethods):
     """Serve one GGUF model to many concurrent callers.
 
     ``Server(model_path, **options)`` returns at once; the model loads in the background
@@ -71,6 +72,10 @@ class Server(AsyncMethods):
     stream (default 30 s). Streams (:meth:`stream`, :meth:`events`, :meth:`astream`, ...) are
     objects validated at the call and submitted at their first iteration;
     :meth:`open_stream` / ``open_astream`` submit at once.
+
+    A model served to pool its input (a reranker, ``pooling_type="rank"``) generates nothing:
+    :meth:`score_tokens` / :meth:`ascore_tokens` score its inputs through the same engine
+    (see :mod:`llamapy.server.pooled`).
     """
 
     def __init__(self, model_path: str | os.PathLike[str], **options: Any) -> None:

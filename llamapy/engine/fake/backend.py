@@ -17,6 +17,11 @@ simulation (like httpcore's mock backend).
   and their rows the chunk's embeddings at those ids (checked against
   :func:`~llamapy.engine.fake.media.fake_media_rows` for fake chunks); a media segment asking
   for logits is a violation. Media rows hash into the history like tokens.
+- Pooling (``pools=True``, as a reranker's context): every segment must be a whole sequence
+  with every row an output (a violation otherwise), and :meth:`FakeBackend.pooled` gives
+  :func:`~llamapy.engine.fake.model.fake_pooled` of its history: output that changes with
+  any token, its order or a reuse it should not have had. ``memoryless=True`` keeps no KV
+  after a decode (an encoder-only model: its sequences always read as empty).
 - Fault switches (:meth:`inject`), a cost model advancing a :class:`SimClock`, and
   :meth:`check_integrity`.
 """
@@ -38,6 +43,7 @@ from llamapy.engine.fake.model import (
     SimClock,
     adapter_salt,
     chain_hash,
+    fake_pooled,
 )
 from llamapy.engine.fake.sampler import FakeSampler
 from llamapy.engine.options import SamplingParams
@@ -74,7 +80,8 @@ class FakeBackend:
                  kv_unified: bool = True, supports_partial_removal: bool = True,
                  model: FakeModel | None = None, cost: CostModel | None = None,
                  clock: SimClock | None = None, state_bytes_per_token: int = 64,
-                 sleep_s: float = 0.0, record_plans: bool = False) -> None:
+                 sleep_s: float = 0.0, record_plans: bool = False, pools: bool = False,
+                 memoryless: bool = False) -> None:
         if n_seq_max < 1 or n_ctx < n_seq_max or n_batch < 1:
             raise ValueError("FakeBackend needs n_ctx >= n_seq_max >= 1 and n_batch >= 1")
         self.model = model or FakeModel()
@@ -83,6 +90,8 @@ class FakeBackend:
         self._n_ctx, self._n_seq_max, self._n_batch = n_ctx, n_seq_max, n_batch
         self._kv_unified, self._partial = kv_unified, supports_partial_removal
         self.state_bytes_per_token = state_bytes_per_token
+        self._pools, self.memoryless = pools, memoryless
+        self._pooled: dict[int, int] = {}
         self.sleep_s = sleep_s
         self.record_plans = record_plans
         self.plans: list[BatchPlan] = []
@@ -111,6 +120,7 @@ class FakeBackend:
     n_ubatch = property(lambda self: self._n_batch, doc="Rows of a physical batch (n_batch).")
     media_width = property(lambda self: FAKE_MEDIA_WIDTH, doc="Floats in a fake media row.")
     kv_unified = property(lambda self: self._kv_unified, doc="One shared cell pool.")
+    pools = property(lambda self: self._pools, doc="Whether sequences are pooled.")
     supports_partial_removal = property(lambda self: self._partial, doc="False: recurrent.")
     n_vocab = property(lambda self: self.model.n_vocab, doc="Vocabulary size.")
 
@@ -167,15 +177,34 @@ class FakeBackend:
             self._write(plan.segments[0], 0)
             raise {"abort": DecodeAbortedError, "invalid_batch": InvalidBatchError}.get(
                 fault.kind, lambda: DecodeError(-3, "injected decode failure"))()
-        self._rows = {}
+        self._rows, self._pooled = {}, {}
         read = 0
         for seg, off in zip(plan.segments, plan.offsets, strict=True):
             self._write(seg, off)
             read += seg.start_pos + len(seg.token_ids) if seg.logits else 0
+        if self._pools:
+            self._pool(plan)
         self.num_decoded_tokens += plan.n_tokens
         self.clock.advance(self.cost.decode_time(plan.n_tokens, read))
         if self.record_plans:
             self.plans.append(plan)
+
+    def _pool(self, plan: BatchPlan) -> None:
+        """Keep each pooled sequence's history hash (a violation for one that is not whole,
+        all rows outputs); a memoryless backend then forgets the batch's KV."""
+        for seg, off in zip(plan.segments, plan.offsets, strict=True):
+            if seg.start_pos != 0 or not seg.logits or seg.n_outputs != len(seg.token_ids):
+                self.violations.append(f"seq {seg.seq_id}: a pooled segment that is not the "
+                                       "whole sequence with every row an output")
+            self._pooled[seg.seq_id] = self._rows[off + len(seg.token_ids) - 1]
+            if self.memoryless:
+                self.seq_rm(seg.seq_id, 0, -1)
+
+    def pooled(self, seq_id: int) -> tuple[float, ...]:
+        """The pooled output of ``seq_id`` from the last decode (see the module docstring)."""
+        if seq_id not in self._pooled:
+            raise IndexError(f"the last decode pooled no sequence {seq_id}")
+        return fake_pooled(self._pooled[seq_id])
 
     def output_row(self, batch_index: int) -> int:
         """History hash at output row ``batch_index`` of the last decode."""

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from llamapy.engine.options import SamplingParams
 
 __all__ = ["N_BYTE_TOKENS", "ROOT_HASH", "CostModel", "FakeModel", "SimClock", "adapter_salt",
-           "chain_hash", "reference"]
+           "chain_hash", "fake_pooled", "pooled_history", "reference"]
 
 _MASK = (1 << 64) - 1
 ROOT_HASH = 0x6A09E667F3BCC908
@@ -36,6 +36,19 @@ def _mix(x: int) -> int:
 def chain_hash(prev: int, token: int, salt: int = 0) -> int:
     """Hash of a history extended by ``token`` computed under the adapter set with ``salt``."""
     return _mix(prev ^ ((token + 1) * 0x100000001B3 & _MASK) ^ salt)
+
+
+def fake_pooled(history: int) -> tuple[float, ...]:
+    """A fake pooled output (one score, as a reranker's) of the history hash ``history``."""
+    return ((history % 1_000_003) / 1000.0 - 500.0,)
+
+
+def pooled_history(token_ids: Sequence[int]) -> int:
+    """The history hash a base-model sequence of ``token_ids`` ends with (from position 0)."""
+    h = ROOT_HASH
+    for token in token_ids:
+        h = chain_hash(h, token)
+    return h
 
 
 def adapter_salt(adapter_set: Hashable) -> int:

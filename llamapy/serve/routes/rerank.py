@@ -3,9 +3,10 @@ documents against a query, as llama-server's ``--reranking`` does.
 
 The served model must be a reranker (a classifier head) and the server started with
 ``--reranking`` (``--pooling rank``); otherwise the route answers llama-server's 501. Each
-(query, document) pair becomes one input (:func:`llamapy.embeddings.rerank_tokens`); all of a
-request's pairs are scored together on the embeddings context (:class:`~llamapy.embeddings.
-Embedder` with rank pooling: one decode per ``n_ctx`` tokens), off the event loop.
+(query, document) pair becomes one input (:func:`llamapy.embeddings.rerank_tokens`), scored
+by the server's engine (:meth:`~llamapy.server.Server.ascore_tokens`): the pairs of every
+request in flight share its decodes, each pair whole (at most ``--ubatch-size`` tokens, and
+no more than the model's trained context), the request's tenant accounted.
 
 Two shapes, as llama-server answers them: Jina's and Cohere's (``documents``: strings, or
 objects with a ``text``; ``top_n``; ``return_documents`` adds each ``document``) gives
@@ -116,7 +117,7 @@ def _pairs(served: ServedModel, query: str, texts: Sequence[str], cut: slice | N
 
 def parse_rerank(served: ServedModel, body: object, max_input: int = 512) -> RerankRequest:
     """Validate a rerank body and tokenize its pairs (blocking: run it off the event loop);
-    ``max_input``: the longest pair the embedder takes (where ``truncate`` cuts)."""
+    ``max_input``: the longest pair the server scores (where ``truncate`` cuts)."""
     if not isinstance(body, Mapping):
         raise InvalidOptionError("request body must be a JSON object")
     unknown = [key for key in body if key not in RERANK_FIELDS]
@@ -172,10 +173,10 @@ def rerank_router(ctx: AppContext) -> Router:
         if served.server.start_options.context.pooling_type != RANK:
             raise EndpointDisabledError("This server does not support reranking. Start it "
                                         "with `--reranking`")
-        with ctx.embedder(served, RANK) as embedder:
-            parsed = await asyncio.to_thread(parse_rerank, served, body,
-                                             embedder.max_input_tokens)
-            scores = await cancel_on_disconnect(request, embedder.ascore_tokens(parsed.inputs))
+        server = served.server
+        parsed = await asyncio.to_thread(parse_rerank, served, body, server.max_pooled_tokens)
+        scores = await cancel_on_disconnect(request, server.ascore_tokens(
+            parsed.inputs, tenant=served.tenant))
         return rerank_response(served, parsed, scores)
 
     return router

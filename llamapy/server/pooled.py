@@ -1,0 +1,183 @@
+"""Pooled outputs of a ``Server`` whose model pools its input (a reranker): the scores of
+``score_tokens`` / ``ascore_tokens`` and the outputs of ``pool_tokens`` / ``apool_tokens``.
+
+Each input is one pooled request to the engine (:attr:`~llamapy.engine.Request.pooled`), so
+the engine batches the inputs of every call in flight together, each prompt whole, under its
+``n_batch`` budget and batch strategy, on the server's slots. A call keeps at most
+``n_parallel`` of its inputs in the engine at once (queued or on a slot): each input that
+ends submits the next one from the tick thread, before the next tick, so a call of 2,000
+documents holds no more of the bounded queue than a call of four, and calls made together
+share the slots. The first input that fails fails the call and cancels the rest; so do a
+timeout (:class:`~llamapy.errors.RequestTimeoutError`) and cancelling the awaiting task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import threading
+from collections.abc import Callable, Hashable, Sequence
+
+from ..engine import Request, RequestOptions
+from ..engine.request import DoneEvent, ErrorEvent, Event
+from ..errors import LlamapyError, RequestCancelledError, RequestTimeoutError
+from ..runtime import TickLoop
+from .core import ServerCore
+from .options import DEFAULT_CALL_TIMEOUT
+
+__all__ = ["PooledCall", "PooledMethods"]
+
+_CALLS = itertools.count()
+
+
+class PooledCall:
+    """The inputs of one call, submitted ``window`` at a time (see the module docstring);
+    ``on_end`` runs once, on whichever thread ends the call."""
+
+    def __init__(self, loop: TickLoop, inputs: Sequence[Sequence[int]], window: int,
+                 options: RequestOptions, on_end: Callable[[], None]) -> None:
+        self.outputs: list[tuple[float, ...]] = [() for _ in inputs]
+        self.error: LlamapyError | None = None
+        self._loop, self._inputs, self._options = loop, inputs, options
+        self._window = max(1, window)
+        self._on_end = on_end
+        self._call = next(_CALLS)
+        self._lock = threading.Lock()
+        self._next = 0
+        self._left = len(inputs)
+        self._active: set[Hashable] = set()
+        self._ended = False
+
+    def start(self) -> None:
+        """Submit the first window of inputs (the call ends at once when there are none)."""
+        if not self._inputs:
+            self._end()
+        for _ in range(min(self._window, len(self._inputs))):
+            self._submit_next()
+
+    def cancel(self, error: LlamapyError | None = None) -> None:
+        """End the call with ``error`` (default: cancelled), cancelling its inputs in flight."""
+        with self._lock:
+            if self.error is None:
+                self.error = error or RequestCancelledError("the call was cancelled")
+            active, self._active = list(self._active), set()
+        for request_id in active:
+            self._loop.cancel(request_id)
+        self._end()
+
+    def _submit_next(self) -> None:
+        with self._lock:
+            if self.error is not None or self._next >= len(self._inputs):
+                return
+            index, self._next = self._next, self._next + 1
+            request_id = ("pooled", self._call, index)
+            self._active.add(request_id)
+        self._loop.submit(Request(request_id, list(self._inputs[index]), self._options,
+                                  self._sink(index), pooled=True))
+
+    def _sink(self, index: int) -> Callable[[Event], None]:
+        def sink(event: Event) -> None:
+            if isinstance(event, DoneEvent) and event.pooled is not None:
+                self._done(index, event)
+            elif isinstance(event, ErrorEvent):
+                self.cancel(event.exc)
+            elif isinstance(event, DoneEvent):  # (cancelled: the call is ending)
+                self.cancel()
+        return sink
+
+    def _done(self, index: int, event: DoneEvent) -> None:
+        assert event.pooled is not None
+        with self._lock:
+            self._active.discard(event.request_id)
+            self.outputs[index] = event.pooled
+            self._left -= 1
+            last = self._left == 0
+        if last:
+            self._end()
+        else:
+            self._submit_next()
+
+    def _end(self) -> None:
+        with self._lock:
+            if self._ended:
+                return
+            self._ended = True
+        self._on_end()
+
+
+class PooledMethods(ServerCore):
+    """The pooled calls of :class:`~llamapy.server.Server` (see the module docstring)."""
+
+    @property
+    def max_pooled_tokens(self) -> int:
+        """The longest input a pooled call takes (one decode; 0 while the model loads)."""
+        return min(self._loop.n_batch, self._loop.n_ctx_seq)
+
+    def pool_tokens(self, inputs: Sequence[Sequence[int]], *, tenant: str | None = None,
+                    timeout: float | None = DEFAULT_CALL_TIMEOUT) -> list[tuple[float, ...]]:
+        """Each input's pooled output (a reranker's classifier outputs), blocking; the model
+        must pool (``UnsupportedFeatureError``). ``tenant``: whom the inputs are accounted
+        to; ``timeout`` bounds the whole call, the wait for the load included."""
+        self._wait_loaded(timeout, timeout)
+        ended = threading.Event()
+        call = self._pooled_call(inputs, tenant, ended.set)
+        call.start()
+        if not ended.wait(timeout):
+            call.cancel(RequestTimeoutError(f"pooling timed out after {timeout} s"))
+        return _outputs(call)
+
+    def score_tokens(self, inputs: Sequence[Sequence[int]], *, tenant: str | None = None,
+                     timeout: float | None = DEFAULT_CALL_TIMEOUT) -> list[float]:
+        """Each input's relevance score (the first output of a reranker's classifier head,
+        unnormalised), blocking; see :meth:`pool_tokens`."""
+        return [out[0] for out in self.pool_tokens(inputs, tenant=tenant, timeout=timeout)]
+
+    async def apool_tokens(self, inputs: Sequence[Sequence[int]], *, tenant: str | None = None,
+                           timeout: float | None = DEFAULT_CALL_TIMEOUT
+                           ) -> list[tuple[float, ...]]:
+        """:meth:`pool_tokens`, awaited; cancelling the task cancels the inputs in flight."""
+        await self._await_loaded(timeout, timeout)
+        loop = asyncio.get_running_loop()
+        ended = loop.create_future()
+        def end() -> None:
+            with contextlib.suppress(RuntimeError):  # (the caller's loop closed meanwhile)
+                loop.call_soon_threadsafe(_settle, ended)
+
+        call = self._pooled_call(inputs, tenant, end)
+        call.start()
+        try:
+            await asyncio.wait_for(asyncio.shield(ended), timeout)
+        except asyncio.TimeoutError:
+            call.cancel(RequestTimeoutError(f"pooling timed out after {timeout} s"))
+        except asyncio.CancelledError:
+            call.cancel()
+            raise
+        return _outputs(call)
+
+    async def ascore_tokens(self, inputs: Sequence[Sequence[int]], *,
+                            tenant: str | None = None,
+                            timeout: float | None = DEFAULT_CALL_TIMEOUT) -> list[float]:
+        """:meth:`score_tokens`, awaited."""
+        outputs = await self.apool_tokens(inputs, tenant=tenant, timeout=timeout)
+        return [out[0] for out in outputs]
+
+    def _pooled_call(self, inputs: Sequence[Sequence[int]], tenant: str | None,
+                     on_end: Callable[[], None]) -> PooledCall:
+        engine = self._start.engine
+        window = engine.n_parallel
+        if engine.tenant_max_requests > 0:  # (more would be refused as the tenant's excess)
+            window = min(window, engine.tenant_max_requests)
+        return PooledCall(self._loop, list(inputs), window,
+                          RequestOptions(max_tokens=0, tenant=tenant), on_end)
+
+
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _outputs(call: PooledCall) -> list[tuple[float, ...]]:
+    if call.error is not None:
+        raise call.error
+    return call.outputs
