@@ -9,6 +9,9 @@ sends ``--requests`` requests, each a query and ``--docs`` documents of 20-60 wo
 
     python bench/bench_rerank.py --rounds 4 --requests 20 --docs 32
     python bench/bench_rerank.py --rounds 4 --requests 20 --docs 32 --parallel 4 --clients 4
+
+``--checkout DIR`` adds a third target: ``python -m llamapy.serve`` run from another checkout
+(with its binding built), e.g. the commit before a change.
 """
 
 from __future__ import annotations
@@ -66,9 +69,11 @@ def send(requests: list[dict[str, object]]) -> int:
     return pairs
 
 
-def one_round(cmd: list[str], requests: list[dict[str, object]], clients: int) -> float:
-    """Pairs per second over ``requests``, shared by ``clients`` sending at once."""
-    proc, _ = start(cmd, PORT)
+def one_round(cmd: list[str], requests: list[dict[str, object]], clients: int,
+              cwd: str | None = None) -> float:
+    """Pairs per second over ``requests``, shared by ``clients`` sending at once (the
+    server started in ``cwd``)."""
+    proc, _ = start(cmd, PORT, cwd=cwd)
     try:
         send(requests[:1])  # warm-up
         shares = [requests[i::clients] for i in range(clients)]
@@ -88,21 +93,26 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--parallel", type=int, default=1, help="slots of both servers")
     ap.add_argument("--clients", type=int, default=1, help="clients sending at once")
+    ap.add_argument("--checkout", help="another llamapy checkout to run as a third target")
     args = ap.parse_args()
     targets = commands(args.threads, args.parallel)
+    if args.checkout:
+        targets["checkout"] = targets["llamapy.serve"]
     requests = bodies(args.requests, args.docs, seed=7)
     rates: dict[str, list[float]] = {name: [] for name in targets}
     for r in range(args.rounds):
         order = list(targets) if r % 2 == 0 else list(targets)[::-1]
         for name in order:
-            rates[name].append(one_round(targets[name], requests, args.clients))
+            cwd = args.checkout if name == "checkout" else None
+            rates[name].append(one_round(targets[name], requests, args.clients, cwd))
             print(f"round {r} {name:14} {rates[name][-1]:8.1f} pairs/s", flush=True)
-    ratios = [a / b for a, b in zip(rates["llamapy.serve"], rates["llama-server"], strict=True)]
     print("\n| target | pairs/s (rounds) | median |\n|---|---|---|")
     for name, xs in rates.items():
         print(f"| {name} | {' / '.join(f'{x:.0f}' for x in xs)} | {statistics.median(xs):.0f} |")
-    print(f"\nllamapy / llama-server: median of rounds {statistics.median(ratios):.2f} "
-          f"(rounds {', '.join(f'{x:.2f}' for x in ratios)})")
+    for name in [n for n in rates if n != "llama-server"]:
+        ratios = [a / b for a, b in zip(rates[name], rates["llama-server"], strict=True)]
+        print(f"\n{name} / llama-server: median of rounds {statistics.median(ratios):.2f} "
+              f"(rounds {', '.join(f'{x:.2f}' for x in ratios)})")
     return 0
 
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from llamapy.engine.backend import BatchPlan, Segment
 from llamapy.engine.fake.kv import Cell, decode_cells, encode_cells, encoded_size
-from llamapy.engine.fake.media import FAKE_MEDIA_WIDTH, fake_media_rows
+from llamapy.engine.fake.media import FAKE_MEDIA_WIDTH, media_segment_ok
 from llamapy.engine.fake.model import (
     ROOT_HASH,
     CostModel,
@@ -224,28 +224,9 @@ class FakeBackend:
             ok = ok and 0 <= seg.seq_id < self._n_seq_max and len(seg.token_ids) > 0
             ok = ok and seg.start_pos == self.seq_pos_max(seg.seq_id) + 1
             ok = ok and (all(0 <= t < self.model.n_vocab for t in seg.token_ids)
-                         if seg.media is None else self._media_ok(seg))
+                         if seg.media is None else media_segment_ok(seg, self.violations))
         if not ok:
             raise InvalidBatchError()
-
-    def _media_ok(self, seg: Segment) -> bool:
-        """Whether a media segment's ids and rows are its chunk's (a violation otherwise)."""
-        rows, n = seg.media, len(seg.token_ids)
-        assert rows is not None
-        chunk = rows.chunk
-        ids = chunk.token_ids[rows.first:rows.first + n]
-        if tuple(seg.token_ids) != ids or len(ids) != n:
-            return False
-        if seg.logits:
-            self.violations.append(f"seq {seg.seq_id}: a media segment asks for logits")
-        if not chunk.causal and (rows.first, n) != (0, chunk.n_tokens):
-            self.violations.append(f"seq {seg.seq_id}: rows {rows.first}..{rows.first + n} of "
-                                   "a chunk that must be decoded whole")
-        if chunk.width == FAKE_MEDIA_WIDTH and bytes(chunk.rows(rows.first, n)) != \
-                fake_media_rows(chunk.digest, rows.first, n):
-            self.violations.append(f"seq {seg.seq_id}: media rows {rows.first}.. are not "
-                                   "the chunk's")
-        return True
 
     def _stream(self, seq_id: int) -> int:
         return 0 if self._kv_unified else seq_id

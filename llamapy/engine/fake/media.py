@@ -11,9 +11,10 @@ from __future__ import annotations
 import hashlib
 import struct
 
+from llamapy.engine.backend import Segment
 from llamapy.engine.media import MediaChunk
 
-__all__ = ["FAKE_MEDIA_WIDTH", "fake_media_chunk", "fake_media_rows"]
+__all__ = ["FAKE_MEDIA_WIDTH", "fake_media_chunk", "fake_media_rows", "media_segment_ok"]
 
 #: The embedding width of fake media.
 FAKE_MEDIA_WIDTH = 4
@@ -36,3 +37,24 @@ def fake_media_chunk(data: bytes, kind: str = "image", causal: bool = True) -> M
     digest = hashlib.sha256(projector + data).digest()
     n = 2 + len(data) % 7
     return MediaChunk(digest, fake_media_rows(digest, 0, n), n, FAKE_MEDIA_WIDTH, kind, causal)
+
+
+def media_segment_ok(seg: Segment, violations: list[str]) -> bool:
+    """Whether a media segment's ids are its chunk's (else the batch is invalid); appends to
+    ``violations`` a segment asking for logits, a part of a chunk that must be decoded whole,
+    and rows that are not the chunk's."""
+    rows, n = seg.media, len(seg.token_ids)
+    assert rows is not None
+    chunk = rows.chunk
+    ids = chunk.token_ids[rows.first:rows.first + n]
+    if tuple(seg.token_ids) != ids or len(ids) != n:
+        return False
+    if seg.logits:
+        violations.append(f"seq {seg.seq_id}: a media segment asks for logits")
+    if not chunk.causal and (rows.first, n) != (0, chunk.n_tokens):
+        violations.append(f"seq {seg.seq_id}: rows {rows.first}..{rows.first + n} of a chunk "
+                          "that must be decoded whole")
+    if chunk.width == FAKE_MEDIA_WIDTH and bytes(chunk.rows(rows.first, n)) != \
+            fake_media_rows(chunk.digest, rows.first, n):
+        violations.append(f"seq {seg.seq_id}: media rows {rows.first}.. are not the chunk's")
+    return True
