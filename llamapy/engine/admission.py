@@ -23,10 +23,16 @@ __all__ = ["Admission", "check_backend", "check_request", "pooled_limit"]
 
 
 def check_backend(backend: Backend, config: EngineConfig) -> None:
-    """``InvalidOptionError`` unless ``config`` fits the backend (slots, KV layout)."""
+    """``InvalidOptionError`` unless ``config`` fits the backend (slots, KV layout; a
+    backend that pools needs a unified KV cache)."""
     if config.n_parallel > backend.n_seq_max:
         raise InvalidOptionError(f"n_parallel={config.n_parallel} exceeds the backend's "
                                  f"n_seq_max={backend.n_seq_max}", option="n_parallel")
+    if backend.pools and not backend.kv_unified:  # (llama.cpp would split a sequence)
+        raise InvalidOptionError("a context that pools needs kv_unified: with a KV cache "
+                                 "per sequence llama.cpp splits a batch across physical "
+                                 "batches, and a pooled sequence must stay in one",
+                                 option="kv_unified")
     if config.kv_unified != backend.kv_unified:
         raise InvalidOptionError(f"kv_unified={config.kv_unified} but the backend was created "
                                  f"with kv_unified={backend.kv_unified}", option="kv_unified")

@@ -10,7 +10,8 @@ in milliseconds. Importing or serving it never loads libllama.
 What the fake backend does not have: a draft model (``spec_draft_model`` fails the load with
 :class:`~llamapy.errors.UnsupportedFeatureError`), LoRA files (an adapter set only salts the fake
 model's tokens), an embeddings context (serve the app with ``embeddings=False``) and FIM tokens
-(``/infill`` answers 501). Its projector (any ``mmproj`` value) is
+(``/infill`` answers 501). With ``pooling_type="rank"`` its backend pools (every request
+scored, none generating), as a reranker's context. Its projector (any ``mmproj`` value) is
 :class:`~llamapy.media.FakeMediaEncoder`: it takes images, and audio when the value says
 ``audio``; its chunks must be decoded whole (Gemma 3's kind) when it says ``bidirectional``.
 """
@@ -50,7 +51,9 @@ def host_fake(start: ResolvedStart, model: FakeTextModel, *, sleep_s: float = 0.
         raise UnsupportedFeatureError("spec_draft_model", "the fake backend has no draft model")
     backend = FakeBackend(n_ctx=start.server.n_ctx, n_seq_max=start.server.n_parallel,
                           n_batch=start.server.effective_n_batch,
-                          kv_unified=start.engine.kv_unified, model=model.fake, sleep_s=sleep_s)
+                          kv_unified=start.engine.kv_unified, model=model.fake, sleep_s=sleep_s,
+                          pools=start.context.pooling_type == "rank",
+                          n_ubatch=start.context.n_ubatch)
     namespace = None
     if start.engine.prompt_cache_dir:
         namespace = CacheNamespace(f"llamapy-fake:{model.description}")

@@ -7,8 +7,14 @@ the engine batches the inputs of every call in flight together, each prompt whol
 ``n_parallel`` of its inputs in the engine at once (queued or on a slot): each input that
 ends submits the next one from the tick thread, before the next tick, so a call of 2,000
 documents holds no more of the bounded queue than a call of four, and calls made together
-share the slots. The first input that fails fails the call and cancels the rest; so do a
-timeout (:class:`~llamapy.errors.RequestTimeoutError`) and cancelling the awaiting task.
+share the slots. The queue bound and the tenant's request bound refuse a call only at its
+first input (``QueueFullError``, ``TenantBusyError``); a later input they refuse waits in the
+server's backlog and is submitted again when any pooled input ends (one always does: the
+queue was full, or the tenant busy, with inputs that will end). Every input is checked
+before the first is submitted (token ids, length: ``ContextOverflowError`` past
+:attr:`PooledMethods.max_pooled_tokens`). The first input that fails fails the call and
+cancels the rest; so do a timeout (:class:`~llamapy.errors.RequestTimeoutError`) and
+cancelling the awaiting task.
 """
 
 from __future__ import annotations
@@ -16,32 +22,70 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
+import operator
 import threading
+import time
+from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 
 from ..engine import Request, RequestOptions
 from ..engine.request import DoneEvent, ErrorEvent, Event
-from ..errors import LlamapyError, RequestCancelledError, RequestTimeoutError
+from ..errors import (
+    ContextOverflowError,
+    EngineError,
+    InvalidOptionError,
+    LlamapyError,
+    QueueFullError,
+    RequestCancelledError,
+    RequestTimeoutError,
+)
 from ..runtime import TickLoop
 from .core import ServerCore
 from .options import DEFAULT_CALL_TIMEOUT
 
-__all__ = ["PooledCall", "PooledMethods"]
+__all__ = ["PooledBacklog", "PooledCall", "PooledMethods"]
 
+log = logging.getLogger("llamapy.server")
 _CALLS = itertools.count()
+_BACKLOG_LOCK = threading.Lock()
+
+
+class PooledBacklog:
+    """Inputs the engine refused for a full queue or a busy tenant, each submitted again
+    when a pooled input ends (one per ending, first refused first)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiting: deque[tuple[PooledCall, int]] = deque()
+
+    def park(self, call: PooledCall, index: int) -> None:
+        """Keep ``call``'s input ``index`` until an input ends."""
+        with self._lock:
+            self._waiting.append((call, index))
+
+    def release_one(self) -> None:
+        """Submit the first parked input of a call still running."""
+        while True:
+            with self._lock:
+                if not self._waiting:
+                    return
+                call, index = self._waiting.popleft()
+            if call.resubmit(index):
+                return
 
 
 class PooledCall:
     """The inputs of one call, submitted ``window`` at a time (see the module docstring);
     ``on_end`` runs once, on whichever thread ends the call."""
 
-    def __init__(self, loop: TickLoop, inputs: Sequence[Sequence[int]], window: int,
-                 options: RequestOptions, on_end: Callable[[], None]) -> None:
+    def __init__(self, loop: TickLoop, inputs: list[list[int]], window: int,
+                 options: RequestOptions, backlog: PooledBacklog,
+                 on_end: Callable[[], None]) -> None:
         self.outputs: list[tuple[float, ...]] = [() for _ in inputs]
         self.error: LlamapyError | None = None
         self._loop, self._inputs, self._options = loop, inputs, options
-        self._window = max(1, window)
-        self._on_end = on_end
+        self._window, self._backlog, self._on_end = max(1, window), backlog, on_end
         self._call = next(_CALLS)
         self._lock = threading.Lock()
         self._next = 0
@@ -66,25 +110,57 @@ class PooledCall:
             self._loop.cancel(request_id)
         self._end()
 
+    def resubmit(self, index: int) -> bool:
+        """Submit input ``index`` again (refused before); False when the call has ended."""
+        with self._lock:
+            if self.error is not None:
+                return False
+        self._submit(index)
+        return True
+
     def _submit_next(self) -> None:
         with self._lock:
             if self.error is not None or self._next >= len(self._inputs):
                 return
             index, self._next = self._next, self._next + 1
-            request_id = ("pooled", self._call, index)
+        self._submit(index)
+
+    def _submit(self, index: int) -> None:
+        request_id = ("pooled", self._call, index)
+        with self._lock:
             self._active.add(request_id)
-        self._loop.submit(Request(request_id, list(self._inputs[index]), self._options,
+        self._loop.submit(Request(request_id, self._inputs[index], self._options,
                                   self._sink(index), pooled=True))
+        with self._lock:  # a cancel that came meanwhile went ahead of this submit: again
+            late = self.error is not None
+        if late:
+            self._loop.cancel(request_id)
 
     def _sink(self, index: int) -> Callable[[Event], None]:
         def sink(event: Event) -> None:
-            if isinstance(event, DoneEvent) and event.pooled is not None:
-                self._done(index, event)
-            elif isinstance(event, ErrorEvent):
-                self.cancel(event.exc)
-            elif isinstance(event, DoneEvent):  # (cancelled: the call is ending)
-                self.cancel()
+            try:
+                self._on_event(index, event)
+            except Exception as exc:  # (a bug here must end the call, never strand it)
+                log.exception("pooled call %d: input %d", self._call, index)
+                self.cancel(EngineError("pool", exc))
         return sink
+
+    def _on_event(self, index: int, event: Event) -> None:
+        if isinstance(event, ErrorEvent) and isinstance(event.exc, QueueFullError) \
+                and index > 0:  # (a full queue or a busy tenant: later, not never)
+            with self._lock:
+                self._active.discard(event.request_id)
+            self._backlog.park(self, index)
+            return
+        if isinstance(event, DoneEvent) and event.pooled is not None:
+            self._done(index, event)
+        elif isinstance(event, ErrorEvent):
+            self.cancel(event.exc)
+        elif isinstance(event, DoneEvent):  # (cancelled: the call is ending)
+            self.cancel()
+        else:
+            return
+        self._backlog.release_one()  # (an input ended: its place may take a parked one)
 
     def _done(self, index: int, event: DoneEvent) -> None:
         assert event.pooled is not None
@@ -109,6 +185,8 @@ class PooledCall:
 class PooledMethods(ServerCore):
     """The pooled calls of :class:`~llamapy.server.Server` (see the module docstring)."""
 
+    _pooled_backlog: PooledBacklog | None = None
+
     @property
     def max_pooled_tokens(self) -> int:
         """The longest input a pooled call takes (one decode; 0 while the model loads)."""
@@ -119,11 +197,12 @@ class PooledMethods(ServerCore):
         """Each input's pooled output (a reranker's classifier outputs), blocking; the model
         must pool (``UnsupportedFeatureError``). ``tenant``: whom the inputs are accounted
         to; ``timeout`` bounds the whole call, the wait for the load included."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         self._wait_loaded(timeout, timeout)
         ended = threading.Event()
         call = self._pooled_call(inputs, tenant, ended.set)
         call.start()
-        if not ended.wait(timeout):
+        if not ended.wait(_left(deadline)):
             call.cancel(RequestTimeoutError(f"pooling timed out after {timeout} s"))
         return _outputs(call)
 
@@ -137,9 +216,11 @@ class PooledMethods(ServerCore):
                            timeout: float | None = DEFAULT_CALL_TIMEOUT
                            ) -> list[tuple[float, ...]]:
         """:meth:`pool_tokens`, awaited; cancelling the task cancels the inputs in flight."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         await self._await_loaded(timeout, timeout)
         loop = asyncio.get_running_loop()
         ended = loop.create_future()
+
         def end() -> None:
             with contextlib.suppress(RuntimeError):  # (the caller's loop closed meanwhile)
                 loop.call_soon_threadsafe(_settle, ended)
@@ -147,7 +228,7 @@ class PooledMethods(ServerCore):
         call = self._pooled_call(inputs, tenant, end)
         call.start()
         try:
-            await asyncio.wait_for(asyncio.shield(ended), timeout)
+            await asyncio.wait_for(asyncio.shield(ended), _left(deadline))
         except asyncio.TimeoutError:
             call.cancel(RequestTimeoutError(f"pooling timed out after {timeout} s"))
         except asyncio.CancelledError:
@@ -164,12 +245,31 @@ class PooledMethods(ServerCore):
 
     def _pooled_call(self, inputs: Sequence[Sequence[int]], tenant: str | None,
                      on_end: Callable[[], None]) -> PooledCall:
-        engine = self._start.engine
+        """The call of ``inputs`` (each checked now: integers, at most the longest input)."""
+        engine, longest = self._start.engine, self.max_pooled_tokens
+        checked = []
+        for ids in inputs:
+            try:
+                checked.append(list(map(operator.index, ids)))
+            except TypeError as exc:
+                raise InvalidOptionError("each input must be a sequence of token ids",
+                                         option="inputs") from exc
+            if len(checked[-1]) > longest:
+                raise ContextOverflowError(stage="pool", resident_tokens=0,
+                                           additional_tokens=len(checked[-1]), n_ctx=longest)
         window = engine.n_parallel
-        if engine.tenant_max_requests > 0:  # (more would be refused as the tenant's excess)
+        if engine.tenant_max_requests > 0:  # (more would wait in the backlog)
             window = min(window, engine.tenant_max_requests)
-        return PooledCall(self._loop, list(inputs), window,
-                          RequestOptions(max_tokens=0, tenant=tenant), on_end)
+        with _BACKLOG_LOCK:
+            if self._pooled_backlog is None:
+                self._pooled_backlog = PooledBacklog()
+        return PooledCall(self._loop, checked, window,
+                          RequestOptions(max_tokens=0, tenant=tenant), self._pooled_backlog,
+                          on_end)
+
+
+def _left(deadline: float | None) -> float | None:
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
 
 
 def _settle(future: asyncio.Future[None]) -> None:

@@ -127,3 +127,22 @@ def test_a_decode_error_fails_the_batch_and_frees_the_slots() -> None:
     again = _submit(engine, "again", [1] * 3)
     drain(engine, each=lambda: _check(engine))
     assert isinstance(again.final, DoneEvent) and again.final.pooled == _expected([1] * 3)
+
+
+def test_a_decode_of_pooled_prompts_is_one_physical_batch() -> None:
+    backend = FakeBackend(n_ctx=1024, n_seq_max=4, n_batch=64, n_ubatch=16, pools=True,
+                          record_plans=True)
+    engine = Engine(backend, EngineConfig(n_parallel=4, n_batch=64))
+    assert engine.n_batch == 16
+    sinks = [_submit(engine, f"r{i}", [i + 1] * (5 + i)) for i in range(4)]
+    with pytest.raises(ContextOverflowError):
+        _submit(engine, "long", [1] * 17)
+    drain(engine, each=lambda: _check(engine))
+    assert all(plan.n_tokens <= 16 for plan in backend.plans) and len(backend.plans) >= 2
+    assert all(isinstance(s.final, DoneEvent) and s.final.pooled is not None for s in sinks)
+
+
+def test_a_pooling_backend_needs_one_kv_pool() -> None:
+    backend = FakeBackend(n_ctx=1024, n_seq_max=2, n_batch=64, pools=True, kv_unified=False)
+    with pytest.raises(InvalidOptionError, match="kv_unified"):
+        Engine(backend, EngineConfig(n_parallel=2, kv_unified=False))

@@ -81,9 +81,12 @@ class FakeBackend:
                  model: FakeModel | None = None, cost: CostModel | None = None,
                  clock: SimClock | None = None, state_bytes_per_token: int = 64,
                  sleep_s: float = 0.0, record_plans: bool = False, pools: bool = False,
-                 memoryless: bool = False) -> None:
+                 memoryless: bool = False, n_ubatch: int | None = None) -> None:
         if n_seq_max < 1 or n_ctx < n_seq_max or n_batch < 1:
             raise ValueError("FakeBackend needs n_ctx >= n_seq_max >= 1 and n_batch >= 1")
+        if memoryless and (not pools or not kv_unified or n_ctx < n_batch):
+            raise ValueError("a memoryless FakeBackend pools, on one cell pool of at least "
+                             "n_batch cells (a batch's, freed after it)")
         self.model = model or FakeModel()
         self.cost = cost or CostModel()
         self.clock = clock or SimClock()
@@ -91,6 +94,7 @@ class FakeBackend:
         self._kv_unified, self._partial = kv_unified, supports_partial_removal
         self.state_bytes_per_token = state_bytes_per_token
         self._pools, self.memoryless = pools, memoryless
+        self._n_ubatch = n_batch if n_ubatch is None else n_ubatch
         self._pooled: dict[int, int] = {}
         self.sleep_s = sleep_s
         self.record_plans = record_plans
@@ -117,7 +121,7 @@ class FakeBackend:
     n_ctx = property(lambda self: self._n_ctx, doc="Total KV cells.")
     n_seq_max = property(lambda self: self._n_seq_max, doc="Number of sequences.")
     n_batch = property(lambda self: self._n_batch, doc="Max tokens per decode.")
-    n_ubatch = property(lambda self: self._n_batch, doc="Rows of a physical batch (n_batch).")
+    n_ubatch = property(lambda self: self._n_ubatch, doc="Rows of a physical batch.")
     media_width = property(lambda self: FAKE_MEDIA_WIDTH, doc="Floats in a fake media row.")
     kv_unified = property(lambda self: self._kv_unified, doc="One shared cell pool.")
     pools = property(lambda self: self._pools, doc="Whether sequences are pooled.")
@@ -163,6 +167,7 @@ class FakeBackend:
         if self.sleep_s:
             time.sleep(self.sleep_s)
         self._validate(plan)
+        self._pooled = {}
         if plan.adapter_set != self.adapter_set:
             self.adapter_set = plan.adapter_set
             self.num_adapter_switches += 1
@@ -172,12 +177,13 @@ class FakeBackend:
             fault = None
         if fault is not None and fault.kind == "kv_full":
             raise KVCacheFullError()
-        self._check_room(plan)
+        if not self.memoryless:
+            self._check_room(plan)
         if fault is not None:  # llama.cpp keeps what earlier ubatches wrote: write segment 0
             self._write(plan.segments[0], 0)
             raise {"abort": DecodeAbortedError, "invalid_batch": InvalidBatchError}.get(
                 fault.kind, lambda: DecodeError(-3, "injected decode failure"))()
-        self._rows, self._pooled = {}, {}
+        self._rows = {}
         read = 0
         for seg, off in zip(plan.segments, plan.offsets, strict=True):
             self._write(seg, off)
@@ -191,7 +197,11 @@ class FakeBackend:
 
     def _pool(self, plan: BatchPlan) -> None:
         """Keep each pooled sequence's history hash (a violation for one that is not whole,
-        all rows outputs); a memoryless backend then forgets the batch's KV."""
+        all rows outputs, or in a batch past one physical batch); a memoryless backend then
+        forgets the batch's KV."""
+        if plan.n_tokens > self._n_ubatch:
+            self.violations.append(f"a pooled batch of {plan.n_tokens} tokens, past one "
+                                   f"physical batch ({self._n_ubatch})")
         for seg, off in zip(plan.segments, plan.offsets, strict=True):
             if seg.start_pos != 0 or not seg.logits or seg.n_outputs != len(seg.token_ids):
                 self.violations.append(f"seq {seg.seq_id}: a pooled segment that is not the "

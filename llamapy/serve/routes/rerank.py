@@ -176,7 +176,7 @@ def rerank_router(ctx: AppContext) -> Router:
         server = served.server
         parsed = await asyncio.to_thread(parse_rerank, served, body, server.max_pooled_tokens)
         scores = await cancel_on_disconnect(request, server.ascore_tokens(
-            parsed.inputs, tenant=served.tenant))
+            parsed.inputs, tenant=served.tenant, timeout=served.request_timeout))
         return rerank_response(served, parsed, scores)
 
     return router

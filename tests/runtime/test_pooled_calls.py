@@ -1,0 +1,142 @@
+"""``Server.score_tokens`` / ``pool_tokens`` on the fake backend with rank pooling: the
+bounds a call meets, cancellation, bad inputs, and the order of a cancel and a submit.
+
+The fake backend's pooled output is a hash of exactly the sequence it decoded
+(:func:`~llamapy.engine.fake.model.fake_pooled`), so a wrong, mixed or chunked input shows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Hashable
+
+import pytest
+
+from llamapy.engine import Request, RequestOptions
+from llamapy.engine.fake.model import fake_pooled, pooled_history
+from llamapy.errors import (
+    ContextOverflowError,
+    InvalidOptionError,
+    QueueFullError,
+    RequestTimeoutError,
+    TenantBusyError,
+    UnsupportedFeatureError,
+)
+from llamapy.server.fake import fake_server
+from llamapy.server.pooled import PooledBacklog, PooledCall
+
+
+def _inputs(call: int, n: int) -> list[list[int]]:
+    return [[1 + call, 2 + i % 7, 3 + i] for i in range(n)]
+
+
+def _expected(inputs: list[list[int]]) -> list[tuple[float, ...]]:
+    return [fake_pooled(pooled_history(ids)) for ids in inputs]
+
+
+def test_calls_beyond_the_queue_wait_for_places_instead_of_failing_halfway() -> None:
+    """Three calls of 8 inputs on 2 slots and a queue of 3: each call's first input finds a
+    place, later ones refused for a full queue wait in the backlog; every call ends with its
+    own outputs."""
+    with fake_server(n_parallel=2, n_ctx=512, max_queue=3, pooling_type="rank",
+                     sleep_s=0.002) as server:
+        server.wait_ready(10)
+
+        async def three() -> list[list[tuple[float, ...]]]:
+            return list(await asyncio.gather(
+                *(server.apool_tokens(_inputs(c, 8)) for c in range(3)),
+                return_exceptions=False))
+
+        outputs = asyncio.run(three())
+        assert outputs == [_expected(_inputs(c, 8)) for c in range(3)]
+        stats = server.stats()
+        assert stats["queue_depth"] == 0
+        assert stats["num_rejected"] > 0  # (inputs were refused, waited, and went in later)
+
+
+def test_a_call_refused_at_its_first_input_fails_at_once() -> None:
+    with fake_server(n_parallel=1, n_ctx=512, max_queue=1, pooling_type="rank",
+                     sleep_s=0.01) as server:
+        server.wait_ready(10)
+
+        async def crowd() -> list[object]:
+            return list(await asyncio.gather(
+                *(server.apool_tokens(_inputs(c, 4)) for c in range(4)),
+                return_exceptions=True))
+
+        results = asyncio.run(crowd())
+        assert any(isinstance(r, QueueFullError) for r in results)
+        done = [(c, r) for c, r in enumerate(results) if isinstance(r, list)]
+        assert done and all(r == _expected(_inputs(c, 4)) for c, r in done)
+
+
+def test_a_tenant_bound_limits_a_call_s_window_and_never_fails_it() -> None:
+    with fake_server(n_parallel=4, n_ctx=512, tenant_max_requests=2, pooling_type="rank",
+                     sleep_s=0.002) as server:
+        server.wait_ready(10)
+
+        async def same_tenant() -> list[object]:
+            return list(await asyncio.gather(
+                *(server.apool_tokens(_inputs(c, 6), tenant="t") for c in range(2)),
+                return_exceptions=True))
+
+        results = asyncio.run(same_tenant())
+        assert all(not isinstance(r, TenantBusyError) or c > 0 for c, r in enumerate(results))
+        assert results[0] == _expected(_inputs(0, 6))
+
+
+def test_inputs_are_checked_before_any_is_submitted() -> None:
+    with fake_server(n_parallel=2, n_ctx=512, n_ubatch=16, pooling_type="rank") as server:
+        server.wait_ready(10)
+        before = server.stats()["num_submitted"]
+        with pytest.raises(InvalidOptionError):
+            server.pool_tokens([[1, 2], [3, 4], 5])  # type: ignore[list-item]
+        with pytest.raises(InvalidOptionError):
+            server.pool_tokens([[1, 2], ["a"]])  # type: ignore[list-item]
+        with pytest.raises(ContextOverflowError):  # one physical batch (16) at most
+            server.pool_tokens([[1, 2], [3] * 17])
+        assert server.stats()["num_submitted"] == before
+        assert server.max_pooled_tokens == 16
+        assert server.pool_tokens([[3] * 16, [4] * 16]) == _expected([[3] * 16, [4] * 16])
+        with pytest.raises(UnsupportedFeatureError):
+            server.complete_tokens([1, 2], max_tokens=2)
+
+
+def test_a_timeout_cancels_what_is_in_flight() -> None:
+    with fake_server(n_parallel=2, n_ctx=512, pooling_type="rank", sleep_s=0.01) as server:
+        server.wait_ready(10)
+        with pytest.raises(RequestTimeoutError):
+            server.pool_tokens(_inputs(0, 50), timeout=0.05)
+        assert server.pool_tokens(_inputs(1, 3)) == _expected(_inputs(1, 3))
+        stats = server.stats()
+        assert stats["queue_depth"] == 0 and stats["slots_active"] == 0
+
+
+class _RacingLoop:
+    """A stand-in for the tick loop whose ``submit`` lets a cancel of the call happen before
+    it returns (as another thread may, between the two)."""
+
+    def __init__(self) -> None:
+        self.log: list[tuple[str, Hashable]] = []
+        self.call: PooledCall | None = None
+
+    def submit(self, request: Request) -> None:
+        assert self.call is not None
+        self.call.cancel()  # (the cancel's own loop.cancel finds the id not submitted yet)
+        self.log.append(("submit", request.request_id))
+
+    def cancel(self, request_id: Hashable) -> None:
+        self.log.append(("cancel", request_id))
+
+
+def test_a_cancel_that_overtakes_a_submit_is_sent_again_after_it() -> None:
+    loop = _RacingLoop()
+    ended = threading.Event()
+    call = PooledCall(loop, [[1, 2]], 1, RequestOptions(max_tokens=0),  # type: ignore[arg-type]
+                      PooledBacklog(), ended.set)
+    loop.call = call
+    call.start()
+    rid = ("pooled", call._call, 0)
+    assert loop.log[-2:] == [("submit", rid), ("cancel", rid)]
+    assert ended.is_set() and call.error is not None
