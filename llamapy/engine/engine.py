@@ -79,7 +79,8 @@ class Engine:
                                      self.instability_events.append, self.disk,
                                      cache_idle_slots=config.cache_idle_slots)
         chunk = self.n_batch if backend.pools else config.chunk_size  # (prompts go whole)
-        self.planner = Planner(self.strategy, self.n_batch, chunk)
+        self.planner = Planner(self.strategy, self.n_batch, chunk,
+                               lambda: self.speculator.cost.pass_tokens)
         self.tenants = Tenants.of(config, self.counters)
         self.admission = Admission(self.pool, self.prefix, self.strategy, clock, self.tenants)
         self.speculator = Speculator(backend, self.counters,

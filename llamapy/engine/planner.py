@@ -13,7 +13,7 @@ of that set; the other sets' slots wait for a later tick.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
 from llamapy.engine.backend import BatchPlan, Segment
@@ -134,10 +134,13 @@ class AdapterRotation:
 class Planner:
     """Asks the strategy for a decision and builds the batch."""
 
-    def __init__(self, strategy: BatchStrategy, n_batch: int, chunk_size: int) -> None:
+    def __init__(self, strategy: BatchStrategy, n_batch: int, chunk_size: int,
+                 pass_tokens: Callable[[], float] = lambda: 0.0) -> None:
         self.strategy = strategy
         self.n_batch = n_batch
         self.chunk_size = chunk_size
+        #: What the strategies see as :attr:`BatchView.pass_tokens` (the learned decode cost).
+        self.pass_tokens = pass_tokens
         self.rotation = AdapterRotation()
         self._plain = decodes_every_slot(strategy)
 
@@ -155,7 +158,8 @@ class Planner:
         view = BatchView(now=now, n_batch=self.n_batch, chunk_size=self.chunk_size,
                          decoding=tuple(slot_view(s) for s in decoding),
                          prefilling=tuple(slot_view(s) for s in prefilling),
-                         queue=tuple(queued_view(r) for r in queue))
+                         queue=tuple(queued_view(r) for r in queue),
+                         pass_tokens=self.pass_tokens())
         decision = self.strategy.allocate(view)
         self.validate(decision, view)
         by_id = {s.slot_id: s for s in (*decoding, *prefilling)}

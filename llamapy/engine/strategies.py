@@ -92,6 +92,9 @@ class BatchView:
     decoding: tuple[SlotView, ...]
     prefilling: tuple[SlotView, ...]
     queue: tuple[QueuedView, ...] = ()
+    #: Prefill tokens that cost as much as one decode pass's fixed cost (``a / b`` of the
+    #: engine's learned ``seconds = a + b * tokens``; 0 until it has learned it).
+    pass_tokens: float = 0.0
 
     @property
     def queue_depth(self) -> int:
@@ -256,16 +259,20 @@ class Balanced(BaseStrategy):
 
 
 class ShortestFirst(BaseStrategy):
-    """Default. Time to first token: the shortest remaining prefill first, one chunk of prefill
-    per tick.
+    """Default. Time to first token: the shortest remaining prefill first, one prefill
+    finished per tick.
 
     Decoding slots always get their token (a stream waits one tick at most). Prefill takes at
     most ``chunk_size`` tokens a tick, given to prefilling slots in order of remaining prefill,
     shortest first, so a request that needs 100 tokens gets its first token after a 100-token
-    tick instead of after everyone's prefill together; the batch stays one physical batch
-    (``n_ubatch``) wide, so throughput is that of the same tokens in fewer, larger ticks.
-    Admission likewise takes the request with the fewest tokens left to compute (its prompt
-    less what it can reuse from the caches) first.
+    tick instead of after everyone's prefill together. Once a tick finishes one request's
+    prefill, another prefill joins it only when it finishes too and costs less than the pass
+    it saves the requests still waiting (``pass_tokens`` each): every other prefill token
+    would delay the first token of the request that finishes, and only move the later
+    requests' work, not shorten it. Admission likewise takes the request with the fewest
+    tokens left to compute (its prompt less what it can reuse from the caches) first.
+    Prefills decoded whole (pooled requests) are packed as many as fit: their callers wait
+    for all of them.
 
     No request starves: a slot prefilling for ``max_wait_s`` since its admission, and a
     request queued for ``max_wait_s``, goes before all others, oldest first. A prefilling slot
@@ -287,9 +294,31 @@ class ShortestFirst(BaseStrategy):
         decoders = self.decoders_by_wait(view)[: view.n_batch]
         decision.decode = [s.slot_id for s in decoders]
         order = sorted(view.prefilling, key=lambda s: self._prefill_key(s, view.now))
-        self.fill_prefill(view, min(view.n_batch - len(decoders), view.chunk_size), decision,
-                          order)
+        budget = min(view.n_batch - len(decoders), view.chunk_size)
+        if any(s.whole for s in order):
+            self.fill_prefill(view, budget, decision, order)
+        else:
+            self._one_at_a_time(view, budget, decision, order)
         return decision
+
+    @staticmethod
+    def _one_at_a_time(view: BatchView, budget: int, decision: BatchDecision,
+                       order: Sequence[SlotView]) -> None:
+        """Prefill in ``order`` until one prefill finishes; after it, only prefills that
+        finish within the budget and cost less than the passes they save the others."""
+        finished = False
+        for slot in order:
+            n = min(budget, view.chunk_for(slot))
+            if n <= 0:
+                return
+            if finished and (n < slot.remaining_prefill
+                             or n > view.pass_tokens * (len(order) - 1)):
+                continue
+            decision.prefill[slot.slot_id] = n
+            budget -= n
+            finished = n == slot.remaining_prefill
+            if not finished:
+                return
 
     def admission_order(self, queue: Sequence[QueuedView], now: float) -> Sequence[int]:
         """Requests queued ``max_wait_s`` first (oldest first), then the fewest tokens left to

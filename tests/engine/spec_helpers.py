@@ -179,6 +179,8 @@ def spec_engine(*, drafter: object | None = None, n_ctx: int = 2048, n_parallel:
     at any number of decoding streams unless ``spec_max_streams`` is given (the tests prove
     verification with many streams at once; the gate has tests of its own)."""
     config.setdefault("spec_max_streams", 0)
+    # (the scenarios prefill several requests in one tick, as decode_maximal schedules them)
+    config.setdefault("batch_strategy", "decode_maximal")
     backend = backend_cls(n_ctx=n_ctx, n_seq_max=n_parallel, kv_unified=unified,
                           supports_partial_removal=partial, model=model or FakeModel(n_vocab=512),
                           cost=cost, record_plans=True)

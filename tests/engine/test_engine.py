@@ -279,7 +279,9 @@ def test_kv_pressure_purges_idle_caches_before_failing_anyone():
 
 
 def test_kv_pressure_splits_and_fails_only_the_request_that_cannot_fit():
-    engine, backend = make_engine(n_parallel=2, n_ctx=40, chunk_size=64, n_batch=64)
+    # (decode_maximal: both prefills in the first batch, which cannot fit the cells)
+    engine, backend = make_engine(n_parallel=2, n_ctx=40, chunk_size=64, n_batch=64,
+                                  batch_strategy="decode_maximal")
     eog = backend.model.eog_token
     seed = first_seed_with(backend, P, 19, lambda t: eog not in t)
     seed_b = first_seed_with(backend, list(range(30, 50)), 19, lambda t: eog not in t)

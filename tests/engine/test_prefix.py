@@ -53,7 +53,7 @@ def test_cache_prompt_false_neither_reuses_nor_retains():
 
 
 def test_donor_copy_is_metadata_only():
-    engine, backend = make_engine(n_parallel=2)
+    engine, backend = make_engine(n_parallel=2, batch_strategy="decode_maximal")  # (one tick)
     submit(engine, "warm", [*SYSTEM, 100], max_tokens=1)
     run_all(engine)
     submit(engine, "busy", [*SYSTEM, 100, 5], max_tokens=30, session="s")

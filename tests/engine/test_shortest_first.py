@@ -37,17 +37,28 @@ def slot(slot_id: int, remaining: int = 0, admitted: float = 0.9) -> SlotView:
                     submitted_at=0.0, admitted_at=admitted, last_token_at=None, serial=slot_id)
 
 
-def allocate(decoding=(), prefilling=(), n_batch=64, chunk=16, now=1.0, wait=2.0):
+def allocate(decoding=(), prefilling=(), n_batch=64, chunk=16, now=1.0, wait=2.0,
+             pass_tokens=0.0):
     return ShortestFirst(max_wait_s=wait).allocate(BatchView(
         now=now, n_batch=n_batch, chunk_size=chunk, decoding=tuple(decoding),
-        prefilling=tuple(prefilling)))
+        prefilling=tuple(prefilling), pass_tokens=pass_tokens))
 
 
-def test_the_shortest_prefill_goes_first_and_a_tick_takes_one_chunk_of_prefill():
+def test_the_shortest_prefill_goes_first_and_a_tick_finishes_one_prefill():
     d = allocate([slot(0), slot(1)], [slot(2, 30), slot(3, 5), slot(4, 9)])
     assert sorted(d.decode) == [0, 1]  # every decoding slot gets its token
-    assert d.prefill == {3: 5, 4: 9, 2: 2}  # 16 prefill tokens: shortest first
-    assert d.n_tokens == 18
+    assert d.prefill == {3: 5}  # the 9 and the 30 tokens would only delay its first token
+    assert allocate([], [slot(2, 30), slot(4, 9)]).prefill == {4: 9}
+    assert allocate([], [slot(2, 30)]).prefill == {2: 16}  # a chunk of a longer one
+
+
+def test_a_prefill_joins_the_tick_when_it_finishes_and_costs_less_than_a_pass_each():
+    three = [slot(2, 30), slot(3, 5), slot(4, 9)]
+    # 9 tokens cost less than the 2 passes of 5 tokens' cost it saves the two still waiting
+    assert allocate([], three, pass_tokens=5.0).prefill == {3: 5, 4: 9}
+    assert allocate([], three, pass_tokens=4.0).prefill == {3: 5}
+    # the 30 does not finish within the chunk, so it never joins
+    assert allocate([], three, pass_tokens=100.0).prefill == {3: 5, 4: 9}
 
 
 def test_without_decoders_prefill_is_still_one_chunk_a_tick():
@@ -61,7 +72,7 @@ def test_a_slot_prefilling_for_max_wait_goes_first_oldest_first():
     d = allocate([], [slot(1, 3), old, older], now=2.0, wait=2.0)
     assert list(d.prefill) == [3]  # overdue and admitted first: the whole chunk
     d = allocate([], [slot(1, 3), old, older], now=1.4, wait=2.0)
-    assert list(d.prefill) == [1, 3] and d.prefill == {1: 3, 3: 13}
+    assert d.prefill == {1: 3}  # none overdue: the shortest, alone
 
 
 def queued(i: int, prompt: int, cached: int = 0, submitted: float = 0.0) -> QueuedView:

@@ -107,6 +107,13 @@ class DecodeCost:
         n = max(1, n_decoding)
         return min(1.0, max(0.01, b * n / (a + n * b)))
 
+    @property
+    def pass_tokens(self) -> float:
+        """``a / b``: batch tokens that cost as much as a decode pass's fixed cost (0 until
+        the fit is known)."""
+        fit = self.fit()
+        return 0.0 if fit is None else max(0.0, fit[0] / fit[1])
+
     def fit(self) -> tuple[float, float] | None:
         """``(a, b)`` of ``seconds = a + b * n``; None until two sizes were seen or when the
         fit is nonsense (no positive slope, ``a + b <= 0``)."""
