@@ -15,9 +15,17 @@ from llamapy.models import default_model_path
 
 MAX_TOKENS = 48
 MODEL = default_model_path().stem  # llama-server answers any name, llamapy.serve its own
-SYSTEM = ("You are a coding agent working in a software repository. Use the tools to read "
-          "files, run commands and search code; answer briefly. Project notes follow. "
-          + text_of(random.Random(31), 610))
+
+
+def system_prompt(words: int = 610) -> str:
+    """The agents' system prompt with ``words`` words of project notes (610: ~680 tokens)."""
+    return ("You are a coding agent working in a software repository. Use the tools to read "
+            "files, run commands and search code; answer briefly. Project notes follow. "
+            + text_of(random.Random(31), words))
+
+
+#: The system prompt every agent sends (``bench_agents.py --system-words`` sets it).
+SYSTEM = system_prompt()
 TOOLS: list[dict[str, Any]] = [
     {"name": "read_file", "description": "Read a text file of the repository.",
      "input_schema": {"type": "object", "required": ["path"], "properties": {

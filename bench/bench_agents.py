@@ -3,7 +3,8 @@
 
 ``--shape agents`` (default): K agents (``--agents 6``) x T turns (``--turns 4``), at most
 ``--slots`` requests in flight (4, the servers' ``n_parallel``; a turn waits for a place, first
-come first served). Every agent sends the same ~650-token system prompt and offers the same 3
+come first served). Every agent sends the same ~680-token system prompt (``--system-words``
+sets its size; a coding agent's, with its tools' documentation, is thousands) and offers the same 3
 tools (JSON schemas). Turn 1 is the agent's task; each later turn appends the previous answer,
 a tool call with fixed arguments and the tool's result (~100-180 words, its own per agent and
 turn), then the model answers (greedy, at most 48 tokens, streamed). The history holds a fixed
@@ -53,6 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import agent_workload
 import anthropic
 import http_load
 import openai
@@ -60,7 +62,6 @@ from agent_workload import (
     MAX_TOKENS,
     MODEL,
     RESPONSES_TOOLS,
-    SYSTEM,
     TOOLS,
     Turn,
     messages_input,
@@ -134,7 +135,7 @@ def first_output(event: Any) -> bool:
 async def messages_turn(client: Any, turn: Turn) -> Sample:
     t0, ttft = time.perf_counter(), 0.0
     async with client.messages.stream(
-            model=MODEL, max_tokens=MAX_TOKENS, system=SYSTEM,
+            model=MODEL, max_tokens=MAX_TOKENS, system=agent_workload.SYSTEM,
             tools=TOOLS if turn.tools else anthropic.omit,
             messages=messages_input(turn), metadata={"user_id": turn.agent_id},
             extra_body={"temperature": 0.0}) as stream:
@@ -151,7 +152,7 @@ async def messages_turn(client: Any, turn: Turn) -> Sample:
 async def responses_turn(client: Any, turn: Turn) -> Sample:
     t0, ttft, usage, text = time.perf_counter(), 0.0, None, []
     stream = await client.responses.create(
-        model=MODEL, instructions=SYSTEM, input=responses_input(turn),
+        model=MODEL, instructions=agent_workload.SYSTEM, input=responses_input(turn),
         tools=RESPONSES_TOOLS if turn.tools else openai.omit, max_output_tokens=MAX_TOKENS,
         temperature=0.0, stream=True, prompt_cache_key=turn.agent_id)
     async with stream:
@@ -308,6 +309,10 @@ def main() -> None:
                    help="the history holds the model's own answers, as in a real agent loop "
                         "(their KV can be reused; the servers' prompts then differ by the "
                         "greedy answers they gave)")
+    p.add_argument("--system-words", type=int, default=610,
+                   help="words of project notes in the system prompt (610: ~680 tokens)")
+    p.add_argument("--n-ctx", type=int, default=Settings().n_ctx,
+                   help="context of both servers (a larger system prompt needs more)")
     p.add_argument("--port", type=int, default=Settings().port)
     p.add_argument("--targets", default="", help="comma-separated subset, in this order")
     p.add_argument("--extra-llamapy-args", default="",
@@ -316,7 +321,9 @@ def main() -> None:
                    help="compare with the llamapy.serve of this checkout, not llama-server")
     args = p.parse_args()
     byte_compile()
-    targets, s = targets_of(args), Settings(n_parallel=args.slots, port=args.port)
+    agent_workload.SYSTEM = agent_workload.system_prompt(args.system_words)
+    targets, s = targets_of(args), Settings(n_parallel=args.slots, port=args.port,
+                                            n_ctx=args.n_ctx)
     report: dict[str, Any] = {"settings": {**vars(args), "n_ctx": s.n_ctx,
                                            "threads": s.threads}, "workloads": {}}
     for wname, fn in workloads(args).items():
