@@ -120,6 +120,8 @@ class TickLoop:
             self._prebuild.submit(request)  # (a grammar's parse never stalls the tick)
             return
         self._inbox.put(_Submit(request))
+        if self.state in (LoopState.CLOSED, LoopState.CRASHED):  # it closed meanwhile
+            self._reject_inbox()
 
     def _max_queue(self) -> int:
         hosted = self.hosted
@@ -202,6 +204,8 @@ class TickLoop:
         if self.state in (LoopState.CLOSED, LoopState.FAILED, LoopState.CRASHED):
             raise self.load_error or self.crash_error or ClosedError("runtime is not running")
         self._inbox.put(command)
+        if self.state in (LoopState.CLOSED, LoopState.CRASHED):  # it closed meanwhile
+            self._reject_inbox()
 
     def _command(self, make: Callable[[Future[Any]], object], timeout: float | None) -> Any:
         future: Future[Any] = Future()
@@ -348,6 +352,11 @@ class TickLoop:
             if not want.future.cancelled():
                 want.future.set_exception(ClosedError("runtime is closed"))
         self._leases = []
+        self._reject_inbox()
+
+    def _reject_inbox(self) -> None:
+        """Answer every command left in the inbox with the loop's end (any thread: once
+        closed, a command put after the tick thread's last drain is answered here)."""
         while True:
             try:
                 item = self._inbox.get_nowait()

@@ -117,3 +117,31 @@ def test_a_closed_builder_refuses_at_once() -> None:
     builder.submit(Request("late", [1, 2], _grammar_options(4), sink=sink))
     assert isinstance(sink.final, ErrorEvent) and isinstance(sink.final.exc, ClosedError)
     assert not forwarded and not backend.open_samplers
+
+
+class _ClosingInbox:
+    """An inbox whose ``put`` lets the loop close right after it (as when a caller checked
+    the state just before the tick thread's last drain, then put)."""
+
+    def __init__(self, loop: TickLoop, inbox: Any) -> None:
+        self.loop, self.inbox = loop, inbox
+
+    def put(self, item: object) -> None:
+        self.inbox.put(item)
+        self.loop.state = LoopState.CLOSED
+
+    def get_nowait(self) -> object:
+        return self.inbox.get_nowait()
+
+
+def test_a_command_put_as_the_loop_closes_is_answered() -> None:
+    backend = FakeBackend(n_ctx=256, n_seq_max=1, model=FakeModel(n_vocab=64))
+    runtime = TickLoop(lambda: Hosted(engine=Engine(backend, EngineConfig(n_parallel=1))),
+                       thread_name="test-closing")
+    runtime.ready.wait(5)
+    runtime.close(5)
+    runtime.state = LoopState.READY  # (the caller's check saw it still running)
+    runtime._inbox = _ClosingInbox(runtime, runtime._inbox)  # type: ignore[assignment]
+    sink = Recorder()
+    runtime.submit(Request("late", [1, 2], RequestOptions(max_tokens=2), sink))
+    assert isinstance(sink.final, ErrorEvent) and isinstance(sink.final.exc, ClosedError)
