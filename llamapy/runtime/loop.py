@@ -120,8 +120,7 @@ class TickLoop:
             self._prebuild.submit(request)  # (a grammar's parse never stalls the tick)
             return
         self._inbox.put(_Submit(request))
-        if self.state in (LoopState.CLOSED, LoopState.CRASHED):  # it closed meanwhile
-            self._reject_inbox()
+        self._answer_if_gone()
 
     def _max_queue(self) -> int:
         hosted = self.hosted
@@ -204,7 +203,12 @@ class TickLoop:
         if self.state in (LoopState.CLOSED, LoopState.FAILED, LoopState.CRASHED):
             raise self.load_error or self.crash_error or ClosedError("runtime is not running")
         self._inbox.put(command)
-        if self.state in (LoopState.CLOSED, LoopState.CRASHED):  # it closed meanwhile
+        self._answer_if_gone()
+
+    def _answer_if_gone(self) -> None:
+        """After a put: if the loop ended meanwhile (closed, crashed, or a failed load's
+        thread gone), nobody drains the inbox again, so answer what is there now."""
+        if self.state in (LoopState.CLOSED, LoopState.CRASHED) or not self._thread.is_alive():
             self._reject_inbox()
 
     def _command(self, make: Callable[[Future[Any]], object], timeout: float | None) -> Any:

@@ -53,19 +53,41 @@ _BACKLOG_LOCK = threading.Lock()
 
 class PooledBacklog:
     """Inputs the engine refused for a full queue or a busy tenant, each submitted again
-    when a pooled input ends (one per ending, first refused first)."""
+    when a pooled input ends (one per ending, first refused first: one refused again goes
+    back to the head). Releases never nest: a release whose submit is answered at once (a
+    closed loop answers every submit with its end) is run by the outermost one, in a loop."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._waiting: deque[tuple[PooledCall, int]] = deque()
+        self._owed = 0
+        self._releasing = False
 
-    def park(self, call: PooledCall, index: int) -> None:
-        """Keep ``call``'s input ``index`` until an input ends."""
+    def park(self, call: PooledCall, index: int, again: bool = False) -> None:
+        """Keep ``call``'s input ``index`` until an input ends (``again``: it was parked
+        before, so it keeps its turn at the head)."""
         with self._lock:
-            self._waiting.append((call, index))
+            if again:
+                self._waiting.appendleft((call, index))
+            else:
+                self._waiting.append((call, index))
 
     def release_one(self) -> None:
         """Submit the first parked input of a call still running."""
+        with self._lock:
+            self._owed += 1
+            if self._releasing:
+                return
+            self._releasing = True
+        while True:
+            with self._lock:
+                if not self._owed:
+                    self._releasing = False
+                    return
+                self._owed -= 1
+            self._release()
+
+    def _release(self) -> None:
         while True:
             with self._lock:
                 if not self._waiting:
@@ -73,6 +95,9 @@ class PooledBacklog:
                 call, index = self._waiting.popleft()
             if call.resubmit(index):
                 return
+
+    def __len__(self) -> int:
+        return len(self._waiting)
 
 
 class PooledCall:
@@ -91,6 +116,7 @@ class PooledCall:
         self._next = 0
         self._left = len(inputs)
         self._active: set[Hashable] = set()
+        self._parked: set[int] = set()
         self._ended = False
 
     def start(self) -> None:
@@ -143,6 +169,7 @@ class PooledCall:
             except Exception as exc:  # (a bug here must end the call, never strand it)
                 log.exception("pooled call %d: input %d", self._call, index)
                 self.cancel(EngineError("pool", exc))
+                self._backlog.release_one()
         return sink
 
     def _on_event(self, index: int, event: Event) -> None:
@@ -150,19 +177,24 @@ class PooledCall:
                 and index > 0:  # (a full queue or a busy tenant: later, not never)
             with self._lock:
                 self._active.discard(event.request_id)
-            self._backlog.park(self, index)
+                again, ended = index in self._parked, self.error is not None
+                self._parked.add(index)
+            if not ended:
+                self._backlog.park(self, index, again)
             return
+        if not isinstance(event, DoneEvent | ErrorEvent):
+            return
+        more = False
         if isinstance(event, DoneEvent) and event.pooled is not None:
-            self._done(index, event)
-        elif isinstance(event, ErrorEvent):
-            self.cancel(event.exc)
-        elif isinstance(event, DoneEvent):  # (cancelled: the call is ending)
-            self.cancel()
-        else:
-            return
-        self._backlog.release_one()  # (an input ended: its place may take a parked one)
+            more = self._done(index, event)
+        else:  # an error, or cancelled: the call ends
+            self.cancel(event.exc if isinstance(event, ErrorEvent) else None)
+        self._backlog.release_one()  # (an input ended: its place goes to a parked one first)
+        if more:
+            self._submit_next()
 
-    def _done(self, index: int, event: DoneEvent) -> None:
+    def _done(self, index: int, event: DoneEvent) -> bool:
+        """Record an input's output; whether more inputs are to be submitted."""
         assert event.pooled is not None
         with self._lock:
             self._active.discard(event.request_id)
@@ -171,8 +203,7 @@ class PooledCall:
             last = self._left == 0
         if last:
             self._end()
-        else:
-            self._submit_next()
+        return not last
 
     def _end(self) -> None:
         with self._lock:
@@ -245,18 +276,9 @@ class PooledMethods(ServerCore):
 
     def _pooled_call(self, inputs: Sequence[Sequence[int]], tenant: str | None,
                      on_end: Callable[[], None]) -> PooledCall:
-        """The call of ``inputs`` (each checked now: integers, at most the longest input)."""
-        engine, longest = self._start.engine, self.max_pooled_tokens
-        checked = []
-        for ids in inputs:
-            try:
-                checked.append(list(map(operator.index, ids)))
-            except TypeError as exc:
-                raise InvalidOptionError("each input must be a sequence of token ids",
-                                         option="inputs") from exc
-            if len(checked[-1]) > longest:
-                raise ContextOverflowError(stage="pool", resident_tokens=0,
-                                           additional_tokens=len(checked[-1]), n_ctx=longest)
+        """The call of ``inputs`` (each checked now, see :func:`_checked`)."""
+        engine = self._start.engine
+        checked = _checked(inputs, self.fetch_model().n_vocab, self.max_pooled_tokens)
         window = engine.n_parallel
         if engine.tenant_max_requests > 0:  # (more would wait in the backlog)
             window = min(window, engine.tenant_max_requests)
@@ -266,6 +288,26 @@ class PooledMethods(ServerCore):
         return PooledCall(self._loop, checked, window,
                           RequestOptions(max_tokens=0, tenant=tenant), self._pooled_backlog,
                           on_end)
+
+
+def _checked(inputs: Sequence[Sequence[int]], n_vocab: int, longest: int) -> list[list[int]]:
+    """Each input as a list of ints: ``InvalidOptionError`` for one that is empty or holds
+    anything but token ids in ``[0, n_vocab)``, ``ContextOverflowError`` past ``longest``."""
+    out = []
+    for ids in inputs:
+        try:
+            tokens = list(map(operator.index, ids))
+        except TypeError as exc:
+            raise InvalidOptionError("each input must be a sequence of token ids",
+                                     option="inputs") from exc
+        if not tokens or min(tokens) < 0 or max(tokens) >= n_vocab:
+            raise InvalidOptionError(f"each input must hold token ids in [0, {n_vocab})",
+                                     option="inputs")
+        if len(tokens) > longest:
+            raise ContextOverflowError(stage="pool", resident_tokens=0,
+                                       additional_tokens=len(tokens), n_ctx=longest)
+        out.append(tokens)
+    return out
 
 
 def _left(deadline: float | None) -> float | None:

@@ -205,3 +205,23 @@ def test_short_requests_get_their_first_token_sooner_than_with_fifo_prefill():
     short = [d.timings.ttft_s or 0.0 for d in run_load(load)[0]]
     assert max(short[2:]) < min(fifo[2:]) / 3
     assert sum(short) < sum(fifo)
+
+
+def test_the_pass_cost_is_learned_bounded_and_reaches_the_strategy():
+    from llamapy.engine.speculation.speculator import MAX_FIT_TOKENS, DecodeCost
+
+    cost = DecodeCost(0.5)
+    assert cost.pass_tokens == 0.0  # nothing learned yet
+    for n, seconds in ((1, 0.0085), (2, 0.011), (4, 0.016)):
+        cost.record(n, seconds)
+    assert cost.pass_tokens == pytest.approx(2.4, abs=0.05)  # a = 6 ms, b = 2.5 ms
+    cost.record(8, 0.026)  # (a new sample refreshes the kept fit)
+    assert cost.pass_tokens == pytest.approx(2.4, abs=0.05)
+    flat = DecodeCost(0.5)
+    for n in (1, 2, 4, 8):
+        flat.record(n, 0.010 + 1e-7 * n)  # a GPU: passes cost the same at these sizes
+    assert flat.pass_tokens == MAX_FIT_TOKENS  # not the 100,000 the fit would extrapolate
+    engine, _ = make_engine(n_ctx=256, n_parallel=2)
+    for n, seconds in ((1, 0.0085), (2, 0.011)):
+        engine.speculator.cost.record(n, seconds)
+    assert engine.planner.pass_tokens() == pytest.approx(engine.speculator.cost.pass_tokens)

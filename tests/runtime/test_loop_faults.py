@@ -145,3 +145,16 @@ def test_a_command_put_as_the_loop_closes_is_answered() -> None:
     sink = Recorder()
     runtime.submit(Request("late", [1, 2], RequestOptions(max_tokens=2), sink))
     assert isinstance(sink.final, ErrorEvent) and isinstance(sink.final.exc, ClosedError)
+
+
+def test_a_submit_after_a_failed_load_was_closed_is_answered() -> None:
+    def fail() -> Hosted:
+        raise RuntimeError("no model")
+
+    runtime = TickLoop(fail, thread_name="test-failed-closed")
+    runtime.ready.wait(5)
+    runtime.close(5)
+    assert not runtime.alive and runtime.state is LoopState.FAILED
+    sink = Recorder()
+    runtime.submit(Request("late", [1, 2], RequestOptions(max_tokens=2), sink))
+    assert isinstance(sink.final, ErrorEvent)

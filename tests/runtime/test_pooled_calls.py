@@ -15,7 +15,9 @@ import pytest
 
 from llamapy.engine import Request, RequestOptions
 from llamapy.engine.fake.model import fake_pooled, pooled_history
+from llamapy.engine.request import ErrorEvent, RequestTimings
 from llamapy.errors import (
+    ClosedError,
     ContextOverflowError,
     InvalidOptionError,
     QueueFullError,
@@ -140,3 +142,53 @@ def test_a_cancel_that_overtakes_a_submit_is_sent_again_after_it() -> None:
     rid = ("pooled", call._call, 0)
     assert loop.log[-2:] == [("submit", rid), ("cancel", rid)]
     assert ended.is_set() and call.error is not None
+
+
+def test_a_tenant_bound_parks_a_later_input_and_the_call_ends_whole() -> None:
+    """Window 2 (two slots) under a bound of 3 requests per tenant: a second call of the
+    tenant gets its first input in, its second refused as the tenant's fourth, parked, and
+    submitted again when an input ends."""
+    with fake_server(n_parallel=2, n_ctx=512, tenant_max_requests=3, pooling_type="rank",
+                     sleep_s=0.002) as server:
+        server.wait_ready(10)
+
+        async def same_tenant() -> list[list[tuple[float, ...]]]:
+            return list(await asyncio.gather(
+                *(server.apool_tokens(_inputs(c, 6), tenant="t") for c in range(2))))
+
+        assert asyncio.run(same_tenant()) == [_expected(_inputs(c, 6)) for c in range(2)]
+        assert server.stats()["num_rejected"] > 0
+
+
+def test_empty_and_out_of_vocabulary_inputs_are_refused_before_any_is_submitted() -> None:
+    with fake_server(n_parallel=2, n_ctx=512, pooling_type="rank") as server:
+        server.wait_ready(10)
+        before = server.stats()["num_submitted"]
+        n_vocab = server.fetch_model().n_vocab
+        for bad in ([[1, 2], []], [[1, 2], [-1]], [[1, 2], [n_vocab]]):
+            with pytest.raises(InvalidOptionError):
+                server.pool_tokens(bad)
+        assert server.stats()["num_submitted"] == before
+
+
+class _ClosedLoop:
+    """A tick loop that has ended: every submit is answered at once with its end."""
+
+    def submit(self, request: Request) -> None:
+        request.sink(ErrorEvent(request.request_id, ClosedError("closed"), RequestTimings()))
+
+    def cancel(self, request_id: Hashable) -> None:
+        pass
+
+
+def test_releasing_many_parked_inputs_into_a_closed_loop_ends_every_call() -> None:
+    """Each release's submit is answered at once, whose sink releases again: the releases
+    run one after another, not nested (3,000 would pass the recursion limit)."""
+    backlog, loop, ended = PooledBacklog(), _ClosedLoop(), []
+    calls = [PooledCall(loop, [[1], [2]], 1, RequestOptions(max_tokens=0),  # type: ignore[arg-type]
+                        backlog, lambda: ended.append(1)) for _ in range(3000)]
+    for call in calls:
+        backlog.park(call, 1)
+    backlog.release_one()
+    assert len(ended) == 3000 and len(backlog) == 0
+    assert all(isinstance(call.error, ClosedError) for call in calls)

@@ -84,11 +84,14 @@ class DecodeCost:
     def __init__(self, prior_beta: float) -> None:
         self.prior_beta = prior_beta
         self._samples: dict[int, deque[float]] = {}
+        self._fit: tuple[float, float] | None = None
+        self._stale = False
 
     def record(self, n_tokens: int, seconds: float) -> None:
         """Add one decode's size and duration."""
         if 0 < n_tokens <= MAX_FIT_TOKENS:
             self._samples.setdefault(n_tokens, deque(maxlen=SAMPLES_PER_SIZE)).append(seconds)
+            self._stale = True
 
     @property
     def beta(self) -> float:
@@ -109,14 +112,20 @@ class DecodeCost:
 
     @property
     def pass_tokens(self) -> float:
-        """``a / b``: batch tokens that cost as much as a decode pass's fixed cost (0 until
-        the fit is known)."""
+        """``a / b``: batch tokens that cost as much as a decode pass's fixed cost, at most
+        :data:`MAX_FIT_TOKENS` (the sizes the fit has seen; past them it would guess); 0 until
+        the fit is known."""
         fit = self.fit()
-        return 0.0 if fit is None else max(0.0, fit[0] / fit[1])
+        return 0.0 if fit is None else min(float(MAX_FIT_TOKENS), max(0.0, fit[0] / fit[1]))
 
     def fit(self) -> tuple[float, float] | None:
         """``(a, b)`` of ``seconds = a + b * n``; None until two sizes were seen or when the
-        fit is nonsense (no positive slope, ``a + b <= 0``)."""
+        fit is nonsense (no positive slope, ``a + b <= 0``). Kept until a decode is added."""
+        if self._stale:
+            self._fit, self._stale = self._fit_now(), False
+        return self._fit
+
+    def _fit_now(self) -> tuple[float, float] | None:
         points = [(n, statistics.median(ts), len(ts)) for n, ts in self._samples.items()]
         if len(points) < 2:
             return None
