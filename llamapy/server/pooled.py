@@ -53,9 +53,11 @@ _BACKLOG_LOCK = threading.Lock()
 
 class PooledBacklog:
     """Inputs the engine refused for a full queue or a busy tenant, each submitted again
-    when a pooled input ends (one per ending, first refused first: one refused again goes
-    back to the head). Releases never nest: a release whose submit is answered at once (a
-    closed loop answers every submit with its end) is run by the outermost one, in a loop."""
+    when a pooled input ends (one per ending, in the order they were refused; one refused
+    again goes to the back, so a busy tenant's input does not hold up another's). Releases
+    never nest: a release whose submit is answered at once (a closed loop answers every
+    submit with its end) is run by the outermost one, in a loop. Each refusal counts in the
+    engine's ``num_rejected``, a retry's too."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -63,14 +65,10 @@ class PooledBacklog:
         self._owed = 0
         self._releasing = False
 
-    def park(self, call: PooledCall, index: int, again: bool = False) -> None:
-        """Keep ``call``'s input ``index`` until an input ends (``again``: it was parked
-        before, so it keeps its turn at the head)."""
+    def park(self, call: PooledCall, index: int) -> None:
+        """Keep ``call``'s input ``index`` until an input ends."""
         with self._lock:
-            if again:
-                self._waiting.appendleft((call, index))
-            else:
-                self._waiting.append((call, index))
+            self._waiting.append((call, index))
 
     def release_one(self) -> None:
         """Submit the first parked input of a call still running."""
@@ -116,7 +114,6 @@ class PooledCall:
         self._next = 0
         self._left = len(inputs)
         self._active: set[Hashable] = set()
-        self._parked: set[int] = set()
         self._ended = False
 
     def start(self) -> None:
@@ -177,10 +174,9 @@ class PooledCall:
                 and index > 0:  # (a full queue or a busy tenant: later, not never)
             with self._lock:
                 self._active.discard(event.request_id)
-                again, ended = index in self._parked, self.error is not None
-                self._parked.add(index)
+                ended = self.error is not None
             if not ended:
-                self._backlog.park(self, index, again)
+                self._backlog.park(self, index)
             return
         if not isinstance(event, DoneEvent | ErrorEvent):
             return
