@@ -37,6 +37,16 @@ def _expected(inputs: list[list[int]]) -> list[tuple[float, ...]]:
     return [fake_pooled(pooled_history(ids)) for ids in inputs]
 
 
+def _concurrent(server: object, calls: int, n: int, tenant: str | None = None) -> list[object]:
+    """``calls`` pooled calls of ``n`` inputs each, made together; each one's outputs or
+    error."""
+    async def gather() -> list[object]:
+        return list(await asyncio.gather(
+            *(server.apool_tokens(_inputs(c, n), tenant=tenant)  # type: ignore[attr-defined]
+              for c in range(calls)), return_exceptions=True))
+    return asyncio.run(gather())
+
+
 def test_calls_beyond_the_queue_wait_for_places_instead_of_failing_halfway() -> None:
     """Three calls of 8 inputs on 2 slots and a queue of 3: each call's first input finds a
     place, later ones refused for a full queue wait in the backlog; every call ends with its
@@ -44,14 +54,7 @@ def test_calls_beyond_the_queue_wait_for_places_instead_of_failing_halfway() -> 
     with fake_server(n_parallel=2, n_ctx=512, max_queue=3, pooling_type="rank",
                      sleep_s=0.002) as server:
         server.wait_ready(10)
-
-        async def three() -> list[list[tuple[float, ...]]]:
-            return list(await asyncio.gather(
-                *(server.apool_tokens(_inputs(c, 8)) for c in range(3)),
-                return_exceptions=False))
-
-        outputs = asyncio.run(three())
-        assert outputs == [_expected(_inputs(c, 8)) for c in range(3)]
+        assert _concurrent(server, 3, 8) == [_expected(_inputs(c, 8)) for c in range(3)]
         stats = server.stats()
         assert stats["queue_depth"] == 0
         assert stats["num_rejected"] > 0  # (inputs were refused, waited, and went in later)
@@ -61,31 +64,22 @@ def test_a_call_refused_at_its_first_input_fails_at_once() -> None:
     with fake_server(n_parallel=1, n_ctx=512, max_queue=1, pooling_type="rank",
                      sleep_s=0.01) as server:
         server.wait_ready(10)
-
-        async def crowd() -> list[object]:
-            return list(await asyncio.gather(
-                *(server.apool_tokens(_inputs(c, 4)) for c in range(4)),
-                return_exceptions=True))
-
-        results = asyncio.run(crowd())
+        results = _concurrent(server, 4, 4)
         assert any(isinstance(r, QueueFullError) for r in results)
         done = [(c, r) for c, r in enumerate(results) if isinstance(r, list)]
         assert done and all(r == _expected(_inputs(c, 4)) for c, r in done)
 
 
-def test_a_tenant_bound_limits_a_call_s_window_and_never_fails_it() -> None:
+def test_a_call_s_window_is_no_wider_than_its_tenant_s_bound() -> None:
+    """Four slots, two requests per tenant: a call keeps two inputs in the engine, so it
+    never trips its own tenant's bound; a second call of the tenant made together is
+    refused at its first input (the tenant is busy) or runs whole."""
     with fake_server(n_parallel=4, n_ctx=512, tenant_max_requests=2, pooling_type="rank",
                      sleep_s=0.002) as server:
         server.wait_ready(10)
-
-        async def same_tenant() -> list[object]:
-            return list(await asyncio.gather(
-                *(server.apool_tokens(_inputs(c, 6), tenant="t") for c in range(2)),
-                return_exceptions=True))
-
-        results = asyncio.run(same_tenant())
-        assert all(not isinstance(r, TenantBusyError) or c > 0 for c, r in enumerate(results))
+        results = _concurrent(server, 2, 6, tenant="t")
         assert results[0] == _expected(_inputs(0, 6))
+        assert isinstance(results[1], TenantBusyError) or results[1] == _expected(_inputs(1, 6))
 
 
 def test_inputs_are_checked_before_any_is_submitted() -> None:
@@ -151,12 +145,7 @@ def test_a_tenant_bound_parks_a_later_input_and_the_call_ends_whole() -> None:
     with fake_server(n_parallel=2, n_ctx=512, tenant_max_requests=3, pooling_type="rank",
                      sleep_s=0.002) as server:
         server.wait_ready(10)
-
-        async def same_tenant() -> list[list[tuple[float, ...]]]:
-            return list(await asyncio.gather(
-                *(server.apool_tokens(_inputs(c, 6), tenant="t") for c in range(2))))
-
-        assert asyncio.run(same_tenant()) == [_expected(_inputs(c, 6)) for c in range(2)]
+        assert _concurrent(server, 2, 6, "t") == [_expected(_inputs(c, 6)) for c in range(2)]
         assert server.stats()["num_rejected"] > 0
 
 
