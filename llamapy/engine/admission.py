@@ -19,7 +19,7 @@ from llamapy.engine.tenants import Tenants, tenant_of
 from llamapy.errors import ContextOverflowError, InvalidOptionError, UnsupportedFeatureError
 from llamapy.options.limits import check_limits, check_model_bounds
 
-__all__ = ["Admission", "check_backend", "check_request", "pooled_limit"]
+__all__ = ["Admission", "batch_limit", "check_backend", "check_request", "pooled_limit"]
 
 
 def check_backend(backend: Backend, config: EngineConfig) -> None:
@@ -89,6 +89,13 @@ def _check_pooled(request: Request, prompt: list[int], backend: Backend,
     if len(prompt) > limit:
         raise ContextOverflowError(stage="pool", resident_tokens=0,
                                    additional_tokens=len(prompt), n_ctx=limit)
+
+
+def batch_limit(backend: Backend, config: EngineConfig) -> int:
+    """The most tokens one decode takes: ``n_batch``, and one physical batch for a backend
+    that pools (see its contract)."""
+    n_batch = min(config.n_batch, backend.n_batch)
+    return min(n_batch, backend.n_ubatch) if backend.pools else n_batch
 
 
 def pooled_limit(backend: Backend, config: EngineConfig) -> int:

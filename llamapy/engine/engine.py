@@ -20,7 +20,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Hashable, Mapping
 
-from llamapy.engine.admission import Admission, check_backend, check_request
+from llamapy.engine.admission import Admission, batch_limit, check_backend, check_request
 from llamapy.engine.backend import Backend, Sampler
 from llamapy.engine.cache.disk import CacheNamespace, open_disk_cache
 from llamapy.engine.cache.ram import open_ram_cache
@@ -66,9 +66,7 @@ class Engine:
         check_backend(backend, config)
         self.backend = backend
         self.clock = clock
-        self.n_batch = min(config.n_batch, backend.n_batch)
-        if backend.pools:  # (one physical batch a decode: see the backend's pooling)
-            self.n_batch = min(self.n_batch, backend.n_ubatch)
+        self.n_batch = batch_limit(backend, config)
         self.strategy = resolve_strategy(config.batch_strategy)
         self.counters = Counters()
         self.instability_events: deque[InstabilityEvent] = recent_events()
