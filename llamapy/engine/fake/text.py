@@ -117,6 +117,14 @@ class FakeTextModel:
         return False
 
     @property
+    def sep(self) -> int:
+        """The separator token (the end-of-generation token; no pair template uses it)."""
+        return self.fake.eog_token
+
+    add_eos = False
+    add_sep = False
+
+    @property
     def fim_tokens(self) -> dict[str, int]:
         """No fill-in-the-middle tokens (-1 for each role)."""
         return dict.fromkeys(_FIM_ROLES, -1)
