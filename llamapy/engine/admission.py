@@ -99,8 +99,9 @@ def batch_limit(backend: Backend, config: EngineConfig) -> int:
 
 
 def pooled_limit(backend: Backend, config: EngineConfig) -> int:
-    """The longest pooled prompt: one decode of one physical batch."""
-    return min(config.n_batch, backend.n_batch, backend.n_ubatch, backend.n_ctx_seq)
+    """The longest pooled prompt (on a backend that pools): one decode, within the
+    per-sequence context."""
+    return min(batch_limit(backend, config), backend.n_ctx_seq)
 
 
 def _tokens(request: Request, backend: Backend, samples: bool, n_batch: int,
