@@ -6,17 +6,20 @@ the ingress seeds a request's routing key with its tenant (:func:`~llamapy.ray.k
 so a session, a ``cache_scope`` or a prompt of one tenant never finds, moves or counts
 another's entries in the router's table, and replica stats name scopes by opaque ids only.
 
-The ingress does not authenticate (each replica's app does, with the same keys); it asks a
-:data:`TenantOf`: ``tenant_of(headers)`` is the tenant of the request's API key (None: the
-default tenant) and raises :class:`~llamapy.errors.AuthenticationError` when the request
-carries no key of the table. Such a request is routed by load alone and leaves nothing in the
-table (its replica answers the 401), so a caller without a key cannot move anyone's session.
+The ingress asks a :data:`TenantOf`: ``tenant_of(headers)`` is the tenant of the request's
+API key (None: the default tenant) and raises :class:`~llamapy.errors.AuthenticationError`
+when the request carries no key of the table. The ingress refuses such a request before it
+reads its body, unless it is a bodiless ``GET`` (relayed routed by load, leaving nothing in
+the table: the replica serves its open routes and answers the 401 elsewhere), so a caller
+without a key neither makes the ingress read a body nor moves anyone's session. Each replica's
+app checks the keys again.
 
 :class:`KeyTenants` is the :data:`TenantOf` of a key table: any object with
 ``match(offered_keys) -> principal | None`` whose principal has a ``tenant`` (the serve
 layer's table, the ``api_keys`` keyword of :func:`~llamapy.serve.create_app`, is one).
-:func:`tenant_lookup` finds it among the app's keywords, as the replicas receive them, so the
-ingress reads the same keys file as the replicas. Nothing here imports Ray.
+:func:`tenant_lookup` finds it among the app's keywords, as the replicas receive them (plain
+``api_key`` strings too: their table is one tenant's), so the ingress reads the same keys as
+the replicas. Nothing here imports Ray.
 """
 
 from __future__ import annotations
@@ -66,8 +69,17 @@ class KeyTenants:
 
 
 def tenant_lookup(app_options: Mapping[str, Any]) -> TenantOf | None:
-    """The :data:`TenantOf` of the replicas' app keywords: their ``api_keys`` table, None
-    without one (plain ``api_key`` strings carry no tenants: every request is the default
-    tenant's, as before tenants)."""
+    """The :data:`TenantOf` of the replicas' app keywords: their ``api_keys`` table, or the
+    table of their plain ``api_key`` keys (comma-separated; no tenants: every request is the
+    default tenant's, as before tenants); None without keys (the ingress then authenticates
+    nothing, as the replicas do not)."""
     table: Any = app_options.get("api_keys")
-    return KeyTenants(table) if callable(getattr(table, "match", None)) else None
+    if callable(getattr(table, "match", None)):
+        return KeyTenants(table)
+    plain = app_options.get("api_key")
+    if not isinstance(plain, str):
+        return None
+    from ..serve.tenants import KeyTable
+
+    keys = KeyTable.of_keys(plain)
+    return KeyTenants(keys) if keys.entries else None

@@ -148,7 +148,10 @@ def test_the_tenant_is_the_key_tables_for_either_header():
 
 def test_the_lookup_is_the_replicas_key_table_or_none():
     assert isinstance(tenant_lookup({"api_keys": KEYS}), KeyTenants)
-    assert tenant_lookup({"api_key": "k1,k2"}) is None and tenant_lookup({}) is None
+    plain = tenant_lookup({"api_key": "k1,k2"})  # one tenant: keys without tenants
+    assert plain is not None and plain(bearer("k2")) is None and tenant_lookup({}) is None
+    with pytest.raises(AuthenticationError):
+        plain(bearer("k3"))
 
 
 class FakeHandle:
@@ -189,11 +192,14 @@ def test_the_ingress_keys_each_request_by_its_callers_tenant():
     async def endpoint(request: Request) -> Response:
         return await ingress(request)
 
-    app = Starlette(routes=[Route("/{path:path}", endpoint, methods=["POST"])])
+    app = Starlette(routes=[Route("/{path:path}", endpoint, methods=["GET", "POST"])])
     with TestClient(app, base_url="http://localhost") as client:
-        for key in ("key-a", "key-b", "nope"):
+        for key in ("key-a", "key-b"):
             r = client.post("/v1/chat/completions", json=BODY, headers=bearer(key))
             assert r.status_code == 200
+        refused = client.post("/v1/chat/completions", json=BODY, headers=bearer("nope"))
+        assert refused.status_code == 401  # at the ingress, its body unread
+        assert client.get("/health").status_code == 200
     acme, globex, anonymous = handle.keys
     assert acme == routing_key({}, BODY, tenant="acme")
     assert globex == routing_key({}, BODY, tenant="globex")
