@@ -22,6 +22,7 @@ from .engine.backend import BatchPlan, Segment
 from .engine.options import SamplingParams
 from .errors import DecodeError, InvalidBatchError, InvalidOptionError, LlamapyError
 from .greedy import greedy_pick_for
+from .lazy_grammar import LazyGrammar
 from .llama_sampler import LlamaSampler, build_chain, log_normalizer, top_logprobs
 from .options.limits import fit_windows
 
@@ -233,9 +234,11 @@ class LlamaBackend:
 
     def new_sampler(self, params: SamplingParams) -> LlamaSampler:
         """A native chain for one request (``GrammarError`` for a bad grammar)."""
+        lazy = LazyGrammar(self.model, params.grammar, params.grammar_root,
+                           params.grammar_triggers) if params.grammar_triggers else None
         chain = build_chain(self.model, fit_windows(params, self.n_ctx_seq))
         pick = greedy_pick_for(chain.names, params.logit_bias, self.model.n_vocab)
-        return LlamaSampler(chain, self.ctx, pick)
+        return LlamaSampler(chain, self.ctx, pick, lazy)
 
     # --- memory -------------------------------------------------------------------------------
 

@@ -4,17 +4,22 @@ llama-server does. numpy is imported only when logits are read (log-probabilitie
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ._native import Context, Model, SamplerChain
 from .engine.options import SamplingParams
+from .errors import GrammarError, NativeError
 from .greedy import GreedyPick
+from .lazy_grammar import LazyGrammar
 
 if TYPE_CHECKING:
     import numpy as np
 
 __all__ = ["LlamaSampler", "build_chain", "log_normalizer", "top_logprobs"]
+
+_log = logging.getLogger(__name__)
 
 
 class LlamaSampler:
@@ -24,26 +29,49 @@ class LlamaSampler:
     penalties or DRY; ``ignore_eos`` is such a bias) makes its pick from the logits row with
     ``pick`` (:class:`~llamapy.greedy.GreedyPick`): the token the chain would pick, without
     ``llama_sampler_sample``'s copy of the whole vocabulary. Neither sampler keeps state, so
-    nothing is left to accept.
+    nothing is left to accept. With ``lazy`` (a grammar with trigger patterns) each output token
+    is watched, and the chain is swapped for one that starts with the grammar once a trigger
+    matches (:mod:`llamapy.lazy_grammar`).
     """
 
-    __slots__ = ("_chain", "_ctx", "_pick")
+    __slots__ = ("_chain", "_ctx", "_lazy", "_pick")
 
-    def __init__(self, chain: SamplerChain, ctx: Context, pick: GreedyPick | None = None
-                 ) -> None:
+    def __init__(self, chain: SamplerChain, ctx: Context, pick: GreedyPick | None = None,
+                 lazy: LazyGrammar | None = None) -> None:
         self._chain = chain
         self._ctx = ctx
-        self._pick = pick
+        self._pick = pick if lazy is None else None
+        self._lazy = lazy
 
     def sample(self, batch_index: int) -> int:
         """Sample from row ``batch_index`` of the last decode (and accept the token)."""
         if self._pick is not None:
             return self._pick(self._ctx.logits(batch_index))
-        return self._chain.sample(self._ctx, batch_index)
+        token = self._chain.sample(self._ctx, batch_index)
+        if self._lazy is not None:
+            self._watch(token)
+        return token
 
     def accept(self, token_id: int) -> None:
         """Feed a token that was not sampled (history replay)."""
         self._chain.accept(token_id)
+        if self._lazy is not None:
+            self._watch(token_id)
+
+    def _watch(self, token: int) -> None:
+        """Arm the grammar when ``token`` completes a trigger."""
+        assert self._lazy is not None
+        hit = self._lazy.watch(token)
+        if hit is None:
+            return
+        try:
+            armed = self._lazy.armed(self._chain, hit)
+        except (NativeError, GrammarError) as exc:  # the grammar cannot read the match
+            _log.debug("lazy grammar not armed: %s", exc)
+            self._lazy.restart()
+            return
+        self._chain.close()
+        self._chain, self._lazy = armed, None
 
     def top_logprobs(self, batch_index: int, n: int) -> list[tuple[int, float]]:
         """The ``n`` most likely tokens of the row and their log-probabilities (raw logits)."""
@@ -87,8 +115,8 @@ def build_chain(model: Model, p: SamplingParams) -> SamplerChain:
     """
     chain = SamplerChain(model)
     try:
-        if p.grammar:
-            chain.add_grammar(p.grammar, p.grammar_root, lazy_patterns=p.grammar_triggers)
+        if p.grammar and not p.grammar_triggers:  # a lazy grammar joins at its trigger
+            chain.add_grammar(p.grammar, p.grammar_root)
         if p.logit_bias:
             chain.add_logit_bias(p.logit_bias)
         greedy = p.temp <= 0.0

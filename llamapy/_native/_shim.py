@@ -27,8 +27,7 @@ from ._loader import native
 #: Bytes of a ``what`` buffer (a longer message is cut).
 WHAT_SIZE = 512
 #: Calls whose only input is a grammar: what they throw is the grammar's fault.
-_GRAMMAR_CALLS = frozenset({"llama_sampler_init_grammar",
-                            "llama_sampler_init_grammar_lazy_patterns"})
+_GRAMMAR_CALLS = frozenset({"llama_sampler_init_grammar"})
 
 
 class Status(IntEnum):

@@ -171,33 +171,37 @@ class SamplerChain(Owned):
             "llama_sampler_init_logit_bias", lambda out: shim.llamapy_sampler_init_logit_bias(
                 n_vocab, len(bias), arr, out, what, WHAT_SIZE)))
 
-    def add_grammar(self, grammar: str, root: str = "root", *,
-                    lazy_patterns: Sequence[str] = (), lazy_tokens: Sequence[int] = ()
+    def add_grammar(self, grammar: str, root: str = "root", *, replay: Sequence[int] = ()
                     ) -> SamplerChain:
         """Constrain output to a GBNF grammar; invalid grammars raise :class:`GrammarError`.
 
-        With ``lazy_patterns`` / ``lazy_tokens`` the grammar only applies once a trigger
-        pattern matched or a trigger token was generated.
+        ``replay`` tokens are fed to the grammar alone before it joins the chain (a grammar
+        that starts part-way through the output); a token it refuses raises the shim's typed
+        error and leaves the chain as it was.
         """
-        ffi, shim, vocab, what = native().ffi, native().shim, self.model.vocab, self._what
+        shim, vocab, what = native().shim, self.model.vocab, self._what
         text, start = grammar.encode(), root.encode()
         with _logging.capture() as lines, _logging.capture_stderr() as err:
-            if lazy_patterns or lazy_tokens:
-                keep = [ffi.new("char[]", p.encode()) for p in lazy_patterns]
-                pats = ffi.new("const char *[]", keep or 1)
-                toks = ffi.new("llama_token[]", list(lazy_tokens) or 1)
-                smpl = self._make("llama_sampler_init_grammar_lazy_patterns", lambda out: (
-                    shim.llamapy_sampler_init_grammar_lazy_patterns(
-                        vocab, text, start, pats, len(keep), toks, len(lazy_tokens), out, what,
-                        WHAT_SIZE)))
-            else:
-                smpl = self._make("llama_sampler_init_grammar", lambda out: (
-                    shim.llamapy_sampler_init_grammar(vocab, text, start, out, what,
-                                                      WHAT_SIZE)))
+            smpl = self._make("llama_sampler_init_grammar", lambda out: (
+                shim.llamapy_sampler_init_grammar(vocab, text, start, out, what, WHAT_SIZE)))
         not_null(smpl, lambda: GrammarError(_logging.captured_message(
             [line for line in err if "error parsing grammar" in line] or lines,
             "failed to parse grammar")))
+        try:
+            for token in replay:
+                check_error(shim.llamapy_sampler_accept(smpl, token, what, WHAT_SIZE), what,
+                            "llama_sampler_accept")
+        except BaseException:
+            native().lib.llama_sampler_free(smpl)
+            raise
         return self._add("grammar", smpl)
+
+    def add_copies(self, other: SamplerChain) -> SamplerChain:
+        """Append a copy of each of ``other``'s samplers, with its state (history, RNG)."""
+        lib = native().lib
+        for i, name in enumerate(other.names):
+            self._add(name, lib.llama_sampler_clone(lib.llama_sampler_chain_get(other.ptr, i)))
+        return self
 
     # --- use ---------------------------------------------------------------------------------
 

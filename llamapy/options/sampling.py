@@ -28,6 +28,7 @@ from llamapy.options._spec import (
 from llamapy.options.cache_pins import check_cache_pins
 from llamapy.options.samplers import DEFAULT_SAMPLERS, sampler_names
 from llamapy.options.speculative import speculative_overrides
+from llamapy.options.triggers import compile_triggers
 
 __all__ = [
     "LLAMA_DEFAULT_SEED",
@@ -44,9 +45,6 @@ LLAMA_DEFAULT_SEED = 0xFFFFFFFF
 INT32_MAX = 2**31 - 1
 
 _DRY_BREAKERS = ("\n", ":", '"', "*")
-#: Most trigger patterns of a lazy grammar, and the longest one (characters).
-MAX_TRIGGERS = 16
-MAX_TRIGGER_LENGTH = 512
 
 
 def _no_bias() -> Mapping[int, float]:
@@ -108,7 +106,9 @@ class SamplingParams:
     grammar_root: str = option("root", "start rule of the grammar")
     grammar_triggers: tuple[str, ...] = option(
         (), "regexes that switch the grammar on (none: it applies from the first token); the "
-        "grammar then reads the output from the match's first group", accepts="Sequence[str]")
+        "grammar then reads the output from the match's first group. Matched in linear time "
+        "(RE2: no look-arounds or back-references) against the output's last 4,096 bytes",
+        accepts="Sequence[str]")
     n_probs: int = option(0, "top log-probabilities reported per generated token")
     samplers: tuple[str, ...] = option(
         DEFAULT_SAMPLERS, "sampler order (names; as a string, llama-server's letters "
@@ -144,15 +144,9 @@ class SamplingParams:
         check(isinstance(breakers, list | tuple) and all(isinstance(b, str) for b in breakers),
               "dry_sequence_breakers", "must be a sequence of strings")
         object.__setattr__(self, "dry_sequence_breakers", tuple(breakers))
-        triggers = self.grammar_triggers
-        check(isinstance(triggers, list | tuple) and all(
-            isinstance(t, str) and 0 < len(t) <= MAX_TRIGGER_LENGTH for t in triggers),
-            "grammar_triggers", f"must be a sequence of non-empty strings of at most "
-            f"{MAX_TRIGGER_LENGTH} characters")
-        check(len(triggers) <= MAX_TRIGGERS, "grammar_triggers",
-              f"at most {MAX_TRIGGERS} patterns, got {len(triggers)}")
+        triggers = compile_triggers(self.grammar_triggers).patterns  # RE2: linear time
         check(not triggers or bool(self.grammar), "grammar_triggers", "need a grammar")
-        object.__setattr__(self, "grammar_triggers", tuple(triggers))
+        object.__setattr__(self, "grammar_triggers", triggers)
         bias = self.logit_bias
         check(isinstance(bias, Mapping), "logit_bias", "must map token id to bias")
         check(all(is_int(k) and (is_finite(v) or v == -math.inf) for k, v in bias.items()),
@@ -191,7 +185,9 @@ class RequestOptions:
     ``return_progress`` emits a progress event before and after each prompt chunk
     (llama-server's request fields of the same names). ``slot_id`` pins the request to one
     slot, as llama-server's ``id_slot``: it waits while that slot is busy or leased, and
-    ``slot_id % n_parallel`` is taken (llama-server wraps an id past the last slot).
+    ``slot_id % n_parallel`` is taken (llama-server wraps an id past the last slot). A slot
+    holding another ``tenant``'s request, lease or KV is not taken for it: the request is then
+    routed as one without ``slot_id`` (it never evicts another tenant's KV by naming its slot).
     """
 
     max_tokens: int = option(256, "most tokens to generate (0 = prefill only)")

@@ -26,6 +26,8 @@ OPENAI_400: list[tuple[str, dict]] = [
     ("n", {"n": 100}),  # more than 4 slots plus a queue of 32 could ever hold
     # groups nested 20,000 deep overflowed the stack of libllama's recursive parser (SIGSEGV)
     ("grammar", {"grammar": "root ::= " + "(" * 20_000 + '"x"' + ")" * 20_000}),
+    # a trigger pattern only a backtracker can run (a look-around) is refused at the edge
+    ("grammar_triggers", {"grammar": 'root ::= "x"', "grammar_triggers": ["a(?!b)"]}),
 ]
 
 
@@ -36,6 +38,20 @@ def test_a_hostile_chat_field_is_a_400_naming_it(http: httpx.Client, field: str,
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert error["type"] == "invalid_request_error" and error["param"] == field
+    assert http.post("/v1/chat/completions", json=chat("hi", max_tokens=2)).status_code == 200
+
+
+#: Trigger patterns that crashed (250 nested groups: SIGSEGV) or froze (catastrophic
+#: backtracking) libllama's ``std::regex`` matcher on the tick thread.
+REGEX_BOMBS = ["(" * 250 + "a" + ")" * 250, ".{32}(.|.|.)*x", "(x+x+)+y", "(.*){12}#"]
+
+
+@pytest.mark.parametrize("pattern", REGEX_BOMBS, ids=["nested", "dotstar", "xx", "star12"])
+def test_a_trigger_pattern_runs_in_linear_time(http: httpx.Client, pattern: str) -> None:
+    body = chat("Write a long story about a cat.", max_tokens=64, temperature=0,
+                grammar='root ::= "x"', grammar_triggers=[pattern])
+    response = http.post("/v1/chat/completions", json=body)
+    assert response.status_code == 200, response.text
     assert http.post("/v1/chat/completions", json=chat("hi", max_tokens=2)).status_code == 200
 
 

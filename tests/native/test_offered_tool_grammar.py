@@ -9,6 +9,8 @@ import pytest
 
 from llamapy._native import Batch, Context, Model, SamplerChain
 from llamapy.grammar import offered_tool_grammar
+from llamapy.lazy_grammar import LazyGrammar
+from llamapy.llama_sampler import LlamaSampler
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"location": {"type": "string"}},
@@ -21,17 +23,24 @@ def ctx(model: Model) -> Iterator[Context]:
         yield c
 
 
-def greedy_after(model: Model, ctx: Context, chain: SamplerChain, text: str, n: int) -> str:
+def lazy_sampler(model: Model, ctx: Context, grammar: str, triggers: tuple[str, ...]
+                 ) -> LlamaSampler:
+    """A greedy sampler whose grammar waits for ``triggers`` (llamapy's own watch)."""
+    return LlamaSampler(SamplerChain(model).add_greedy(), ctx,
+                        lazy=LazyGrammar(model, grammar, "root", triggers))
+
+
+def greedy_after(model: Model, ctx: Context, sampler: LlamaSampler, text: str, n: int) -> str:
     """``text`` decoded and accepted as the model's own output, then ``n`` greedy tokens."""
     tokens = model.tokenize(text)
     for tok in tokens:
-        chain.accept(tok)
+        sampler.accept(tok)
     batch = Batch(256)
     row = batch.add(0, 0, tokens)
     ctx.decode(batch)
     out, pos = [], len(tokens)
     for _ in range(n):
-        tok = chain.sample(ctx, row)
+        tok = sampler.sample(row)
         if model.is_eog(tok):
             break
         out.append(tok)
@@ -44,18 +53,54 @@ def greedy_after(model: Model, ctx: Context, chain: SamplerChain, text: str, n: 
 
 def test_an_opened_call_can_only_name_a_declared_tool(model: Model, ctx: Context) -> None:
     grammar, triggers = offered_tool_grammar(TOOLS, "hermes")
-    with SamplerChain(model) as chain:
-        chain.add_grammar(grammar, lazy_patterns=triggers).add_greedy()
-        text = greedy_after(model, ctx, chain, 'I will call it.\n<tool_call>\n{"name": "', 12)
+    sampler = lazy_sampler(model, ctx, grammar, triggers)
+    try:
+        text = greedy_after(model, ctx, sampler, 'I will call it.\n<tool_call>\n{"name": "', 12)
+    finally:
+        sampler.close()
     assert text.startswith('get_weather"'), text
 
 
 def test_text_without_the_trigger_is_left_free(model: Model, ctx: Context) -> None:
     grammar, triggers = offered_tool_grammar(TOOLS, "hermes")
-    with SamplerChain(model) as chain:
-        chain.add_grammar(grammar, lazy_patterns=triggers).add_greedy()
-        lazy = greedy_after(model, ctx, chain, "The capital of France is", 4)
+    sampler = lazy_sampler(model, ctx, grammar, triggers)
+    try:
+        lazy = greedy_after(model, ctx, sampler, "The capital of France is", 4)
+    finally:
+        sampler.close()
     ctx.clear()
-    with SamplerChain(model) as chain:
-        free = greedy_after(model, ctx, chain.add_greedy(), "The capital of France is", 4)
+    free_sampler = LlamaSampler(SamplerChain(model).add_greedy(), ctx)
+    try:
+        free = greedy_after(model, ctx, free_sampler, "The capital of France is", 4)
+    finally:
+        free_sampler.close()
     assert lazy == free and lazy
+
+
+def test_a_trigger_inside_a_token_starts_the_grammar_at_the_match(model: Model,
+                                                                   ctx: Context) -> None:
+    """The grammar reads only the text from the match on: a token that begins before the
+    match (here one whose text ends in ``<``) is replayed behind a literal of its head."""
+    grammar = 'root ::= "<<" [0-9] [0-9] [0-9]'
+    sampler = lazy_sampler(model, ctx, grammar, ("<<",))
+    try:
+        text = greedy_after(model, ctx, sampler, "Write three digits: <<", 3)
+    finally:
+        sampler.close()
+    assert text[:3].isdigit(), text
+
+
+def test_a_match_the_grammar_cannot_read_leaves_the_output_free(model: Model,
+                                                              ctx: Context) -> None:
+    """The token that completes the trigger runs past what the grammar allows (`` about``
+    for a grammar of ``abc``): no error, the request goes on unconstrained and the watch starts
+    again, so a later match arms the grammar."""
+    sampler = lazy_sampler(model, ctx, 'root ::= "ab" "c"', ("ab",))
+    try:
+        assert model.detokenize(model.tokenize("Think about")[-1:]) == " about"
+        assert greedy_after(model, ctx, sampler, "Think about", 3)  # sampling went on, free
+        ctx.clear()
+        more = greedy_after(model, ctx, sampler, "Now ab", 1)
+    finally:
+        sampler.close()
+    assert more == "c"

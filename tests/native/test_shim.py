@@ -88,19 +88,6 @@ def test_a_bias_that_leaves_no_token_fails_the_fast_greedy_pick_too(
         chain.sample(ctx, row)
 
 
-def test_an_exception_while_sampling_is_a_typed_error(model: Model, ctx: Context,
-                                                      row: int) -> None:
-    """A lazy grammar triggered by "y" must then accept "y" itself, which ``root ::= "x"``
-    cannot: the grammar throws from inside ``llama_sampler_sample``'s accept."""
-    y = token(model, "y")
-    with SamplerChain(model) as chain:
-        chain.add_grammar('root ::= "x"', lazy_tokens=[y]).add_logit_bias({y: 100.0})
-        with pytest.raises(NativeExceptionError, match="empty grammar stack") as caught:
-            chain.add_greedy().sample(ctx, row)
-    assert caught.value.function == "llama_sampler_sample"
-    assert caught.value.http_status == 500
-
-
 def test_a_row_without_logits_is_a_typed_error(model: Model, ctx: Context, row: int) -> None:
     with SamplerChain(model).add_greedy() as chain, pytest.raises(NativeError, match="logits"):
         chain.sample(ctx, row + 1000)
@@ -130,11 +117,12 @@ def test_apply_with_a_token_outside_the_vocabulary_is_a_typed_error(model: Model
     assert caught.value.function == "llama_sampler_apply"
 
 
-def test_a_lazy_pattern_that_is_no_regex_is_a_grammar_error(model: Model) -> None:
-    """``std::regex`` throws while the sampler is built; the chain stays usable."""
+def test_a_replayed_token_the_grammar_refuses_is_a_typed_error(model: Model) -> None:
+    """The grammar throws on a token it cannot read; the chain stays as it was."""
     with SamplerChain(model) as chain:
-        with pytest.raises(GrammarError, match="invalid grammar"):
-            chain.add_grammar('root ::= "x"', lazy_patterns=["("])
+        token = model.tokenize("z")[-1]
+        with pytest.raises(NativeExceptionError, match="grammar"):
+            chain.add_grammar('root ::= "x"', replay=[token])
         assert chain.add_greedy().names == ["greedy"]
 
 

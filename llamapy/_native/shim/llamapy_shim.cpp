@@ -137,18 +137,6 @@ int llamapy_sampler_init_grammar(const llama_vocab * vocab, const char * grammar
     });
 }
 
-int llamapy_sampler_init_grammar_lazy_patterns(
-        const llama_vocab * vocab, const char * grammar_str, const char * grammar_root,
-        const char ** trigger_patterns, size_t num_trigger_patterns,
-        const llama_token * trigger_tokens, size_t num_trigger_tokens, llama_sampler ** out,
-        char * what, size_t what_size) {
-    return construct(out, what, what_size, [&] {
-        return llama_sampler_init_grammar_lazy_patterns(
-            vocab, grammar_str, grammar_root, trigger_patterns, num_trigger_patterns,
-            trigger_tokens, num_trigger_tokens);
-    });
-}
-
 int llamapy_sampler_init_penalties(int32_t n_vocab, int32_t penalty_last_n, float penalty_repeat,
                                    float penalty_freq, float penalty_present,
                                    llama_sampler ** out, char * what, size_t what_size) {

@@ -59,11 +59,6 @@ LLAMAPY_SHIM_API int llamapy_sampler_chain_add(
 LLAMAPY_SHIM_API int llamapy_sampler_init_grammar(
         const struct llama_vocab * vocab, const char * grammar_str, const char * grammar_root,
         struct llama_sampler ** out, char * what, size_t what_size);
-LLAMAPY_SHIM_API int llamapy_sampler_init_grammar_lazy_patterns(
-        const struct llama_vocab * vocab, const char * grammar_str, const char * grammar_root,
-        const char ** trigger_patterns, size_t num_trigger_patterns,
-        const llama_token * trigger_tokens, size_t num_trigger_tokens,
-        struct llama_sampler ** out, char * what, size_t what_size);
 LLAMAPY_SHIM_API int llamapy_sampler_init_penalties(
         int32_t n_vocab, int32_t penalty_last_n, float penalty_repeat, float penalty_freq,
         float penalty_present, struct llama_sampler ** out, char * what, size_t what_size);
