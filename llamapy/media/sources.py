@@ -4,21 +4,19 @@ An image URL may be a ``data:`` URL, bare base64 (llama-server takes both), a ``
 relative to the folder the server allows (``media_path``: llama-server's ``--media-path``), or
 an ``http(s)`` URL, fetched only when the server allows it (``media_remote``, off by default:
 the server fetches nothing a request names unless told to), within ``max_bytes`` and
-:data:`REMOTE_TIMEOUT_S` for the whole download.
+:data:`REMOTE_TIMEOUT_S` for the whole download, from checked addresses only (:mod:`.remote`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
-import ipaddress
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from llamapy.errors import MediaError
+
+from .remote import download
 
 __all__ = ["REMOTE_TIMEOUT_S", "MediaBudget", "MediaFetch", "media_from_base64",
            "media_from_url"]
@@ -83,7 +81,7 @@ def media_from_url(url: object, fetch: MediaFetch, where: str) -> bytes:
             raise MediaError(f"{where}: remote media URLs are not fetched here (start the "
                              "server with --media-remote); send the media inline as a data "
                              "URL (data:image/png;base64,...)", reason="remote")
-        return _download(url, fetch, where)
+        return download(url, fetch, where)
     if scheme.startswith("file://"):
         return _local(url[7:], fetch, where)
     if scheme.startswith("data:"):
@@ -115,61 +113,3 @@ def _local(name: str, fetch: MediaFetch, where: str) -> bytes:
         raise MediaError(f"{where}: the file is larger than the {fetch.max_bytes} bytes "
                          "allowed", reason="too_large")
     return data
-
-
-def _download(url: str, fetch: MediaFetch, where: str) -> bytes:
-    """GET ``url`` within ``fetch.max_bytes`` and ``fetch.timeout_s`` for the whole download
-    (headers included: an event loop's deadline cancels whatever read is under way; a
-    per-read timeout would let a server that sends a byte now and then hold the thread)."""
-    work = _adownload(url, fetch, where)
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:  # the usual case: a worker thread
-        return asyncio.run(work)
-    with ThreadPoolExecutor(1) as pool:  # called on an event loop's thread: not that loop
-        return pool.submit(asyncio.run, work).result()
-
-
-async def _adownload(url: str, fetch: MediaFetch, where: str) -> bytes:
-    try:
-        return await asyncio.wait_for(_get(url, fetch, where), fetch.timeout_s)
-    except TimeoutError:
-        raise MediaError(f"{where}: fetching the media took longer than {fetch.timeout_s:g} s",
-                         reason="remote") from None
-
-
-async def _check_host(request: Any, where: str) -> None:
-    """Refuse a request (the first or a redirect's) to a host that resolves to an address
-    that is not public: a URL must not reach inside the server's network."""
-    host = request.url.host
-    try:
-        infos = await asyncio.get_running_loop().getaddrinfo(host, None)
-    except OSError:
-        raise MediaError(f"{where}: cannot resolve {host!r}", reason="remote") from None
-    for info in infos:
-        if not ipaddress.ip_address(info[4][0]).is_global:
-            raise MediaError(f"{where}: {host!r} is not a public address (start the server "
-                             "with --media-remote-private to fetch from it)", reason="remote")
-
-
-async def _get(url: str, fetch: MediaFetch, where: str) -> bytes:
-    import httpx
-
-    data = bytearray()
-    hooks = {} if fetch.private else {"request": [lambda r: _check_host(r, where)]}
-    try:
-        async with httpx.AsyncClient(timeout=fetch.timeout_s, follow_redirects=True,
-                                     max_redirects=3, event_hooks=hooks) as client, \
-                client.stream("GET", url) as response:
-            if not 200 <= response.status_code < 300:
-                raise MediaError(f"{where}: fetching the media failed: HTTP "
-                                 f"{response.status_code}", reason="remote")
-            async for chunk in response.aiter_bytes():
-                data += chunk
-                if len(data) > fetch.max_bytes:
-                    raise MediaError(f"{where}: the media is larger than the "
-                                     f"{fetch.max_bytes} bytes allowed", reason="too_large")
-    except httpx.HTTPError as exc:
-        raise MediaError(f"{where}: fetching the media failed: {type(exc).__name__}",
-                         reason="remote") from None
-    return bytes(data)
