@@ -28,6 +28,7 @@ from llamapy.errors._hub import (
     HubError,
     HubModelNotFoundError,
     OfflineModelMissingError,
+    PullRefusedError,
     StoreEntryNotFoundError,
 )
 from llamapy.errors._native import (
@@ -131,6 +132,7 @@ __all__ = [
     "OriginNotAllowedError",
     "PayloadTooLargeError",
     "PermissionDeniedError",
+    "PullRefusedError",
     "QueueFullError",
     "ReplicaUnavailableError",
     "RequestCancelledError",

@@ -1,6 +1,7 @@
 """Errors of getting a model by name: from the Hugging Face Hub (:mod:`llamapy.hub`) and the
 local store. A name that resolves to nothing is a :class:`ModelNotFoundError` (404); a Hub that
-cannot be reached or answers badly is a :class:`HubError` (502)."""
+cannot be reached or answers badly is a :class:`HubError` (502); a pull the server's limits
+refuse is a :class:`PullRefusedError` (403)."""
 
 from __future__ import annotations
 
@@ -43,6 +44,22 @@ class ChecksumMismatchError(HubError):
         self.got = got
         super().__init__(f"{repo}/{path}: sha256 {got} differs from the Hub's {expected}; "
                          "the download was deleted", repo=repo)
+
+
+class PullRefusedError(LlamapyError):
+    """A pull that a request asked for and the server's limits refuse, before any byte is
+    downloaded: a repository outside ``--pull-allow``, or files over ``--pull-max-bytes``
+    (``size`` and ``limit`` then; ``size`` None when the Hub's listing gives none)."""
+
+    http_status = 403
+    error_type = "permission_error"
+
+    def __init__(self, message: str, repo: str = "", size: int | None = None,
+                 limit: int | None = None) -> None:
+        self.repo = repo
+        self.size = size
+        self.limit = limit
+        super().__init__(message)
 
 
 class StoreEntryNotFoundError(ModelNotFoundError):

@@ -6,7 +6,10 @@ errors become llamapy's (:func:`_translated`). The policy:
 
 1. Online, the repository's file listing with LFS metadata (``model_info(files_metadata=True)``)
    is read once; the files are chosen by :func:`llamapy.hub.select.choose_files` and each is
-   downloaded at that listing's commit, so every part comes from one revision.
+   downloaded at that listing's commit, so every part comes from one revision. With a byte
+   cap (``max_bytes``: a pull a request caused, ``--pull-max-bytes``) the chosen files' sizes
+   in that listing are summed first, and a sum over the cap (or a file the listing gives no
+   size for) raises :class:`~llamapy.errors.PullRefusedError` before any file is requested.
 2. Each downloaded file is hashed and compared with the Hub's LFS sha256 (a small non-LFS file
    with its git blob id); a mismatch deletes the file from the cache and raises
    :class:`~llamapy.errors.ChecksumMismatchError`. huggingface_hub writes to a temporary
@@ -37,11 +40,13 @@ from ..errors import (
     InvalidOptionError,
     LlamapyError,
     OfflineModelMissingError,
+    PullRefusedError,
 )
 from ..options.hub import ModelRef, check_hf_token
 from .select import choose_files
 
-__all__ = ["Downloaded", "HubAccess", "HubFile", "fetch_model", "hub_cache_dir"]
+__all__ = ["Downloaded", "HubAccess", "HubFile", "check_download_size", "fetch_model",
+           "hub_cache_dir"]
 
 _TRUE = ("1", "on", "yes", "true")
 
@@ -108,16 +113,37 @@ class Downloaded:
         return sum(p.stat().st_size for p in self.paths)
 
 
-def fetch_model(ref: ModelRef, access: HubAccess, hf_file: str = "") -> Downloaded:
-    """``ref``'s file(s), downloaded and verified unless cached (see the module's policy)."""
+def fetch_model(ref: ModelRef, access: HubAccess, hf_file: str = "", max_bytes: int = 0
+                ) -> Downloaded:
+    """``ref``'s file(s), downloaded and verified unless cached (see the module's policy);
+    ``max_bytes`` > 0 caps their listed size, checked before anything downloads."""
     with _translated(ref.repo, access.offline):
         if access.offline:
             return _from_cache(ref, access, hf_file)
         revision, listing = _listing(ref.repo, access)
         chosen = choose_files(ref.repo, list(listing), ref.tag, hf_file)
         files = tuple(listing[p] for p in chosen)
+        check_download_size(ref, files, max_bytes)
         paths = tuple(_download(ref.repo, revision, f, access) for f in files)
         return Downloaded(ref, revision, files, paths)
+
+
+def check_download_size(ref: ModelRef, files: tuple[HubFile, ...], max_bytes: int) -> None:
+    """Raise :class:`PullRefusedError` when ``files`` (sizes from the Hub's listing) add up
+    to more than ``max_bytes``, or one has no listed size; nothing when ``max_bytes`` is 0."""
+    if max_bytes <= 0:
+        return
+    unsized = [f.path for f in files if f.size is None]
+    if unsized:
+        raise PullRefusedError(f"{ref.name}: the Hub's listing gives no size for "
+                               f"{unsized[0]!r}, so the pull cannot be checked against the "
+                               f"server's limit of {max_bytes} bytes (--pull-max-bytes)",
+                               repo=ref.repo, limit=max_bytes)
+    total = sum(f.size or 0 for f in files)
+    if total > max_bytes:
+        raise PullRefusedError(f"{ref.name}: its files are {total} bytes, over the server's "
+                               f"limit of {max_bytes} bytes for a pull (--pull-max-bytes)",
+                               repo=ref.repo, size=total, limit=max_bytes)
 
 
 def _listing(repo: str, access: HubAccess) -> tuple[str, dict[str, HubFile]]:

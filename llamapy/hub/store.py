@@ -134,14 +134,15 @@ class ModelStore:
                 return entry
         raise StoreEntryNotFoundError(name, tuple(e.name for e in entries))
 
-    def pull(self, ref: ModelRef, access: HubAccess, aliases: tuple[str, ...] = ()
-             ) -> StoreEntry:
-        """Download (or find in the cache) and verify ``ref``, then record it atomically."""
+    def pull(self, ref: ModelRef, access: HubAccess, aliases: tuple[str, ...] = (),
+             max_bytes: int = 0) -> StoreEntry:
+        """Download (or find in the cache) and verify ``ref``, then record it atomically;
+        ``max_bytes`` > 0 caps the download (:func:`~llamapy.hub.fetch.fetch_model`)."""
         check(len(aliases) <= MAX_ALIASES, "alias", f"at most {MAX_ALIASES} aliases")
         for alias in aliases:
             check_alias(alias)
         self._check_free(ref.name, aliases)
-        downloaded = fetch_model(ref, access)
+        downloaded = fetch_model(ref, access, max_bytes=max_bytes)
         old = self._get(ref.name)
         entry = _entry(downloaded, tuple(dict.fromkeys(
             (*(old.aliases if old else ()), *aliases))))

@@ -19,7 +19,6 @@ from ..errors import (
     InvalidOptionError,
     InvalidRequestError,
     LlamapyError,
-    PermissionDeniedError,
     RequestCancelledError,
 )
 from ..openai_api import ServedModel
@@ -27,7 +26,7 @@ from ..options.context import ContextOptions
 from ..options.serve import ServeOptions
 from .metrics.registry import Metrics
 from .source import ModelSource
-from .tenants import OPEN, KeyTable, Principal
+from .tenants import OPEN, KeyTable, Principal, require_admin
 
 T = TypeVar("T")
 
@@ -190,10 +189,7 @@ class AppContext:
     def check_admin(self, request: Request, what: str) -> Principal:
         """The request's principal; :class:`PermissionDeniedError` (403) unless it is an
         admin's (``what``: what it asked for, for the message)."""
-        principal = self.principal(request)
-        if not principal.admin:
-            raise PermissionDeniedError(f"{what} is for admin keys only")
-        return principal
+        return require_admin(self.principal(request), what)
 
 
 async def read_json(request: Request) -> Any:

@@ -40,6 +40,7 @@ from ..openai_api.target import check_presentation
 from ..server import ModelLease, ModelManager, ModelSpec, ModelState, Server
 from .sleep import WakeOnRequest, sleep_snapshot
 from .source import Listed, model_card, model_listing
+from .tenants import Principal
 
 log = logging.getLogger("llamapy.serve")
 
@@ -170,7 +171,7 @@ class ModelHost:
             return False
         return True
 
-    async def pick_or_pull(self, requested: str | None) -> str:
+    async def pick_or_pull(self, requested: str | None, principal: Principal) -> str:
         """The model's name (one model pulls nothing)."""
         return self.get().name
 

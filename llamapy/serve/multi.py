@@ -8,7 +8,10 @@ sent, streams included, so a model is never unloaded under a request. The handle
 their model with :meth:`ModelRouter.current`, exactly as they find the one model of a
 single-model app. An unknown model is a 404 listing the served ones; a model that failed to
 load answers with its own typed error. Only the routes that run on a model take a lease
-(:data:`LEASE_PATHS`); ``/metrics`` takes one only when it names a model.
+(:data:`LEASE_PATHS`); ``/metrics`` takes one only when it names a model. With
+``--pull-on-demand`` a name that is not served and spells the Hub out (``hf.co/ORG/REPO``) is
+pulled first, for an admin's key only (:func:`~llamapy.serve.tenants.require_admin`, the rule
+``/models/load`` follows): a tenant key gets the 403 before the Hub is asked anything.
 """
 
 from __future__ import annotations
@@ -28,11 +31,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..errors import LlamapyError, ModelNotFoundError, NotReadyError, UnknownModelError
 from ..openai_api import ServedModel
 from ..openai_api.target import DEFAULT_REQUEST_TIMEOUT
+from ..options.hub import is_pull_name
 from ..server import ModelLease, ModelManager, ModelState, ModelStatus
 from .anthropic_errors import anthropic_error_response
 from .errors import error_response
 from .ollama_errors import ollama_error_response
 from .source import Listed
+from .tenants import Principal, require_admin
 
 __all__ = ["ModelRouter", "ModelSelect", "ModelsCollector", "model_entry"]
 
@@ -71,8 +76,9 @@ class ModelRouter:
     ``chat_template``). ``served``: the app-wide ServedModel options (``request_timeout``,
     ``n_predict``, ``tags``, ...; a ``name`` or ``aliases`` here is ignored: each model's come
 from its spec); ``accept_any_model`` sends unknown names to the first model; ``puller``
-    (``--pull-on-demand``) is called on a worker thread with a name the manager does not know,
-    before a request's lease, and returns the name it now serves or raises.
+    (``--pull-on-demand``) is called on a worker thread with a Hub name (``hf.co/...``) the
+    manager does not know, for an admin's request only, before its lease, and returns the name
+    it now serves or raises.
     """
 
     several = True
@@ -114,21 +120,23 @@ from its spec); ``accept_any_model`` sends unknown names to the first model; ``p
         """Whether a Hub model that is not served is pulled when named (``--pull-on-demand``)."""
         return self._puller is not None
 
-    async def pick_or_pull(self, requested: str | None) -> str:
-        """:meth:`pick`, or with :attr:`pulls` a Hub model pulled into the store and served
-        first (on a worker thread); ``UnknownModelError`` for a name that is neither."""
+    async def pick_or_pull(self, requested: str | None, principal: Principal) -> str:
+        """:meth:`pick`, or with :attr:`pulls` a Hub model (``hf.co/ORG/REPO``) pulled into
+        the store and served first (on a worker thread), when ``principal`` is an admin's
+        (else a 403); ``UnknownModelError`` for a name that is neither."""
         try:
             return self.pick(requested)
         except UnknownModelError:
-            if self._puller is None or not requested:
+            if self._puller is None or not requested or not is_pull_name(requested):
                 raise
+            require_admin(principal, "pulling a model from the Hub")
             return await run_in_threadpool(self._puller, requested)
 
-    async def lease(self, requested: str | None) -> ModelLease:
-        """A lease on the requested model (:meth:`pick_or_pull`): at once on the event loop
-        when it is loaded, else (starting its load) waiting in a worker thread, bounded by the
-        request timeout."""
-        name = await self.pick_or_pull(requested)
+    async def lease(self, requested: str | None, principal: Principal) -> ModelLease:
+        """A lease on the requested model (:meth:`pick_or_pull`, as ``principal`` may): at
+        once on the event loop when it is loaded, else (starting its load) waiting in a worker
+        thread, bounded by the request timeout."""
+        name = await self.pick_or_pull(requested, principal)
         lease = self.manager.try_acquire(name)
         if lease is not None:
             return lease
@@ -304,8 +312,8 @@ class ModelSelect:
             await self.app(scope, replay, send)
             return
         try:
-            self.check_key(Request(scope))
-            lease = await self.router.lease(requested)
+            principal = self.check_key(Request(scope))
+            lease = await self.router.lease(requested, principal)
         except LlamapyError as exc:
             await _error(path, exc)(scope, replay, send)
             return

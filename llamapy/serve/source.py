@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from ..openai_api import ServedModel
 from ..server import ModelManager
+from .tenants import Principal
 
 __all__ = ["Listed", "ModelSource", "model_card"]
 
@@ -92,8 +93,9 @@ class ModelSource(Protocol):
     def serves(self, name: str) -> bool:
         """Whether ``name`` (with Ollama's ``:latest`` or without) is served here."""
 
-    async def pick_or_pull(self, requested: str | None) -> str:
-        """The served name for ``requested``, pulling a Hub model first with :attr:`pulls`."""
+    async def pick_or_pull(self, requested: str | None, principal: Principal) -> str:
+        """The served name for ``requested``, pulling a Hub model first with :attr:`pulls`
+        (``hf.co/...`` names only, and only for an admin's ``principal``: else a 403)."""
 
     def keep(self, name: str, seconds: float | None) -> None:
         """A request's ``keep_alive`` for ``name`` (one model: kept as configured)."""

@@ -33,9 +33,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from ..errors import InvalidOptionError
+from ..errors import InvalidOptionError, PermissionDeniedError
 
-__all__ = ["DEFAULT_TENANT", "OPEN", "TENANT_NAME", "KeyTable", "Principal", "check_tenant_name"]
+__all__ = ["DEFAULT_TENANT", "OPEN", "TENANT_NAME", "KeyTable", "Principal", "check_tenant_name",
+           "require_admin"]
 
 #: A tenant name in a keys file (and a tenant's slot-file folder name).
 TENANT_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}")
@@ -63,6 +64,15 @@ class Principal(NamedTuple):
 
 #: The principal of every request when no key is configured.
 OPEN = Principal(None, True)
+
+
+def require_admin(principal: Principal, what: str) -> Principal:
+    """``principal``; :class:`PermissionDeniedError` (403) unless it is an admin's (every key
+    is, unless keys carry tenants). ``what``: what it asked for, for the message. The one rule
+    of what is an admin's: ``/models/load|unload`` and pulls from the Hub."""
+    if not principal.admin:
+        raise PermissionDeniedError(f"{what} is for admin keys only")
+    return principal
 
 
 def check_tenant_name(tenant: str | None, where: str, option: str = "api_key_file") -> None:

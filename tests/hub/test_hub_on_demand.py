@@ -1,6 +1,7 @@
 """``--pull-on-demand``: a request naming a Hub model not served yet pulls it into the store and
-leases it; without the option, or for a name that is not a Hub name, it stays a 404; a failed
-pull adds nothing. Run on the model router with stand-in servers (no model loads)."""
+leases it; without the option, or for a name that does not spell the Hub out (a bare
+``ORG/REPO`` included), it stays a 404; a failed pull adds nothing. Run on the model router with
+stand-in servers (no model loads). Who may pull and the pull limits: ``test_hub_pull_policy``."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from llamapy.hub.on_demand import OnDemandPuller
 from llamapy.hub.store import ModelStore
 from llamapy.serve.__main__ import main
 from llamapy.serve.multi import ModelRouter
+from llamapy.serve.tenants import OPEN
 from llamapy.server import ModelManager, ModelSpec
 
 
@@ -40,7 +42,7 @@ def _router(tmp_path: Path, pull: bool) -> tuple[ModelRouter, ModelManager, Mode
 
 def _lease(router: ModelRouter, name: str) -> Any:
     async def go() -> Any:
-        lease = await router.lease(name)
+        lease = await router.lease(name, OPEN)
         lease.release()
         return lease
 
@@ -55,7 +57,7 @@ def test_a_requested_hub_model_is_pulled_and_served(hub: HubStandin, tmp_path: P
         assert lease.server.path == store.find(lease.name).path
         assert manager.spec(lease.name).options["n_ctx"] == 512
         gets = len(hub.requests)
-        assert _lease(router, f"{TINY}:Q8_0").name == lease.name  # served now: no pull
+        assert _lease(router, f"HF.co/{TINY}:Q8_0").name == lease.name  # served: no pull
         assert len(hub.requests) == gets
 
 
@@ -66,10 +68,12 @@ def test_without_the_option_or_a_hub_name_it_stays_unknown(hub: HubStandin,
         _lease(router, f"hf.co/{TINY}:Q8_0")
     router, manager, store = _router(tmp_path, pull=True)
     with manager:
-        with pytest.raises(UnknownModelError):
-            _lease(router, "not a hub name")
+        for name in ("not a hub name", f"{TINY}:Q8_0", TINY):  # a bare ORG/REPO pulls nothing
+            with pytest.raises(UnknownModelError):
+                _lease(router, name)
+        assert hub.requests == []
         with pytest.raises(HubModelNotFoundError):
-            _lease(router, f"{TINY}:Q2_K")
+            _lease(router, f"hf.co/{TINY}:Q2_K")
         assert manager.names == [] and store.entries() == []
     assert hub.file_requests("tiny-Q8_0.gguf") == []
 

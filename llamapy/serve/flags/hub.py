@@ -1,7 +1,9 @@
 """The flags that name a model instead of giving its file: llama-server's ``-hf`` / ``-hfr`` /
 ``--hf-repo ORG/REPO[:QUANT]``, ``-hff`` / ``--hf-file FILE``, ``-hft`` / ``--hf-token TOKEN``
 (default ``$HF_TOKEN``), ``--offline`` and ``--pull-on-demand`` (a Hub model a request names
-is pulled into ``--models-dir`` and served: :mod:`llamapy.hub.on_demand`; off by default).
+as ``hf.co/ORG/REPO[:QUANT]`` is pulled into ``--models-dir`` and served:
+:mod:`llamapy.hub.on_demand`; off by default) with its limits ``--pull-allow PATTERN``
+(repeatable or comma-separated) and ``--pull-max-bytes N``.
 
 They are generated from :class:`llamapy.options.hub.HubOptions` (one definition per option) and
 checked there once (:func:`hub_options`). ``-hf`` downloads the model through huggingface_hub
@@ -26,14 +28,24 @@ __all__ = ["add_hub_flags", "hub_model_path", "hub_options", "hub_puller"]
 
 
 def add_hub_flags(group: argparse._ArgumentGroup) -> None:
-    """Add a flag for each :class:`HubOptions` field to ``group``."""
+    """Add a flag for each :class:`HubOptions` field to ``group``: a switch for a bool, a
+    repeatable flag for a tuple, an ``int`` for an int, else a string."""
     for f in dataclasses.fields(HubOptions):
         names = ("--" + f.name.replace("_", "-"), *f.metadata.get("flags", ()))
-        if f.type in (bool, "bool"):
+        kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")
+        if kind == "bool":
             group.add_argument(*names, dest=f.name, action="store_true", help=field_help(f))
-        else:  # None: not given ("" given is refused by hub_options)
-            group.add_argument(*names, dest=f.name, default=None, metavar=f.name.upper(),
-                               help=field_help(f))
+            continue
+        extra: dict[str, Any] = {"action": "append"} if kind.startswith("tuple") else (
+            {"type": int} if kind == "int" else {})
+        # None: not given (the option's default; "" given is refused by hub_options)
+        group.add_argument(*names, dest=f.name, default=None, metavar=f.name.upper(),
+                           help=field_help(f), **extra)
+
+
+def _items(values: list[str]) -> tuple[str, ...]:
+    """A repeatable flag's values, each also comma-separated."""
+    return tuple(item.strip() for value in values for item in value.split(",") if item.strip())
 
 
 def hub_options(args: argparse.Namespace) -> HubOptions:
@@ -41,9 +53,10 @@ def hub_options(args: argparse.Namespace) -> HubOptions:
     values: dict[str, Any] = {f.name: getattr(args, f.name)
                               for f in dataclasses.fields(HubOptions)}
     for name, value in values.items():
-        if value == "":
+        if value == "" or (isinstance(value, list) and not _items(value)):
             raise InvalidOptionError(f"--{name.replace('_', '-')}: empty value", option=name)
-    given: dict[str, Any] = {k: "" if v is None else v for k, v in values.items()}
+    given: dict[str, Any] = {k: _items(v) if isinstance(v, list) else v
+                             for k, v in values.items() if v is not None}
     options = HubOptions(**given)
     if options.hf_repo and args.model:
         raise InvalidOptionError("give either --model or --hf-repo, not both", option="hf_repo")
@@ -76,4 +89,5 @@ def hub_puller(options: HubOptions, manager: Any, models_dir: str,
     from ...hub.store import ModelStore
 
     return OnDemandPuller(manager, ModelStore(Path(models_dir)),
-                          HubAccess.from_env(token=options.hf_token), start)
+                          HubAccess.from_env(token=options.hf_token), start,
+                          allow=options.pull_allow, max_bytes=options.pull_max_bytes)

@@ -1,7 +1,8 @@
 """Ollama's native API: ``/api/chat``, ``/api/generate``, ``/api/embed``, ``/api/embeddings``,
 ``/api/tags``, ``/api/show``, ``/api/ps``, ``/api/version``, ``/api/pull`` (success for a
-served model; with ``--pull-on-demand`` a Hub model is pulled into the store), and refusals for
-``push``, ``create``, ``copy`` and ``delete``.
+served model; with ``--pull-on-demand`` a Hub model named ``hf.co/ORG/REPO[:QUANT]`` is pulled
+into the store, by an admin's key only when keys carry tenants), and refusals for ``push``,
+``create``, ``copy`` and ``delete``.
 
 Handlers read JSON, call :mod:`llamapy.ollama_api` and frame the result: NDJSON while
 ``stream`` (Ollama's default) is true, else one JSON object. Every error, a wrong API key
@@ -205,12 +206,13 @@ def _model_routes(router: Router, ctx: AppContext) -> None:
 def _management_routes(router: Router, ctx: AppContext) -> None:
     @router.post("/api/pull")
     async def pull(request: Request) -> Response:
-        """Success for a model that is served; with ``--pull-on-demand`` a Hub model is pulled
-        into the store and served first (the answer comes when the pull ends: no progress
-        lines); otherwise a typed refusal."""
+        """Success for a model that is served; with ``--pull-on-demand`` a Hub model
+        (``hf.co/ORG/REPO[:QUANT]``; admin keys only when keys carry tenants) is pulled into
+        the store and served first (the answer comes when the pull ends: no progress lines);
+        otherwise a typed refusal."""
         body = parse_body(ModelOpBody, await read_json(request))
         if ctx.source.pulls and body.model_name:
-            await ctx.source.pick_or_pull(body.model_name)
+            await ctx.source.pick_or_pull(body.model_name, ctx.principal(request))
         elif not ctx.source.serves(body.model_name):
             raise refuse_model_op("pull")
         if body.stream:
