@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 
 SET_UP = ('python3 -m pip install -e ".[serve,test,dev]" && python3 build_lib.py && '
-          "python3 -m llamapy.models fetch && python3 -m llamapy.serve")
+          "python3 -m llamapy.models fetch --all && python3 -m llamapy.serve")
 
 
 def test_the_two_commands_are_the_first_code_blocks() -> None:
