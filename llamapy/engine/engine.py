@@ -37,6 +37,7 @@ from llamapy.engine.speculation.speculator import Speculator, with_ngram
 from llamapy.engine.states import RequestState, SlotState
 from llamapy.engine.stats import Counters, EngineStats, InstabilityEvent, recent_events
 from llamapy.engine.strategies import resolve_strategy
+from llamapy.engine.tenant_counts import TenantCounts
 from llamapy.engine.tenants import Tenants
 from llamapy.engine.text import TextStream
 from llamapy.errors import ClosedError, EngineError, LlamapyError, QueueFullError
@@ -80,6 +81,8 @@ class Engine:
         self.planner = Planner(self.strategy, self.n_batch, chunk,
                                lambda: self.speculator.cost.pass_tokens)
         self.tenants = Tenants.of(config, self.counters)
+        #: The request and token counters of each tenant's own requests.
+        self.tenant_counts = TenantCounts()
         self.admission = Admission(self.pool, self.prefix, self.strategy, clock, self.tenants)
         self.speculator = Speculator(backend, self.counters,
                                      with_ngram(config.spec_ngram_size, drafters),
@@ -148,12 +151,16 @@ class Engine:
     def _placement(self, request: Request, prompt: list[int]) -> Slot | None:
         """The slot a new request takes right away, None to queue it; ``TenantBusyError``,
         ``QueueFullError``."""
-        self.tenants.check(request)
-        probe = Run(request, -1, self._cache_prompt(request), None, 0.0, prompt=prompt)
-        slot = self.admission.placement(probe, self._queue)
-        if slot is None and 0 < self.config.max_queue <= len(self._queue):
-            self.counters.num_rejected += 1
-            raise QueueFullError(self.config.max_queue)
+        try:
+            self.tenants.check(request)
+            probe = Run(request, -1, self._cache_prompt(request), None, 0.0, prompt=prompt)
+            slot = self.admission.placement(probe, self._queue)
+            if slot is None and 0 < self.config.max_queue <= len(self._queue):
+                self.counters.num_rejected += 1
+                raise QueueFullError(self.config.max_queue)
+        except QueueFullError:  # (TenantBusyError too)
+            self.tenant_counts.rejected(request.options.tenant)
+            raise
         return slot
 
     def _cache_prompt(self, request: Request) -> bool:
@@ -176,6 +183,7 @@ class Engine:
         run.timings.prompt_tokens = len(run.prompt)
         self.counters.num_submitted += 1
         self.counters.num_prompt_tokens += len(run.prompt)
+        self.tenant_counts.submitted(run)
         return run
 
     # --- cancellation --------------------------------------------------------------------------
@@ -318,6 +326,7 @@ class Engine:
         run.timings.completion_tokens = run.num_generated
         run.timings.finish_reason = reason.value
         self.counters.count_finish(reason.value)
+        self.tenant_counts.finished(run, reason.value)
         self._deliver(run, run.final_event(reason, error))
 
     def _deliver(self, run: Run, event: Event) -> None:

@@ -28,12 +28,14 @@ def _require(ok: bool, message: str) -> None:
 def check_engine(engine: Engine) -> None:
     """Raise ``AssertionError`` if any invariant is broken: slot states and leases, KV
     accounting against the backend, every request in exactly one place, queue bound, tenant
-    counts and bound, RAM and disk cache budgets (per tenant too)."""
+    counts and bound, the tenants' counters adding up to the totals, RAM and disk cache
+    budgets (per tenant too)."""
     for slot in engine.pool.slots:
         _check_slot(engine, slot)
     _check_leases(engine)
     _check_places(engine)
     engine.tenants.check_integrity(engine.runs.values())
+    engine.tenant_counts.check_integrity(engine.counters)
     engine.ram.check_integrity()
     engine.disk.check_integrity()
 
@@ -106,6 +108,7 @@ def build_stats(engine: Engine) -> EngineStats:
         counters=_copy(engine.counters, engine.disk.num_writes),
         instability_events=list(engine.instability_events),
         slots=[_slot_info(slot) for slot in slots],
+        tenants=engine.tenant_counts.snapshot(engine.runs.values()),
     )
 
 

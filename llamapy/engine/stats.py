@@ -5,6 +5,10 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Hashable
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from llamapy.engine.tenant_counts import TenantCounters
 
 __all__ = ["REUSE_SOURCES", "TIERS", "Counters", "EngineStats", "InstabilityEvent", "SlotInfo"]
 
@@ -158,13 +162,19 @@ class EngineStats:
     counters: Counters
     instability_events: list[InstabilityEvent]
     slots: list[SlotInfo] = field(default_factory=list)
+    #: Each tenant's own counters (:mod:`llamapy.engine.tenant_counts`; None: the default
+    #: tenant).
+    tenants: dict[str | None, TenantCounters] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, object]:
-        """A JSON-friendly dict (counters flattened in)."""
+        """A JSON-friendly dict (counters flattened in; ``tenants`` as a list of each tenant's
+        flat counters with its ``tenant``)."""
         out = {k: getattr(self, k) for k in self.__dataclass_fields__
-               if k not in ("counters", "instability_events", "slots")}
+               if k not in ("counters", "instability_events", "slots", "tenants")}
         out.update(self.counters.flat())
         out["slots"] = [slot.as_dict() for slot in self.slots]
+        out["tenants"] = [{"tenant": tenant, **counters.flat()}
+                          for tenant, counters in self.tenants.items()]
         out["instability_events"] = [
             {**asdict(e), "request_id": repr(e.request_id)} for e in self.instability_events
         ]

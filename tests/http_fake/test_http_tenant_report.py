@@ -40,10 +40,12 @@ def test_a_tenant_sees_even_its_own_slots_bare(coarse: FakeApp) -> None:
 
 
 def test_a_tenant_feed_has_no_token_counters_unless_exact() -> None:
+    own = {"tokens": {"prompt": 5}, "reused": {"own": 2}, "requests": {"finished": 1}}
     frame = {"slots": [], "tokens": {"prompt": 7}, "reused": {"own": 3},
-             "ram_cache": {"bytes": 1}, "disk_cache": {"bytes": 1}, "requests": {"finished": 1}}
+             "ram_cache": {"bytes": 1}, "disk_cache": {"bytes": 1}, "requests": {"finished": 2},
+             "by_tenant": {"acme": own}}
     tenant, admin = Principal("acme", False), Principal("ops", True)
     hidden = feed_view(frame, tenant, exact=False)
     assert not set(COUNTED_TOKENS) & set(hidden) and hidden["requests"] == {"finished": 1}
-    assert feed_view(frame, tenant, exact=True)["tokens"] == {"prompt": 7}
+    assert feed_view(frame, tenant, exact=True)["tokens"] == {"prompt": 5}  # its own alone
     assert feed_view(frame, admin, exact=False)["reused"] == {"own": 3}

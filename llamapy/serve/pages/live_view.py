@@ -13,8 +13,11 @@ each snapshot says how many there are). The route is behind the API key like eve
 browser sends ``Authorization`` through a streaming ``fetch``, as ``EventSource`` cannot). With
 several models ``?model=`` picks one (none: the first; unknown: 404 before the stream starts);
 it is peeked at without a lease, so a model not loaded reports its state and no slots instead
-of being loaded, and watching it never keeps it loaded. When keys carry tenants, a tenant key
-sees other tenants' slots bare (:mod:`llamapy.serve.pages.tenant_view`).
+of being loaded, and watching it never keeps it loaded. Each snapshot also counts each tenant's
+own requests (:data:`TENANT_SECTIONS`, from the engine's
+:mod:`~llamapy.engine.tenant_counts`): when keys carry tenants, a tenant key sees those of its
+own tenant in place of the server's totals, and other tenants' slots bare
+(:mod:`llamapy.serve.pages.tenant_view`).
 """
 
 from __future__ import annotations
@@ -64,6 +67,10 @@ SECTIONS = {
                "kv_pressure": "num_kv_pressure_events", "purged_slots": "num_purged_slots",
                "context_overflows": "num_context_overflows"},
 }
+#: The sections counted for each tenant's own requests (engine stats ``tenants``), with its
+#: ``reused`` tokens by source, its ``ttft`` and its ``queue_depth`` (its requests waiting).
+TENANT_SECTIONS = ("tokens", "requests")
+
 #: Engine settings a snapshot repeats (for the view's axes and labels).
 SETTINGS = ("n_parallel", "n_ctx", "n_ctx_seq", "max_queue", "queue_depth")
 
@@ -90,6 +97,23 @@ def snapshot(served: ServedModel, metrics: Metrics) -> dict[str, Any]:
         out[section] = {name: int(stats.get(key, 0)) for name, key in keys.items()}
     out["recent_instability"] = list(stats.get("instability_events") or ())[-RECENT_EVENTS:]
     out["ttft"] = _ttft(metrics, served.name)
+    out["by_tenant"] = {row.get("tenant"): tenant_sections(row)
+                        for row in stats.get("tenants") or ()}
+    return out
+
+
+def tenant_sections(counts: Mapping[str, Any]) -> dict[str, Any]:
+    """One tenant's own counters (a row of the engine stats' ``tenants``) as the snapshot's
+    sections: :data:`TENANT_SECTIONS`, ``reused`` by source, ``ttft`` (the engine's time to
+    first token of its requests) and ``queue_depth``."""
+    out: dict[str, Any] = {section: {name: int(counts.get(key, 0))
+                                     for name, key in SECTIONS[section].items()}
+                           for section in TENANT_SECTIONS}
+    out["reused"] = {source: int(counts.get(f"num_reused_{source}", 0))
+                     for source in REUSE_SOURCES}
+    out["ttft"] = {"sum_s": float(counts.get("ttft_sum_s", 0.0)),
+                   "count": float(counts.get("ttft_count", 0))}
+    out["queue_depth"] = int(counts.get("num_queued", 0))
     return out
 
 

@@ -11,13 +11,18 @@ A tenant key (the default tenant's too, once tenancy is on):
   then the tenant's own sub-scope). Another tenant's slot is a bare entry: :data:`BARE_FIELDS`
   (its id, ``n_ctx``, state and whether it is busy) and ``"other_tenant": true``, never its
   scope, session, request or lease ids, prompt or token counts. The feed's recent instability
-  events (they carry request ids) are left out; its counters are the server's totals, which name
-  nothing.
+  events (they carry request ids) are left out, and so are the server's totals, in every
+  ``--cache-report`` mode: two readings of a total around another tenant's request would tell
+  its prompt and output sizes. In their place the feed counts the key's own tenant's requests
+  alone (``tokens``, ``requests``, ``reused``, ``ttft``, ``queue_depth``: see
+  :mod:`llamapy.engine.tenant_counts`; the frame says ``"view": "tenant"``); the caches and
+  the instability and KV pressure events (:data:`SERVER_SECTIONS`) are the whole server's and
+  are not shown. An admin's feed has the totals and each tenant's counters (``tenants``).
 - ``POST /slots/{id}?action=...``: see :mod:`llamapy.serve.routes.slot_files` (its own slots
   only, files in its own folder, 403 otherwise).
 - With ``--cache-report coarse|off`` a key that is not an admin's sees its own slots bare too,
-  and the feed without its token counters: slot token counts, and counters read before and
-  after one request, would tell that request's reuse exactly.
+  and the feed without its own token counters (:data:`COUNTED_TOKENS`): slot token counts, and
+  counters read before and after one request, would tell that request's reuse exactly.
 - ``GET /metrics`` is a 403: the metrics are the whole server's (Prometheus scrapes with an
   admin key). With several models, ``/models/load`` and ``/models/unload`` are admins' too: they
   change what every tenant is served.
@@ -31,12 +36,18 @@ from typing import Any
 from ...engine.request import CacheKey
 from ..tenants import Principal
 
-__all__ = ["BARE_FIELDS", "feed_view", "slot_view"]
+__all__ = ["BARE_FIELDS", "COUNTED_TOKENS", "SERVER_SECTIONS", "feed_view", "slot_view"]
 
 #: Feed sections that count tokens (reused by source, prompt, cached): what ``--cache-report
 #: coarse|off`` hides from keys that are not an admin's, as a before-and-after difference
 #: around one request would tell its exact reuse.
 COUNTED_TOKENS = ("reused", "tokens", "ram_cache", "disk_cache")
+
+#: Feed sections of the whole server's that a tenant key never sees (its own tenant's counters
+#: replace ``tokens``, ``requests``, ``reused``, ``ttft`` and ``queue_depth``).
+SERVER_SECTIONS = ("ram_cache", "disk_cache", "events")
+#: A snapshot's counts of one tenant's requests (its ``by_tenant`` entries' keys).
+TENANT_KEYS = ("tokens", "requests", "reused", "ttft", "queue_depth")
 
 #: What a tenant key sees of another tenant's slot.
 BARE_FIELDS = ("id", "n_ctx", "speculative", "state", "is_processing")
@@ -63,13 +74,35 @@ def slot_view(entries: Iterable[Mapping[str, Any]], principal: Principal,
 
 def feed_view(frame: Mapping[str, Any], principal: Principal, exact: bool = True
               ) -> dict[str, Any]:
-    """An events-feed frame (:func:`~llamapy.serve.pages.live_view.frame`) as ``principal`` sees it:
-    its slots through :func:`slot_view`; without the recent instability events unless an
-    admin's; not ``exact``, without the token counters either (a key that is not an admin's)."""
-    out = {**frame, "slots": slot_view(frame.get("slots") or (), principal, exact)}
-    if not principal.admin and "recent_instability" in out:
+    """An events-feed frame (:func:`~llamapy.serve.pages.live_view.frame`) as ``principal`` sees
+    it (see the module): its slots through :func:`slot_view`; an admin's with each tenant's
+    counters (``tenants``); any other key's without the recent instability events and the
+    server's totals, its own tenant's counts in their place (zeros before its first request);
+    not ``exact``, without its token counters either."""
+    by_tenant: Mapping[Any, Mapping[str, Any]] = frame.get("by_tenant") or {}
+    out = {k: v for k, v in frame.items() if k != "by_tenant"}
+    out["slots"] = slot_view(frame.get("slots") or (), principal, exact)
+    if principal.admin:
+        if by_tenant:
+            out["tenants"] = [{"tenant": tenant, **counts} for tenant, counts in by_tenant.items()]
+        return out
+    if "recent_instability" in out:
         out["recent_instability"] = []
-    if not (exact or principal.admin):
+    if "tokens" in out:  # a loaded model's snapshot: the totals give way to the tenant's own
+        for section in SERVER_SECTIONS:
+            out.pop(section, None)
+        out.update(by_tenant.get(principal.tenant) or _zeros(frame))
+        out["view"] = "tenant"
+    if not exact:
         for section in COUNTED_TOKENS:
             out.pop(section, None)
+    return out
+
+
+def _zeros(frame: Mapping[str, Any]) -> dict[str, Any]:
+    """The counts of a tenant without requests yet, shaped as ``frame``'s totals."""
+    out: dict[str, Any] = {}
+    for key in TENANT_KEYS:
+        value = frame.get(key)
+        out[key] = ({name: 0 for name in value} if isinstance(value, Mapping) else 0)
     return out

@@ -96,6 +96,9 @@ function meter(id, used, budget) {
 }
 
 function drawCaches(snap) {
+  // a tenant key's view has no cache or event sections: they are the whole server's
+  $("caches").hidden = !snap.ram_cache;
+  if (!snap.ram_cache) return;
   meter("ram-meter", snap.ram_cache.bytes, snap.ram_cache.budget_bytes);
   meter("disk-meter", snap.disk_cache.bytes, snap.disk_cache.budget_bytes);
   tile("ram-detail", `${snap.ram_cache.entries} entries · ${snap.ram_cache.evictions} evictions` +
@@ -136,7 +139,8 @@ function drawModels(snap) {
 }
 
 function draw(snap) {
-  $("model").textContent = "model: " + snap.model + (snap.state === "ready" ? "" : " — " + snap.state);
+  $("model").textContent = "model: " + snap.model + (snap.state === "ready" ? "" : " — " + snap.state)
+    + (snap.view === "tenant" ? " · counting your tenant's requests" : "");
   $("watchers").textContent = snap.watchers + (snap.watchers === 1 ? " viewer" : " viewers");
   drawModels(snap);
   $("slots").replaceChildren(...snap.slots.map(slotCard));
