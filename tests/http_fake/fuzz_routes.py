@@ -163,7 +163,9 @@ HUGE_INTS = (-1, 2**31 - 1, 2**31, 2**32, 2**53 + 1, 2**63 - 1, 2**63, 2**64, -(
              -(2**63), -(2**63) - 1, 10**30)
 NASTY_STRINGS = ("", "\x00", "\u202e\ufeff", "<|im_end|>", 'root ::= "x"', "../x", "{{ 7*7 }}",
                  "x" * 20_000, "é" * 3000,
-                 "hf.co/evil/x", "ORG/REPO", "../../etc")  # model names that would pull elsewhere
+                 "hf.co/evil/x", "ORG/REPO", "../../etc",  # model names that would pull elsewhere
+                 # media URLs to loopback (the fuzzed app fetches remote media)
+                 "http://0177.0.0.1/", "http://[::ffff:127.0.0.1]/", "http://64:ff9b::7f00:1/")
 NESTED = ([[1]], [[]], [{"a": 1}], {"a": [1]}, [[1, [2]]], {"": {}}, [None], [[1]] * 3)
 #: One of each class, for the systematic sweep (see ``test_http_fake_fuzz``).
 SWEEP_VALUES: tuple[Any, ...] = (None, "x", 1.5, -1, 2**32, 2**63, [[1]], ["x"] * 3000)

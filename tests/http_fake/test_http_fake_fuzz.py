@@ -73,7 +73,8 @@ class Apps:
         """The current app, or a fresh one if there is none or its tick thread died."""
         if self._app is None or not self._app.alive:
             self.discard()
-            self._app = FakeApp(slot_folder=self.folder, options={"mmproj": "fake-audio"})
+            self._app = FakeApp(slot_folder=self.folder, options={"mmproj": "fake-audio"},
+                                app_options={"media_remote": True})  # URLs: public only
         return self._app
 
     def discard(self) -> None:
