@@ -22,8 +22,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import re2
-
 from llamapy.options._spec import check
 
 __all__ = ["MAX_TRIGGERS", "MAX_TRIGGER_LENGTH", "TriggerSet", "compile_triggers"]
@@ -81,6 +79,8 @@ def _compiled(patterns: tuple[str, ...]) -> TriggerSet:
 
 
 def _options() -> Any:
+    import re2  # (the option tree imports only the standard library at its top)
+
     options = re2.Options()
     options.encoding = re2.Options.Encoding.LATIN1  # bytes, as std::regex reads them
     options.log_errors = False
@@ -89,6 +89,8 @@ def _options() -> Any:
 
 
 def _compile_one(pattern: str) -> Any:
+    import re2
+
     try:
         return re2.compile(pattern.encode("utf-8", "surrogatepass"), options=_options())
     except re2.error as exc:
