@@ -185,7 +185,8 @@ class ModelHost:
     def middleware(self, check_key: Callable[[Any], Any]) -> list[tuple[Any, dict[str, Any]]]:
         """With sleep: :class:`~llamapy.serve.sleep.WakeOnRequest` (a request holds the model,
         waking it first); else none."""
-        return [(WakeOnRequest, {"enter": self.enter})] if self.sleeps else []
+        return [(WakeOnRequest, {"enter": self.enter, "check_key": check_key})
+                ] if self.sleeps else []
 
     def metrics_collectors(self) -> list[Any]:
         """None beyond the engine's."""

@@ -8,7 +8,10 @@ sent, streams included, so a model is never unloaded under a request. The handle
 their model with :meth:`ModelRouter.current`, exactly as they find the one model of a
 single-model app. An unknown model is a 404 listing the served ones; a model that failed to
 load answers with its own typed error. Only the routes that run on a model take a lease
-(:data:`LEASE_PATHS`); ``/metrics`` takes one only when it names a model. With
+(:data:`LEASE_PATHS`); ``/metrics`` takes one only when it names a model. The key is checked
+from the headers before the body is read, and before anything loads: a request without a valid
+key is a 401, and ``/metrics`` (:data:`ADMIN_LEASE_PATHS`) is an admin's, so a tenant key's
+``/metrics?model=`` is a 403 that loads nothing. With
 ``--pull-on-demand`` a name that is not served and spells the Hub out (``hf.co/ORG/REPO``) is
 pulled first, for an admin's key only (:func:`~llamapy.serve.tenants.require_admin`, the rule
 ``/models/load`` follows): a tenant key gets the 403 before the Hub is asked anything.
@@ -39,7 +42,8 @@ from .ollama_errors import ollama_error_response
 from .source import Listed
 from .tenants import Principal, require_admin
 
-__all__ = ["ModelRouter", "ModelSelect", "ModelsCollector", "model_entry"]
+__all__ = ["ADMIN_LEASE_PATHS", "ModelRouter", "ModelSelect", "ModelsCollector", "check_caller",
+           "model_entry", "path_error"]
 
 #: The routes that run on a model: they take a lease (any other path takes none, so a stray
 #: request never loads a model). A new model route must be listed here: unlisted, it answers
@@ -56,6 +60,8 @@ LEASE_PATHS = frozenset({
 LEASE_PREFIXES = ("/slots/",)
 #: Routes that take a lease only when the request names a model.
 NAMED_LEASE_PATHS = frozenset({"/metrics"})
+#: Lease routes for admin keys only: refused before their model is loaded or woken.
+ADMIN_LEASE_PATHS = frozenset({"/metrics"})
 #: Routes that need no model: they list, load or unload models, serve the pages, or (the live
 #: view's events) peek at a loaded model without a lease, so watching one neither loads it nor
 #: keeps it loaded.
@@ -305,6 +311,11 @@ class ModelSelect:
         if scope["type"] != "http" or not leased:
             await self.app(scope, receive, send)
             return
+        try:
+            principal = check_caller(self.check_key, scope)  # before the body is read
+        except LlamapyError as exc:
+            await path_error(path, exc)(scope, receive, send)
+            return
         messages = await _read_body(receive)
         replay = _replay(messages, receive)
         requested = _requested_model(scope, messages)
@@ -312,10 +323,9 @@ class ModelSelect:
             await self.app(scope, replay, send)
             return
         try:
-            principal = self.check_key(Request(scope))
             lease = await self.router.lease(requested, principal)
         except LlamapyError as exc:
-            await _error(path, exc)(scope, replay, send)
+            await path_error(path, exc)(scope, replay, send)
             return
         try:
             token = _current.set(self.router.served_for(lease))
@@ -324,12 +334,23 @@ class ModelSelect:
             finally:
                 _current.reset(token)
         except LlamapyError as exc:  # a bad per-model chat template: before any response
-            await _error(path, exc)(scope, replay, send)
+            await path_error(path, exc)(scope, replay, send)
         finally:
             lease.release()  # never blocks: an unload it causes runs on its own thread
 
 
-def _error(path: str, exc: LlamapyError) -> Any:
+def check_caller(check_key: Callable[[Request], Any], scope: Scope) -> Principal:
+    """The :class:`Principal` of a request on a model route, from its headers alone (before
+    its body is read or its model loaded or woken): ``check_key``'s (a 401 without a valid
+    key), and a 403 unless it is an admin's on :data:`ADMIN_LEASE_PATHS`."""
+    principal: Principal = check_key(Request(scope))
+    path = scope.get("path", "")
+    if path in ADMIN_LEASE_PATHS:
+        require_admin(principal, path)
+    return principal
+
+
+def path_error(path: str, exc: LlamapyError) -> Any:
     """The error response in the route's shape (Anthropic's under ``/v1/messages``, Ollama's
     under ``/api/``)."""
     if path.startswith("/api/"):

@@ -4,14 +4,16 @@ The policy (llama-server's). A request on a route that runs on the model (the ro
 :data:`~llamapy.serve.multi.LEASE_PATHS` but ``/props``) is *activity*: :class:`WakeOnRequest`
 holds a lease on the model (:meth:`ModelHost.enter <llamapy.serve.host.ModelHost.enter>`) for
 its whole response (streams included), waking the model first, so the request waits for the
-reload. N is the ``keep_alive`` of the host's one-spec model manager: once no lease has been
-held for N seconds the manager unloads the model, after the host's hooks took the snapshots of
-``/props`` (then ``is_sleeping: true``), ``/v1/models`` and the engine's stats; the server is
-then closed (weights and KV freed). While asleep ``/props`` and ``/v1/models`` answer from the
-snapshots and ``/metrics`` renders with the engine's counters as they were (the HTTP-side
-metrics stay live: a throughput window with nothing in it reads 0), none of them waking it;
-``/health`` answers ``ok``. A wake-up does not start the next quiet spell until its request
-ends.
+reload. Only a request with a valid API key wakes it: the key is checked from the headers first
+(:func:`~llamapy.serve.multi.check_caller`), and a request without one is answered its 401 (in
+its route's shape) while the model sleeps on. N is the ``keep_alive`` of the host's one-spec
+model manager: once no lease has been held for N seconds the manager unloads the model, after
+the host's hooks took the snapshots of ``/props`` (then ``is_sleeping: true``), ``/v1/models``
+and the engine's stats; the server is then closed (weights and KV freed). While asleep
+``/props`` and ``/v1/models`` answer from the snapshots and ``/metrics`` renders with the
+engine's counters as they were (the HTTP-side metrics stay live: a throughput window with
+nothing in it reads 0), none of them waking it; ``/health`` answers ``ok``. A wake-up does not
+start the next quiet spell until its request ends.
 """
 
 from __future__ import annotations
@@ -20,12 +22,14 @@ from collections.abc import Callable
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ..errors import LlamapyError
 from ..openai_api import ServedModel
 from ..openai_api import llama_compat as compat
 from ..server import ModelLease
-from .multi import LEASE_PATHS, LEASE_PREFIXES
+from .multi import LEASE_PATHS, LEASE_PREFIXES, check_caller, path_error
 
 __all__ = ["WAKE_PATHS", "WakeOnRequest", "sleep_snapshot"]
 
@@ -43,17 +47,24 @@ def sleep_snapshot(served: ServedModel, models: dict[str, Any]) -> dict[str, Any
 class WakeOnRequest:
     """ASGI middleware: a request on :data:`WAKE_PATHS` holds a lease on the model (``enter``:
     waking it first; None while it first loads or after it failed, the route then answering
-    why) until its response has been sent."""
+    why) until its response has been sent, once ``check_key`` (the app's) took its key."""
 
-    def __init__(self, app: ASGIApp, enter: Callable[[], ModelLease | None]) -> None:
+    def __init__(self, app: ASGIApp, enter: Callable[[], ModelLease | None],
+                 check_key: Callable[[Request], Any]) -> None:
         self.app = app
         self.enter = enter
+        self.check_key = check_key
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
         if scope["type"] != "http" or not (path in WAKE_PATHS or path.startswith(
                 LEASE_PREFIXES)):
             await self.app(scope, receive, send)
+            return
+        try:
+            check_caller(self.check_key, scope)
+        except LlamapyError as exc:  # no key: answered without waking the model
+            await path_error(path, exc)(scope, receive, send)
             return
         lease = await run_in_threadpool(self.enter)
         try:

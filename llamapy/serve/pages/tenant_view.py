@@ -24,8 +24,11 @@ A tenant key (the default tenant's too, once tenancy is on):
   and the feed without its own token counters (:data:`COUNTED_TOKENS`): slot token counts, and
   counters read before and after one request, would tell that request's reuse exactly.
 - ``GET /metrics`` is a 403: the metrics are the whole server's (Prometheus scrapes with an
-  admin key). With several models, ``/models/load`` and ``/models/unload`` are admins' too: they
-  change what every tenant is served.
+  admin key); ``/metrics?model=`` is refused before the model is loaded. With several models,
+  ``/models/load`` and ``/models/unload`` are admins' too: they change what every tenant is
+  served; so is Ollama's ``keep_alive`` (a tenant key's is ignored, its request served: see
+  :mod:`llamapy.serve.routes.ollama`). A sleeping model is woken by a request with a valid key
+  only (:mod:`llamapy.serve.sleep`).
 """
 
 from __future__ import annotations

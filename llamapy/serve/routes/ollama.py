@@ -10,10 +10,14 @@ included, is ``{"error": "..."}`` (:mod:`.ollama_errors`). A request with no mes
 prompt) only loads the model: ``done_reason`` ``load``, or ``unload`` with ``keep_alive`` 0.
 ``keep_alive`` goes to the model manager when the app serves several models (the model's idle
 time to live from then on; a request without one restores the configured one); with one model
-it is validated and the model stays loaded (the process owns it). With several models
-``/api/chat``, ``generate``, ``embed``, ``embeddings`` and ``show`` lease (and so load) their
-model; ``/api/tags`` and ``/api/ps`` load nothing. ``/`` stays the chat page (it is not
-Ollama's "Ollama is running").
+it is validated and the model stays loaded (the process owns it). When keys carry tenants the
+models are shared, so only an admin's key sets ``keep_alive``: a tenant key's is validated and
+ignored, the request served as usual (Ollama clients send ``keep_alive`` on their own; a
+refusal would break them) and the model keeps the keep-alive it had; ``keep_alive: 0`` from a
+tenant key unloads nothing, its load-only request answering ``done_reason`` ``load``. With
+several models ``/api/chat``, ``generate``, ``embed``, ``embeddings`` and ``show`` lease (and
+so load) their model; ``/api/tags`` and ``/api/ps`` load nothing. ``/`` stays the chat page (it
+is not Ollama's "Ollama is running").
 """
 
 from __future__ import annotations
@@ -73,9 +77,13 @@ def ollama_router(ctx: AppContext) -> Router:
     return router
 
 
-def _keep(ctx: AppContext, name: str, value: object) -> float | None:
-    """Validate ``keep_alive``; with several models, hand it to the manager."""
+def _keep(ctx: AppContext, request: Request, name: str, value: object) -> float | None:
+    """Validate ``keep_alive``; with several models, hand it to the manager, for an admin's
+    key only (a tenant key's changes nothing: see the module). The seconds that apply (None:
+    the model's own)."""
     seconds = keep_alive(value)
+    if not ctx.principal(request).admin:
+        return None
     ctx.source.keep(name, seconds)
     return seconds
 
@@ -110,7 +118,7 @@ def _generation_routes(router: Router, ctx: AppContext) -> None:
     async def generate(request: Request, body: ChatBody | GenerateBody,
                        prepare: Callable[[ServedModel, Any], OllamaPlan]) -> Response:
         served = ctx.served(request)
-        seconds = _keep(ctx, served_name(served, body.model), body.keep_alive)
+        seconds = _keep(ctx, request, served_name(served, body.model), body.keep_alive)
         if _is_load_only(body):
             return JSONResponse(_load_only(body, seconds))
         plan = await asyncio.to_thread(prepare, served, body)
@@ -135,7 +143,7 @@ def _embedding_routes(router: Router, ctx: AppContext) -> None:
         served = ctx.served(request)
         if not ctx.embeddings:
             raise UnsupportedFeatureError("embeddings", "embeddings are disabled on this server")
-        _keep(ctx, served_name(served, body.model), body.keep_alive)
+        _keep(ctx, request, served_name(served, body.model), body.keep_alive)
         with ctx.embedder(served) as embedder:
             inputs = await asyncio.to_thread(embed_inputs, served, body,
                                              embedder.max_input_tokens)
