@@ -71,7 +71,8 @@ class Engine:
         self.strategy = resolve_strategy(config.batch_strategy)
         self.counters = Counters()
         self.instability_events: deque[InstabilityEvent] = recent_events()
-        self.pool = SlotPool(config.n_parallel, min_route_share=config.slot_prompt_similarity)
+        self.pool = SlotPool(config.n_parallel, min_route_share=config.slot_prompt_similarity,
+                             clock=clock)
         self.disk = open_disk_cache(config, tuning, cache_namespace)
         self.ram = open_ram_cache(config, tuning, self.disk.offer_entry, clock)
         self.prefix = PrefixResolver(backend, self.pool, self.ram, self.counters, tuning,
@@ -344,9 +345,12 @@ class Engine:
 
     def lease(self, cache_scope: str | None = None, cache_identity: str = "",
               adapter_set: tuple[Hashable, ...] = (), tenant: str | None = None,
-              salt: str | None = None) -> int | None:
+              salt: str | None = None, *, idle_s: float | None = None,
+              on_expire: Callable[[], None] | None = None) -> int | None:
         """Lease an idle slot for a session: it is never routed to other requests, purged or
-        evicted until :meth:`release`. Returns the lease id, or None when no slot is idle.
+        evicted until :meth:`release`, or until it sits idle ``idle_s`` seconds (then
+        :func:`~llamapy.engine.lease_idle.reclaim_idle_leases` releases it and calls
+        ``on_expire``). Returns the lease id, or None when no slot is idle.
         A cache under another key is dropped (offered to the RAM cache first). Requests on the
         lease should carry the same key (``cache_scope``, ``cache_identity``, ``tenant``,
         ``salt_digest(cache_salt) == salt`` and ``options.adapters == adapter_set``: the fields
@@ -354,7 +358,7 @@ class Engine:
         requests, the lease's KV is only touched through :attr:`leases`."""
         self._check_open()
         key = CacheKey(cache_scope, cache_identity, tuple(adapter_set), tenant, salt)
-        slot = self.pool.lease(key)
+        slot = self.pool.lease(key, idle_s=idle_s, on_expire=on_expire)
         if slot is None:
             return None
         if slot.key != key:

@@ -7,10 +7,12 @@ is on the slot, ``cached`` is a prefix of ``run.tokens`` (prompt + generated).
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+import time
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 from llamapy.engine.cache.ram import common_prefix
+from llamapy.engine.lease_idle import LeaseIdle
 from llamapy.engine.request import CacheKey, Run
 from llamapy.engine.states import (
     FREE_SLOT_STATES,
@@ -36,6 +38,8 @@ class Slot:
     #: ``(scope, session)`` of the last session that ran here (:attr:`Request.affinity_key`).
     affinity_key: Hashable | None = None
     lease_id: int | None = None
+    #: The lease's idle bound (None: unbounded, or not leased); see :mod:`~.lease_idle`.
+    lease_idle: LeaseIdle | None = None
     run: Run | None = None
 
     @property
@@ -67,9 +71,11 @@ class Slot:
 class SlotPool:
     """The slots, with routing (session, longest cached prefix, LRU) and leases."""
 
-    def __init__(self, n_slots: int, *, min_route_share: float = 0.1) -> None:
+    def __init__(self, n_slots: int, *, min_route_share: float = 0.1,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.slots = [Slot(slot_id=i) for i in range(n_slots)]
         self.min_route_share = min_route_share
+        self._now = clock
         self._clock = 0
         self._affinity: dict[Hashable, int] = {}
         self._leases: dict[int, int] = {}
@@ -152,6 +158,8 @@ class SlotPool:
     def unassign(self, slot: Slot) -> None:
         """Take the run off ``slot`` (-> IDLE, or LEASED for a leased slot)."""
         slot.machine.fire("finish" if slot.lease_id is None else "finish_leased")
+        if slot.lease_idle is not None:
+            slot.lease_idle.used_at = self._now()
         if slot.run is not None:
             slot.run.slot = None
         slot.run = None
@@ -159,8 +167,10 @@ class SlotPool:
 
     # --- leases --------------------------------------------------------------------------------
 
-    def lease(self, key: CacheKey) -> Slot | None:
-        """Lease an idle slot, preferring one whose cache has ``key`` (most tokens), else LRU."""
+    def lease(self, key: CacheKey, *, idle_s: float | None = None,
+              on_expire: Callable[[], None] | None = None) -> Slot | None:
+        """Lease an idle slot, preferring one whose cache has ``key`` (most tokens), else LRU;
+        ``idle_s``/``on_expire``: its idle bound (:mod:`~llamapy.engine.lease_idle`)."""
         idle = self.idle()
         if not idle:
             return None
@@ -170,14 +180,20 @@ class SlotPool:
         slot.lease_id = self._next_lease
         self._leases[slot.lease_id] = slot.slot_id
         self._next_lease += 1
+        if idle_s is not None:
+            slot.lease_idle = LeaseIdle(idle_s, self._now(), on_expire)
         return slot
 
     def leased_slot(self, lease_id: int) -> Slot:
-        """The slot held by ``lease_id``; ``UnknownLeaseError`` if there is none."""
+        """The slot held by ``lease_id`` (a use of the lease: its idle time restarts);
+        ``UnknownLeaseError`` if there is none."""
         slot_id = self._leases.get(lease_id)
         if slot_id is None:
             raise UnknownLeaseError(lease_id)
-        return self.slots[slot_id]
+        slot = self.slots[slot_id]
+        if slot.lease_idle is not None:
+            slot.lease_idle.used_at = self._now()
+        return slot
 
     def release(self, lease_id: int) -> Slot:
         """End a lease (the slot must be free): LEASED -> IDLE."""
@@ -185,6 +201,7 @@ class SlotPool:
         slot.machine.fire("release")
         del self._leases[lease_id]
         slot.lease_id = None
+        slot.lease_idle = None
         self.touch(slot)
         return slot
 
