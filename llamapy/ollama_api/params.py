@@ -127,7 +127,7 @@ class GenerateBody(GenerationBody):
     suffix: str | None = None
     system: str | None = None
     template: str | None = None
-    context: list[int] | None = None
+    context: list[StrictInt] | None = None
     raw: StrictBool = False
     images: list[str] | None = None
     truncate: StrictBool | None = None

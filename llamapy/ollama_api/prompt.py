@@ -15,8 +15,10 @@ reuse are those of ``/v1/chat/completions``:
   (``json_schema``); ``think`` sets the template's ``enable_thinking`` (``"low"``/``"medium"``/
   ``"high"`` mean true); reasoning is always parsed out of the answer into ``thinking``.
 - ``/api/generate`` renders ``system`` and ``prompt`` as a conversation, or with ``raw`` sends
-  ``prompt`` as it is. ``template`` (a Go template), ``suffix``, ``context`` and the
-  image-generation fields are refused, clearly, when set.
+  ``prompt`` as it is. Its final object's ``context`` holds the tokens of the prompt and the
+  answer; sent back as ``context``, they go before the next prompt's tokens as they are (so
+  their KV is reused; a ``raw`` request ignores it, as Ollama does). ``template`` (a Go
+  template), ``suffix`` and the image-generation fields are refused, clearly, when set.
 - ``logprobs`` / ``top_logprobs`` ask for each token's log-probability and alternatives (as
   ``/v1/chat/completions`` reports them).
 """
@@ -33,6 +35,7 @@ from ..chat import OutputParser
 from ..errors import InvalidOptionError, UnsupportedFeatureError
 from ..openai_api.bridge import polyfill_history
 from ..openai_api.chat_request import ChatRequest
+from ..openai_api.completions import check_token_ids
 from ..openai_api.params import ResponseFormat, Tool, parse_body
 from ..openai_api.prompt import prepare_request
 from ..openai_api.target import ServedModel
@@ -55,6 +58,8 @@ class OllamaPlan:
     parser: Callable[[], OutputParser]
     #: Alternatives reported per token with ``logprobs`` (None: no logprobs).
     top_logprobs: int | None = None
+    #: Whether the final object carries ``context`` (``/api/generate`` without ``raw``).
+    returns_context: bool = False
     started_ns: int = field(default_factory=time.perf_counter_ns)
 
 
@@ -151,7 +156,7 @@ def _request(served: ServedModel, body: GenerationBody, messages: list[dict[str,
 
 
 def _plan(served: ServedModel, body: GenerationBody, kind: Kind, request: ChatRequest,
-          raw_prompt: str | None = None) -> OllamaPlan:
+          raw_prompt: str | None = None, context: Sequence[int] = ()) -> OllamaPlan:
     served_name(served, body.model)
     options: Options | None = body.options
     check_num_ctx(options, served.n_ctx_seq())
@@ -162,6 +167,8 @@ def _plan(served: ServedModel, body: GenerationBody, kind: Kind, request: ChatRe
         started = body.think is True and raw_prompt.rstrip().endswith("<think>")
         parser = lambda: served.output_parser(  # noqa: E731
             tools=False, reasoning=body.think is True, reasoning_started=started)
+    if context:
+        token_ids = _after_context(served, context, token_ids)
     n = len(token_ids)
     budget = token_budget(options.num_predict if options else None, n, served.n_ctx_seq(),
                           served.default_max_tokens(n))
@@ -185,7 +192,7 @@ def prepare_generate(served: ServedModel, request: Mapping[str, Any] | GenerateB
     if body.images and body.raw:
         raise UnsupportedFeatureError("images", "images with raw are not supported: the "
                                       "template places them")
-    refused = {"template": body.template, "suffix": body.suffix, "context": body.context,
+    refused = {"template": body.template, "suffix": body.suffix,
                "width": body.width, "height": body.height, "steps": body.steps}
     for name, value in refused.items():
         if value:
@@ -196,5 +203,21 @@ def prepare_generate(served: ServedModel, request: Mapping[str, Any] | GenerateB
                                        "content": _with_images(prompt, body.images)}]
     if body.system:
         messages.insert(0, {"role": "system", "content": body.system})
-    return _plan(served, body, "generate", _request(served, body, messages),
-                 prompt if body.raw else None)
+    context = [] if body.raw or not body.context else check_token_ids(
+        served, body.context, "context")
+    if context and body.images:
+        raise UnsupportedFeatureError("context", "context with images is not supported")
+    plan = _plan(served, body, "generate", _request(served, body, messages),
+                 prompt if body.raw else None, context)
+    plan.returns_context = not body.raw
+    return plan
+
+
+def _after_context(served: ServedModel, context: Sequence[int], token_ids: Sequence[int]
+                   ) -> list[int]:
+    """An earlier answer's ``context`` tokens, then the prompt's (a leading BOS of the prompt
+    dropped: it already opens the context)."""
+    new = list(token_ids)
+    if new and served.model.add_bos and new[0] == served.model.bos:
+        new = new[1:]
+    return [*context, *new]

@@ -4,7 +4,8 @@
 chunks carry ``message`` (``content``, ``thinking``), ``/api/generate`` chunks ``response``
 and ``thinking``; every chunk has ``model``, ``created_at`` (RFC 3339) and ``done``. Parsed
 tool calls come in one chunk of their own once the answer is complete (``arguments`` an
-object). The last object has ``done: true``, ``done_reason`` (``stop`` or ``length``) and the
+object). The last object has ``done: true``, ``done_reason`` (``stop`` or ``length``), for
+``/api/generate`` without ``raw`` the ``context`` (the prompt's and the answer's tokens), and the
 counts and durations (nanoseconds): ``prompt_eval_count`` is the prompt tokens computed for
 this request (a prefix reused from the cache is not evaluated again), ``eval_count`` the
 generated tokens, ``load_duration`` 0 (the model was loaded before the request ran). With
@@ -69,6 +70,7 @@ class OllamaStream:
         self.parser = plan.parser()
         self.calls = MessageBuilder()
         self.logprobs: list[dict[str, Any]] = []
+        self.generated: list[int] = []
 
     def chunk(self, content: str = "", thinking: str = "", **more: Any) -> dict[str, Any]:
         """One object of the answer (``done`` false unless ``more`` says otherwise)."""
@@ -109,6 +111,7 @@ class OllamaStream:
     def on_event(self, event: StreamEvent) -> list[dict[str, Any]]:
         """Chunks for any engine event (none for progress events)."""
         if isinstance(event, TokenEvent):
+            self.generated.append(event.token_id)
             top = self.plan.top_logprobs
             if top is not None:
                 self.logprobs.append(chat_logprob(self.plan.served.model, event.token_id,
@@ -118,6 +121,8 @@ class OllamaStream:
             return []
         out = self._delta(self.parser.flush()) + self._tool_calls()
         out.append(self.chunk(**done_stats(self.plan, event)))
+        if self.plan.returns_context:
+            out[-1]["context"] = [*self.plan.token_ids, *self.generated]
         return out
 
 

@@ -160,6 +160,19 @@ def test_a_second_turn_reuses_the_first(llama: ollama.Client) -> None:
     assert second.prompt_eval_count < first.prompt_eval_count / 4
 
 
+def test_generate_continues_from_its_context(llama: ollama.Client) -> None:
+    """Ollama's ``context``: the answer's tokens come back and, sent with the next prompt,
+    open it as they are (the earlier turn's KV is reused, not computed again)."""
+    story = "Keep these numbers: " + ", ".join(f"entry {i} is {i * 11}" for i in range(40))
+    first = llama.generate(model=MODEL_ALIAS, prompt=story, options=GREEDY)
+    assert first.context and len(first.context) > first.prompt_eval_count > 200
+    second = llama.generate(model=MODEL_ALIAS, prompt="And item 3?", context=first.context,
+                            options=GREEDY)
+    assert second.context is not None
+    assert list(second.context[:len(first.context)]) == list(first.context)
+    assert second.prompt_eval_count < first.prompt_eval_count / 4
+
+
 def test_errors_in_ollamas_shape(llama: ollama.Client) -> None:
     with pytest.raises(ollama.ResponseError) as missing:
         llama.chat(model="nope", messages=COLOURS)

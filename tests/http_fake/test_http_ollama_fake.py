@@ -69,10 +69,39 @@ def test_bad_chat_fields_are_400s_in_ollamas_shape(app: FakeApp, change: dict[st
 
 
 @pytest.mark.parametrize("change", [{"template": "{{ .Prompt }}"}, {"suffix": "end"},
-                                    {"context": [1, 2]}, {"images": ["aGk="]}])
+                                    {"images": ["aGk="]}])
 def test_generate_refuses_what_it_does_not_do(app: FakeApp, change: dict[str, Any]) -> None:
     body = {"model": ALIAS, "prompt": "hi", **change}
     assert next(iter(change)) in error_of(app.send("POST", "/api/generate", json=body), 400)
+
+
+def test_generate_returns_its_context_and_continues_from_it(app: FakeApp) -> None:
+    """Ollama's ``context`` round trip: the final object holds the prompt's and the answer's
+    tokens; sent back, they open the next prompt as they are (their KV reused)."""
+    body = {"model": ALIAS, "prompt": "My name is Bob.", "stream": False,
+            "options": {"num_predict": 3, "temperature": 0}}
+    first = app.send("POST", "/api/generate", json=body).json()
+    context = first["context"]
+    assert len(context) > first["eval_count"] == 3
+    lines = [json.loads(line) for line in
+             app.send("POST", "/api/generate", json={**body, "stream": True}).text.splitlines()]
+    assert [line["context"] for line in lines if "context" in line] == [context]
+    second = app.send("POST", "/api/generate", json={
+        **body, "prompt": "What is my name?", "context": context}).json()
+    assert second["context"][:len(context)] == context
+    assert len(second["context"]) > len(context) + second["eval_count"]
+    assert second["prompt_eval_count"] < len(second["context"]) - second["eval_count"]
+    raw = app.send("POST", "/api/generate", json={**body, "raw": True, "context": context})
+    assert raw.status_code == 200 and "context" not in raw.json()  # raw ignores it (Ollama)
+    assert "context" not in app.send("POST", "/api/chat", json={**CHAT, "stream": False}).json()
+    app.check_idle()
+
+
+@pytest.mark.parametrize("context", [[-1], ["x"], [10**9], [True], "1 2"])
+def test_a_context_that_is_no_token_list_is_a_400(app: FakeApp, context: object) -> None:
+    body = {"model": ALIAS, "prompt": "hi", "context": context}
+    assert "context" in error_of(app.send("POST", "/api/generate", json=body), 400)
+    app.check_idle()
 
 
 def test_unknown_and_load_options_are_ignored_with_a_warning(
