@@ -40,7 +40,11 @@ class Runtime(Protocol):
     - ``open_handle``: the event handle for a request: a blocking one, or one read on
       ``loop``.
     - ``lease`` / ``release``: a slot leased for a session, waiting up to ``timeout`` seconds
-      for one to free (``LeaseTimeoutError``).
+      for one to free (``LeaseTimeoutError``); ``idle_s`` bounds how long the lease may sit
+      unused before it is reclaimed and ``on_expire`` called (on the owner thread: see
+      :mod:`llamapy.engine.lease_idle`).
+    - ``release_later``: :meth:`release` without waiting, from any thread (a finalizer): the
+      release is posted to the owner thread; a lease gone meanwhile is ignored.
     """
 
     def submit(self, request: Request) -> None: ...
@@ -54,6 +58,9 @@ class Runtime(Protocol):
     def open_handle(self, request_id: Hashable,
                     loop: asyncio.AbstractEventLoop | None = None) -> EventHandle: ...
 
-    def lease(self, key: CacheKey, timeout: float) -> int: ...
+    def lease(self, key: CacheKey, timeout: float, *, idle_s: float | None = None,
+              on_expire: Callable[[], None] | None = None) -> int: ...
 
     def release(self, lease_id: int) -> None: ...
+
+    def release_later(self, lease_id: int) -> None: ...

@@ -3,8 +3,9 @@
 The thread builds what it hosts (``build()``, e.g. load a model and create its context), then
 runs the engine's tick loop. Other threads talk to it only through its inbox, a blocking queue
 of commands (submit, cancel, call, lease, close). With no work the thread blocks on the inbox
-(idle is ~0% CPU; a waiting lease wakes it at its deadline); with work it drains the inbox
-between ticks. A failed build answers every later command with the typed load error.
+(idle is ~0% CPU; a waiting lease wakes it at its deadline, a lease's idle bound at its
+expiry); with work it drains the inbox between ticks. A failed build answers every later
+command with the typed load error.
 
 Nothing a request sends ends the thread: a command that raises fails only the request it
 carries (``EngineError``), and the engine's tick fails only the runs a failure concerns. If
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from llamapy.engine.engine import Engine
+from llamapy.engine.lease_idle import lease_expiry_wait, reclaim_idle_leases, release_if_held
 from llamapy.engine.request import CacheKey, ErrorEvent, Request, RequestTimings
 from llamapy.errors import (
     ClosedError,
@@ -68,6 +70,8 @@ class _Lease:
     key: CacheKey
     deadline: float
     future: Future[int]
+    idle_s: float | None = None
+    on_expire: Callable[[], None] | None = None
 
 
 class _Close:
@@ -172,15 +176,24 @@ class TickLoop:
             future.cancel()
             raise
 
-    def lease(self, key: CacheKey, timeout: float) -> int:
-        """Lease a slot, waiting up to ``timeout`` seconds for one (``LeaseTimeoutError``)."""
+    def lease(self, key: CacheKey, timeout: float, *, idle_s: float | None = None,
+              on_expire: Callable[[], None] | None = None) -> int:
+        """Lease a slot, waiting up to ``timeout`` seconds for one (``LeaseTimeoutError``);
+        ``idle_s``/``on_expire``: its idle bound (:mod:`llamapy.engine.lease_idle`)."""
         deadline = time.monotonic() + timeout
-        return int(self._command(lambda future: _Lease(key, deadline, future), timeout + 30.0))
+        return int(self._command(lambda future: _Lease(key, deadline, future, idle_s,
+                                                       on_expire), timeout + 30.0))
 
     def release(self, lease_id: int) -> None:
         """End a lease (nothing to do once the loop is closed)."""
         if self.state is LoopState.READY:
             self.call(lambda engine: engine.release(lease_id))
+
+    def release_later(self, lease_id: int) -> None:
+        """End a lease without waiting (any thread, a finalizer or interpreter exit included):
+        the release is posted to the tick thread; a lease gone meanwhile is ignored."""
+        if self.state is LoopState.READY:
+            self._inbox.put(_Call(lambda engine: release_if_held(engine, lease_id), Future()))
 
     def open_handle(self, request_id: Hashable,
                     loop: asyncio.AbstractEventLoop | None = None) -> EventHandle:
@@ -258,19 +271,21 @@ class TickLoop:
 
     def _serve(self, engine: Engine) -> None:
         while True:
+            reclaim_idle_leases(engine)
             if self._leases:
                 self._grant_leases(engine)
             busy = engine.has_work
-            if not self._drain(engine, 0.0 if busy else self._idle_wait()):
+            if not self._drain(engine, 0.0 if busy else self._idle_wait(engine)):
                 return
             if busy or engine.has_work:  # (what the inbox brought may be work)
                 engine.tick()  # never raises but for a bug, which ends the loop (CRASHED)
 
-    def _idle_wait(self) -> float | None:
-        """How long an idle loop may block: until the next lease deadline, else forever."""
-        if not self._leases:
-            return None
-        return max(0.0, min(p.deadline for p in self._leases) - time.monotonic())
+    def _idle_wait(self, engine: Engine) -> float | None:
+        """How long an idle loop may block: until the next lease deadline or lease expiry (on
+        the engine's clock), else forever."""
+        now, expiry = time.monotonic(), lease_expiry_wait(engine)
+        waits = [p.deadline - now for p in self._leases] + ([] if expiry is None else [expiry])
+        return max(0.0, min(waits)) if waits else None
 
     def _drain(self, engine: Engine, wait: float | None) -> bool:
         """Handle inbox commands (blocking up to ``wait`` for the first); False on close."""
@@ -323,7 +338,7 @@ class TickLoop:
             if want.future.cancelled():  # the caller gave up waiting
                 continue
             try:
-                lease_id = engine.lease(*want.key)
+                lease_id = engine.lease(*want.key, idle_s=want.idle_s, on_expire=want.on_expire)
             except Exception as exc:  # typed, or a bug: that lease fails, the loop serves on
                 want.future.set_exception(exc)
                 continue

@@ -76,10 +76,10 @@ def test_a_foreign_error_while_admitting_fails_that_request_only() -> None:
 
 
 class _LeaseBug(Engine):
-    def lease(self, *key: Any) -> int | None:
+    def lease(self, *key: Any, **bound: Any) -> int | None:
         if key and key[0] == "bug":
             raise ValueError("bug in lease")
-        return super().lease(*key)
+        return super().lease(*key, **bound)
 
 
 def test_a_lease_that_raises_a_foreign_error_fails_only_that_lease() -> None:
