@@ -366,6 +366,14 @@ class SessionBusyError(LlamapyError):
     error_type = "invalid_request_error"
 
 
+class LeaseExpiredError(SessionClosedError):
+    """The session's leased slot was reclaimed after it sat idle past the session's
+    ``lease_idle_timeout``; the session is closed (its KV stays cached in its scope: a new
+    session reuses it)."""
+
+    error_type = "invalid_request_error"
+
+
 class SnapshotFormatError(LlamapyError, ValueError):
     """A session snapshot file is not in the documented format (magic, version, checksum)."""
 

@@ -11,7 +11,6 @@ in :mod:`llamapy.server.server`, the asyncio ones in :mod:`llamapy.server.aio`.
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -307,5 +306,9 @@ class ServerCore:
             raise
 
     async def aopen_session(self, config: SessionConfig | None = None) -> Session:
-        """Async :meth:`open_session` (loading and leasing wait: it runs on a worker thread)."""
-        return await asyncio.to_thread(self.open_session, config)
+        """Async :meth:`open_session` (loading and leasing wait: it runs on a worker thread).
+        Cancelled (directly or by ``asyncio.wait_for``'s timeout), it hands back whatever the
+        worker leases, whenever the lease comes (:func:`llamapy.session.lease.open_off_loop`)."""
+        from ..session.lease import open_off_loop
+
+        return await open_off_loop(lambda: self.open_session(config))

@@ -22,7 +22,7 @@ from llamapy.options import (
     sampling_option_keys,
     tuning_option_keys,
 )
-from llamapy.options._spec import default_of
+from llamapy.options._spec import check, default_of, is_num
 from llamapy.options.speculative import speculative_overrides
 from llamapy.session.manifest import ContextManifest
 
@@ -66,6 +66,9 @@ class SessionConfig:
 
     ``cache_scope``: the scope its KV is filed under (reuse never crosses scopes).
     ``lease_timeout``: seconds to wait for a free slot before ``LeaseTimeoutError``.
+    ``lease_idle_timeout``: seconds the leased slot may sit unused (no primitive running)
+    before the server reclaims it for other requests; the session's next primitive then
+    raises ``LeaseExpiredError`` (None: never reclaimed, as long as the session lives).
     ``request_timeout``: the *stall* bound: most seconds the session waits without any
     engine event (a token, or a prefill's progress after each chunk), so a long prefill that
     keeps progressing never times out; ``RequestTimeoutError`` past it. A deadline for a
@@ -80,6 +83,7 @@ class SessionConfig:
     cache_scope: str | None = default_of(RequestOptions, "cache_scope")
     adapters: tuple[AdapterSpec, ...] = ()
     lease_timeout: float = TIMEOUTS.lease
+    lease_idle_timeout: float | None = TIMEOUTS.lease_idle
     request_timeout: float = TIMEOUTS.session_event
     n_ctx: int | None = None
     n_batch: int | None = None
@@ -88,6 +92,9 @@ class SessionConfig:
     def __post_init__(self) -> None:
         if self.lease_timeout < 0 or self.request_timeout <= 0:
             raise InvalidOptionError("timeouts must be positive", option="lease_timeout")
+        idle = self.lease_idle_timeout
+        check(idle is None or (is_num(idle) and idle > 0), "lease_idle_timeout",
+              f"must be a positive number of seconds or None, got {idle!r}")
         _positive_or_none(self.n_ctx, "n_ctx")
         _positive_or_none(self.n_batch, "n_batch")
         if not isinstance(self.context_options, Mapping):

@@ -48,6 +48,7 @@ from llamapy.session.config import (
 )
 from llamapy.session.host import SessionHost
 from llamapy.session.inputs import as_decode_config, as_prefix, as_suffix, tokenize_prefix
+from llamapy.session.lease import SessionLease
 from llamapy.session.manifest import ContextManifest
 from llamapy.session.prefill import PrefillPlan, Prefills, ProgressCallback
 from llamapy.session.snapshot import SessionSnapshot
@@ -71,6 +72,11 @@ class Session(AsyncPrimitives, Prefills, DecodeStreams):
     early (or whose task was cancelled) cancels the rest; the tokens it had generated stay
     resident. Every primitive has an ``a``-prefixed twin for coroutines (``aensure_prefix``,
     ...) and the session is an async context manager too.
+
+    The lease ends with :meth:`close`; a session dropped without it releases its lease when it
+    is garbage-collected, and a lease left unused for ``config.lease_idle_timeout`` seconds is
+    reclaimed (the next primitive raises :class:`~llamapy.errors.LeaseExpiredError`): see
+    :mod:`llamapy.session.lease`.
     """
 
     def __init__(self, host: SessionHost, config: SessionConfig | None = None) -> None:
@@ -79,7 +85,8 @@ class Session(AsyncPrimitives, Prefills, DecodeStreams):
         self._runtime = host.runtime
         self._manifest = host.base_manifest
         key = CacheKey(self.config.cache_scope, self._manifest.identity_digest, host.adapter_set)
-        self._lease = self._runtime.lease(key, self.config.lease_timeout)
+        self._leased = SessionLease(self, self._runtime, key, self.config)
+        self._lease = self._leased.lease_id
         self._prefix: list[int] = []
         self._suffix: list[int] = []
         self._generated: list[int] = []
@@ -95,12 +102,12 @@ class Session(AsyncPrimitives, Prefills, DecodeStreams):
     # --- lifecycle ----------------------------------------------------------------------------
     def close(self) -> None:
         """Release the lease (its KV stays as a cached prefix in the session's scope);
-        idempotent."""
+        idempotent, and quiet after the lease was reclaimed."""
         if self._closed:
             return
         self._closed = True
         try:
-            self._runtime.release(self._lease)
+            self._leased.release()
         finally:
             self._host.close()
 
@@ -215,9 +222,11 @@ class Session(AsyncPrimitives, Prefills, DecodeStreams):
 
     # --- observability, snapshots -------------------------------------------------------------
     def explain_context(self) -> ContextReport:
-        """The resident context and the session's counters (allowed after close/fatal)."""
-        if self._stale and not self._closed and self._fatal is None:
-            self._sync_generated()
+        """The resident context and the session's counters (allowed after close/fatal), from
+        what the session keeps: no round trip to the engine, so it never blocks a thread or an
+        event loop and never changes the session. After a decode stream that ended early, the
+        generated tokens are those the stream delivered; the engine may have put a few more in
+        the KV, which the session's next primitive reads back (and counts)."""
         stable = hashlib.sha256(",".join(map(str, self._prefix)).encode()).hexdigest()
         n = len(self.resident)
         return ContextReport(
@@ -225,7 +234,7 @@ class Session(AsyncPrimitives, Prefills, DecodeStreams):
             generated_tokens=len(self._generated), n_ctx=self.n_ctx,
             available_tokens=self.n_ctx - n, stable_token_hash=stable,
             manifest_digest=self._manifest.identity_digest, manifest=self._manifest,
-            closed=self._closed, fatal=self._fatal is not None,
+            closed=self._closed or self._leased.expired.is_set(), fatal=self._fatal is not None,
             num_prefill_calls=self.num_prefill_calls, num_prefill_tokens=self.num_prefill_tokens,
             num_decode_tokens=self.num_decode_tokens)
 
@@ -288,6 +297,7 @@ class Session(AsyncPrimitives, Prefills, DecodeStreams):
     def _check_state(self) -> None:
         if self._closed:
             raise SessionClosedError("session is closed")
+        self._leased.check()
         if self._fatal is not None:
             raise SessionFatalError("session is fatal after a failed operation; close and "
                                     "reopen it") from self._fatal

@@ -4,8 +4,6 @@ through the engine's adapter set, exactly as on a shared server."""
 
 from __future__ import annotations
 
-import asyncio
-
 from llamapy._native import Model
 from llamapy.adapters import resolve_adapters
 from llamapy.engine.options import EngineConfig
@@ -14,6 +12,7 @@ from llamapy.runtime import TickLoop
 from llamapy.runtime.native import host_model
 from llamapy.session.config import SessionConfig, standalone_context_options
 from llamapy.session.host import ServerHost
+from llamapy.session.lease import open_off_loop
 from llamapy.session.session import Session
 
 __all__ = ["aopen_standalone", "open_standalone"]
@@ -48,5 +47,6 @@ def open_standalone(model: Model, config: SessionConfig | None = None, *,
 
 
 async def aopen_standalone(model: Model, config: SessionConfig | None = None) -> Session:
-    """:func:`open_standalone` from a coroutine (in a worker thread: making a context blocks)."""
-    return await asyncio.to_thread(open_standalone, model, config)
+    """:func:`open_standalone` from a coroutine (in a worker thread: making a context blocks);
+    cancelled, it closes the session the worker opens (:func:`~.lease.open_off_loop`)."""
+    return await open_off_loop(lambda: open_standalone(model, config))
