@@ -8,6 +8,7 @@ from types import MappingProxyType
 from typing import Any
 
 from llamapy.chat.delta import ToolCall
+from llamapy.chat.parsers import protocol_kind
 from llamapy.engine.request import RequestTimings
 from llamapy.errors import InvalidOptionError, UnknownOptionError, UnsupportedFeatureError
 from llamapy.options import (
@@ -17,12 +18,13 @@ from llamapy.options import (
     TIMEOUTS,
     ContextOptions,
     RequestOptions,
+    SamplingParams,
     canonical_name,
     default_n_batch,
     sampling_option_keys,
     tuning_option_keys,
 )
-from llamapy.options._spec import check, default_of, is_num
+from llamapy.options._spec import check, default_of, is_int, is_num
 from llamapy.options.speculative import speculative_overrides
 from llamapy.session.manifest import ContextManifest
 
@@ -245,7 +247,9 @@ class DecodeConfig:
     per-request form (a drafter name such as ``"ngram"``, ``False``, or a mapping like
     ``{"type": "ngram", "n_max": 8}``; None = the server's default): the n-gram drafter looks
     up the whole resident sequence, so code the model rewrites from the stable prefix is
-    drafted from it."""
+    drafted from it. Every field is checked when the config is built (``InvalidOptionError``
+    naming it, ``UnsupportedFeatureError`` for an unknown protocol or format): the sampling
+    fields by the option tree's checks of ``SamplingParams`` (type, range)."""
 
     max_tokens: int | None = default_of(RequestOptions, "max_tokens")
     temperature: float | None = None
@@ -259,13 +263,34 @@ class DecodeConfig:
 
     def __post_init__(self) -> None:
         speculative_overrides(self.speculative)  # validate now (InvalidOptionError)
-        if self.max_tokens is not None and not (isinstance(self.max_tokens, int) and
+        if self.max_tokens is not None and not (is_int(self.max_tokens) and
                                                 self.max_tokens >= 0):
             raise InvalidOptionError("max_tokens must be an integer >= 0 (or None)",
                                      option="max_tokens")
-        if self.reasoning_format not in REASONING_FORMATS:
+        _check_sampling(self)
+        if not isinstance(self.reasoning_format, str) or \
+                self.reasoning_format not in REASONING_FORMATS:
             raise UnsupportedFeatureError(f"reasoning_format:{self.reasoning_format}")
-        object.__setattr__(self, "parser_protocols", tuple(self.parser_protocols))
+        protocols = self.parser_protocols
+        check(not isinstance(protocols, str | bytes) and isinstance(protocols, list | tuple)
+              and all(isinstance(p, str) for p in protocols), "parser_protocols",
+              "must be a sequence of protocol names")
+        for name in protocols:
+            protocol_kind(name)  # an unknown name raises UnsupportedFeatureError
+        object.__setattr__(self, "parser_protocols", tuple(protocols))
+
+
+def _check_sampling(config: DecodeConfig) -> None:
+    """Check the sampling fields' types and ranges by the option tree's own checks (those of
+    ``SamplingParams``), the error naming the field as ``DecodeConfig`` spells it."""
+    try:
+        SamplingParams(**decode_sampling(config))
+    except InvalidOptionError as exc:
+        tree_name = exc.option or ""
+        name = next((f.name for f in fields(config) if canonical_name(f.name) == tree_name),
+                    tree_name)
+        message = str(exc).removeprefix(f"{tree_name}: ")
+        raise InvalidOptionError(f"{name}: {message}", option=name) from None
 
 
 def decode_sampling(config: DecodeConfig) -> dict[str, Any]:
