@@ -23,6 +23,7 @@ from session_fakes import make_engine, open_fake
 
 from llamapy.engine.engine import Engine
 from llamapy.errors import InvalidOptionError, LeaseExpiredError, SessionClosedError
+from llamapy.options import TIMEOUTS
 from llamapy.server import Server
 from llamapy.server.fake import fake_server
 from llamapy.session import SessionConfig
@@ -181,7 +182,8 @@ def test_a_lease_with_no_idle_bound_is_never_reclaimed(server: Server) -> None:
         session.ensure_prefix("kept")
 
 
-def test_lease_idle_timeout_is_checked() -> None:
+def test_lease_idle_timeout_defaults_from_the_tree_and_is_checked() -> None:
+    assert SessionConfig().lease_idle_timeout == TIMEOUTS.lease_idle
     for bad in (0, -1.0, "soon", float("nan")):
         with pytest.raises(InvalidOptionError, match="lease_idle_timeout"):
             SessionConfig(lease_idle_timeout=bad)  # type: ignore[arg-type]
