@@ -22,6 +22,13 @@ to N times to find more.
 
 Usage: ``python bench/soak.py [--minutes 20] [--workers 4] [--bad-rate 0.1] [--model PATH]
 [--seed 1] [--restarts 0] [--heavy]`` (run nothing else on the machine meanwhile).
+
+``--tenants`` (``soak_tenants.py``) runs two tenants instead: a well-behaved one (one client,
+small chats) alone for ``--solo-seconds``, then beside a bad one (the other workers: the valid
+mix and, at ``--bad-rate``, the hostile classes of ``soak_tenant_inputs.py``) for
+``--minutes``; it reports the good tenant's latency against its solo latency, each hostile
+request's answers, RSS and ``/health``, and exits 1 when the good tenant got a non-2xx, any
+request a 5xx, the server stopped, the Hub was contacted, or RSS grew past the bound.
 """
 
 from __future__ import annotations
@@ -56,13 +63,20 @@ def free_port() -> int:
 class Server:
     """The server process: started, watched, stopped (its output goes to a log file)."""
 
-    def __init__(self, args: argparse.Namespace, log: Path) -> None:
-        self.port, self.log = free_port(), log
+    def __init__(self, args: argparse.Namespace, log: Path, extra: list[str] | None = None,
+                 env: dict[str, str] | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+        """``extra``: more flags (``--model`` is left out when they hold ``--models-dir``);
+        ``env``: the server's environment; ``headers``: what the soak's own checks send."""
+        self.port, self.log, self.env = free_port(), log, env
+        extra = extra or []
+        model = ["--model", args.model] if args.model and "--models-dir" not in extra else []
         self.cmd = [sys.executable, "-m", "llamapy.serve", "--host", "127.0.0.1", "--port",
                     str(self.port), "--n-ctx", str(args.n_ctx), "--n-parallel",
                     str(args.n_parallel), "--threads", str(args.threads),
                     "--prompt-cache-ram-mb", str(args.cache_ram_mb), "--embeddings",
-                    "--log-level", "warning", *(["--model", args.model] if args.model else [])]
+                    "--log-level", "warning", *model, *extra]
+        self.headers = headers or {}
         self.proc: asyncio.subprocess.Process | None = None
 
     @property
@@ -73,7 +87,7 @@ class Server:
         """Start (cwd: this checkout, so its ``llamapy`` is served) and wait for ``/health``."""
         with self.log.open("ab") as out:
             self.proc = await asyncio.create_subprocess_exec(
-                *self.cmd, cwd=ROOT, stdout=out, stderr=out)
+                *self.cmd, cwd=ROOT, stdout=out, stderr=out, env=self.env)
         deadline = time.monotonic() + timeout
         async with httpx.AsyncClient(base_url=self.url, timeout=2) as client:
             while time.monotonic() < deadline:
@@ -121,6 +135,8 @@ async def send(client: httpx.AsyncClient, server: Server, req: Req,
     headers = {"content-type": req.content_type, **dict(req.headers)}
     if req.mode == "hangup":
         return await hang_up(server.port, req, rng)
+    if req.mode == "get":
+        return (await client.get(req.path, headers=dict(req.headers))).status_code
     if req.mode == "post":
         resp = await client.post(req.path, content=req.content, headers=headers)
         return resp.status_code
@@ -135,7 +151,8 @@ async def hang_up(port: int, req: Req, rng: random.Random) -> int | None:
     """Send ``req`` on a raw socket and drop it: at once, or after the first bytes came back."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     head = (f"POST {req.path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: "
-            f"{req.content_type}\r\nContent-Length: {len(req.content)}\r\n\r\n")
+            f"{req.content_type}\r\nContent-Length: {len(req.content)}\r\n"
+            + "".join(f"{k}: {v}\r\n" for k, v in req.headers) + "\r\n")
     status = None
     try:
         writer.write(head.encode() + req.content)
@@ -243,7 +260,8 @@ async def on_stopped(server: Server, tally: Tally, args: argparse.Namespace,
 async def drained(server: Server, timeout: float = 60.0) -> bool:
     """Whether every slot is idle within ``timeout`` and a chat then answers 200."""
     deadline = time.monotonic() + timeout
-    async with httpx.AsyncClient(base_url=server.url, timeout=CLIENT_TIMEOUT_S) as client:
+    async with httpx.AsyncClient(base_url=server.url, timeout=CLIENT_TIMEOUT_S,
+                                 headers=server.headers) as client:
         try:
             while time.monotonic() < deadline:
                 slots = (await client.get("/slots")).json()
@@ -261,7 +279,8 @@ async def drained(server: Server, timeout: float = 60.0) -> bool:
 
 async def check_embeddings(server: Server) -> None:
     """Embeddings must be served (the mix sends them)."""
-    async with httpx.AsyncClient(base_url=server.url, timeout=CLIENT_TIMEOUT_S) as client:
+    async with httpx.AsyncClient(base_url=server.url, timeout=CLIENT_TIMEOUT_S,
+                                 headers=server.headers) as client:
         resp = await client.post("/v1/embeddings", json={"input": "hello"})
     if resp.status_code != 200:
         raise RuntimeError(f"/v1/embeddings answered {resp.status_code}: embeddings are off")
@@ -315,6 +334,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--heavy", action="store_true",
                    help="also send bodies that may allocate gigabytes on an unfixed server")
     p.add_argument("--log", type=Path, default=Path("/tmp/llamapy-soak-server.log"))
+    t = p.add_argument_group("two tenants (soak_tenants.py)")
+    t.add_argument("--tenants", action="store_true",
+                   help="a good tenant (1 client) beside a bad one (the other workers)")
+    t.add_argument("--solo-seconds", type=float, default=60.0,
+                   help="the good tenant alone first, for its solo latency")
+    t.add_argument("--no-pull-on-demand", dest="pull_on_demand", action="store_false",
+                   help="serve --model alone (default: --models-dir with --pull-on-demand)")
+    t.add_argument("--tenant-max-slots", type=int, default=None,
+                   help="the server's bound of slots per tenant (default: n_parallel - 1)")
+    t.add_argument("--classic-hostile", action="store_true",
+                   help="the bad tenant also sends soak_inputs' hostile bodies")
+    t.add_argument("--strict", action="store_true",
+                   help="fail on hostile answers not expected, too")
     return p.parse_args(argv)
 
 
@@ -332,6 +364,10 @@ def log_clues(log: Path) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     args.log.write_bytes(b"")
+    if args.tenants:
+        from soak_tenants import main_tenants
+
+        return main_tenants(args)
     tally = asyncio.run(soak(args, args.log))
     text, ok = report(tally, args)
     print(text)
