@@ -156,6 +156,18 @@ class MediaBusyError(QueueFullError):
                      "retry later",)
 
 
+class MediaMemoryError(MediaBusyError):
+    """The media waiting for the model's encoder holds its bound of bytes (``max_bytes``: the
+    server's, or one tenant's) and this request's did not fit within its wait: nothing was
+    encoded. A 429 (``Retry-After``), as :class:`MediaBusyError`."""
+
+    def __init__(self, max_bytes: int) -> None:
+        MediaBusyError.__init__(self, 0)
+        self.max_bytes = max_bytes
+        self.args = (f"the media waiting for the encoder holds its bound ({max_bytes} bytes): "
+                     "retry later",)
+
+
 class TenantBusyError(QueueFullError):
     """The request's tenant already holds ``tenant_max_requests`` queued or running requests;
     nothing was queued, and other tenants are still admitted. A :class:`QueueFullError` (429,

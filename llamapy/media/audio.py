@@ -18,7 +18,7 @@ from llamapy.errors import MediaError
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["MIN_SECONDS", "wav_samples"]
+__all__ = ["MIN_SECONDS", "wav_decoded_bytes", "wav_samples"]
 
 #: The shortest clip taken (libmtmd needs more than one sample; a tenth of a second is the
 #: least a projector makes anything of).
@@ -57,6 +57,24 @@ def wav_samples(data: bytes, rate: int, max_seconds: float) -> np.ndarray:
         samples = np.interp(at, np.arange(n), samples)
     out: np.ndarray = samples.astype(np.float32)
     return out
+
+
+def wav_decoded_bytes(data: bytes, rate: int) -> int:
+    """About the most :func:`wav_samples` holds reading ``data`` for ``rate``, from the WAV
+    header alone (no sample is read): the float64 working copies of its frames (each channel's
+    and the mono mix: 8 bytes a sample) and of the resampled clip, and the float32 samples at
+    ``rate`` (12 bytes a sample in all); 0 for a header it cannot read (then
+    :func:`wav_samples` refuses the file before reading any frame)."""
+    try:
+        with wave.open(io.BytesIO(data), "rb") as reader:
+            channels, source = reader.getnchannels(), reader.getframerate()
+            frames = min(reader.getnframes(), len(data) // max(1, channels
+                                                                * reader.getsampwidth()))
+    except (wave.Error, EOFError, ValueError):
+        return 0
+    if source <= 0:
+        return 0
+    return 8 * frames * (max(1, channels) + 1) + 12 * (frames * rate // source + 1)
 
 
 def _check_format(channels: int, width: int, rate: int) -> None:

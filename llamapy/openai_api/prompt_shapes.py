@@ -82,7 +82,7 @@ def media_input(served: ServedModel, text: object, data: object, *,
                                        f"{MULTIMODAL_KEY}[{i}]"))
     if parse_special:
         return served.tokenize_prompt(text, media)
-    return served.server.media_prompt(text, media, parse_special=False)
+    return served.server.media_prompt(text, media, parse_special=False, tenant=served.tenant)
 
 
 def _mixed(served: ServedModel, items: list[Any]) -> list[int]:

@@ -167,12 +167,14 @@ class ServedModel:
     def tokenize_prompt(self, text: str, media: Sequence[bytes] = ()) -> Sequence[int]:
         """Tokenize rendered prompt text (special tokens parsed; BOS added once); with
         ``media``, each media marker in ``text`` stands for the next item
-        (:meth:`Server.media_prompt`: a :class:`~llamapy.engine.media.MediaPrompt`)."""
+        (:meth:`Server.media_prompt`, as :attr:`tenant`'s: a
+        :class:`~llamapy.engine.media.MediaPrompt`)."""
         model = self.model
         bos = _special_text(model, model.bos)
         add_special = model.add_bos and not (bos and text.startswith(bos))
         if media:
-            return self.server.media_prompt(text, media, add_special=add_special)
+            return self.server.media_prompt(text, media, add_special=add_special,
+                                            tenant=self.tenant)
         return model.tokenize(text, add_special, True)
 
     @property

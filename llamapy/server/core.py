@@ -220,20 +220,24 @@ class ServerCore:
                                                                  "audio": False}
 
     def media_prompt(self, text: str, media: Sequence[bytes], *, add_special: bool = True,
-                     parse_special: bool = True, timeout: float | None = None) -> MediaPrompt:
+                     parse_special: bool = True, timeout: float | None = None,
+                     tenant: str | None = None) -> MediaPrompt:
         """Tokenize ``text`` with ``media``: each media marker (``<__media__>``) in ``text``
         stands for the next item (PNG, JPEG, GIF or BMP bytes; WAV, MP3 or FLAC for an audio
         projector). The result goes wherever token ids go (``complete_tokens``, ...): its
         media is decoded with it, and a later prompt with the same media at the same place
         reuses its KV. Waits up to ``timeout`` for the load. Blocks while the media is
-        encoded: call it off an event loop. :class:`~llamapy.errors.MediaError` for media the
+        encoded: call it off an event loop; the encoder serves ``tenant``'s media (None: the
+        default tenant's) in turn with other tenants' and bounds the bytes each holds
+        (:mod:`llamapy.media.queue`). :class:`~llamapy.errors.MediaError` for media the
         server refuses (see :class:`~llamapy.options.limits.RequestLimits`) or a model
-        without a projector (reason ``"no_projector"``)."""
+        without a projector (reason ``"no_projector"``); :class:`~llamapy.errors.MediaBusyError`
+        when the encoder's queue is full."""
         self._wait_loaded(timeout, timeout)
         encoder = self._loop.media
         if encoder is None:
             raise no_projector()
-        prompt: MediaPrompt = encoder.prompt(text, media, self._start.engine,
+        prompt: MediaPrompt = encoder.prompt(text, media, self._start.engine, tenant=tenant,
                                              add_special=add_special,
                                              parse_special=parse_special,
                                              max_tokens=self._loop.n_ctx_seq or None)

@@ -14,7 +14,8 @@ import struct
 from llamapy.engine.backend import Segment
 from llamapy.engine.media import MediaChunk
 
-__all__ = ["FAKE_MEDIA_WIDTH", "fake_media_chunk", "fake_media_rows", "media_segment_ok"]
+__all__ = ["FAKE_MEDIA_WIDTH", "fake_media_chunk", "fake_media_rows", "fake_media_tokens",
+           "media_segment_ok"]
 
 #: The embedding width of fake media.
 FAKE_MEDIA_WIDTH = 4
@@ -30,12 +31,17 @@ def fake_media_rows(digest: bytes, first: int, n: int, width: int = FAKE_MEDIA_W
     return bytes(out)
 
 
+def fake_media_tokens(data: bytes) -> int:
+    """The rows of the chunk the fake projector makes of ``data``: ``2 + len(data) % 7``."""
+    return 2 + len(data) % 7
+
+
 def fake_media_chunk(data: bytes, kind: str = "image", causal: bool = True) -> MediaChunk:
-    """The chunk the fake projector makes of ``data``: ``2 + len(data) % 7`` rows (``causal``:
-    a projector whose rows may be decoded a few at a time; not: Gemma 3's kind)."""
+    """The chunk the fake projector makes of ``data``: :func:`fake_media_tokens` rows
+    (``causal``: a projector whose rows may be decoded a few at a time; not: Gemma 3's kind)."""
     projector = b"llamapy-fake-projector\x00" if causal else b"llamapy-fake-bidirectional\x00"
     digest = hashlib.sha256(projector + data).digest()
-    n = 2 + len(data) % 7
+    n = fake_media_tokens(data)
     return MediaChunk(digest, fake_media_rows(digest, 0, n), n, FAKE_MEDIA_WIDTH, kind, causal)
 
 

@@ -67,7 +67,8 @@ def _entry(served: ServedModel, item: object, budget: MediaBudget) -> Sequence[i
     if isinstance(item, Mapping) and PROMPT_STRING_KEY not in item:
         text, media = _content(served, item, budget)
         if media:
-            return served.server.media_prompt(text, media, parse_special=False)
+            return served.server.media_prompt(text, media, parse_special=False,
+                                              tenant=served.tenant)
         item = text
     if isinstance(item, Mapping):
         item = item[PROMPT_STRING_KEY]
