@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from llamapy.errors import InvalidOptionError, UnknownOptionError
-from llamapy.options._spec import check, is_int, option, option_names, required
+from llamapy.options._spec import check, is_int, is_num, option, option_names, required
 from llamapy.options.context import (
     N_CTX,
     N_PARALLEL,
@@ -93,6 +93,10 @@ class ServerOptions:
     warmup: bool = option(True, "decode BOS+EOS once after loading, before taking work, so the "
                           "first request skips the first decode's one-time costs (llama-server's "
                           "--warmup)")
+    stall_timeout: float = option(
+        300.0, "seconds one tick or command of the model's thread may run before the server "
+        "counts as dead (/health 503, exit status 70 so that a supervisor restarts it; 0 = "
+        "never)")
 
     def __post_init__(self) -> None:
         check(is_int(self.n_ctx) and self.n_ctx >= 1, "n_ctx", "must be an integer >= 1")
@@ -102,6 +106,8 @@ class ServerOptions:
               "must be an integer >= 1")
         check(self.name is None or (isinstance(self.name, str) and bool(self.name)), "name",
               "must be a non-empty string or None")
+        check(is_num(self.stall_timeout) and 0 <= self.stall_timeout <= 86_400,
+              "stall_timeout", "must be within [0, 86400] seconds")
 
     @property
     def effective_n_batch(self) -> int:

@@ -12,7 +12,8 @@ carries (``EngineError``), and the engine's tick fails only the runs a failure c
 the thread dies anyway (a bug), the loop is ``CRASHED``: every command is answered with
 :class:`~llamapy.errors.RuntimeDiedError`, in-flight requests end with ``ClosedError`` as
 the engine closes, and the ``on_crash`` callbacks run (the HTTP server exits so that a
-supervisor restarts it).
+supervisor restarts it). A thread stuck in one tick or command for ``stall_timeout`` seconds
+(a native call that does not return) counts as dead the same way (:mod:`.stall`).
 """
 
 from __future__ import annotations
@@ -25,23 +26,33 @@ import time
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from llamapy.engine.engine import Engine
 from llamapy.engine.lease_idle import lease_expiry_wait, reclaim_idle_leases, release_if_held
-from llamapy.engine.request import CacheKey, ErrorEvent, Request, RequestTimings
+from llamapy.engine.request import CacheKey, Request
 from llamapy.errors import (
     ClosedError,
     EngineError,
-    LeaseTimeoutError,
     LlamapyError,
     LoadFailedError,
     RuntimeDiedError,
 )
+from llamapy.runtime.commands import (
+    Call,
+    Cancel,
+    Close,
+    Lease,
+    Submit,
+    deliver_error,
+    grant_leases,
+    reject,
+    run_call,
+)
 from llamapy.runtime.handles import AsyncHandle, EventHandle, SyncHandle
 from llamapy.runtime.hosting import Hosted, LoopState
 from llamapy.runtime.prebuild import SamplerPrebuilder, costly_sampler
+from llamapy.runtime.stall import StallWatch
 
 __all__ = ["TickLoop"]
 
@@ -49,39 +60,11 @@ log = logging.getLogger("llamapy.runtime")
 T = TypeVar("T")
 
 
-@dataclass(slots=True)
-class _Submit:
-    request: Request
-
-
-@dataclass(slots=True)
-class _Cancel:
-    request_id: Hashable
-
-
-@dataclass(slots=True)
-class _Call:
-    fn: Callable[[Engine], Any]
-    future: Future[Any]
-
-
-@dataclass(slots=True)
-class _Lease:
-    key: CacheKey
-    deadline: float
-    future: Future[int]
-    idle_s: float | None = None
-    on_expire: Callable[[], None] | None = None
-
-
-class _Close:
-    pass
-
-
 class TickLoop:
     """A threaded :class:`~llamapy.runtime.base.Runtime` (see the module docstring)."""
 
-    def __init__(self, build: Callable[[], Hosted], thread_name: str = "llamapy-tick") -> None:
+    def __init__(self, build: Callable[[], Hosted], thread_name: str = "llamapy-tick",
+                 stall_timeout: float = 0.0) -> None:
         self.state = LoopState.LOADING
         self.load_error: LoadFailedError | None = None
         #: Why the thread died (state ``CRASHED``), else None.
@@ -96,7 +79,9 @@ class TickLoop:
         self.ready = threading.Event()
         self._build = build
         self._inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
-        self._leases: list[_Lease] = []
+        self._leases: list[Lease] = []
+        self._stall_timeout = stall_timeout
+        self._stall: StallWatch | None = None
         self._prebuild = SamplerPrebuilder(self._backend, self._forward, self._max_queue)
         self._thread = threading.Thread(target=self._run, name=thread_name, daemon=True)
         self._thread.start()
@@ -118,12 +103,12 @@ class TickLoop:
     def submit(self, request: Request) -> None:
         """Queue a request; errors reach its sink as an ``ErrorEvent``."""
         if self.state in (LoopState.CLOSED, LoopState.CRASHED):  # nobody would read it
-            _deliver_error(request, self.crash_error or ClosedError("runtime is closed"))
+            deliver_error(request, self.crash_error or ClosedError("runtime is closed"))
             return
         if self.state in (LoopState.LOADING, LoopState.READY) and costly_sampler(request):
             self._prebuild.submit(request)  # (a grammar's parse never stalls the tick)
             return
-        self._inbox.put(_Submit(request))
+        self._inbox.put(Submit(request))
         self._answer_if_gone()
 
     def _max_queue(self) -> int:
@@ -141,21 +126,21 @@ class TickLoop:
 
     def _forward(self, request: Request, cancelled: bool) -> None:
         """A request whose sampler was built ahead, to the engine (then its cancel)."""
-        self._inbox.put(_Submit(request))
+        self._inbox.put(Submit(request))
         if cancelled:
-            self._inbox.put(_Cancel(request.request_id))
+            self._inbox.put(Cancel(request.request_id))
 
     def cancel(self, request_id: Hashable) -> None:
         """Ask the engine to cancel a request (queued or running)."""
         self._prebuild.cancel(request_id)
         if self._thread.is_alive():
-            self._inbox.put(_Cancel(request_id))
+            self._inbox.put(Cancel(request_id))
 
     def call(self, fn: Callable[[Engine], T], timeout: float | None = 60.0) -> T:
         """Run ``fn(engine)`` on the tick thread between ticks and return its result. Past
         ``timeout`` a call still queued is withdrawn (``TimeoutError``: ``fn`` never ran); one
         the thread took meanwhile runs to its end and its result is returned."""
-        result: T = self._command(lambda future: _Call(fn, future), timeout)
+        result: T = self._command(lambda future: Call(fn, future), timeout)
         return result
 
     async def acall(self, fn: Callable[[Engine], T], timeout: float | None = 60.0) -> T:
@@ -164,7 +149,7 @@ class TickLoop:
         past ``timeout`` means ``fn`` never ran (as for :meth:`call`); a command still
         waiting in the inbox is also skipped when the awaiting task is cancelled."""
         future: Future[T] = Future()
-        self._post(_Call(fn, future))
+        self._post(Call(fn, future))
         wrapped = asyncio.wrap_future(future)
         try:
             return await asyncio.wait_for(asyncio.shield(wrapped), timeout)
@@ -181,7 +166,7 @@ class TickLoop:
         """Lease a slot, waiting up to ``timeout`` seconds for one (``LeaseTimeoutError``);
         ``idle_s``/``on_expire``: its idle bound (:mod:`llamapy.engine.lease_idle`)."""
         deadline = time.monotonic() + timeout
-        return int(self._command(lambda future: _Lease(key, deadline, future, idle_s,
+        return int(self._command(lambda future: Lease(key, deadline, future, idle_s,
                                                        on_expire), timeout + 30.0))
 
     def release(self, lease_id: int) -> None:
@@ -193,7 +178,7 @@ class TickLoop:
         """End a lease without waiting (any thread, a finalizer or interpreter exit included):
         the release is posted to the tick thread; a lease gone meanwhile is ignored."""
         if self.state is LoopState.READY:
-            self._inbox.put(_Call(lambda engine: release_if_held(engine, lease_id), Future()))
+            self._inbox.put(Call(lambda engine: release_if_held(engine, lease_id), Future()))
 
     def open_handle(self, request_id: Hashable,
                     loop: asyncio.AbstractEventLoop | None = None) -> EventHandle:
@@ -203,7 +188,7 @@ class TickLoop:
     def close(self, timeout: float | None = None) -> None:
         """Stop the loop: in-flight requests end with ``ClosedError``; resources are freed."""
         if self._thread.is_alive():
-            self._inbox.put(_Close())
+            self._inbox.put(Close())
             self._thread.join(timeout)
 
     @property
@@ -246,15 +231,29 @@ class TickLoop:
             self._reject_until_closed()
             return
         self.state = LoopState.READY
+        if self._stall_timeout > 0:
+            self._stall = StallWatch(self._stall_timeout, self._stalled)
         self.ready.set()
         try:
             self._serve(self.hosted.engine)
         except BaseException as exc:  # a bug: never a live loop that answers nothing
             log.critical("the tick thread died", exc_info=exc)
             self.crash_error = RuntimeDiedError(exc)
+        stalled = self._stall is not None and self._stall.fired
+        if self._stall is not None:
+            self._stall.close()
         self._shutdown()
-        if self.crash_error is not None:
+        if self.crash_error is not None and not stalled:  # (a stall was told when it came)
             self._notify_crash(self.crash_error)
+
+    def _stalled(self, seconds: float) -> None:
+        """On the watcher thread: the tick thread is stuck; the loop is dead from now on."""
+        cause = TimeoutError(f"one tick or command has run for {seconds:.0f} s "
+                             f"(stall_timeout {self._stall_timeout:g} s)")
+        log.critical("the tick thread is stuck: %s", cause)
+        self.crash_error = RuntimeDiedError(cause)
+        self.state = LoopState.CRASHED
+        self._notify_crash(self.crash_error)
 
     def _notify_crash(self, error: RuntimeDiedError) -> None:
         for callback in list(self.on_crash):
@@ -273,12 +272,15 @@ class TickLoop:
         while True:
             reclaim_idle_leases(engine)
             if self._leases:
-                self._grant_leases(engine)
+                self._leases = grant_leases(engine, self._leases)
             busy = engine.has_work
             if not self._drain(engine, 0.0 if busy else self._idle_wait(engine)):
                 return
             if busy or engine.has_work:  # (what the inbox brought may be work)
+                self._begin()
                 engine.tick()  # never raises but for a bug, which ends the loop (CRASHED)
+                if self._end():
+                    return
 
     def _idle_wait(self, engine: Engine) -> float | None:
         """How long an idle loop may block: until the next lease deadline or lease expiry (on
@@ -303,55 +305,50 @@ class TickLoop:
             except queue.Empty:
                 return True
 
+    def _begin(self) -> None:
+        if self._stall is not None:
+            self._stall.begin()
+
+    def _end(self) -> bool:
+        """The unit of work ended; True when it had stalled (the loop must end)."""
+        if self._stall is None:
+            return False
+        self._stall.end()
+        return self._stall.fired
+
     def _handle(self, engine: Engine, item: object) -> bool:
-        """Carry out one command; False on close. A command that raises fails only itself."""
+        """Carry out one command; False on close, or when it stalled (the loop is dead)."""
+        self._begin()
+        go_on = self._carry_out(engine, item)
+        return not self._end() and go_on
+
+    def _carry_out(self, engine: Engine, item: object) -> bool:
+        """One command; a command that raises fails only itself."""
         try:
             return self._dispatch(engine, item)
         except Exception as exc:  # a bug: the command fails, the thread serves on
             log.exception("%s failed", type(item).__name__)
-            if isinstance(item, _Submit):
+            if isinstance(item, Submit):
                 if item.request.sampler is not None:
                     item.request.sampler.close()
-                _deliver_error(item.request, EngineError("submit", exc))
+                deliver_error(item.request, EngineError("submit", exc))
             return True
 
     def _dispatch(self, engine: Engine, item: object) -> bool:
-        if isinstance(item, _Submit):
+        if isinstance(item, Submit):
             try:
                 engine.submit(item.request)
             except LlamapyError as exc:
-                _deliver_error(item.request, exc)
-        elif isinstance(item, _Cancel):
+                deliver_error(item.request, exc)
+        elif isinstance(item, Cancel):
             engine.cancel(item.request_id)
-        elif isinstance(item, _Call):
-            _run_call(engine, item)
-        elif isinstance(item, _Lease):
+        elif isinstance(item, Call):
+            run_call(engine, item)
+        elif isinstance(item, Lease):
             self._leases.append(item)
-        elif isinstance(item, _Close):
+        elif isinstance(item, Close):
             return False
         return True
-
-    def _grant_leases(self, engine: Engine) -> None:
-        """Give waiting sessions idle slots in arrival order; time out the overdue."""
-        now, pending = time.monotonic(), []
-        for want in self._leases:
-            if want.future.cancelled():  # the caller gave up waiting
-                continue
-            try:
-                lease_id = engine.lease(*want.key, idle_s=want.idle_s, on_expire=want.on_expire)
-            except Exception as exc:  # typed, or a bug: that lease fails, the loop serves on
-                want.future.set_exception(exc)
-                continue
-            if lease_id is not None:
-                if want.future.set_running_or_notify_cancel():
-                    want.future.set_result(lease_id)
-                else:  # its caller gave up meanwhile: nobody would release it
-                    engine.release(lease_id)
-            elif now >= want.deadline:
-                want.future.set_exception(LeaseTimeoutError("no slot could be leased in time"))
-            else:
-                pending.append(want)
-        self._leases = pending
 
     def _shutdown(self) -> None:
         self._prebuild.close()  # what it still forwards is rejected below
@@ -387,33 +384,11 @@ class TickLoop:
         """After a failed load: answer every command with the load error until close."""
         while True:
             item = self._inbox.get()
-            if isinstance(item, _Close):
+            if isinstance(item, Close):
                 self._prebuild.close()
                 self._reject_pending()
                 return
             self._reject(item)
 
     def _reject(self, item: object) -> None:
-        error: LlamapyError = self.load_error or self.crash_error or \
-            ClosedError("runtime is closed")
-        if isinstance(item, _Submit):
-            if item.request.sampler is not None:
-                item.request.sampler.close()
-            _deliver_error(item.request, error)
-        elif isinstance(item, _Call | _Lease) and not item.future.cancelled():
-            item.future.set_exception(error)
-
-
-def _run_call(engine: Engine, item: _Call) -> None:
-    if item.future.set_running_or_notify_cancel():
-        try:
-            item.future.set_result(item.fn(engine))
-        except BaseException as exc:
-            item.future.set_exception(exc)
-
-
-def _deliver_error(request: Request, exc: LlamapyError) -> None:
-    try:
-        request.sink(ErrorEvent(request.request_id, exc, RequestTimings()))
-    except Exception:
-        log.exception("request sink failed")
+        reject(item, self.load_error or self.crash_error or ClosedError("runtime is closed"))

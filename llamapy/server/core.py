@@ -63,7 +63,8 @@ class ServerCore:
         self._start = start = resolve_start_options(model_path, options)
         self.model_path = start.server.model_path
         self._loop = TickLoop(lambda: build(start),
-                              thread_name=start.server.name or "llamapy-server")
+                              thread_name=start.server.name or "llamapy-server",
+                              stall_timeout=start.server.stall_timeout)
         self._closed = False
         self._pending = PendingStreams()
         self._ready = ReadySignal(self._loop.ready)

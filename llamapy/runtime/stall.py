@@ -1,0 +1,77 @@
+"""``StallWatch``: notices a model thread that is stuck in one unit of work.
+
+The tick thread marks the start (:meth:`StallWatch.begin`) and the end (:meth:`StallWatch.end`)
+of each unit of work it does (a tick, a command). A watcher thread sleeps until the current
+unit's deadline; if that unit is still running then, the thread is stalled (a native call that
+does not return) and ``on_stall`` runs, once, on the watcher thread. The watcher wakes at most
+once per bound while the thread works and blocks without a timeout while it is idle, so the
+marks cost the tick thread two uncontended lock acquisitions and no wake-up.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+__all__ = ["StallWatch"]
+
+log = logging.getLogger("llamapy.runtime")
+
+
+class StallWatch:
+    """Calls ``on_stall(seconds)`` when a unit of work runs longer than ``bound_s``."""
+
+    def __init__(self, bound_s: float, on_stall: Callable[[float], None],
+                 name: str = "llamapy-stall-watch") -> None:
+        self.bound_s = bound_s
+        self._on_stall = on_stall
+        self._cond = threading.Condition()
+        self._since: float | None = None  # start of the unit running now
+        self._parked = False  # the watcher waits with no deadline
+        self._closed = False
+        self.fired = False
+        self._thread = threading.Thread(target=self._watch, name=name, daemon=True)
+        self._thread.start()
+
+    def begin(self) -> None:
+        """A unit of work starts (on the watched thread)."""
+        with self._cond:
+            self._since = time.monotonic()
+            if self._parked:
+                self._cond.notify()
+
+    def end(self) -> None:
+        """The unit of work ended."""
+        with self._cond:
+            self._since = None
+
+    def close(self) -> None:
+        """Stop watching (idempotent); the watcher thread ends."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+
+    def _watch(self) -> None:
+        with self._cond:
+            while not self._closed:
+                since = self._since
+                self._parked = since is None
+                if since is None:
+                    self._cond.wait()
+                    continue
+                late = time.monotonic() - since
+                if late < self.bound_s:
+                    self._cond.wait(self.bound_s - late)
+                    continue
+                self.fired = self._closed = True
+                break
+        if self.fired:
+            self._fire(late)
+
+    def _fire(self, late: float) -> None:
+        try:
+            self._on_stall(late)
+        except Exception:
+            log.exception("the stall callback failed")
