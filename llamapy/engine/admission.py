@@ -167,8 +167,10 @@ class Admission:
 
     def placement(self, probe: Run, queue: list[Run]) -> Slot | None:
         """The slot a new request (``probe``) takes at submission, None to queue it: never
-        past a queued run of the same lease (or none), nor past its tenant's slot cap."""
+        past a queued run of the same lease (or none), nor past its tenant's slot cap; its
+        ``slot_id`` naming another tenant's slot is refused now, queued or not."""
         lease_id = probe.request.lease_id
+        self.pool.pinned_slot(probe)  # (PermissionDeniedError)
         if any(r.request.lease_id == lease_id for r in queue) or self.capped(probe):
             return None
         return self.pool.route(probe)
@@ -199,7 +201,7 @@ class Admission:
         return self.tenants.interleave(first + self._strategy_order(rest))
 
     def _goes_first(self, run: Run) -> bool:
-        return (run.request.lease_id is not None or run.request.options.slot_id is not None
+        return (run.request.lease_id is not None or self.pool.pinned_slot(run) is not None
                 or self.pool.affine_slot_free(run))
 
     def _strategy_order(self, runs: list[Run]) -> list[Run]:

@@ -109,6 +109,8 @@ class Engine:
         tokens, empty prompt), ``UnknownLeaseError``, ``ContextOverflowError`` (prompt plus
         ``max_tokens`` cannot fit the per-sequence context), ``TenantBusyError`` (the
         request's tenant holds ``tenant_max_requests``), ``QueueFullError``,
+        ``PermissionDeniedError`` (its ``slot_id`` names a slot holding another tenant's
+        request, lease or KV),
         ``GrammarError`` (from the backend's sampler), ``ModelLoadError`` (an adapter set the
         backend cannot load).
         Any other exception (a bug, or a foreign error from the backend) becomes

@@ -3,6 +3,13 @@
 Invariant: ``slot.cached`` lists exactly the tokens whose KV is resident in sequence
 ``slot.seq_id``, by position (``backend.seq_pos_max(seq_id) == len(cached) - 1``). While a run
 is on the slot, ``cached`` is a prefix of ``run.tokens`` (prompt + generated).
+
+A run pinned by ``slot_id`` (llama-server's ``id_slot``) takes that slot only, waiting while it
+is busy or leased, and only while the slot is empty or its own tenant's: a slot holding another
+tenant's request, lease or KV is a :class:`~llamapy.errors.PermissionDeniedError` for it (at
+submission, or when the slot changes hands while it waits; :meth:`SlotPool.pinned_slot`), as
+llama-server's slot actions are for another tenant's slot. Naming a slot never evicts another
+tenant's KV.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from llamapy.engine.states import (
     StateMachine,
     slot_machine,
 )
-from llamapy.errors import UnknownLeaseError
+from llamapy.errors import PermissionDeniedError, UnknownLeaseError
 
 __all__ = ["Slot", "SlotPool"]
 
@@ -67,6 +74,16 @@ class Slot:
         """Prompt tokens of the run still to compute."""
         return len(self.run.prompt) - len(self.cached) if self.run else 0
 
+    def held_by_other(self, tenant: str | None) -> bool:
+        """Whether the slot holds KV of a tenant other than ``tenant``, or will when its run
+        or lease ends: its run is another tenant's, or (no run) it is leased or holds tokens
+        filed under another tenant. An empty, unleased slot is no one's."""
+        if self.run is not None:
+            return self.run.request.options.tenant != tenant
+        if self.lease_id is None and not self.cached:
+            return False
+        return (self.key.tenant if self.key is not None else None) != tenant
+
 
 class SlotPool:
     """The slots, with routing (session, longest cached prefix, LRU) and leases."""
@@ -109,14 +126,27 @@ class SlotPool:
         if lease_id is not None:
             slot = self.leased_slot(lease_id)
             return slot if slot.state is SlotState.LEASED else None
-        pinned = run.request.options.slot_id
+        pinned = self.pinned_slot(run)
         if pinned is not None:
-            slot = self.slots[pinned % len(self.slots)]
-            return slot if slot.is_idle else None
+            return pinned if pinned.is_idle else None
         idle = self.idle()
         if not idle:
             return None
         return self._affine_slot(run, idle) or self._prefix_slot(run, idle) or idle[0]
+
+    def pinned_slot(self, run: Run) -> Slot | None:
+        """The slot ``run``'s ``slot_id`` names (modulo the slot count; None without one);
+        :class:`~llamapy.errors.PermissionDeniedError` when it is :meth:`held by another tenant
+        <Slot.held_by_other>` (the message names no tenant)."""
+        slot_id = run.request.options.slot_id
+        if slot_id is None:
+            return None
+        slot = self.slots[slot_id % len(self.slots)]
+        if slot.held_by_other(run.request.options.tenant):
+            raise PermissionDeniedError(
+                f"id_slot {slot_id}: slot {slot.slot_id} holds another tenant's cache; send the "
+                "request without id_slot, or name a slot that is empty or this tenant's")
+        return slot
 
     def affine_slot_free(self, run: Run) -> bool:
         """Whether ``run``'s session last ran on a slot that is routable now."""

@@ -186,8 +186,8 @@ class RequestOptions:
     (llama-server's request fields of the same names). ``slot_id`` pins the request to one
     slot, as llama-server's ``id_slot``: it waits while that slot is busy or leased, and
     ``slot_id % n_parallel`` is taken (llama-server wraps an id past the last slot). A slot
-    holding another ``tenant``'s request, lease or KV is not taken for it: the request is then
-    routed as one without ``slot_id`` (it never evicts another tenant's KV by naming its slot).
+    holding another ``tenant``'s request, lease or KV is never taken for it: the request is
+    refused with :class:`~llamapy.errors.PermissionDeniedError` (403).
     """
 
     max_tokens: int = option(256, "most tokens to generate (0 = prefill only)")

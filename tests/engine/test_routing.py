@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from engine_helpers import make_engine, ref, submit
 
-from llamapy.engine import DoneEvent, RequestOptions
+from llamapy.engine import DoneEvent, ErrorEvent, RequestOptions
 from llamapy.engine.testing import drain
-from llamapy.errors import InvalidOptionError
+from llamapy.errors import InvalidOptionError, PermissionDeniedError
 
 A = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
 B = [11, 12, 13, 14, 15, 16, 17, 18, 19, 20]
@@ -139,3 +139,68 @@ def test_a_slot_id_past_the_last_slot_wraps_and_minus_one_means_any():
         RequestOptions(slot_id=-2)
     with pytest.raises(InvalidOptionError, match="slot_id"):
         RequestOptions(slot_id=1.5)  # type: ignore[arg-type]
+
+
+# --- slot_id and tenants: naming a slot never takes another tenant's ----------------------------
+
+
+def test_a_pin_on_a_slot_holding_another_tenants_kv_is_refused_and_changes_nothing():
+    engine, _ = make_engine(n_parallel=2)
+    submit(engine, "acme", A, max_tokens=2, slot_id=0, tenant="acme")
+    drain(engine)
+    held = list(engine.pool.slots[0].cached)
+    for pinned in (0, 2):  # (an id past the last slot wraps onto slot 0)
+        with pytest.raises(PermissionDeniedError, match="another tenant") as refused:
+            submit(engine, "beta", B, max_tokens=2, slot_id=pinned, tenant="beta")
+        assert "acme" not in str(refused.value)
+    assert not engine.runs and not engine.queue
+    slot = engine.pool.slots[0]
+    assert slot.cached == held and slot.key is not None and slot.key.tenant == "acme"
+    submit(engine, "again", [*A, 1], max_tokens=1, slot_id=0, tenant="acme")
+    assert slot_of(engine, "again") == 0  # its own: honoured
+    submit(engine, "beta", B, max_tokens=1, slot_id=1, tenant="beta")  # an empty one: too
+    assert slot_of(engine, "beta") == 1
+    drain(engine)
+    engine.check_integrity()
+
+
+def test_a_pin_on_another_tenants_running_or_leased_slot_is_refused():
+    engine, _ = make_engine(n_parallel=3)
+    submit(engine, "busy", A, max_tokens=8, slot_id=0, tenant="acme")
+    lease = engine.lease(tenant="acme")
+    assert lease is not None
+    leased = engine.pool.leased_slot(lease).slot_id
+    for pinned in (0, leased):
+        with pytest.raises(PermissionDeniedError):
+            submit(engine, "beta", B, max_tokens=1, slot_id=pinned, tenant="beta")
+    submit(engine, "mine", B, max_tokens=1, slot_id=leased, tenant="acme")
+    engine.tick()
+    assert engine.runs["mine"].slot is None  # its own tenant's lease: it waits, as before
+    engine.release(lease)
+    drain(engine)
+    engine.check_integrity()
+
+
+def test_a_pinned_run_whose_slot_changes_hands_while_it_waits_ends_refused():
+    engine, _ = make_engine(n_parallel=1)
+    submit(engine, "own", A, max_tokens=4, slot_id=0, tenant="acme")
+    waiting = submit(engine, "waiting", A, max_tokens=1, slot_id=0, tenant="acme")
+    engine.cancel("own")
+    submit(engine, "other", B, max_tokens=4, tenant="beta")  # never served: its turn first
+    engine.tick()
+    assert slot_of(engine, "other") == 0
+    drain(engine)
+    assert isinstance(waiting.final, ErrorEvent)
+    assert isinstance(waiting.final.exc, PermissionDeniedError)
+    assert engine.pool.slots[0].key is not None and engine.pool.slots[0].key.tenant == "beta"
+    engine.check_integrity()
+
+
+def test_a_pin_on_an_emptied_slot_of_another_tenant_is_honoured():
+    engine, _ = make_engine(n_parallel=2)
+    submit(engine, "acme", A, max_tokens=1, slot_id=1, tenant="acme")
+    drain(engine)
+    engine.slot_ops.clear(1)  # filed under acme, holding nothing: no one's KV to evict
+    submit(engine, "beta", B, max_tokens=1, slot_id=1, tenant="beta")
+    assert slot_of(engine, "beta") == 1
+    drain(engine)

@@ -76,10 +76,11 @@ def test_a_refused_restore_leaves_the_slot_empty() -> None:
     eng.check_integrity()
 
 
-def tenant_run(eng: Engine, rid: int, tenant: str, session: str) -> Recorder:
+def tenant_run(eng: Engine, rid: int, tenant: str, session: str,
+               slot_id: int | None = 0) -> Recorder:
     sink = Recorder()
     options = resolve_request_options({"max_tokens": 4, "tenant": tenant, "session": session,
-                                       "slot_id": 0, "temp": 0.0})
+                                       "slot_id": slot_id, "temp": 0.0})
     eng.submit(Request(rid, PROMPT, options, sink))
     return sink
 
@@ -104,8 +105,10 @@ def test_a_slots_info_is_all_of_one_tenant() -> None:
     info = eng.stats().slots[0]
     assert (info.tenant, info.session, info.cached_tokens) == (
         "a", "session-a", len(eng.pool.slots[0].cached))
-    # b's run placed on a's slot, its prefix not resolved yet: b's key, none of a's KV counted
-    tenant_run(eng, 2, "b", "session-b")
+    # b's run routed onto a's slot (the least recently used; slot_id may not name another
+    # tenant's), its prefix not resolved yet: b's key, none of a's KV counted
+    eng.pool.touch(eng.pool.slots[1])
+    tenant_run(eng, 2, "b", "session-b", slot_id=None)
     info = eng.stats().slots[0]
     assert (info.tenant, info.session, info.cached_tokens, info.request_id) == (
         "b", "session-b", 0, 2)

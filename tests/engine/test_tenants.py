@@ -73,17 +73,22 @@ def test_each_tenant_keeps_the_strategy_order_within_it():
 
 
 def test_pinned_and_affine_runs_go_first_within_their_tenant_only():
-    engine, _ = make_engine(n_parallel=1, max_queue=0)
-    order = admissions(engine)
-    submit(engine, "a0", P, max_tokens=1, tenant="a", session="s")
-    submit(engine, "a1", P, max_tokens=1, tenant="a")
-    submit(engine, "b0", P, max_tokens=1, tenant="b")
-    submit(engine, "a2", P, max_tokens=1, tenant="a", session="s")  # affine to the slot
-    submit(engine, "b1", P, max_tokens=1, tenant="b", slot_id=0)  # pinned
+    engine, _ = make_engine(n_parallel=2, max_queue=0)
+    b_prompt = [p + 10 for p in P]  # (nothing in common with a's)
+    submit(engine, "a", P, max_tokens=1, tenant="a", slot_id=0)  # slot 0: a's KV
+    submit(engine, "b", b_prompt, max_tokens=1, tenant="b", slot_id=1)  # slot 1: b's
     drain(engine)
-    # b's turn first (never served): its pinned run before its older plain one; a's affine
-    # run comes before a1, but only at a's turn
-    assert order == ["a0", "b1", "a2", "b0", "a1"]
+    order = admissions(engine)
+    submit(engine, "a0", P, max_tokens=1, tenant="a", session="s", slot_id=0)
+    submit(engine, "b0", b_prompt, max_tokens=1, tenant="b", slot_id=1)
+    submit(engine, "a1", P, max_tokens=1, tenant="a")
+    submit(engine, "b1", b_prompt, max_tokens=1, tenant="b")
+    submit(engine, "a2", P, max_tokens=1, tenant="a", session="s")  # affine to slot 0
+    submit(engine, "b2", b_prompt, max_tokens=1, tenant="b", slot_id=1)  # pinned, its own
+    drain(engine)
+    # a's turn first (served before b): its affine run before its older plain one; b's pinned
+    # run comes before b1, but only at b's turn (after a2: a pin jumps no other tenant)
+    assert order == ["a0", "b0", "a2", "b2", "a1", "b1"]
 
 
 def test_a_flooding_tenant_delays_another_by_at_most_one_slot_per_tenant():

@@ -18,7 +18,10 @@ out):
 - no tenant's runs hold more than ``tenant_max_slots`` slots (a tenant at that cap does not
   count as waiting above);
 - ``TenantBusyError`` exactly when the request's tenant holds ``tenant_max_requests`` queued or
-  running requests, ``QueueFullError`` exactly when the queue is full.
+  running requests, ``QueueFullError`` exactly when the queue is full;
+- a ``slot_id`` naming a slot that holds another tenant's request or KV is refused
+  (``PermissionDeniedError``) exactly then, and a pinned run never takes such a slot (one whose
+  slot changes hands while it waits ends with that error).
 """
 
 from __future__ import annotations
@@ -53,7 +56,12 @@ from llamapy.engine.engine import Engine
 from llamapy.engine.fake.backend import FakeBackend
 from llamapy.engine.states import SlotState
 from llamapy.engine.testing import Recorder, drain
-from llamapy.errors import ContextOverflowError, QueueFullError, TenantBusyError
+from llamapy.errors import (
+    ContextOverflowError,
+    PermissionDeniedError,
+    QueueFullError,
+    TenantBusyError,
+)
 
 TENANTS = ("a", "b", "c", None)
 SCOPES = (None, None, "x")
@@ -134,6 +142,10 @@ class TenantMachine(RuleBasedStateMachine):
         #: was last given one.
         self.passed: dict[str | None, set[str | None]] = {}
         self.num_busy = 0
+        self.num_denied = 0
+        #: Requests pinned by ``slot_id`` (one whose slot changes hands while it waits ends
+        #: with PermissionDeniedError).
+        self.pinned: set[int] = set()
         self.unfair: list[str] = []
         self.num_contended = 0
         assign = self.engine.pool.assign
@@ -172,6 +184,8 @@ class TenantMachine(RuleBasedStateMachine):
         held = Counter(tenant_of(r) for r in engine.runs.values())[tenant]
         busy = 0 < engine.config.tenant_max_requests <= held
         full = 0 < engine.config.max_queue <= len(engine.queue)
+        slots = engine.pool.slots
+        denied = slot_id is not None and slots[slot_id % len(slots)].held_by_other(tenant)
         try:
             engine.submit(Request(rid, prompt, options, sink))
         except ContextOverflowError:
@@ -182,11 +196,18 @@ class TenantMachine(RuleBasedStateMachine):
             assert exc.tenant == tenant
             self.num_busy += 1
             return []
-        except QueueFullError:
-            assert full and not busy and not overflow, "QueueFullError with room in the queue"
+        except PermissionDeniedError:
+            assert denied and not busy and not overflow, "a pin refused on a slot it may use"
+            self.num_denied += 1
             return []
-        assert not (overflow or busy or full), "accepted although it had to be refused"
+        except QueueFullError:
+            assert full and not busy and not overflow and not denied, \
+                "QueueFullError with room in the queue"
+            return []
+        assert not (overflow or busy or full or denied), "accepted although it had to be refused"
         self.sinks[rid] = (prompt, max_tokens, params, sink)
+        if slot_id is not None:
+            self.pinned.add(rid)
         self._sync_waiting()
         return [rid]
 
@@ -218,6 +239,9 @@ class TenantMachine(RuleBasedStateMachine):
     def _granted(self, run, slot) -> None:
         """Called as ``run`` takes ``slot`` (already out of the queue), on the tick: what it
         finds wrong goes to :attr:`unfair` (an assertion here would only fail the run)."""
+        if run.request.options.slot_id is not None and slot.held_by_other(tenant_of(run)):
+            self.unfair.append(f"a run pinned by slot_id took slot {slot.slot_id} of another "
+                               "tenant")
         if slot.lease_id is not None:
             return
         tenant = tenant_of(run)
@@ -259,10 +283,12 @@ class TenantMachine(RuleBasedStateMachine):
             assert all(n <= cache.tenant_budget for n in cache.tenant_bytes().values())
         for rid, (prompt, max_tokens, params, sink) in list(self.sinks.items()):
             if sink.final is not None:
-                if sink.finish_reason == "error":  # only the KV cells shared by all slots
-                    assert self.setup["unified"] and isinstance(sink.final.exc,  # running out
-                                                                ContextOverflowError), \
-                        f"request {rid}: {sink.final.exc!r}"
+                exc = sink.final.exc if sink.finish_reason == "error" else None
+                if exc is not None and not (rid in self.pinned  # its slot changed hands
+                                            and isinstance(exc, PermissionDeniedError)):
+                    # only the KV cells shared by all slots running out
+                    assert self.setup["unified"] and isinstance(exc, ContextOverflowError), \
+                        f"request {rid}: {exc!r}"
                 expected = self.backend.model.reference(prompt, max_tokens, params, ())
                 assert sink.tokens == expected[: len(sink.tokens)], f"request {rid} diverged"
                 if sink.finish_reason in ("eog", "max_tokens"):
@@ -283,6 +309,8 @@ class TenantMachine(RuleBasedStateMachine):
                 event(name)
         if self.num_busy:
             event("TenantBusyError")
+        if self.num_denied:
+            event("slot_id on another tenant's slot refused")
         if len(self.last_grant) > 1:
             event("several tenants served")
         if self.num_contended:
