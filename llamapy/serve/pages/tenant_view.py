@@ -20,6 +20,10 @@ A tenant key (the default tenant's too, once tenancy is on):
   are not shown. An admin's feed has the totals and each tenant's counters (``tenants``).
 - ``POST /slots/{id}?action=...``: see :mod:`llamapy.serve.routes.slot_files` (its own slots
   only, files in its own folder, 403 otherwise).
+- ``GET /props``: ``model_path`` is the model file's name alone (:func:`props_view`), and
+  ``/v1/models`` names a model that failed to load by its file name in its ``error``
+  (:func:`models_view`): no key but an admin's sees where the server keeps its files.
+  (``/api/show``'s Modelfile names the file alone for every key, and ``/slots`` shows none.)
 - With ``--cache-report coarse|off`` a key that is not an admin's sees its own slots bare too,
   and the feed without its own token counters (:data:`COUNTED_TOKENS`): slot token counts, and
   counters read before and after one request, would tell that request's reuse exactly.
@@ -33,13 +37,15 @@ A tenant key (the default tenant's too, once tenancy is on):
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ...engine.request import CacheKey
 from ..tenants import Principal
 
-__all__ = ["BARE_FIELDS", "COUNTED_TOKENS", "SERVER_SECTIONS", "feed_view", "slot_view"]
+__all__ = ["BARE_FIELDS", "COUNTED_TOKENS", "SERVER_SECTIONS", "feed_view", "hide_paths",
+           "models_view", "props_view", "slot_view"]
 
 #: Feed sections that count tokens (reused by source, prompt, cached): what ``--cache-report
 #: coarse|off`` hides from keys that are not an admin's, as a before-and-after difference
@@ -109,3 +115,43 @@ def _zeros(frame: Mapping[str, Any]) -> dict[str, Any]:
         value = frame.get(key)
         out[key] = ({name: 0 for name in value} if isinstance(value, Mapping) else 0)
     return out
+
+
+def props_view(props: Mapping[str, Any], principal: Principal) -> dict[str, Any]:
+    """``/props`` as ``principal`` sees it: an admin's as llama-server shows it (``model_path``
+    as the server was given it), another key's with the file name alone."""
+    path = props.get("model_path")
+    if principal.admin or not isinstance(path, str):
+        return dict(props)
+    return {**props, "model_path": os.path.basename(path)}
+
+
+def models_view(listing: Mapping[str, Any], principal: Principal, paths: Iterable[str]
+                ) -> dict[str, Any]:
+    """``/v1/models`` (or ``/v1/models/{id}``'s one entry) as ``principal`` sees it: for a key
+    that is not an admin's, each ``status.error`` (a failed load's message) with the model
+    ``paths`` in it named by their file names (:func:`hide_paths`)."""
+    if principal.admin:
+        return dict(listing)
+    paths = tuple(paths)
+    data = listing.get("data")
+    if isinstance(data, list):
+        return {**listing, "data": [_entry_view(entry, paths) for entry in data]}
+    return _entry_view(listing, paths)
+
+
+def _entry_view(entry: Mapping[str, Any], paths: tuple[str, ...]) -> dict[str, Any]:
+    status = entry.get("status")
+    if not isinstance(status, Mapping) or not isinstance(status.get("error"), str):
+        return dict(entry)
+    return {**entry, "status": {**status, "error": hide_paths(status["error"], paths)}}
+
+
+def hide_paths(text: str, paths: Iterable[str]) -> str:
+    """``text`` with each of ``paths`` (as given, and as an absolute path) replaced by its
+    file name, longest first."""
+    spellings = {spelling for path in paths if path
+                 for spelling in (path, os.path.abspath(path), os.path.realpath(path))}
+    for spelling in sorted(spellings, key=len, reverse=True):
+        text = text.replace(spelling, os.path.basename(spelling))
+    return text

@@ -27,7 +27,7 @@ from ..context import (
 )
 from ..errors import error_response
 from ..metrics.compat import PROCESS_START
-from ..pages.tenant_view import slot_view
+from ..pages.tenant_view import props_view, slot_view
 from ..routing import Router, path_int, query_required
 from ..sse import event_stream
 from . import slot_files
@@ -173,7 +173,8 @@ def _props_routes(router: Router, ctx: AppContext) -> None:
         sleeps: as they were, with ``is_sleeping: true``; it stays asleep)."""
         endpoints = {"endpoint_slots": ctx.slots, "endpoint_props": ctx.props_endpoint,
                      "endpoint_metrics": ctx.metrics_endpoint}
-        return {**await run_in_threadpool(_props_now, ctx), **endpoints}
+        props = props_view(await run_in_threadpool(_props_now, ctx), ctx.principal(request))
+        return {**props, **endpoints}
 
     @router.post("/props")
     async def change_props(request: Request) -> dict[str, Any]:

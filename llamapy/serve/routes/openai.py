@@ -7,7 +7,7 @@ result (JSON with cache headers, or SSE); errors propagate to the app's handlers
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -32,6 +32,7 @@ from ..context import (
     read_json,
     stream_flag,
 )
+from ..pages.tenant_view import models_view
 from ..routing import Router
 from ..sse import event_stream
 from .embeddings import aembed, embedding_response, parse_embedding_request
@@ -72,14 +73,16 @@ def _model_routes(router: Router, ctx: AppContext) -> None:
     @router.get("/v1/models")
     @router.get("/models", hidden=True)
     async def models(request: Request) -> dict[str, Any]:
-        """The served model (with several: each with its ``status``)."""
-        return await run_in_threadpool(ctx.source.model_list)
+        """The served model (with several: each with its ``status``; a key that is not an
+        admin's sees no model path in a failed load's error)."""
+        return await run_in_threadpool(_models_seen, ctx, request, ctx.source.model_list)
 
     @router.get("/v1/models/{model_id:path}")
     async def model(request: Request) -> dict[str, Any]:
         """One model by id (404 unless served here)."""
         model_id: str = request.path_params["model_id"]
-        return await run_in_threadpool(ctx.source.model_entry, model_id)
+        return await run_in_threadpool(_models_seen, ctx, request,
+                                       lambda: ctx.source.model_entry(model_id))
 
     @router.post("/v1/embeddings")
     async def embeddings(request: Request) -> dict[str, Any]:
@@ -103,3 +106,13 @@ def _model_routes(router: Router, ctx: AppContext) -> None:
             vectors = await aembed(request, embedder, inputs)
         return served, inputs, vectors, fmt
 
+
+def _models_seen(ctx: AppContext, request: Request,
+                 read: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``read()`` (``/v1/models`` or one entry) as the request's key sees it
+    (:func:`~llamapy.serve.pages.tenant_view.models_view`; blocking)."""
+    principal = ctx.principal(request)
+    listing = read()
+    if principal.admin:
+        return listing
+    return models_view(listing, principal, [item.path for item in ctx.source.listing()])
