@@ -12,8 +12,9 @@ sends, besides the valid mix of ``soak_inputs.valid``, requests of these classes
   never a connection to the Hub;
 - ``media``: remote image URLs spelling the loopback in other ways: 400 (remote media is
   refused, or there is no media support);
-- ``slot file``: ``POST /slots/0?action=save`` with a new filename each time: 2xx until the
-  tenant's quota, then 4xx;
+- ``slot file``: ``POST /slots/{id}?action=save`` of one of the tenant's own slots (as its
+  ``/slots`` shows them) with a new filename each time: 2xx until the tenant's quota, then
+  4xx (403 when the slot had changed hands);
 - ``id_slot``: a chat naming a slot the other tenant holds: 403 (200 when it had emptied);
 - ``keep_alive``: Ollama ``/api/generate`` with ``keep_alive: 0``: 200 or 403 (the shared
   model must not go away under the other tenant);
@@ -69,8 +70,9 @@ def good_chats(model: str | None, key: str) -> itertools.cycle[Req]:
 @dataclass(frozen=True, slots=True)
 class Hostile:
     """A hostile request: its class, the answers expected (statuses, or ``2xx`` / ``4xx``),
-    and how to build it (``build(n, slot)``: ``n`` counts the requests sent, ``slot`` is a
-    slot the other tenant holds)."""
+    and how to build it (``build(n, slot)``: ``n`` counts the requests sent; ``slot``, for the
+    ``id_slot`` class a slot the other tenant holds, for ``slot file`` one of the tenant's
+    own)."""
 
     name: str
     klass: str
@@ -133,7 +135,7 @@ def _media(model: str | None, key: str) -> list[Hostile]:
 
 def _stateful(model: str | None, key: str) -> list[Hostile]:
     def save(n: int, slot: int) -> Req:
-        return Req("slot save f{n}.bin", "/slots/0?action=save",
+        return Req("slot save f{n}.bin", f"/slots/{slot}?action=save",
                    json.dumps({"filename": f"f{n}.bin"}).encode(), headers=bearer(key))
 
     def id_slot(n: int, slot: int) -> Req:

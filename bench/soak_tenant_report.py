@@ -76,7 +76,9 @@ def slowest(tt: TenantTally, n: int = 5) -> list[str]:
     for start, lat in sorted(tt.good_lat["mix"], key=lambda p: -p[1])[:n]:
         near = Counter(name for s, e, name in tt.hostile_spans
                        if s <= start + lat and e >= start - NEIGHBOUR_S)
-        names = ", ".join(f"`{k}`" + (f" x{c}" if c > 1 else "") for k, c in near.items())
+        names = ", ".join(f"`{k}`" + (f" x{c}" if c > 1 else "")
+                          for k, c in near.most_common(6))
+        names += f" and {len(near) - 6} more" if len(near) > 6 else ""
         lines.append(f"- at {start:.0f} s: {lat:.3f} s; hostile neighbours: {names or 'none'}")
     return lines
 
@@ -120,7 +122,7 @@ def tenant_report(tt: TenantTally, hostile: list[Hostile], args: argparse.Namesp
         + "".join(f"\n  - `{hit}`" for hit in tt.hub_hits[:5]),
         f"- hostile answers not expected: {unexpected}"
         + (" (fails the run: --strict)" if args.strict else " (reported, not failed)"),
-        f"- slot files left by the bad tenant: {files} ({size / 1e6:.1f} MB)",
+        f"- slot files left by the bad tenant: {files} ({size / 1e6:.2f} MB)",
     ]
     ok = base_ok and not non_2xx and not any_5xx and not tt.hub_hits and \
         not (args.strict and unexpected)

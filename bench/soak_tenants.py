@@ -153,14 +153,14 @@ async def good_worker(server: Server, tt: TenantTally, model: str, deadline: flo
                          time.monotonic() - started)
 
 
-async def other_slot(client: httpx.AsyncClient, rng: random.Random) -> int:
-    """A slot the other tenant holds, as the bad tenant's ``/slots`` shows it (busy ones
-    first; slot 0 when it shows none)."""
+async def pick_slot(client: httpx.AsyncClient, rng: random.Random, theirs: bool) -> int:
+    """A slot as the bad tenant's ``/slots`` shows it: one the other tenant holds (busy ones
+    first), or one of its own (idle ones first); slot 0 when it shows none."""
     try:
         slots = (await client.get("/slots")).json()
-        theirs = [s for s in slots if s.get("other_tenant")]
-        busy = [s for s in theirs if s.get("is_processing")]
-        return int(rng.choice(busy or theirs)["id"]) if theirs else 0
+        pick = [s for s in slots if bool(s.get("other_tenant")) == theirs]
+        first = [s for s in pick if bool(s.get("is_processing")) == theirs]
+        return int(rng.choice(first or pick)["id"]) if pick else 0
     except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError):
         return 0
 
@@ -191,7 +191,8 @@ async def bad_worker(server: Server, tt: TenantTally, args: argparse.Namespace, 
             is_hostile = rng.random() < args.bad_rate
             if is_hostile:
                 h = rng.choice(pool)
-                slot = await other_slot(client, rng) if h.klass == "id_slot" else 0
+                slot = await pick_slot(client, rng, h.klass == "id_slot") \
+                    if h.klass in ("id_slot", "slot file") else 0
                 req: Req = h.build(next(counter), slot)
             else:
                 req = with_key(valid(rng), KEYS["bad"])
