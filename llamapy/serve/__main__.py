@@ -202,8 +202,8 @@ def _build_app(args: argparse.Namespace, hub: HubOptions) -> tuple[Any, str]:
 
     try:
         options = app_options(args)
-        target = server if options["sleep_idle_seconds"] is None else _reloader(server, start)
-        app = create_app(target, own_server=True, **options)
+        # a loader: the model can sleep (--sleep-idle-seconds, Ollama's keep_alive 0) and wake
+        app = create_app(_reloader(server, start), own_server=True, **options)
     except BaseException:
         server.close()
         raise
@@ -225,7 +225,7 @@ def _prefetch(path: Path, start: dict[str, Any]) -> None:
 
 def _reloader(first: Server, start: dict[str, Any]) -> Any:
     """A loader giving ``first``, then a fresh Server on the same file and options (the model
-    woken from ``--sleep-idle-seconds``)."""
+    woken after ``--sleep-idle-seconds`` or a request's ``keep_alive: 0``)."""
     from ..server import Server
 
     servers = [first]

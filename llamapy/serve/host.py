@@ -16,7 +16,10 @@ request waits for the reload. Once no lease has been held for N seconds, the man
 it, calling the host's hooks first (the app snapshots ``/props``, ``/v1/models`` and the
 engine's stats, which the read-only routes answer from while it sleeps). A read-only route
 reads the model under :meth:`steady`: held loaded (or asleep) meanwhile, without counting as
-activity.
+activity. With a loader, a request's Ollama ``keep_alive: 0`` puts the model to sleep the same
+way once its last request ends (Ollama's "unload now"; the next request wakes it, and the app's
+own idle bound applies again); a server given to the host stays loaded (nothing could reload
+it).
 """
 
 from __future__ import annotations
@@ -63,6 +66,8 @@ class ModelHost:
         self._options = served
         self.sleeps = sleep_idle_seconds is not None and sleep_idle_seconds >= 0
         given = target if isinstance(target, Server) else None
+        #: Whether the model can be unloaded and woken again (a loader reruns).
+        self.reloads = given is None
         if self.sleeps and given is not None:
             raise InvalidOptionError("sleep_idle_seconds needs a loader to reload the model "
                                      "with", option="sleep_idle_seconds")
@@ -76,7 +81,7 @@ class ModelHost:
                          keep_alive=sleep_idle_seconds if self.sleeps else -1)
         self.manager = ModelManager(
             [spec], server_factory=_factory(target),
-            on_idle_unload=self._falls_asleep if self.sleeps else None)
+            on_idle_unload=self._falls_asleep if self.reloads else None)
         self.manager.start(_MODEL)
 
     def wait_loaded(self, timeout: float | None = None) -> bool:
@@ -176,17 +181,20 @@ class ModelHost:
         return self.get().name
 
     def keep(self, name: str, seconds: float | None) -> None:
-        """Nothing: the one model stays loaded (or sleeps) as the app was started."""
+        """A request's ``keep_alive``: 0 puts a reloadable model to sleep once its last request
+        ends (see the module); other values change nothing (the app's own bound applies)."""
+        if seconds == 0 and self.reloads:
+            self.manager.keep(_MODEL, 0)
 
     def shares_embedder(self) -> bool:
         """True: one embeddings context for the app's life."""
         return True
 
     def middleware(self, check_key: Callable[[Any], Any]) -> list[tuple[Any, dict[str, Any]]]:
-        """With sleep: :class:`~llamapy.serve.sleep.WakeOnRequest` (a request holds the model,
-        waking it first); else none."""
-        return [(WakeOnRequest, {"enter": self.enter, "check_key": check_key})
-                ] if self.sleeps else []
+        """With a loader: :class:`~llamapy.serve.sleep.WakeOnRequest` (a request holds the
+        model, waking it first); else none."""
+        return [(WakeOnRequest, {"enter": self.enter, "check_key": check_key,
+                                 "try_enter": self.try_enter})] if self.reloads else []
 
     def metrics_collectors(self) -> list[Any]:
         """None beyond the engine's."""
@@ -219,6 +227,10 @@ class ModelHost:
         with self.manager.hold(_MODEL) as server:
             yield server is None and self.sleeping
 
+    def try_enter(self) -> ModelLease | None:
+        """A lease on the model if it is loaded now (never blocks, never wakes it)."""
+        return self.manager.try_acquire(_MODEL)
+
     def enter(self) -> ModelLease | None:
         """A request that runs on the model starts: a lease on it, waking a sleeping model
         first (blocking until it is loaded again). None while it is loading for the first time
@@ -227,6 +239,7 @@ class ModelHost:
         if lease is not None or not self.sleeping:
             return lease
         log.info("waking up: reloading the model")
+        self.manager.keep(_MODEL, None)  # a keep_alive 0 was for the last wake only
         try:
             if self.manager.failure(_MODEL) is not None:
                 self.manager.load(_MODEL, None)  # the last wake-up failed: try again

@@ -50,9 +50,11 @@ class WakeOnRequest:
     why) until its response has been sent, once ``check_key`` (the app's) took its key."""
 
     def __init__(self, app: ASGIApp, enter: Callable[[], ModelLease | None],
-                 check_key: Callable[[Request], Any]) -> None:
+                 check_key: Callable[[Request], Any],
+                 try_enter: Callable[[], ModelLease | None] | None = None) -> None:
         self.app = app
         self.enter = enter
+        self.try_enter = try_enter
         self.check_key = check_key
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -66,7 +68,9 @@ class WakeOnRequest:
         except LlamapyError as exc:  # no key: answered without waking the model
             await path_error(path, exc)(scope, receive, send)
             return
-        lease = await run_in_threadpool(self.enter)
+        lease = None if self.try_enter is None else self.try_enter()  # loaded: no thread hop
+        if lease is None:
+            lease = await run_in_threadpool(self.enter)
         try:
             await self.app(scope, receive, send)
         finally:
