@@ -122,7 +122,7 @@ def tenant_report(tt: TenantTally, hostile: list[Hostile], args: argparse.Namesp
         + "".join(f"\n  - `{hit}`" for hit in tt.hub_hits[:5]),
         f"- hostile answers not expected: {unexpected}"
         + (" (fails the run: --strict)" if args.strict else " (reported, not failed)"),
-        f"- slot files left by the bad tenant: {files} ({size / 1e6:.2f} MB)",
+        f"- slot files left by the bad tenant: {files} ({size / 1e3:.0f} kB)",
     ]
     ok = base_ok and not non_2xx and not any_5xx and not tt.hub_hits and \
         not (args.strict and unexpected)
