@@ -24,6 +24,7 @@ from ..errors import (
 from ..openai_api import ServedModel
 from ..options.context import ContextOptions
 from ..options.serve import ServeOptions
+from .embed_bounds import InFlight
 from .metrics.registry import Metrics
 from .source import ModelSource
 from .tenants import OPEN, KeyTable, Principal, require_admin
@@ -70,6 +71,8 @@ class AppContext:
     props_endpoint: bool = _SERVE.props
     metrics: Metrics = field(init=False)
     _embedders: dict[str, Embedder] = field(default_factory=dict, init=False)
+    #: Embeddings requests in flight, held to the engine's bounds.
+    embedding_requests: InFlight = field(default_factory=InFlight, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
 
     def __post_init__(self) -> None:
@@ -122,12 +125,18 @@ class AppContext:
     def embedder(self, served: ServedModel, pooling: str | None = None) -> Iterator[Embedder]:
         """The embedder of ``pooling`` (default: the server's ``--pooling``, see
         :func:`embedder_pooling`): one per app and pooling, created on first use (with the
-        server's thread count; at most ``max_queue`` requests wait for it, as for the
-        engine), or a fresh one per request, freed after it, where the source
+        server's thread count), or a fresh one per request, freed after it, where the source
         does not share one (several models: a cached one would keep an unloaded model's
-        weights in memory)."""
+        weights in memory). The request (of ``served.tenant``: pass the request's view,
+        ``served(request)``) is held to the engine's bounds while it uses the embedder
+        (:mod:`llamapy.serve.embed_bounds`: ``max_queue``, ``tenant_max_requests``; 429)."""
         start = served.server.start_options
         pooling = embedder_pooling(start.context) if pooling is None else pooling
+        with self.embedding_requests.hold(served.name, served.tenant, start.engine):
+            yield from self._embedder(served, pooling)
+
+    def _embedder(self, served: ServedModel, pooling: str) -> Iterator[Embedder]:
+        start = served.server.start_options
 
         def make() -> Embedder:
             return Embedder(served.model, n_threads=start.context.n_threads, pooling=pooling,

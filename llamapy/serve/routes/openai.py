@@ -98,7 +98,7 @@ def _model_routes(router: Router, ctx: AppContext) -> None:
 
     async def _embed(request: Request) -> tuple[ServedModel, list[Sequence[int]], Any, str]:
         body = await read_json(request)
-        served = ctx.served()
+        served = ctx.served(request)  # (the key's tenant: its requests are bounded)
         if not ctx.embeddings:
             raise UnsupportedFeatureError("embeddings", "embeddings are disabled on this server")
         inputs, fmt = await asyncio.to_thread(parse_embedding_request, served, body)
