@@ -21,6 +21,7 @@ from llamapy.errors._http import (
     PayloadTooLargeError,
     PermissionDeniedError,
     RouteNotFoundError,
+    SlotFileBudgetError,
     UnsupportedMediaTypeError,
 )
 from llamapy.errors._hub import (
@@ -149,6 +150,7 @@ __all__ = [
     "SessionClosedError",
     "SessionFatalError",
     "SlotBusyError",
+    "SlotFileBudgetError",
     "SnapshotFormatError",
     "StoreEntryNotFoundError",
     "TemplateError",

@@ -61,6 +61,20 @@ class PermissionDeniedError(LlamapyError):
     error_type = "permission_error"
 
 
+class SlotFileBudgetError(PermissionDeniedError):
+    """A slot save refused by a slot-file budget (403; see
+    :mod:`llamapy.serve.slot_store`): the save would pass the bound of serving option
+    ``option`` (``limit`` bytes or files); nothing was written. A quota that frees only when
+    files go, so neither a 429 (a client would retry it) nor a 413 (the request is small)."""
+
+    def __init__(self, option: str, limit: int, what: str) -> None:
+        self.option = option
+        self.limit = limit
+        super().__init__(f"Unable to save slot: {what} would pass the slot-file budget "
+                         f"{option}={limit}; overwrite an existing file instead, or ask the "
+                         "operator for room")
+
+
 class HostNotAllowedError(ForbiddenRequestError):
     """The ``Host`` header names a host the server does not answer to (a DNS-rebinding page
     sends its own name); ``host`` is the header as sent."""

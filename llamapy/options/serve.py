@@ -30,7 +30,7 @@ from llamapy.options.reports import CACHE_REPORTS, REPORT_BLOCK
 from llamapy.options.timeouts import TIMEOUTS
 
 __all__ = ["LOG_COLORS", "LOG_LEVELS", "REASONING_SWITCHES", "SERVE_OPTION_NAMES",
-           "ServeOptions", "serve_default", "serve_help"]
+           "SLOT_BUDGETS", "ServeOptions", "serve_default", "serve_help"]
 
 #: ``log_level`` values (Python's logging levels, lower case).
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -84,6 +84,15 @@ class ServeOptions:
     slot_save_path: str | None = option(
         None, "folder for POST /slots/{id}?action=save|restore (default: off, those actions "
         "answer 501)")
+    slot_save_max_mb: float = option(
+        16384, "most MB of slot files in --slot-save-path, every tenant's together, counted "
+        "from the folder at start; a save past it is a 403 (0 = no bound)")
+    slot_save_max_files: int = option(
+        1024, "most slot files in --slot-save-path, every tenant's together (0 = no bound)")
+    slot_save_tenant_max_mb: float = option(
+        4096, "most MB of one tenant's slot files (0 = no bound)")
+    slot_save_tenant_max_files: int = option(
+        128, "most slot files of one tenant (0 = no bound)")
     alias: str | None = option(None, "public model id (default: the file's stem)",
                                flags=("-a",))
     aliases: tuple[str, ...] = option(
@@ -141,6 +150,8 @@ class ServeOptions:
             check(getattr(self, name) in allowed, name, f"must be one of {', '.join(allowed)}")
         check(self.request_timeout > 0, "request_timeout", "must be > 0 seconds")
         check(self.max_body_bytes > 0, "max_body_bytes", "must be > 0 bytes")
+        for name in SLOT_BUDGETS:
+            check(getattr(self, name) >= 0, name, "must be >= 0 (0 = no bound)")
         check(self.sleep_idle_seconds is None or is_finite(self.sleep_idle_seconds),
               "sleep_idle_seconds", f"expected None or a finite number of seconds, got "
               f"{self.sleep_idle_seconds!r}")
@@ -149,6 +160,9 @@ class ServeOptions:
         _check_texts(self)
 
 
+#: The slot-file budgets (:mod:`llamapy.serve.slot_store`).
+SLOT_BUDGETS = ("slot_save_max_mb", "slot_save_max_files", "slot_save_tenant_max_mb",
+                "slot_save_tenant_max_files")
 #: The options with a fixed set of values, and those values.
 _CHOICES: dict[str, tuple[str, ...]] = {
     "reasoning_format": REASONING_FORMATS, "cache_report": CACHE_REPORTS,

@@ -26,6 +26,7 @@ from ..options.context import ContextOptions
 from ..options.serve import ServeOptions
 from .embed_bounds import InFlight
 from .metrics.registry import Metrics
+from .slot_store import SlotStore
 from .source import ModelSource
 from .tenants import OPEN, KeyTable, Principal, require_admin
 
@@ -64,7 +65,8 @@ class AppContext:
     embeddings: bool = _SERVE.embeddings
     slots: bool = _SERVE.slots
     metrics_endpoint: bool = _SERVE.metrics
-    slot_save_path: str | None = _SERVE.slot_save_path
+    #: The slot files of ``--slot-save-path`` (None: the slot actions answer 501).
+    slot_store: SlotStore | None = None
     #: Seconds of silence after which a stream gets a keep-alive comment (<= 0: never).
     sse_ping_interval: float = _SERVE.sse_ping_interval
     #: ``POST /props`` is accepted (llama-server's ``--props``).

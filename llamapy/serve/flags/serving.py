@@ -128,6 +128,10 @@ def _add_endpoints(group: argparse._ArgumentGroup) -> None:
                  "answer a final assistant message in a new turn instead of continuing it")
     serve_flag(group, "spm_infill", action="store_true")
     serve_flag(group, "slot_save_path", metavar="DIR")
+    serve_flag(group, "slot_save_max_mb", type=float, metavar="MB")
+    serve_flag(group, "slot_save_max_files", type=int, metavar="N")
+    serve_flag(group, "slot_save_tenant_max_mb", type=float, metavar="MB")
+    serve_flag(group, "slot_save_tenant_max_files", type=int, metavar="N")
     serve_flag(group, "props", action="store_true")
     serve_switch(group, "metrics", ("--no-metrics",), "/metrics answers 501")
     switch(group, ("--jinja",), "jinja", True,

@@ -207,7 +207,7 @@ def _status_routes(router: Router, ctx: AppContext) -> None:
         id_slot, action = path_int(request, "id_slot"), query_required(request, "action")
         body = await read_json(request) if action != "erase" else None
         return await run_in_threadpool(slot_files.slot_action, ctx.served(),
-                                       ctx.slot_save_path, id_slot, action, body,
+                                       ctx.slot_store, id_slot, action, body,
                                        ctx.principal(request))
 
     @router.get("/metrics")

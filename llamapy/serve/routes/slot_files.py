@@ -1,8 +1,9 @@
 """llama-server's slot actions: ``POST /slots/{id}?action=save|restore|erase``.
 
 Enabled by ``--slot-save-path DIR`` (otherwise 501, as llama-server answers). ``save`` writes the
-idle slot's KV with its tokens and cache key to ``DIR/<filename>``; ``restore`` loads it back
-into an idle slot (the next request sharing the prefix reuses it, in the saved
+idle slot's KV with its tokens and cache key to ``DIR/<filename>``, within the slot-file
+budgets (a 403 past one) and written safely (:mod:`llamapy.serve.slot_store`); ``restore``
+loads it back into an idle slot (the next request sharing the prefix reuses it, in the saved
 ``cache_scope`` only); ``erase`` drops the slot's KV. The responses are llama-server's
 (``n_saved`` / ``n_written``, ``n_restored`` / ``n_read``, ``n_erased``, ``timings``).
 
@@ -14,8 +15,8 @@ is a 400 that names the problem; the slot is left empty. Filenames are one path 
 letters, digits, ``.``, ``_`` and ``-`` (no directories, not starting with a dot).
 
 Tenants (:mod:`llamapy.serve.tenants`): a tenant's files live in ``DIR/tenant=NAME/`` (the
-default tenant's in ``DIR`` itself; ``=`` is never in a filename, so no filename reaches a
-tenant's folder or blocks its creation), an admin's in its own tenant's. A tenant key may save
+default tenant's in ``DIR`` itself, see :mod:`~llamapy.serve.slot_store`), an admin's in its
+own tenant's, each tenant's within its own budget too. A tenant key may save
 only a slot whose KV is its own, restore or erase only one that is its own or empty (checked on
 the engine's thread with the action itself), and restore only a file saved by its tenant;
 anything else is a 403 (:class:`~llamapy.errors.PermissionDeniedError`) that names no other
@@ -26,8 +27,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import re
 import struct
 import time
 from pathlib import Path
@@ -44,23 +43,24 @@ from ...errors import (
 )
 from ...fingerprint import model_fingerprint
 from ...openai_api import ServedModel
+from ..slot_store import FILENAME, SlotStore
 from ..tenants import OPEN, Principal, check_tenant_name
 
 if TYPE_CHECKING:
     from ...engine.engine import Engine
 
-__all__ = ["slot_action", "tenant_folder"]
+__all__ = ["slot_action"]
 
 MAGIC = b"LLPYSLOT"
 #: 2: the header names the model by its fingerprint too (a file of version 1 is refused).
 VERSION = 2
-_FILENAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,254}")
 
 
-def slot_action(served: ServedModel, folder: str | None, slot_id: int, action: str,
+def slot_action(served: ServedModel, store: SlotStore | None, slot_id: int, action: str,
                 body: Any, principal: Principal = OPEN) -> dict[str, Any]:
-    """Run one slot action for ``principal`` (blocking: call it off the event loop)."""
-    if folder is None:
+    """Run one slot action for ``principal`` on the files of ``store`` (None: the actions are
+    off; blocking: call it off the event loop)."""
+    if store is None:
         raise EndpointDisabledError("This server does not support slots action. Start it with "
                                     "`--slot-save-path`")
     if action == "erase":
@@ -69,21 +69,13 @@ def slot_action(served: ServedModel, folder: str | None, slot_id: int, action: s
     if action not in ("save", "restore"):
         raise InvalidRequestError(f"Invalid action {action!r} (save, restore or erase)")
     filename = body.get("filename") if isinstance(body, dict) else None
-    if not isinstance(filename, str) or not _FILENAME.fullmatch(filename):
+    if not isinstance(filename, str) or not FILENAME.fullmatch(filename):
         raise InvalidRequestError("Invalid filename: one path component of letters, digits, "
                                   "'.', '_' and '-'")
-    path = tenant_folder(folder, principal) / filename
-    if action == "save":
-        return _save(served, path, slot_id, principal)
-    return _restore(served, path, slot_id, principal)
-
-
-def tenant_folder(folder: str, principal: Principal) -> Path:
-    """Where ``principal``'s slot files live under ``folder`` (see the module)."""
-    if principal.tenant is None:
-        return Path(folder)
     check_tenant_name(principal.tenant, "slot files")
-    return Path(folder) / f"tenant={principal.tenant}"
+    if action == "save":
+        return _save(served, store, filename, slot_id, principal)
+    return _restore(served, store, filename, slot_id, principal)
 
 
 def _check_slot(engine: Engine, slot_id: int, principal: Principal, *, empty_ok: bool) -> None:
@@ -99,9 +91,12 @@ def _erase(engine: Engine, slot_id: int, principal: Principal) -> int:
     return engine.slot_ops.clear(slot_id)
 
 
-def _save(served: ServedModel, path: Path, slot_id: int, principal: Principal
-          ) -> dict[str, Any]:
+def _save(served: ServedModel, store: SlotStore, filename: str, slot_id: int,
+          principal: Principal) -> dict[str, Any]:
+    """Save the slot as ``filename`` of ``principal``'s tenant: a file it has no room for is
+    refused before the KV is read, one past a byte bound before anything is written."""
     started = time.perf_counter()
+    store.check_room(principal.tenant, filename)
 
     def save(engine: Engine) -> KvState:
         _check_slot(engine, slot_id, principal, empty_ok=False)
@@ -109,25 +104,18 @@ def _save(served: ServedModel, path: Path, slot_id: int, principal: Principal
 
     saved = served.server.call(save)
     data = encode(saved, _model_id(served))
-    path.parent.mkdir(exist_ok=True)
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temp.write_bytes(data)
-    os.replace(temp, path)
-    return {"id_slot": slot_id, "filename": path.name, "n_saved": len(saved.token_ids),
+    store.save(principal.tenant, filename, data)
+    return {"id_slot": slot_id, "filename": filename, "n_saved": len(saved.token_ids),
             "n_written": len(data), "timings": {"save_ms": _ms(started)}}
 
 
-def _restore(served: ServedModel, path: Path, slot_id: int, principal: Principal
-             ) -> dict[str, Any]:
+def _restore(served: ServedModel, store: SlotStore, filename: str, slot_id: int,
+             principal: Principal) -> dict[str, Any]:
     started = time.perf_counter()
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise InvalidRequestError(f"Unable to restore slot: cannot read {path.name}: "
-                                  f"{exc.strerror or exc}") from exc
+    data = store.read(principal.tenant, filename)
     saved = decode(data, _model_id(served))
     if not (principal.admin or principal.owns(saved.key.tenant)):
-        raise PermissionDeniedError(f"Unable to restore slot: {path.name} was saved by another "
+        raise PermissionDeniedError(f"Unable to restore slot: {filename} was saved by another "
                                     "tenant")
 
     def restore(engine: Engine) -> int:
@@ -138,7 +126,7 @@ def _restore(served: ServedModel, path: Path, slot_id: int, principal: Principal
         return len(saved.token_ids)
 
     n = served.server.call(restore)
-    return {"id_slot": slot_id, "filename": path.name, "n_restored": n, "n_read": len(data),
+    return {"id_slot": slot_id, "filename": filename, "n_restored": n, "n_read": len(data),
             "timings": {"restore_ms": _ms(started)}}
 
 
