@@ -146,8 +146,11 @@ class SlotStore:
         _check_filename(filename)
         with self._lock:
             self._check_room(tenant, filename, len(data))
-            with self._open_folder(tenant, create=True) as folder:
-                _write_replace(folder, filename, data)
+            try:
+                with self._open_folder(tenant, create=True) as folder:
+                    _write_replace(folder, filename, data)
+            except OSError as exc:  # (the folder gone, or not writable)
+                raise _write_error(filename, exc) from exc
             self._sizes.setdefault(tenant, {})[filename] = len(data)
 
     def read(self, tenant: str | None, filename: str) -> bytes:
@@ -169,6 +172,8 @@ class SlotStore:
             if tenant is None:
                 yield root
                 return
+            if not TENANT_NAME.fullmatch(tenant):
+                raise InvalidRequestError("Unable to use slot files: not a tenant name")
             name = TENANT_PREFIX + tenant
             if create:
                 with contextlib.suppress(FileExistsError):

@@ -159,3 +159,15 @@ def test_no_symlink_planted_in_the_folder_is_followed(tmp_path: Path) -> None:
         assert act(app, "kroot", 1, "save", "victim.bin").status_code == 200
     assert secret.read_bytes() == b"LLPYSLOT not a slot file of ours"
     assert (folder / "victim.bin").is_file() and not (folder / "victim.bin").is_symlink()
+
+
+def test_a_store_whose_folder_went_away_answers_a_400(tmp_path: Path) -> None:
+    store = SlotStore(tmp_path / "slots")
+    (tmp_path / "slots").rmdir()
+    with pytest.raises(InvalidRequestError, match="cannot write"):
+        store.save("acme", "a.bin", b"data")
+    with pytest.raises(InvalidRequestError, match="cannot read"):
+        store.read("acme", "a.bin")
+    with pytest.raises(InvalidRequestError, match="not a tenant name"):
+        SlotStore(tmp_path / "other").save("../up", "a.bin", b"data")
+    assert store.total() == (0, 0)
