@@ -5,14 +5,23 @@ text and media chunks by ``mtmd_tokenize``).
 libmtmd is opened on first use (:func:`~llamapy._native._loader.media_lib`). None of these is
 thread-safe: one owner at a time calls them. No policy: which media a request may send, how
 large, and what is cached are decided above.
+
+The projector's compute (its warm-up at load, each encode) runs on a thread of its own that
+ends with it (:func:`_on_own_thread`), whatever thread asks: ggml's CPU backend, built with
+OpenMP, runs a graph in an OpenMP team of the calling thread, and libgomp keeps that team's
+worker threads for as long as the calling thread lives. While it keeps more threads than the
+machine has CPUs, each of its barriers sleeps instead of spinning: a long-lived HTTP worker
+thread that encoded one image left every later decode (hundreds of barriers a token) 2.4 times
+slower on two cores. A thread that ends takes its team with it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import MediaError, ModelLoadError, NativeError
 from . import _logging
@@ -24,6 +33,28 @@ __all__ = ["Bitmap", "ChunkInfo", "MediaChunks", "Projector"]
 
 #: ``enum mtmd_input_chunk_type``.
 CHUNK_KINDS = {0: "text", 1: "image", 2: "audio"}
+
+_T = TypeVar("_T")
+
+
+def _on_own_thread(call: Callable[[], _T]) -> _T:
+    """``call()`` on a new thread, joined: its result, or its exception raised here. The
+    thread's OpenMP workers end with it (see the module)."""
+    results: list[_T] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            results.append(call())
+        except BaseException as exc:  # raised again on the caller's thread
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, name="llamapy-mtmd", daemon=True)
+    thread.start()
+    thread.join()
+    if errors:
+        raise errors[0]
+    return results[0]
 
 
 class Projector(Owned):
@@ -46,8 +77,12 @@ class Projector(Owned):
         params.n_threads = int(n_threads)
         params.warmup = bool(warmup)
         params.print_timings = False
-        with _logging.loud_call() as lines:
-            ptr = lib.mtmd_init_from_file(str(self.path).encode(), model.ptr, params)
+
+        def init() -> tuple[Any, list[str]]:
+            with _logging.loud_call() as lines:
+                return lib.mtmd_init_from_file(str(self.path).encode(), model.ptr, params), lines
+
+        ptr, lines = _on_own_thread(init)  # (its warm-up computes)
         self._ptr = not_null(ptr, lambda: ModelLoadError(
             f"failed to load the multimodal projector {self.path}: "
             + _logging.captured_message(lines, "libmtmd returned no context")))
@@ -214,9 +249,13 @@ class MediaChunks(Owned):
         info = self.items[index]
         if info.kind == "text":
             raise ValueError(f"chunk {index} is text")
-        lib = media_lib()
-        with _logging.capture() as lines:
-            status = lib.mtmd_encode_chunk(self._projector.ptr, self._chunk(index))
+        lib, ptr, chunk = media_lib(), self._projector.ptr, self._chunk(index)
+
+        def encode() -> tuple[int, list[str]]:
+            with _logging.capture() as lines:
+                return int(lib.mtmd_encode_chunk(ptr, chunk)), lines
+
+        status, lines = _on_own_thread(encode)
         if status != 0:
             raise NativeError("encoding the media failed: "
                               + _logging.captured_message(lines, f"status {status}"))
