@@ -11,8 +11,8 @@ ends with it (:func:`_on_own_thread`), whatever thread asks: ggml's CPU backend,
 OpenMP, runs a graph in an OpenMP team of the calling thread, and libgomp keeps that team's
 worker threads for as long as the calling thread lives. While it keeps more threads than the
 machine has CPUs, each of its barriers sleeps instead of spinning: a long-lived HTTP worker
-thread that encoded one image left every later decode (hundreds of barriers a token) 2.4 times
-slower on two cores. A thread that ends takes its team with it.
+thread that encoded one image left every later decode (hundreds of barriers a token) 1.5 times
+slower on two idle cores, more on a busy machine. A thread that ends takes its team with it.
 """
 
 from __future__ import annotations

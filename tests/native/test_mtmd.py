@@ -89,7 +89,7 @@ def test_an_encode_leaves_no_threads_behind(projector: Projector) -> None:
     process has no more threads than before it. (ggml computes in an OpenMP team of the
     calling thread; libgomp keeps the team's workers while that thread lives, and while it
     keeps more threads than there are CPUs, every barrier of every team sleeps instead of
-    spinning: each decode after the first image was 2.4 times slower on two cores.)"""
+    spinning: each decode after the first image was 1.5 times slower on two idle cores.)"""
     with Projector(tiny_mmproj_path(), projector.model, use_gpu=False, n_threads=2) as proj, \
             ThreadPoolExecutor(1) as worker:
         worker.submit(native_threads).result()  # the worker thread is up
