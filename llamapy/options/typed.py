@@ -106,7 +106,8 @@ class GenerationOptions(TypedDict, total=False):
     #: start rule of the grammar
     grammar_root: str
     #: regexes that switch the grammar on (none: it applies from the first token); the grammar
-    #: then reads the output from the match's first group
+    #: then reads the output from the match's first group. Matched in linear time (RE2: no
+    #: look-arounds or back-references) against the output's last 4,096 bytes
     grammar_triggers: Sequence[str]
     #: top log-probabilities reported per generated token
     n_probs: int
