@@ -236,7 +236,12 @@ class LlamaBackend:
         """A native chain for one request (``GrammarError`` for a bad grammar)."""
         lazy = LazyGrammar(self.model, params.grammar, params.grammar_root,
                            params.grammar_triggers) if params.grammar_triggers else None
-        chain = build_chain(self.model, fit_windows(params, self.n_ctx_seq))
+        try:
+            chain = build_chain(self.model, fit_windows(params, self.n_ctx_seq))
+        except BaseException:
+            if lazy is not None:
+                lazy.close()
+            raise
         pick = greedy_pick_for(chain.names, params.logit_bias, self.model.n_vocab)
         return LlamaSampler(chain, self.ctx, pick, lazy)
 

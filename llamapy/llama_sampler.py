@@ -60,18 +60,26 @@ class LlamaSampler:
 
     def _watch(self, token: int) -> None:
         """Arm the grammar when ``token`` completes a trigger."""
-        assert self._lazy is not None
-        hit = self._lazy.watch(token)
+        lazy = self._lazy
+        assert lazy is not None
+        hit = lazy.watch(token)
         if hit is None:
             return
         try:
-            armed = self._lazy.armed(self._chain, hit)
+            armed = lazy.armed(self._chain, hit)
         except (NativeError, GrammarError) as exc:  # the grammar cannot read the match
             _log.debug("lazy grammar not armed: %s", exc)
-            self._lazy.restart()
+            if not lazy.failed():
+                self._drop_lazy()
             return
         self._chain.close()
-        self._chain, self._lazy = armed, None
+        self._chain = armed
+        self._drop_lazy()
+
+    def _drop_lazy(self) -> None:
+        if self._lazy is not None:
+            self._lazy.close()
+            self._lazy = None
 
     def top_logprobs(self, batch_index: int, n: int) -> list[tuple[int, float]]:
         """The ``n`` most likely tokens of the row and their log-probabilities (raw logits)."""
@@ -83,8 +91,9 @@ class LlamaSampler:
         return float(logits[token_id]) - log_normalizer(logits)
 
     def close(self) -> None:
-        """Free the chain."""
+        """Free the chain (and a grammar still waiting for its trigger)."""
         self._chain.close()
+        self._drop_lazy()
 
 
 def top_logprobs(logits: np.ndarray, n: int) -> list[tuple[int, float]]:

@@ -187,6 +187,25 @@ class SamplerChain(Owned):
         not_null(smpl, lambda: GrammarError(_logging.captured_message(
             [line for line in err if "error parsing grammar" in line] or lines,
             "failed to parse grammar")))
+        return self._add_replayed("grammar", smpl, replay)
+
+    def add_copy(self, other: SamplerChain, index: int, *, replay: Sequence[int] = ()
+                 ) -> SamplerChain:
+        """Append a copy of ``other``'s sampler ``index`` with its state (history, RNG,
+        grammar stacks), fed ``replay`` alone first (as :meth:`add_grammar`)."""
+        lib = native().lib
+        smpl = lib.llama_sampler_clone(lib.llama_sampler_chain_get(other.ptr, index))
+        return self._add_replayed(other.names[index], smpl, replay)
+
+    def add_copies(self, other: SamplerChain) -> SamplerChain:
+        """Append a copy of each of ``other``'s samplers, with its state (history, RNG)."""
+        for i in range(len(other.names)):
+            self.add_copy(other, i)
+        return self
+
+    def _add_replayed(self, name: str, smpl: Any, replay: Sequence[int]) -> SamplerChain:
+        """Feed ``replay`` to ``smpl`` (a typed error frees it), then add it."""
+        shim, what = native().shim, self._what
         try:
             for token in replay:
                 check_error(shim.llamapy_sampler_accept(smpl, token, what, WHAT_SIZE), what,
@@ -194,14 +213,7 @@ class SamplerChain(Owned):
         except BaseException:
             native().lib.llama_sampler_free(smpl)
             raise
-        return self._add("grammar", smpl)
-
-    def add_copies(self, other: SamplerChain) -> SamplerChain:
-        """Append a copy of each of ``other``'s samplers, with its state (history, RNG)."""
-        lib = native().lib
-        for i, name in enumerate(other.names):
-            self._add(name, lib.llama_sampler_clone(lib.llama_sampler_chain_get(other.ptr, i)))
-        return self
+        return self._add(name, smpl)
 
     # --- use ---------------------------------------------------------------------------------
 

@@ -342,6 +342,17 @@ class SamplingTooCostlyError(LlamapyError):
                          "(max_sample_ms); simplify the grammar")
 
 
+class TriggerTooCostlyError(SamplingTooCostlyError):
+    """Matching a request's ``grammar_triggers`` cost more than ``limit_s`` of the model's
+    thread a token (patterns linear in time but with a large constant): the request ends, the
+    others go on."""
+
+    def __init__(self, limit_s: float) -> None:
+        self.limit_s = limit_s
+        LlamapyError.__init__(self, f"matching grammar_triggers took more than "
+                              f"{limit_s * 1000:g} ms a token; simplify the patterns")
+
+
 class UnknownLeaseError(LlamapyError, KeyError):
     """A lease id that the engine never issued or that was already released."""
 

@@ -10,19 +10,31 @@ reaches when it replays the matched text.
 
 A pattern sees at most the tail: a match must fit in the last :data:`TAIL_BYTES` bytes, and once
 the output is longer than that, ``^`` no longer matches (the tail does not start the output).
+Matching is linear in the tail, but a pattern RE2 cannot keep in its DFA runs in its NFA, whose
+constant grows with the pattern: the watch counts the thread time it spends, and past
+:data:`MAX_MATCH_S` a token on average it raises
+:class:`~llamapy.errors.TriggerTooCostlyError` (the request ends; the others go on).
 """
 
 from __future__ import annotations
 
+import secrets
+import time
 from collections import deque
 from dataclasses import dataclass
 
+from llamapy.errors import TriggerTooCostlyError
 from llamapy.options.triggers import TriggerSet
 
-__all__ = ["TAIL_BYTES", "TriggerHit", "TriggerWatch", "gbnf_literal", "prefixed_grammar"]
+__all__ = ["MAX_MATCH_S", "TAIL_BYTES", "TriggerHit", "TriggerWatch", "gbnf_literal",
+           "prefixed_grammar"]
 
 #: Bytes of output a trigger pattern is matched against (the newest ones).
 TAIL_BYTES = 4096
+#: Most thread time matching may take a token, on average (common patterns take microseconds).
+MAX_MATCH_S = 0.001
+#: Thread time spent before the average is judged (a slow first token is not enough).
+_GRACE_S = 0.02
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +49,8 @@ class TriggerHit:
 class TriggerWatch:
     """The output's tail, matched against trigger patterns as tokens arrive."""
 
-    __slots__ = ("_base", "_before", "_buffer", "_spans", "_tail", "_triggers")
+    __slots__ = ("_base", "_before", "_buffer", "_fed", "_spans", "_spent", "_tail",
+                 "_triggers")
 
     def __init__(self, triggers: TriggerSet, tail_bytes: int = TAIL_BYTES) -> None:
         self._triggers = triggers
@@ -46,6 +59,8 @@ class TriggerWatch:
         self._spans: deque[tuple[int, int]] = deque()  # (token, its length), oldest first
         self._base = 0  # offset in the output of _buffer[0]
         self._before = b""  # the output's byte just before _buffer (empty at its start)
+        self._fed = 0  # tokens fed
+        self._spent = 0.0  # thread time spent matching (s)
 
     @property
     def num_bytes(self) -> int:
@@ -67,8 +82,17 @@ class TriggerWatch:
         self._trim()
         text, pos = (bytes(self._buffer), 0) if not self._before else (
             self._before + self._buffer, 1)
+        started = time.thread_time()
         start = self._triggers.find(text, pos)
+        self._account(time.thread_time() - started)
         return None if start is None else self._hit(start - pos)
+
+    def _account(self, spent: float) -> None:
+        """Count one token's matching time; raise when the patterns cost too much."""
+        self._fed += 1
+        self._spent += spent
+        if self._spent > _GRACE_S and self._spent > self._fed * MAX_MATCH_S:
+            raise TriggerTooCostlyError(MAX_MATCH_S)
 
     def _trim(self) -> None:
         """Drop whole tokens from the front while the rest still holds the tail."""
@@ -121,7 +145,5 @@ def prefixed_grammar(grammar: str, root: str, prefix: bytes) -> tuple[str, str]:
     new start rule's name (``grammar`` and ``root`` unchanged for an empty prefix)."""
     if not prefix:
         return grammar, root
-    name = "llamapy-trigger-prefix"
-    while name in grammar:
-        name += "-x"
+    name = f"llamapy-trigger-{secrets.token_hex(8)}"  # no rule of the grammar has it
     return f"{grammar}\n{name} ::= {gbnf_literal(prefix)} {root}\n", name

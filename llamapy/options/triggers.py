@@ -29,8 +29,9 @@ __all__ = ["MAX_TRIGGERS", "MAX_TRIGGER_LENGTH", "TriggerSet", "compile_triggers
 #: Most trigger patterns of a lazy grammar, and the longest one (characters).
 MAX_TRIGGERS = 16
 MAX_TRIGGER_LENGTH = 512
-#: RE2's memory budget for one compiled pattern (bytes): a larger program is refused.
-_PATTERN_MEMORY = 1 << 20
+#: RE2's memory budget for one compiled pattern, program and DFA cache (bytes): a larger
+#: program is refused, a DFA that outgrows it falls back to the NFA.
+_PATTERN_MEMORY = 1 << 18
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +74,7 @@ def compile_triggers(patterns: Sequence[str]) -> TriggerSet:
     return _compiled(tuple(patterns))
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=64)  # (at most 64 x 16 x 256 KiB held)
 def _compiled(patterns: tuple[str, ...]) -> TriggerSet:
     return TriggerSet(patterns, tuple(_compile_one(p) for p in patterns))
 

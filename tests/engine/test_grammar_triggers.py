@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from llamapy.errors import InvalidOptionError
+from llamapy.errors import InvalidOptionError, TriggerTooCostlyError
 from llamapy.grammar.triggers import TriggerHit, TriggerWatch, gbnf_literal, prefixed_grammar
 from llamapy.options import SamplingParams
 from llamapy.options.triggers import MAX_TRIGGER_LENGTH, MAX_TRIGGERS, compile_triggers
@@ -101,7 +101,28 @@ def test_regex_bombs_run_in_linear_time(pattern: str) -> None:
 
 
 def test_the_prefixed_grammar_reads_the_prefix_first() -> None:
-    text, root = prefixed_grammar('root ::= "x"', "root", b'a "q"\n\\')
-    assert root != "root" and text.endswith(f'{root} ::= "a \\"q\\"\\x0A\\\\" root\n')
+    grammar = 'root ::= "x"\n# llamapy-trigger-prefix llamapy-trigger-prefix-x'
+    text, root = prefixed_grammar(grammar, "root", b'a "q"\n\\')
+    assert root.startswith("llamapy-trigger-") and root not in grammar
+    assert text.endswith(f'{root} ::= "a \\"q\\"\\x0A\\\\" root\n')
     assert prefixed_grammar('root ::= "x"', "root", b"") == ('root ::= "x"', "root")
     assert gbnf_literal("é".encode()) == '"é"'
+
+
+def test_patterns_that_cost_too_much_a_token_end_the_request() -> None:
+    """A pattern RE2 runs in its NFA costs milliseconds a token over a full tail: the watch
+    counts its thread time and raises before it holds the model's thread for long."""
+    watch = TriggerWatch(compile_triggers([r"([\x00-\xff]*e){1,200}q",
+                                           r"(.*(e|h).*){1,100}q(.*){1,50}z"]))
+    with pytest.raises(TriggerTooCostlyError, match="grammar_triggers"):
+        for i in range(2_000):
+            watch.feed(i, b"the quick brown fox ")
+
+
+def test_common_patterns_never_count_as_too_costly() -> None:
+    """llama.cpp's chat layer's kinds of triggers, 16 at once, over 5,000 tokens."""
+    patterns = ["<tool_call>", r"[\s\S]*?(<tool_call>)[\s\S]*", r"^\s*(\{)", "[TOOL_CALLS]",
+                r"<\|start\|>assistant(\s+to)", r"(?:```json\s*)?(\{\s*\"name\")"] * 2
+    patterns += ["<function=", "<invoke", r"<\|tool_calls_section_begin\|>", r"\[\{"]
+    watch = TriggerWatch(compile_triggers(patterns))
+    assert all(watch.feed(i, b" some words ") is None for i in range(5_000))

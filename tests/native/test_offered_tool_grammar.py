@@ -9,7 +9,7 @@ import pytest
 
 from llamapy._native import Batch, Context, Model, SamplerChain
 from llamapy.grammar import offered_tool_grammar
-from llamapy.lazy_grammar import LazyGrammar
+from llamapy.lazy_grammar import MAX_FAILED_ARMS, LazyGrammar
 from llamapy.llama_sampler import LlamaSampler
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
@@ -104,3 +104,18 @@ def test_a_match_the_grammar_cannot_read_leaves_the_output_free(model: Model,
     finally:
         sampler.close()
     assert more == "c"
+
+
+def test_after_three_matches_the_grammar_cannot_read_the_watch_stops(model: Model,
+                                                                   ctx: Context) -> None:
+    """Each failed match re-arms nothing and costs the model's thread: after three the rest
+    of the output is free for good."""
+    sampler = lazy_sampler(model, ctx, 'root ::= "ab" "c"', ("ab",))
+    try:
+        for _ in range(MAX_FAILED_ARMS):
+            assert sampler._lazy is not None
+            greedy_after(model, ctx, sampler, "Think about", 1)
+            ctx.clear()
+        assert sampler._lazy is None
+    finally:
+        sampler.close()
