@@ -110,8 +110,8 @@ async def _within_limits(url: str, fetch: MediaFetch, where: str) -> bytes:
 
     try:
         return await asyncio.wait_for(_fetch(httpx.URL(url), fetch), fetch.timeout_s)
-    except (_Refused, TimeoutError, OSError, ValueError, httpx.HTTPError,
-            httpx.InvalidURL) as exc:
+    except (_Refused, TimeoutError, asyncio.TimeoutError, OSError, ValueError,
+            httpx.HTTPError, httpx.InvalidURL) as exc:  # (asyncio's is its own before 3.11)
         _log.info("remote media not fetched (%s): %s: %s", _host_of(url),
                   type(exc).__name__, exc)
         raise MediaError(f"{where}: {FETCH_FAILED}", reason="remote") from None
@@ -181,8 +181,13 @@ def pinned_request(client: httpx.AsyncClient, url: httpx.URL, address: Address
 
 
 async def _body(response: httpx.Response, max_bytes: int) -> bytes:
+    """The body as sent, within ``max_bytes``: an encoded one is refused (identity was asked
+    for, and a compressed body could expand past any bound inside one decode)."""
+    encoding = response.headers.get("content-encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):
+        raise _Refused(f"a body in content-encoding {encoding[:40]!r}")
     data = bytearray()
-    async for chunk in response.aiter_bytes():
+    async for chunk in response.aiter_raw():
         data += chunk
         if len(data) > max_bytes:
             raise _Refused(f"more than the {max_bytes} bytes allowed")

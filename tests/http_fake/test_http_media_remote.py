@@ -15,6 +15,7 @@ without ``--media-remote-private``.
 
 from __future__ import annotations
 
+import gzip
 import http.server
 import ipaddress
 import logging
@@ -36,6 +37,7 @@ from llamapy.media.samples import png
 from llamapy.media.sources import MediaFetch, media_from_url
 
 RED = png(8, 8, (255, 0, 0))
+BOMB = gzip.compress(gzip.compress(b"\0" * 10_000_000))
 #: A global address; the stand-in internet answers it from the local site.
 PUBLIC = "93.184.215.14"
 #: A global address that refuses every connection on the stand-in internet.
@@ -80,15 +82,20 @@ class _Site(http.server.BaseHTTPRequestHandler):
         path, _, query = self.path.partition("?")
         if path == "/red.png":
             self._send(200, RED)
+        elif path == "/bomb.png":  # gzip of gzip: a few bytes that decode to far more
+            self._send(200, BOMB, encoding="gzip, gzip")
         elif path in ("/to", "/loop"):
             self._send(302, b"", unquote(query) if path == "/to" else "/loop")
         else:
             self._send(404, b"no")
 
-    def _send(self, status: int, body: bytes, location: str | None = None) -> None:
+    def _send(self, status: int, body: bytes, location: str | None = None,
+              encoding: str | None = None) -> None:
         self.send_response(status)
         if location is not None:
             self.send_header("Location", location)
+        if encoding is not None:
+            self.send_header("Content-Encoding", encoding)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -164,6 +171,16 @@ def test_a_rebinding_name_is_fetched_from_the_address_checked(network: Network) 
     assert network.connects == [PUBLIC]
     assert network.seen == [("/red.png", f"rebind.test:{network.port}", True)]
     assert fetch(url.replace("rebind", "public")) == RED  # its next answer would be loopback
+    assert network.from_loopback() == []
+
+
+def test_an_encoded_body_is_refused_unread(network: Network,
+                                          caplog: pytest.LogCaptureFixture) -> None:
+    """Identity is asked for; a compressed body (which could expand past any bound within one
+    decode) is the one 400, refused for its encoding before any of it is decoded."""
+    with caplog.at_level(logging.INFO, logger="llamapy.media.remote"):
+        assert "could not be fetched" in refused(f"http://public.test:{network.port}/bomb.png")
+    assert "content-encoding 'gzip, gzip'" in caplog.text
     assert network.from_loopback() == []
 
 
