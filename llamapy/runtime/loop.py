@@ -57,6 +57,8 @@ from llamapy.runtime.stall import StallWatch
 __all__ = ["TickLoop"]
 
 log = logging.getLogger("llamapy.runtime")
+#: The longest timed wait on the inbox (a queue cannot wait for an infinite deadline).
+_LONGEST_WAIT_S = 3600.0
 T = TypeVar("T")
 
 
@@ -287,7 +289,7 @@ class TickLoop:
         the engine's clock), else forever."""
         now, expiry = time.monotonic(), lease_expiry_wait(engine)
         waits = [p.deadline - now for p in self._leases] + ([] if expiry is None else [expiry])
-        return max(0.0, min(waits)) if waits else None
+        return min(max(0.0, min(waits)), _LONGEST_WAIT_S) if waits else None
 
     def _drain(self, engine: Engine, wait: float | None) -> bool:
         """Handle inbox commands (blocking up to ``wait`` for the first); False on close."""

@@ -46,6 +46,8 @@ __all__ = [
 ]
 
 STRUCTURED_KINDS = ("none", "json_schema", "json_schema_tool_calls", "grammar")
+#: The longest timeout a session takes (30 days; longer is no bound a thread can wait for).
+MAX_TIMEOUT_S = 30 * 86_400.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -92,11 +94,14 @@ class SessionConfig:
     context_options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
-        if self.lease_timeout < 0 or self.request_timeout <= 0:
-            raise InvalidOptionError("timeouts must be positive", option="lease_timeout")
+        check(is_num(self.lease_timeout) and 0 <= self.lease_timeout <= MAX_TIMEOUT_S,
+              "lease_timeout", f"must be within [0, {MAX_TIMEOUT_S:g}] seconds")
+        check(is_num(self.request_timeout) and 0 < self.request_timeout <= MAX_TIMEOUT_S,
+              "request_timeout", f"must be within (0, {MAX_TIMEOUT_S:g}] seconds")
         idle = self.lease_idle_timeout
-        check(idle is None or (is_num(idle) and idle > 0), "lease_idle_timeout",
-              f"must be a positive number of seconds or None, got {idle!r}")
+        check(idle is None or (is_num(idle) and 0 < idle <= MAX_TIMEOUT_S), "lease_idle_timeout",
+              f"must be a positive number of seconds up to {MAX_TIMEOUT_S:g}, or None, got "
+              f"{idle!r}")
         _positive_or_none(self.n_ctx, "n_ctx")
         _positive_or_none(self.n_batch, "n_batch")
         if not isinstance(self.context_options, Mapping):

@@ -37,6 +37,7 @@ from llamapy.runtime import (
     Collector,
     Hosted,
     InlineRuntime,
+    LoopState,
     RequestStream,
     TickLoop,
     new_request_id,
@@ -319,3 +320,17 @@ def test_a_ticks_events_for_many_async_streams_cost_one_loop_wakeup() -> None:
     got, wakeups = asyncio.run(main())
     assert got == [[0, 1, 2]] * 16
     assert wakeups == 1
+
+
+def test_a_lease_idle_bound_past_what_a_thread_can_wait_leaves_the_loop_serving() -> None:
+    """An idle bound of 1e10 s (past ``threading.TIMEOUT_MAX``) made the idle loop's inbox
+    wait raise ``OverflowError``: the tick thread died. The wait is clamped."""
+    runtime = TickLoop(lambda: Hosted(engine=fake_engine(n_parallel=2)))
+    try:
+        runtime.ready.wait(5)
+        runtime.lease(CacheKey(), timeout=1, idle_s=1e10)
+        time.sleep(0.1)  # the loop goes idle and waits for the lease's expiry
+        assert runtime.alive and runtime.state is LoopState.READY
+        assert len(list(RequestStream(runtime, request([1, 2]), timeout=5))) > 1
+    finally:
+        runtime.close(5)
