@@ -178,6 +178,10 @@ class EncoderQueue:
             del self._held[held.tenant]
 
     def _grow(self, held: Held, nbytes: int) -> None:
+        if held.nbytes + nbytes > self.tenant_max_bytes:  # never fits: no retry would help
+            raise MediaError(f"this request's media and embeddings take more than the "
+                             f"{self.tenant_max_bytes} bytes one tenant's media may hold",
+                             reason="too_large")
         with self._cond:
             refusal = self._no_room(held.tenant, nbytes)
             if refusal is not None:

@@ -169,6 +169,18 @@ def test_a_request_larger_than_a_tenants_bound_is_refused_before_decoding() -> N
     assert queue.held_bytes == 0 and queue.waiting_requests == 0
 
 
+def test_embeddings_that_could_never_fit_are_a_400_not_a_429() -> None:
+    """Bytes a request adds later (its embeddings) past one tenant's whole bound can never
+    fit: a typed 400 at once, not a 429 a client would retry forever."""
+    queue = EncoderQueue(tenant_max_bytes=1000)
+    with queue.admit("a", 600) as held:
+        with pytest.raises(MediaError) as caught:
+            held.grow(500)
+        assert caught.value.reason == "too_large" and caught.value.http_status == 400
+        assert not isinstance(caught.value, MediaMemoryError)
+    assert queue.held_bytes == 0
+
+
 def test_a_tenant_over_its_bound_waits_while_another_tenant_is_served() -> None:
     one = [image(1)]
     queue = EncoderQueue(tenant_max_bytes=charge(one) + charge(one) // 2)
