@@ -41,7 +41,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import InvalidRequestError, SlotFileBudgetError, UnsupportedFeatureError
+from ..errors import (
+    InvalidRequestError,
+    QueueFullError,
+    SlotFileBudgetError,
+    UnsupportedFeatureError,
+)
 from ..options.serve import ServeOptions
 from .tenants import TENANT_NAME
 
@@ -53,6 +58,8 @@ log = logging.getLogger("llamapy.serve")
 FILENAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,254}")
 #: The folder of tenant ``NAME``'s files: this prefix and the name.
 TENANT_PREFIX = "tenant="
+#: Saves and restores under way at once (each holds a slot's KV in memory, in copies).
+MAX_MOVING = 2
 _MB = 1024 * 1024
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -96,8 +103,20 @@ class SlotStore:
         self.folder.mkdir(parents=True, exist_ok=True)
         self.budget = budget or SlotBudget()
         self._lock = threading.Lock()
+        self._moving = threading.BoundedSemaphore(MAX_MOVING)
         #: Each tenant's files and their sizes.
         self._sizes: dict[str | None, dict[str, int]] = _scan(self.folder)
+
+    @contextlib.contextmanager
+    def moving(self) -> Iterator[None]:
+        """One save or restore under way (it holds a slot's KV in memory, in copies): at most
+        :data:`MAX_MOVING` at once; one more is a 429 at once, nothing read or written."""
+        if not self._moving.acquire(blocking=False):
+            raise QueueFullError(MAX_MOVING)
+        try:
+            yield
+        finally:
+            self._moving.release()
 
     # --- budgets ------------------------------------------------------------------------------
 

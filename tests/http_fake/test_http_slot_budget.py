@@ -5,6 +5,7 @@ exclusively, renamed into place; no symlink in the folder followed."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -171,3 +172,20 @@ def test_a_store_whose_folder_went_away_answers_a_400(tmp_path: Path) -> None:
     with pytest.raises(InvalidRequestError, match="not a tenant name"):
         SlotStore(tmp_path / "other").save("../up", "a.bin", b"data")
     assert store.total() == (0, 0)
+
+
+def test_saves_and_restores_under_way_are_bounded(tmp_path: Path) -> None:
+    """Each holds a slot's KV in memory: past MAX_MOVING at once, one more is a 429 with
+    nothing read or written."""
+    with app_on(tmp_path) as app:
+        fill(app, "ka", 0)
+        assert act(app, "ka", 0, "save", "a.bin").status_code == 200
+        store = app.client.app.state.llamapy.slot_store  # type: ignore[attr-defined]
+        with contextlib.ExitStack() as held:
+            for _ in range(slot_store.MAX_MOVING):
+                held.enter_context(store.moving())
+            for action in ("save", "restore"):
+                r = act(app, "ka", 0, action, "a.bin")
+                assert r.status_code == 429, r.text
+        assert act(app, "ka", 0, "restore", "a.bin").status_code == 200
+        assert files_in(tmp_path) == ["tenant=acme/a.bin"]

@@ -102,9 +102,10 @@ def _save(served: ServedModel, store: SlotStore, filename: str, slot_id: int,
         _check_slot(engine, slot_id, principal, empty_ok=False)
         return engine.slot_ops.save(slot_id)
 
-    saved = served.server.call(save)
-    data = encode(saved, _model_id(served))
-    store.save(principal.tenant, filename, data)
+    with store.moving():
+        saved = served.server.call(save)
+        data = encode(saved, _model_id(served))
+        store.save(principal.tenant, filename, data)
     return {"id_slot": slot_id, "filename": filename, "n_saved": len(saved.token_ids),
             "n_written": len(data), "timings": {"save_ms": _ms(started)}}
 
@@ -112,11 +113,6 @@ def _save(served: ServedModel, store: SlotStore, filename: str, slot_id: int,
 def _restore(served: ServedModel, store: SlotStore, filename: str, slot_id: int,
              principal: Principal) -> dict[str, Any]:
     started = time.perf_counter()
-    data = store.read(principal.tenant, filename)
-    saved = decode(data, _model_id(served))
-    if not (principal.admin or principal.owns(saved.key.tenant)):
-        raise PermissionDeniedError(f"Unable to restore slot: {filename} was saved by another "
-                                    "tenant")
 
     def restore(engine: Engine) -> int:
         _check_slot(engine, slot_id, principal, empty_ok=True)
@@ -125,7 +121,13 @@ def _restore(served: ServedModel, store: SlotStore, filename: str, slot_id: int,
                                      "model and context (or it is corrupt)", option="filename")
         return len(saved.token_ids)
 
-    n = served.server.call(restore)
+    with store.moving():
+        data = store.read(principal.tenant, filename)
+        saved = decode(data, _model_id(served))
+        if not (principal.admin or principal.owns(saved.key.tenant)):
+            raise PermissionDeniedError(f"Unable to restore slot: {filename} was saved by "
+                                        "another tenant")
+        n = served.server.call(restore)
     return {"id_slot": slot_id, "filename": filename, "n_restored": n, "n_read": len(data),
             "timings": {"restore_ms": _ms(started)}}
 
