@@ -228,8 +228,9 @@ class ModelHost:
             yield server is None and self.sleeping
 
     def try_enter(self) -> ModelLease | None:
-        """A lease on the model if it is loaded now (never blocks, never wakes it)."""
-        return self.manager.try_acquire(_MODEL)
+        """A lease on the model if it is loaded now and the manager free (never blocks, never
+        wakes it: an event loop may call it)."""
+        return self.manager.try_acquire(_MODEL, blocking=False)
 
     def enter(self) -> ModelLease | None:
         """A request that runs on the model starts: a lease on it, waking a sleeping model

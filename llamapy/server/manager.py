@@ -158,14 +158,20 @@ class ModelManager(Lifecycle):
             server = self._hold(entry, self._deadline(timeout), retry=False)
         return ModelLease(entry.spec.name, server, lambda: self._release(entry))
 
-    def try_acquire(self, name: str) -> ModelLease | None:
-        """A lease if the model is loaded now, else None (nothing started, never waits)."""
-        with self._cond:
+    def try_acquire(self, name: str, *, blocking: bool = True) -> ModelLease | None:
+        """A lease if the model is loaded now, else None (nothing started, never waits for a
+        load). ``blocking=False`` also answers None while the manager's lock is held (an
+        unload under way runs hooks under it), for a caller that must not wait at all."""
+        if not self._cond.acquire(blocking=blocking):
+            return None
+        try:
             entry = self._entry(name)
             if entry.state is not ModelState.LOADED:
                 return None
             entry.users += 1
             entry.last_used = time.monotonic()
+        finally:
+            self._cond.release()
         return ModelLease(entry.spec.name, entry.server, lambda: self._release(entry))
 
     def peek(self, name: str) -> Any | None:

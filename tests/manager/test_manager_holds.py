@@ -134,3 +134,29 @@ def test_a_failed_load_is_kept_as_the_models_typed_error() -> None:
             assert server is None
     finally:
         m.close()
+
+
+def test_a_lease_that_must_not_wait_is_none_while_the_lock_is_held() -> None:
+    """An event loop's fast path: the manager busy (an unload running its hooks under the
+    lock) answers None at once instead of blocking; free, it leases as ever."""
+    m = ModelManager([spec("a")], server_factory=FakeFactory())
+    try:
+        m.acquire("a", 5).release()
+        held, done = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            with m._cond:
+                held.set()
+                done.wait(5)
+
+        thread = threading.Thread(target=hold)
+        thread.start()
+        held.wait(5)
+        assert m.try_acquire("a", blocking=False) is None
+        done.set()
+        thread.join(5)
+        lease = m.try_acquire("a", blocking=False)
+        assert lease is not None
+        lease.release()
+    finally:
+        m.close()
