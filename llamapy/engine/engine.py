@@ -238,7 +238,9 @@ class Engine:
 
     def _fail_runs(self, runs: list[Run], phase: str, exc: Exception) -> None:
         """End ``runs`` with a typed error after a failure in ``phase`` (KV resynced)."""
-        log.error("engine %s failed; failing %d request(s): %r", phase, len(runs), exc)
+        refused = isinstance(exc, LlamapyError) and exc.http_status < 500  # the request's own
+        log.log(logging.INFO if refused else logging.ERROR,
+                "engine %s failed; failing %d request(s): %r", phase, len(runs), exc)
         error = exc if isinstance(exc, LlamapyError) else EngineError(phase, exc)
         for run in runs:
             if run.slot is not None:
