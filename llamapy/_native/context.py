@@ -83,8 +83,11 @@ class Context(Owned):
         self.n_ubatch = int(lib.llama_n_ubatch(self._ptr))
         self.n_seq_max = int(lib.llama_n_seq_max(self._ptr))
         self.n_vocab = model.n_vocab
-        self._abort_cb: Any = None
-        self._abort = False
+        ffi = native().ffi
+        # llamapy_heartbeat: [0] counts ggml's calls while a decode computes, [1] aborts it
+        self._beat = ffi.new("int64_t[2]")
+        lib.llama_set_abort_callback(self._ptr, ffi.addressof(native().shim, "llamapy_heartbeat"),
+                                     self._beat)
         self._code = native().ffi.new("int32_t *")  # llama_decode's return code, via the shim
         self._what = native().ffi.new("char[]", WHAT_SIZE)
 
@@ -164,11 +167,13 @@ class Context(Owned):
 
     def set_abort(self, flag: bool) -> None:
         """Ask a running decode to abort (returns code 2) until cleared."""
-        self._abort = flag
-        if self._abort_cb is None:
-            ffi = native().ffi
-            self._abort_cb = ffi.callback("ggml_abort_callback", lambda _data: self._abort)
-            native().lib.llama_set_abort_callback(self.ptr, self._abort_cb, ffi.NULL)
+        self._beat[1] = int(flag)
+
+    @property
+    def progress(self) -> int:
+        """A count that advances while a decode computes (any thread may read it): a decode
+        that runs long but whose count moves is working, not stuck."""
+        return int(self._beat[0])
 
     @property
     def pooling(self) -> str:

@@ -94,9 +94,9 @@ class ServerOptions:
                           "first request skips the first decode's one-time costs (llama-server's "
                           "--warmup)")
     stall_timeout: float = option(
-        300.0, "seconds one tick or command of the model's thread may run before the server "
-        "counts as dead (/health 503, exit status 70 so that a supervisor restarts it; 0 = "
-        "never)")
+        300.0, "seconds one tick or command of the model's thread may run without the model "
+        "computing before the server counts as dead (/health 503, exit status 70 so that a "
+        "supervisor restarts it; a long decode at work never counts; 0 = never)")
 
     def __post_init__(self) -> None:
         check(is_int(self.n_ctx) and self.n_ctx >= 1, "n_ctx", "must be an integer >= 1")

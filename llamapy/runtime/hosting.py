@@ -34,3 +34,6 @@ class Hosted:
     model: Any = None
     media: Any = None
     free: Callable[[], None] = field(default=lambda: None)
+    #: A count that advances while the model computes (None: not known); a tick whose count
+    #: moves is working, however long it runs (see :mod:`llamapy.runtime.stall`).
+    progress: Callable[[], int] | None = None

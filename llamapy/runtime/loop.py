@@ -234,7 +234,8 @@ class TickLoop:
             return
         self.state = LoopState.READY
         if self._stall_timeout > 0:
-            self._stall = StallWatch(self._stall_timeout, self._stalled)
+            self._stall = StallWatch(self._stall_timeout, self._stalled,
+                                     progress=self.hosted.progress)
         self.ready.set()
         try:
             self._serve(self.hosted.engine)
@@ -244,6 +245,7 @@ class TickLoop:
         stalled = self._stall is not None and self._stall.fired
         if self._stall is not None:
             self._stall.close()
+            self._stall = None  # (its progress reads the context: nothing may keep that)
         self._shutdown()
         if self.crash_error is not None and not stalled:  # (a stall was told when it came)
             self._notify_crash(self.crash_error)

@@ -59,7 +59,8 @@ def host_model(model: Model, context: ContextOptions, config: EngineConfig,
     def free() -> None:
         _free(parts, draft_model)
 
-    return Hosted(engine=engine, model=model, free=free)
+    return Hosted(engine=engine, model=model, free=free,
+                  progress=lambda: sum(part_ctx.progress for part_ctx, _ in parts))
 
 
 def cache_namespace(model: Model, ctx: Context) -> CacheNamespace:

@@ -3,9 +3,12 @@
 The tick thread marks the start (:meth:`StallWatch.begin`) and the end (:meth:`StallWatch.end`)
 of each unit of work it does (a tick, a command). A watcher thread sleeps until the current
 unit's deadline; if that unit is still running then, the thread is stalled (a native call that
-does not return) and ``on_stall`` runs, once, on the watcher thread. The watcher wakes at most
-once per bound while the thread works and blocks without a timeout while it is idle, so the
-marks cost the tick thread two uncontended lock acquisitions and no wake-up.
+does not return) and ``on_stall`` runs, once, on the watcher thread, unless ``progress``
+(a count the model's computation advances: libllama's abort callback is called between the
+nodes of a decode's graph) moved since the last look, which makes the unit a long decode at
+work: its deadline moves on by the bound. The watcher wakes at most once per bound while the
+thread works and blocks without a timeout while it is idle, so the marks cost the tick thread
+two uncontended lock acquisitions and no wake-up.
 """
 
 from __future__ import annotations
@@ -24,9 +27,13 @@ class StallWatch:
     """Calls ``on_stall(seconds)`` when a unit of work runs longer than ``bound_s``."""
 
     def __init__(self, bound_s: float, on_stall: Callable[[float], None],
-                 name: str = "llamapy-stall-watch") -> None:
+                 name: str = "llamapy-stall-watch",
+                 progress: Callable[[], int] | None = None) -> None:
         self.bound_s = bound_s
         self._on_stall = on_stall
+        self._progress = progress
+        self._seen = 0  # the progress count at the last look at the unit
+        self._unit: float | None = None  # the unit (its start) that count belongs to
         self._cond = threading.Condition()
         self._since: float | None = None  # start of the unit running now
         self._parked = False  # the watcher waits with no deadline
@@ -61,14 +68,27 @@ class StallWatch:
                 if since is None:
                     self._cond.wait()
                     continue
+                if since != self._unit:  # a unit not looked at yet: its count so far
+                    self._unit, self._seen = since, self._count()
                 late = time.monotonic() - since
                 if late < self.bound_s:
                     self._cond.wait(self.bound_s - late)
+                    continue
+                if self._moved():  # a long decode at work: its deadline moves on
+                    self._since = self._unit = time.monotonic()
                     continue
                 self.fired = self._closed = True
                 break
         if self.fired:
             self._fire(late)
+
+    def _count(self) -> int:
+        return 0 if self._progress is None else self._progress()
+
+    def _moved(self) -> bool:
+        """Whether the progress count moved since the last look (False without one)."""
+        seen, self._seen = self._seen, self._count()
+        return self._seen != seen
 
     def _fire(self, late: float) -> None:
         try:

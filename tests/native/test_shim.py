@@ -19,6 +19,7 @@ from llamapy._native import Batch, Context, Model, SamplerChain, native
 from llamapy._native._loader import SHIM_ABI, load_shim
 from llamapy._native._shim import WHAT_SIZE, Status, check_error
 from llamapy.errors import (
+    DecodeAbortedError,
     DecodeError,
     DecodeExceptionError,
     GrammarError,
@@ -225,3 +226,24 @@ def test_constructors_and_tokenize_out_of_memory_are_typed_errors() -> None:
     assert results == {"penalties": "NativeMemoryError", "dry": "NativeMemoryError",
                        "logit_bias": "NativeMemoryError", "tokenize": "NativeMemoryError",
                        "small window": "ok"}
+
+
+def test_the_heartbeat_counts_while_a_decode_computes_and_aborts_it(model: Model,
+                                                                    ctx: Context) -> None:
+    """libllama's abort callback is the shim's heartbeat: ggml calls it between the nodes of a
+    decode's graph (the stall watch reads the count), and its flag still aborts a decode."""
+    ctx.clear()
+    before = ctx.progress
+    batch = Batch(64)
+    batch.add(0, 0, model.tokenize("Count the beats."))
+    ctx.decode(batch)
+    assert ctx.progress > before
+    ctx.clear()
+    ctx.set_abort(True)
+    try:
+        with pytest.raises(DecodeAbortedError):
+            ctx.decode(batch)
+    finally:
+        ctx.set_abort(False)
+    ctx.clear()
+    ctx.decode(batch)  # cleared: decodes again

@@ -113,3 +113,28 @@ def test_health_is_503_once_the_model_thread_is_stuck() -> None:
         assert response.status_code == 503, response.text
         assert "stall_timeout" in response.text
         worker.join(WAIT_S)
+
+
+def test_a_long_unit_whose_progress_moves_is_no_stall() -> None:
+    """A decode that takes longer than the bound but keeps computing (the heartbeat count
+    moves) is left alone; once the count stops, the unit is stuck."""
+    fired = threading.Event()
+    count, ticking = [0], threading.Event()
+    ticking.set()
+
+    def beat() -> None:
+        while ticking.is_set():
+            count[0] += 1
+            time.sleep(0.01)
+
+    watch = StallWatch(0.2, lambda _: fired.set(), progress=lambda: count[0])
+    beater = threading.Thread(target=beat, daemon=True)
+    beater.start()
+    try:
+        watch.begin()  # one unit, 5 bounds long, computing all along
+        assert not fired.wait(1.0)
+        ticking.clear()  # the computation stops: stuck
+        assert fired.wait(WAIT_S)
+    finally:
+        ticking.clear()
+        watch.close()

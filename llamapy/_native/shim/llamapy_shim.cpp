@@ -91,6 +91,12 @@ int llamapy_shim_abi(void) {
     return LLAMAPY_SHIM_ABI;
 }
 
+bool llamapy_heartbeat(void * data) {
+    auto * beat = static_cast<int64_t *>(data);
+    __atomic_add_fetch(&beat[0], 1, __ATOMIC_RELAXED);
+    return __atomic_load_n(&beat[1], __ATOMIC_RELAXED) != 0;
+}
+
 int llamapy_sampler_sample(llama_sampler * smpl, llama_context * ctx, int32_t idx,
                            llama_token * out, char * what, size_t what_size) {
     return guard(what, what_size, [&] {

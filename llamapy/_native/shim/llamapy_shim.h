@@ -25,7 +25,7 @@
 extern "C" {
 #endif
 
-enum { LLAMAPY_SHIM_ABI = 1 };
+enum { LLAMAPY_SHIM_ABI = 2 };
 
 enum llamapy_status {
     LLAMAPY_OK               = 0,
@@ -38,6 +38,12 @@ enum llamapy_status {
 
 /* The LLAMAPY_SHIM_ABI this library was compiled with. */
 LLAMAPY_SHIM_API int llamapy_shim_abi(void);
+
+/* A ggml_abort_callback for llama_set_abort_callback that is also a heartbeat: ``data`` points
+ * to two int64_t; the first is incremented at every call (ggml calls it between the nodes of a
+ * graph, so it advances while a decode computes), the second is the abort flag (nonzero: the
+ * decode aborts). Both are read and written atomically. */
+LLAMAPY_SHIM_API bool llamapy_heartbeat(void * data);
 
 /* llama_sampler_sample, checked: the chain's pick must be a candidate that no sampler excluded
  * (a finite or +inf logit) before it is accepted; otherwise LLAMAPY_ERR_NO_CANDIDATE and
