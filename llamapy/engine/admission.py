@@ -142,6 +142,18 @@ def _check_fits(request: Request, prompt: list[int], backend: Backend, pool: Slo
                                    additional_tokens=total - resident, n_ctx=backend.n_ctx_seq)
 
 
+def effective_cache_prompt(request: Request, default: bool) -> bool:
+    """A request's ``cache_prompt`` (``default``: the server's): leased slots always reuse
+    and retain, pooled requests never (their prompt is decoded whole, and pooled KV serves
+    nothing after it)."""
+    if request.lease_id is not None:
+        return True
+    if request.pooled:
+        return False
+    value = request.options.cache_prompt
+    return default if value is None else value
+
+
 class Admission:
     """The order queued runs are offered slots: within a tenant, lease-bound, pinned
     (``slot_id``) and affine (``session``) runs first, the rest in the strategy's

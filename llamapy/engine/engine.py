@@ -20,7 +20,13 @@ import time
 from collections import deque
 from collections.abc import Callable, Hashable, Mapping
 
-from llamapy.engine.admission import Admission, batch_limit, check_backend, check_request
+from llamapy.engine.admission import (
+    Admission,
+    batch_limit,
+    check_backend,
+    check_request,
+    effective_cache_prompt,
+)
 from llamapy.engine.backend import Backend, Sampler
 from llamapy.engine.cache.disk import CacheNamespace, open_disk_cache
 from llamapy.engine.cache.ram import open_ram_cache
@@ -73,11 +79,7 @@ class Engine:
         self.instability_events: deque[InstabilityEvent] = recent_events()
         self.pool = SlotPool(config.n_parallel, min_route_share=config.slot_prompt_similarity,
                              clock=clock)
-        self.disk = open_disk_cache(config, tuning, cache_namespace)
-        self.ram = open_ram_cache(config, tuning, self.disk.offer_entry, clock)
-        self.prefix = PrefixResolver(backend, self.pool, self.ram, self.counters, tuning,
-                                     self.instability_events.append, self.disk,
-                                     cache_idle_slots=config.cache_idle_slots)
+        self._open_caches(cache_namespace)
         chunk = self.n_batch if backend.pools else config.chunk_size  # (prompts go whole)
         self.planner = Planner(self.strategy, self.n_batch, chunk,
                                lambda: self.speculator.cost.pass_tokens)
@@ -99,6 +101,15 @@ class Engine:
         self._gone: list[Run] = []
         self._serial = 0
         self._closed = False
+
+    def _open_caches(self, cache_namespace: CacheNamespace | None) -> None:
+        """The disk and RAM prompt caches and the prefix resolver over them and the slots."""
+        config, tuning = self.config, self.tuning
+        self.disk = open_disk_cache(config, tuning, cache_namespace)
+        self.ram = open_ram_cache(config, tuning, self.disk.offer_entry, self.clock)
+        self.prefix = PrefixResolver(self.backend, self.pool, self.ram, self.counters, tuning,
+                                     self.instability_events.append, self.disk,
+                                     cache_idle_slots=config.cache_idle_slots)
 
     # --- submission ----------------------------------------------------------------------------
 
@@ -167,14 +178,7 @@ class Engine:
         return slot
 
     def _cache_prompt(self, request: Request) -> bool:
-        """Effective ``cache_prompt``: leased slots always reuse and retain, pooled requests
-        never (their prompt is decoded whole, and pooled KV serves nothing after it)."""
-        if request.lease_id is not None:
-            return True
-        if request.pooled:
-            return False
-        value = request.options.cache_prompt
-        return self.config.cache_prompt if value is None else value
+        return effective_cache_prompt(request, self.config.cache_prompt)
 
     def _new_run(self, request: Request, prompt: list[int], sampler: Sampler | None) -> Run:
         self._serial += 1
