@@ -66,10 +66,6 @@ def create_app(target: Server | Loader | ModelManager, *, alias: str | None = _S
                embeddings: bool = _SERVE.embeddings, webui: bool = _SERVE.webui,
                slots: bool = _SERVE.slots, metrics: bool = _SERVE.metrics,
                props: bool = _SERVE.props, slot_save_path: str | None = _SERVE.slot_save_path,
-               slot_save_max_mb: float = _SERVE.slot_save_max_mb,
-               slot_save_max_files: int = _SERVE.slot_save_max_files,
-               slot_save_tenant_max_mb: float = _SERVE.slot_save_tenant_max_mb,
-               slot_save_tenant_max_files: int = _SERVE.slot_save_tenant_max_files,
                own_server: bool = False, chat_templates: Mapping[str, str] | None = None,
                api_prefix: str = _SERVE.api_prefix,
                sse_ping_interval: float = _SERVE.sse_ping_interval, **served: Any) -> Starlette:
@@ -82,22 +78,17 @@ def create_app(target: Server | Loader | ModelManager, *, alias: str | None = _S
     :mod:`llamapy.serve.tenants`; not both) protect all but ``/health`` and the pages.
     ``cors_origins``, ``allowed_hosts`` and ``bind_hosts``: which pages and ``Host`` names are
     answered (:mod:`llamapy.serve.cors`, :mod:`llamapy.serve.guard`). ``chat_template``: Jinja
-    overriding the GGUF's. ``slot_save_path`` and the ``slot_save_*`` budgets: the slot files'
-    folder, counted now (:mod:`llamapy.serve.slot_store`). ``own_server``: close it on
-    shutdown. The serving options (the
-    keywords :class:`~llamapy.options.ServeOptions` names, and in ``served`` the presentation
-    ones such as ``aliases``, ``tags``, ``n_predict``, ``cache_report`` and
-    ``sleep_idle_seconds``, :mod:`llamapy.serve.sleep`) mean, default to and are checked as it
-    says.
+    overriding the GGUF's. ``slot_save_path`` and the ``slot_save_*`` budgets (in ``served``):
+    the slot files' folder, counted now (:mod:`llamapy.serve.slot_store`). ``own_server``:
+    close it on shutdown. The serving options (the keywords :class:`~llamapy.options.ServeOptions`
+    names; in ``served`` the presentation ones such as ``aliases``, ``tags``, ``n_predict``,
+    ``cache_report`` and ``sleep_idle_seconds``) mean, default to and are checked as it says.
     """
     _check_serving(alias, api_key, cors_origins, allowed_hosts, max_body_bytes,
                    sse_ping_interval, served.get("sleep_idle_seconds"))
+    store = _slot_store(slot_save_path, served)  # (takes the slot_save_* budgets)
     owned = _owner(target, alias=alias, chat_template=chat_template,
                    chat_templates=chat_templates, request_timeout=request_timeout, **served)
-    store = _slot_store(slot_save_path, ServeOptions(
-        slot_save_max_mb=slot_save_max_mb, slot_save_max_files=slot_save_max_files,
-        slot_save_tenant_max_mb=slot_save_tenant_max_mb,
-        slot_save_tenant_max_files=slot_save_tenant_max_files))
     ctx = _context(owned, keys=_key_table(api_key, api_keys), embeddings=embeddings, slots=slots,
                    metrics_endpoint=metrics, props_endpoint=props, slot_store=store,
                    sse_ping_interval=sse_ping_interval)
@@ -131,9 +122,16 @@ def _assemble(ctx: AppContext, owned: ModelSource | None, webui: bool,
     return app
 
 
-def _slot_store(folder: str | None, budgets: ServeOptions) -> SlotStore | None:
-    """The slot files of ``folder`` within the ``slot_save_*`` budgets of ``budgets`` (None
-    without a folder: the slot actions answer 501)."""
+#: The slot files' budgets, keywords of ``create_app`` (ServeOptions defines them).
+_SLOT_BUDGETS = ("slot_save_max_mb", "slot_save_max_files", "slot_save_tenant_max_mb",
+                 "slot_save_tenant_max_files")
+
+
+def _slot_store(folder: str | None, served: dict[str, Any]) -> SlotStore | None:
+    """The slot files of ``folder`` within the ``slot_save_*`` budgets, taken out of
+    ``served`` (checked by ServeOptions; None without a folder: the slot actions answer
+    501)."""
+    budgets = ServeOptions(**{k: served.pop(k) for k in _SLOT_BUDGETS if k in served})
     return None if folder is None else SlotStore(folder, SlotBudget.of(budgets))
 
 
