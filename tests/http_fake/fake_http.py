@@ -8,19 +8,23 @@ the engine to go idle and runs its integrity checks on the tick thread.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
+from starlette.requests import Request
 from starlette.testclient import TestClient
 
 from llamapy.engine import Engine
 from llamapy.serve import create_app
+from llamapy.serve.pages.live_view import events_router
 from llamapy.server import Server
 from llamapy.server.fake import fake_server
 
@@ -160,3 +164,27 @@ def sse_events(text: str) -> list[tuple[str | None, str]]:
         if data:
             out.append((name, "\n".join(data)))
     return out
+
+
+def feed_frame(app: FakeApp, key: str) -> dict[str, Any]:
+    """The first frame of ``/v1/llamapy/events`` for ``key`` (through the route's endpoint:
+    the in-process client cannot hang up on an endless feed)."""
+    ctx = app.client.app.state.llamapy  # type: ignore[attr-defined]
+    endpoint: Callable[[Request], Any] = events_router(ctx).routes[0].endpoint  # type: ignore
+
+    async def first() -> dict[str, Any]:
+        async def receive() -> dict[str, Any]:
+            await anyio.sleep_forever()
+            raise AssertionError("unreachable")
+
+        scope = {"type": "http", "method": "GET", "path": "/v1/llamapy/events",
+                 "query_string": b"", "headers": [(b"authorization", f"Bearer {key}".encode())]}
+        response = await endpoint(Request(scope, receive))
+        try:
+            chunk = await response.body_iterator.__anext__()
+        finally:
+            await response.body_iterator.aclose()
+            await response._source.aclose()
+        return dict(json.loads(sse_events(chunk.decode())[0][1]))
+
+    return anyio.run(first)

@@ -5,15 +5,12 @@ moves nothing it sees); an admin sees the totals and each tenant's counters."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
-import anyio
 import pytest
-from fake_http import FakeApp, fake_app, sse_events
-from starlette.requests import Request
+from fake_http import FakeApp, fake_app, feed_frame
 
-from llamapy.serve.pages.live_view import events_router
 from llamapy.serve.pages.tenant_view import SERVER_SECTIONS, feed_view
 from llamapy.serve.tenants import KeyTable, Principal
 
@@ -34,30 +31,6 @@ def app(request: pytest.FixtureRequest) -> Iterator[FakeApp]:
     with fake_app(app_options={"api_keys": KeyTable.parse(KEYS),
                                "cache_report": request.param}) as served:
         yield served
-
-
-def feed_frame(app: FakeApp, key: str) -> dict[str, Any]:
-    """The first frame of ``/v1/llamapy/events`` for ``key`` (through the route's endpoint:
-    the in-process client cannot hang up on an endless feed)."""
-    ctx = app.client.app.state.llamapy  # type: ignore[attr-defined]
-    endpoint: Callable[[Request], Any] = events_router(ctx).routes[0].endpoint  # type: ignore
-
-    async def first() -> dict[str, Any]:
-        async def receive() -> dict[str, Any]:
-            await anyio.sleep_forever()
-            raise AssertionError("unreachable")
-
-        scope = {"type": "http", "method": "GET", "path": "/v1/llamapy/events",
-                 "query_string": b"", "headers": [(b"authorization", f"Bearer {key}".encode())]}
-        response = await endpoint(Request(scope, receive))
-        try:
-            chunk = await response.body_iterator.__anext__()
-        finally:
-            await response.body_iterator.aclose()
-            await response._source.aclose()
-        return dict(json.loads(sse_events(chunk.decode())[0][1]))
-
-    return anyio.run(first)
 
 
 def steady(frame: dict[str, Any]) -> dict[str, Any]:

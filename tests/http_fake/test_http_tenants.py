@@ -11,18 +11,15 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
-from fake_http import ALIAS, FakeApp, fake_app, sse_events
-from starlette.requests import Request
+from fake_http import ALIAS, FakeApp, fake_app, feed_frame, sse_events
 
 from llamapy.engine import Engine
 from llamapy.engine.fake.text import FakeTextModel
-from llamapy.serve.pages.live_view import events_router
 from llamapy.serve.pages.tenant_view import BARE_FIELDS, feed_view
 from llamapy.serve.tenants import KeyTable, Principal
 
@@ -232,30 +229,6 @@ def test_an_admin_sees_every_slot_with_its_tenant(tenants: FakeApp) -> None:
     slots = slots_of(tenants, "kadm")
     assert [(s["tenant"], s["cache_scope"], s["session"]) for s in slots] == [
         ("acme", "acme/sub-a", repr("sess-a")), ("beta", "beta/sub-b", repr("sess-b"))]
-
-
-def feed_frame(app: FakeApp, key: str) -> dict[str, Any]:
-    """The first frame of ``/v1/llamapy/events`` for ``key`` (through the route's endpoint:
-    the in-process client cannot hang up on an endless feed)."""
-    ctx = app.client.app.state.llamapy  # type: ignore[attr-defined]
-    endpoint: Callable[[Request], Any] = events_router(ctx).routes[0].endpoint  # type: ignore
-
-    async def first() -> dict[str, Any]:
-        async def receive() -> dict[str, Any]:
-            await anyio.sleep_forever()
-            raise AssertionError("unreachable")
-
-        scope = {"type": "http", "method": "GET", "path": "/v1/llamapy/events",
-                 "query_string": b"", "headers": [(b"authorization", f"Bearer {key}".encode())]}
-        response = await endpoint(Request(scope, receive))
-        try:
-            chunk = await response.body_iterator.__anext__()
-        finally:
-            await response.body_iterator.aclose()
-            await response._source.aclose()
-        return dict(json.loads(sse_events(chunk.decode())[0][1]))
-
-    return anyio.run(first)
 
 
 def test_the_events_feed_shows_slots_as_slots_does(tenants: FakeApp) -> None:
