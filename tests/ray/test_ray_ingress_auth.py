@@ -10,47 +10,16 @@ from typing import Any
 import anyio
 import pytest
 from starlette.requests import Request
+from test_ray_tenants import FakeHandle as Handle
 
 from llamapy.ray.ingress import LlamapyIngress
 from llamapy.ray.keys import RoutingKey, routing_key
-from llamapy.ray.router import ROUTING_KWARG
 from llamapy.ray.tenancy import tenant_lookup
 from llamapy.serve.tenants import KeyTable
 
 #: A body far past any limit: only its headers are ever looked at.
 HUGE = 10 ** 12
 BODY = b'{"messages": [{"role": "user", "content": "hi"}], "cache_scope": "s"}'
-
-
-class Handle:
-    """The model deployment's handle: records each call's routing key, answers 200."""
-
-    def __init__(self) -> None:
-        self.keys: list[RoutingKey] = []
-
-    def options(self, **_: Any) -> Handle:
-        return self
-
-    def remote(self, forwarded: Any, **kwargs: Any) -> Any:
-        self.keys.append(kwargs[ROUTING_KWARG])
-        return Stream()
-
-
-class Stream:
-    def __init__(self) -> None:
-        self.messages = [{"type": "http.response.start", "status": 200, "headers": []},
-                         {"type": "http.response.body", "body": b"{}", "more_body": False}]
-
-    def __aiter__(self) -> Stream:
-        return self
-
-    async def __anext__(self) -> dict[str, Any]:
-        if not self.messages:
-            raise StopAsyncIteration
-        return self.messages.pop(0)
-
-    def cancel(self) -> None:
-        self.messages.clear()
 
 
 class Body:
