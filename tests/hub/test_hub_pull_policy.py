@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from hub_standin import TINY, HubStandin, blobs
 from starlette.testclient import TestClient
+from test_hub_on_demand import _Server
 
 from llamapy.errors import InvalidOptionError, PullRefusedError
 from llamapy.hub.fetch import HubAccess, HubFile, check_download_size
@@ -33,7 +34,7 @@ from llamapy.serve.__main__ import main
 from llamapy.serve.cli import build_parser
 from llamapy.serve.flags.hub import hub_model_path, hub_options, hub_puller
 from llamapy.serve.tenants import KeyTable
-from llamapy.server import ModelManager, ModelSpec
+from llamapy.server import ModelManager
 
 #: A tenant key, an admin key of the default tenant (keys carry tenants).
 KEYS = "tenant-key team\nadmin-key - admin\n"
@@ -41,17 +42,6 @@ TENANT = {"Authorization": "Bearer tenant-key"}
 ADMIN = {"Authorization": "Bearer admin-key"}
 Q8 = f"hf.co/{TINY}:Q8_0"
 CHAT = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
-
-
-class _Server:
-    def __init__(self, spec: ModelSpec) -> None:
-        self.path = spec.path
-
-    def wait_ready(self, timeout: float | None = None) -> _Server:
-        return self
-
-    def close(self, timeout: float | None = 30.0) -> None:
-        pass
 
 
 class _App:
