@@ -56,6 +56,8 @@ from llamapy._paths import cache_dir, current_build_file, sha256_file  # noqa: E
 from llamapy._pins import LLAMA_CPP_SOURCE  # noqa: E402
 
 SHIM_SOURCE = SHIM_DIR / "llamapy_shim.cpp"
+#: The shim's binding of llama.cpp's chat layer (``common/chat.h``, in libllama-common).
+SHIM_CHAT_SOURCE = SHIM_DIR / "llamapy_chat.cpp"
 SHIM_LIBRARY = {"darwin": "libllamapy_shim.dylib", "win32": "llamapy_shim.dll"}.get(
     sys.platform, "libllamapy_shim.so")
 SERVER_TARGETS = ("llama-server", "llama-bench")
@@ -64,6 +66,9 @@ SERVER_TARGETS = ("llama-server", "llama-bench")
 RPC_TARGETS = ("ggml-rpc-server",)
 #: libmtmd, llama.cpp's multimodal library (images and audio through a model's ``--mmproj``).
 MEDIA_TARGETS = ("mtmd",)
+#: libllama-common: llama.cpp's chat layer (templates, tool-call grammars, output parsers),
+#: which the shim binds.
+CHAT_TARGETS = ("llama-common",)
 
 
 def phase(message: str) -> None:
@@ -213,7 +218,8 @@ def shim_key(build: Path, key: str) -> str:
     cxx = shim_compiler(build)
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
     material = [key, cxx, version.splitlines()[:1], SHIM_HEADER.read_text(),
-                SHIM_SOURCE.read_text(), (ROOT / "build_binding.py").read_text()]
+                SHIM_SOURCE.read_text(), SHIM_CHAT_SOURCE.read_text(),
+                (ROOT / "build_binding.py").read_text()]
     return hashlib.sha256(json.dumps(material).encode()).hexdigest()[:16]
 
 
@@ -223,9 +229,9 @@ def build_shim(src: Path, build: Path) -> None:
     partial = target.with_name(target.name + ".partial")  # a loaded shim is replaced, not changed
     origin = "@loader_path" if sys.platform == "darwin" else "$ORIGIN"
     cmd = [shim_compiler(build), "-std=c++17", "-O2", "-fPIC", "-shared",
-           "-fvisibility=hidden", "-o", str(partial), str(SHIM_SOURCE),
-           f"-I{src / 'include'}", f"-I{src / 'ggml' / 'include'}", f"-L{target.parent}",
-           "-lllama", f"-Wl,-rpath,{origin}"]
+           "-fvisibility=hidden", "-o", str(partial), str(SHIM_SOURCE), str(SHIM_CHAT_SOURCE),
+           f"-I{src / 'include'}", f"-I{src / 'ggml' / 'include'}", f"-I{src / 'common'}",
+           f"-L{target.parent}", "-lllama-common", "-lllama", f"-Wl,-rpath,{origin}"]
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         raise StepError(f"step 'shim': compile failed:\n{out.stderr}")
@@ -269,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         flags = cmake_flags(args)
         key = build_key(flags)
         build = cache / "build" / key
-        targets = ["llama", *RPC_TARGETS, *MEDIA_TARGETS,
+        targets = ["llama", *RPC_TARGETS, *MEDIA_TARGETS, *CHAT_TARGETS,
                    *(SERVER_TARGETS if args.with_server else ())]
         record_path = build / "build.json"
         done = json.loads(record_path.read_text()) if record_path.exists() else {}

@@ -29,7 +29,7 @@ _LIB_NAMES = ("libllama.so", "libllama.dylib", "llama.dll")
 _MTMD_NAMES = ("libmtmd.so", "libmtmd.dylib", "mtmd.dll")
 _SHIM_NAMES = ("libllamapy_shim.so", "libllamapy_shim.dylib", "llamapy_shim.dll")
 #: The ``LLAMAPY_SHIM_ABI`` of ``shim/llamapy_shim.h`` this code calls.
-SHIM_ABI = 2
+SHIM_ABI = 3
 
 
 class Native(NamedTuple):

@@ -34,6 +34,7 @@ from llamapy.errors._hub import (
 )
 from llamapy.errors._native import (
     DECODE_EXCEPTION_CODE,
+    ChatParseError,
     DecodeAbortedError,
     DecodeError,
     DecodeExceptionError,
@@ -92,6 +93,7 @@ from llamapy.errors._tree import (
 )
 
 __all__ = [
+    "ChatParseError",
     "DECODE_EXCEPTION_CODE",
     "AuthenticationError",
     "CancelledError",

@@ -108,3 +108,12 @@ def decode_error(code: int) -> DecodeError:
     if code == -1:
         return InvalidBatchError()
     return DecodeError(code, f"fatal llama_decode error {code}")
+
+
+class ChatParseError(NativeError):
+    """The model's output does not read as the chat format its template implies (a tool call
+    opened and never finished, arguments that are not the declared schema's). The generation
+    ends with this error instead of a half call in the content."""
+
+    http_status = 500
+    error_type = "server_error"

@@ -25,7 +25,7 @@
 extern "C" {
 #endif
 
-enum { LLAMAPY_SHIM_ABI = 2 };
+enum { LLAMAPY_SHIM_ABI = 3 };
 
 enum llamapy_status {
     LLAMAPY_OK               = 0,
@@ -84,6 +84,39 @@ LLAMAPY_SHIM_API int llamapy_tokenize(
         const struct llama_vocab * vocab, const char * text, int32_t text_len,
         llama_token * tokens, int32_t n_tokens_max, bool add_special, bool parse_special,
         int32_t * out, char * what, size_t what_size);
+
+/* llama.cpp's chat layer (common/chat.h), JSON in and out (llamapy_chat.cpp). Every text
+ * returned through ``out`` is malloc'd: free it with llamapy_chat_free_string. */
+struct llamapy_chat_templates;
+struct llamapy_chat_stream;
+
+LLAMAPY_SHIM_API void llamapy_chat_free_string(char * text);
+
+/* The chat templates of ``model`` (its own, and its tool-use variant), or of ``override_src``
+ * when that is not empty (then ``model`` may be NULL, and ``bos``/``eos`` name its tokens). */
+LLAMAPY_SHIM_API int llamapy_chat_templates_init(
+        const struct llama_model * model, const char * override_src, const char * bos,
+        const char * eos, struct llamapy_chat_templates ** out, char * what, size_t what_size);
+LLAMAPY_SHIM_API void llamapy_chat_templates_free(struct llamapy_chat_templates * tmpls);
+/* {"caps", "explicit", "source", "tool_use_source", "supports_enable_thinking"} */
+LLAMAPY_SHIM_API int llamapy_chat_templates_info(
+        const struct llamapy_chat_templates * tmpls, char ** out, char * what, size_t what_size);
+/* common_chat_templates_apply: ``inputs_json`` holds the conversation in OpenAI's shape and
+ * the controls; ``out`` gets the prompt, grammar, triggers, stops and the output parser. */
+LLAMAPY_SHIM_API int llamapy_chat_apply(
+        const struct llamapy_chat_templates * tmpls, const char * inputs_json, char ** out,
+        char * what, size_t what_size);
+
+/* A streaming parser of one generation (``params_json``: the format and parser that
+ * llamapy_chat_apply gave, and the reasoning controls). Each feed appends ``text`` and
+ * parses the whole output again; ``out`` gets {"diffs", "msg"}. */
+LLAMAPY_SHIM_API int llamapy_chat_stream_new(
+        const char * params_json, struct llamapy_chat_stream ** out, char * what,
+        size_t what_size);
+LLAMAPY_SHIM_API void llamapy_chat_stream_free(struct llamapy_chat_stream * stream);
+LLAMAPY_SHIM_API int llamapy_chat_stream_feed(
+        struct llamapy_chat_stream * stream, const char * text, size_t len, bool is_partial,
+        char ** out, char * what, size_t what_size);
 
 /* Throws inside the guard the exception ``kind`` names (1 std::runtime_error, 2 std::bad_alloc,
  * 3 a non-std exception; anything else throws nothing), so tests can check every status. */
