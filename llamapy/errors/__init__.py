@@ -93,10 +93,10 @@ from llamapy.errors._tree import (
 )
 
 __all__ = [
-    "ChatParseError",
     "DECODE_EXCEPTION_CODE",
     "AuthenticationError",
     "CancelledError",
+    "ChatParseError",
     "ChecksumMismatchError",
     "ClosedError",
     "ContextOverflowDetail",
