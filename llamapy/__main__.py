@@ -72,7 +72,8 @@ def _prompt_tokens(server: Server, prompt: str, raw: bool) -> Sequence[int]:
     served = ServedModel(server)
     if raw:
         return server.tokenize(prompt)
-    return served.tokenize_prompt(served.template().render([{"role": "user", "content": prompt}]))
+    rendered = served.chat_templates().apply({"messages": [{"role": "user", "content": prompt}]})
+    return served.tokenize_prompt(rendered.prompt)
 
 
 def _model_path(value: str) -> str:

@@ -288,9 +288,9 @@ class LlamaBackend:
 
     # --- vocabulary ---------------------------------------------------------------------------
 
-    def token_to_piece(self, token_id: int) -> bytes:
-        """A token's bytes (special tokens not rendered)."""
-        return self.model.token_to_piece(token_id, special=False)
+    def token_to_piece(self, token_id: int, special: bool = False) -> bytes:
+        """A token's bytes (special tokens rendered only when ``special``)."""
+        return self.model.token_to_piece(token_id, special=special)
 
     def is_eog(self, token_id: int) -> bool:
         """End-of-generation token?"""

@@ -115,6 +115,17 @@ def log_normalizer(logits: np.ndarray) -> float:
     return m + float(np.log(np.exp(logits - m, dtype=np.float64).sum()))
 
 
+def prefill_tokens(model: Model, text: str) -> list[int]:
+    """The tokens of ``text`` a grammar reads before the output (special tokens parsed; a
+    space the tokenizer put before a first special token is left out, as llama.cpp does)."""
+    if not text:
+        return []
+    tokens = model.tokenize(text, False, True)
+    if tokens and not text[0].isspace() and model.token_to_piece(tokens[0])[:1].isspace():
+        tokens = tokens[1:]
+    return tokens
+
+
 def build_chain(model: Model, p: SamplingParams) -> SamplerChain:
     """A native chain for ``p``: grammar, logit bias, then ``p.samplers`` in their order
     (llama-server's default: penalties, DRY, top-n-sigma, top-k, typical, top-p, min-p, XTC,
@@ -125,7 +136,8 @@ def build_chain(model: Model, p: SamplingParams) -> SamplerChain:
     chain = SamplerChain(model)
     try:
         if p.grammar and not p.grammar_triggers:  # a lazy grammar joins at its trigger
-            chain.add_grammar(p.grammar, p.grammar_root)
+            chain.add_grammar(p.grammar, p.grammar_root,
+                              replay=prefill_tokens(model, p.grammar_prefill))
         if p.logit_bias:
             chain.add_logit_bias(p.logit_bias)
         greedy = p.temp <= 0.0

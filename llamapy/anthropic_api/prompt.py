@@ -238,7 +238,7 @@ def chat_request(served: ServedModel, body: MessagesBody) -> ChatRequest:
     if kwargs is not None:
         extras["chat_template_kwargs"] = kwargs
     return ChatRequest(
-        messages=tuple(polyfill_history(served.template().source, messages)),
+        messages=tuple(polyfill_history(served.chat_templates().source, messages)),
         model=body.model, tools=tuple(_tools(body) or ()),
         tool_choice=_tool_choice(body.tool_choice), response_format=_response_format(body),
         fields=fields, extras=extras, max_tokens=body.max_tokens)

@@ -311,8 +311,9 @@ class Backend(Protocol):
         ``IndexError`` when that decode pooled no such sequence."""
         ...
 
-    def token_to_piece(self, token_id: int) -> bytes:
-        """The bytes a token renders to (may be a partial UTF-8 character; b"" for control)."""
+    def token_to_piece(self, token_id: int, special: bool = False) -> bytes:
+        """The bytes a token renders to (may be a partial UTF-8 character; b"" for control
+        tokens unless ``special``)."""
         ...
 
     def is_eog(self, token_id: int) -> bool:

@@ -220,7 +220,8 @@ class Executor:
     def _text_for(self, run: Run, token: int) -> tuple[str, FinishReason | None]:
         if self.backend.is_eog(token):
             return run.text.flush(), FinishReason.EOG
-        text, stopped = run.text.push(self.backend.token_to_piece(token))
+        special = token in run.request.options.preserved_tokens
+        text, stopped = run.text.push(self.backend.token_to_piece(token, special))
         if stopped:
             return text, FinishReason.STOP
         if run.num_generated >= run.request.options.max_tokens:

@@ -100,11 +100,9 @@ def running_entry(served: ServedModel, expires_at: str) -> dict[str, Any]:
 def capabilities(served: ServedModel, embeddings: bool = True) -> list[str]:
     """What the model can be asked for, as ``/api/show`` lists it (``embeddings``: whether
     the server answers ``/api/embed``)."""
-    source = served.template().source
-    out = ["completion"]
-    if "tools" in source:
-        out.append("tools")
-    if "enable_thinking" in source or "<think>" in source:
+    templates = served.chat_templates()
+    out = ["completion", "tools"]  # (a template without tools gets them in its system turn)
+    if templates.supports_enable_thinking or "<think>" in templates.source:
         out.append("thinking")
     if embeddings:
         out.append("embedding")
@@ -132,7 +130,7 @@ def model_info(served: ServedModel) -> dict[str, Any]:
 
 def show(served: ServedModel, embeddings: bool = True) -> dict[str, Any]:
     """The ``/api/show`` object (blocking: see :func:`file_facts`)."""
-    template = served.template().source
+    template = served.chat_templates().source
     modelfile = (f"# Modelfile of {served.name}, served by llamapy\n"
                  f"FROM {Path(served.server.model_path).name}\n")
     return {"modelfile": modelfile, "parameters": parameters(served), "template": template,

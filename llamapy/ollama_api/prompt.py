@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..chat import OutputParser
+from ..chat.layer import ChatOutput
 from ..errors import InvalidOptionError, UnsupportedFeatureError
 from ..openai_api.bridge import polyfill_history
 from ..openai_api.chat_request import ChatRequest
@@ -55,7 +55,7 @@ class OllamaPlan:
     model: str
     token_ids: Sequence[int]
     intent: GenerationIntent
-    parser: Callable[[], OutputParser]
+    parser: Callable[[], ChatOutput]
     #: Alternatives reported per token with ``logprobs`` (None: no logprobs).
     top_logprobs: int | None = None
     #: Whether the final object carries ``context`` (``/api/generate`` without ``raw``).
@@ -149,7 +149,7 @@ def _request(served: ServedModel, body: GenerationBody, messages: list[dict[str,
     extras = {} if body.think is None else {
         "chat_template_kwargs": {"enable_thinking": body.think is not False}}
     return ChatRequest(
-        messages=tuple(polyfill_history(served.template().source, messages)),
+        messages=tuple(polyfill_history(served.chat_templates().source, messages)),
         tools=_tools(tools), response_format=_response_format(body),
         fields=engine_options(body.options), extras=extras,
         top_logprobs=(body.top_logprobs or 0) if body.logprobs else None)
@@ -164,9 +164,8 @@ def _plan(served: ServedModel, body: GenerationBody, kind: Kind, request: ChatRe
     token_ids, parser = chat.token_ids, chat.parser
     if raw_prompt is not None:
         token_ids = served.tokenize_prompt(raw_prompt)
-        started = body.think is True and raw_prompt.rstrip().endswith("<think>")
         parser = lambda: served.output_parser(  # noqa: E731
-            tools=False, reasoning=body.think is True, reasoning_started=started)
+            reasoning=body.think is True, prompt_tail=raw_prompt[-64:])
     if context:
         token_ids = _after_context(served, context, token_ids)
     n = len(token_ids)

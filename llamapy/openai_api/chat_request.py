@@ -27,7 +27,8 @@ class ChatRequest:
     ``messages`` are the template's messages (roles ``system``, ``user``, ``assistant``,
     ``tool``; history the template cannot show already inlined where the API does that);
     ``tools`` OpenAI function tools; ``tool_choice`` ``auto``, ``none``, ``required`` or
-    ``{"type": "function", "function": {"name"}}``; ``fields`` the engine options under any
+    ``{"type": "function", "function": {"name"}}``; ``parallel_tool_calls`` None: as the
+    template can; ``fields`` the engine options under any
     of their spellings (sampling, ``session``, ``cache_pins``, llama-server's extras);
     ``extras`` the API extras of :data:`~.params.API_EXTRAS` (``chat_template_kwargs``,
     ``continue_final_message``, ...); ``max_tokens`` the budget (None: the server's);
@@ -40,7 +41,7 @@ class ChatRequest:
     model: str | None = None
     tools: tuple[Mapping[str, Any], ...] = ()
     tool_choice: str | Mapping[str, Any] | None = None
-    parallel_tool_calls: bool = False
+    parallel_tool_calls: bool | None = None
     response_format: ResponseFormat | None = None
     fields: Mapping[str, Any] = field(default_factory=dict)
     extras: Mapping[str, Any] = field(default_factory=dict)
@@ -95,7 +96,7 @@ def from_chat_body(body: ChatBody, *, engine: bool = True) -> ChatRequest:
         tools=tuple(tool.model_dump(exclude_none=True, by_alias=True)
                     for tool in body.tools or []),
         tool_choice=choice if choice is None or isinstance(choice, str) else choice.model_dump(),
-        parallel_tool_calls=bool(body.parallel_tool_calls), response_format=body.response_format,
+        parallel_tool_calls=body.parallel_tool_calls, response_format=body.response_format,
         fields=fields, extras=api_extras(body.model_extra or {}), max_tokens=body.token_budget(),
         top_logprobs=(body.top_logprobs or 0) if body.logprobs else None,
         retention_s=None if retention is None else RETENTION_S[retention], n=body.n,

@@ -276,7 +276,7 @@ def props(served: ServedModel) -> dict[str, Any]:
     defaults = start.engine.sampling
     sampling = {f.name: getattr(defaults, f.name) for f in dataclasses.fields(defaults)}
     sampling["logit_bias"] = dict(defaults.logit_bias)
-    template = served.template()
+    bos, eos = served.special_tokens()
     return {
         "default_generation_settings": {"id": 0, "id_task": -1, "n_ctx": slot_n_ctx(served),
                                         "is_processing": False, "params": sampling,
@@ -286,9 +286,10 @@ def props(served: ServedModel) -> dict[str, Any]:
         "model_alias": served.name,
         "model_path": served.server.model_path,
         "model_description": served.model.description,
-        "chat_template": template.source,
-        "bos_token": template.bos_token,
-        "eos_token": template.eos_token,
+        "chat_template": served.chat_templates().source,
+        "chat_template_caps": served.chat_templates().caps,
+        "bos_token": bos,
+        "eos_token": eos,
         "modalities": {**served.server.modalities, "video": False},
         "media_marker": MEDIA_MARKER,
         "build_info": build_info(),

@@ -17,17 +17,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..chat import OutputParser
-from ..chat.tool_prompt import tool_instructions
+from ..chat.layer import ChatOutput
 from ..errors import InvalidOptionError
-from ..grammar.json_schema import json_object_grammar, schema_to_gbnf
-from ..grammar.tool_calls import offered_grammar_or_none, tool_call_grammar
-from ..options import check_reasoning_format
 from ..server import GenerationIntent
 from .chat_request import ChatRequest, from_chat_body
 from .logprobs import MIN_CANDIDATES
 from .media_parts import take_media
-from .params import ChatBody, ResponseFormat, check_unsupported, parse_body
+from .params import ChatBody, check_unsupported, parse_body
+from .render import Rendered, render
 from .target import ServedModel
 
 
@@ -47,8 +44,7 @@ class ChatPlan:
     token_ids: Sequence[int]
     intent: GenerationIntent
     tools_active: bool
-    reasoning: bool
-    reasoning_started: bool
+    rendered: Rendered
     id: str = field(default_factory=lambda: new_id("chatcmpl"))
     created: int = field(default_factory=lambda: int(time.time()))
 
@@ -71,46 +67,28 @@ class ChatPlan:
         """How many alternatives per token to report (None: no logprobs)."""
         return self.request.top_logprobs
 
-    def parser(self) -> OutputParser:
+    def parser(self) -> ChatOutput:
         """A fresh output parser for this request."""
-        return self.served.output_parser(tools=self.tools_active, reasoning=self.reasoning,
-                                         reasoning_started=self.reasoning_started)
-
-
-def _with_tool_instructions(messages: list[Mapping[str, Any]], tools: list[Mapping[str, Any]]
-                            ) -> list[Mapping[str, Any]]:
-    section = tool_instructions(tools)
-    if messages and messages[0]["role"] == "system":
-        first = dict(messages[0])
-        content = first.get("content") or ""
-        if isinstance(content, list):
-            content = "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-        first["content"] = f"{content}\n\n{section}" if content else section
-        return [first, *messages[1:]]
-    return [{"role": "system", "content": section}, *messages]
+        rendered = self.rendered
+        return ChatOutput(rendered.params, reasoning_format=rendered.reasoning_format,
+                          tools=self.tools_active, continuation=rendered.continuation)
 
 
 def render_prompt(served: ServedModel, request: ChatRequest) -> str:
     """The rendered prompt text (raises ``TemplateError`` with the template's message)."""
+    return render_request(served, request).prompt
+
+
+def render_request(served: ServedModel, request: ChatRequest) -> Rendered:
+    """``request`` through the chat layer (:func:`.render.render`), continuation and
+    generation prompt decided as llama-server decides them."""
     messages = list(request.messages)
-    tools = list(request.tools)
-    tools_active = request.tools_active
-    if tools_active and not served.template_renders_tools():
-        messages = _with_tool_instructions(messages, tools)
-    kwargs = request.extra("chat_template_kwargs") or {}
-    if not isinstance(kwargs, Mapping):
-        raise InvalidOptionError("chat_template_kwargs must be an object",
-                                 option="chat_template_kwargs")
-    variables = {**served.template_kwargs, **kwargs}
-    tools_arg = tools if tools_active else None
-    if _continues(request, messages, served.prefill_assistant):
-        return served.template().render_continuation(messages, tools=tools_arg, **variables)
+    continues = _continues(request, messages, served.prefill_assistant)
     add = request.extra("add_generation_prompt", True)
     if not isinstance(add, bool):
         raise InvalidOptionError("add_generation_prompt must be a boolean",
                                  option="add_generation_prompt")
-    return served.template().render(messages, tools=tools_arg, add_generation_prompt=add,
-                                    **variables)
+    return render(served, request, continues=continues, add=add)
 
 
 def _continues(request: ChatRequest, messages: list[Mapping[str, Any]], prefill: bool
@@ -141,47 +119,6 @@ def _continues(request: ChatRequest, messages: list[Mapping[str, Any]], prefill:
     return True
 
 
-def _tool_grammar(served: ServedModel, request: ChatRequest) -> str | None:
-    """The forced-call grammar of ``tool_choice`` ``required`` or a named function."""
-    choice = request.tool_choice
-    if choice is None or choice in ("auto", "none"):
-        return None
-    if not request.tools:
-        raise InvalidOptionError("tool_choice needs tools", option="tool_choice")
-    return tool_call_grammar([dict(tool) for tool in request.tools],
-                             choice if isinstance(choice, str) else dict(choice),
-                             served.tool_protocol(), parallel=request.parallel_tool_calls)
-
-
-def _format_grammar(fmt: ResponseFormat | None) -> str | None:
-    """The grammar of ``response_format`` ``json_object`` / ``json_schema``."""
-    if fmt is None or fmt.type == "text":
-        return None
-    if fmt.type == "json_schema" and fmt.json_schema is None:
-        raise InvalidOptionError("response_format json_schema needs 'json_schema'",
-                                 option="response_format.json_schema")
-    schema = fmt.json_schema.schema_ if fmt.json_schema is not None else fmt.schema_
-    return schema_to_gbnf(schema) if schema is not None else json_object_grammar()
-
-
-def response_grammar(served: ServedModel, request: ChatRequest) -> str | None:
-    """The grammar a request implies: a forced tool call, ``response_format`` or llama.cpp's
-    ``json_schema`` field (at most one of them), or None."""
-    extra_schema = request.extra("json_schema")
-    grammars = [g for g in (
-        _tool_grammar(served, request), _format_grammar(request.response_format),
-        schema_to_gbnf(extra_schema) if extra_schema is not None else None) if g is not None]
-    if len(grammars) > 1:
-        raise InvalidOptionError("a forced tool call, response_format and json_schema are "
-                                 "exclusive", option="response_format")
-    return grammars[0] if grammars else None
-
-
-def _reasoning(served: ServedModel, request: ChatRequest) -> bool:
-    fmt = check_reasoning_format(request.extra("reasoning_format", served.reasoning_format))
-    return fmt != "none"
-
-
 def call_intent(served: ServedModel, ignore_eos: object, fields: Mapping[str, Any],
                 budget: int | None, prompt_tokens: int) -> GenerationIntent:
     """The request's typed options: ``fields`` (the body's sampling fields and extras, plus
@@ -191,26 +128,28 @@ def call_intent(served: ServedModel, ignore_eos: object, fields: Mapping[str, An
                          prompt_tokens=prompt_tokens)
 
 
-def chat_fields(served: ServedModel, request: ChatRequest, prompt_tokens: int
+def chat_fields(request: ChatRequest, rendered: Rendered, prompt_tokens: int
                 ) -> dict[str, Any]:
     """The engine fields of a chat request: its own, the whole prompt pinned for
-    ``retention_s`` (OpenAI's ``prompt_cache_retention``), the grammar it implies (a forced
-    tool call, ``response_format``; offered tools a lazy one) and enough candidates for
-    ``top_logprobs``."""
+    ``retention_s`` (OpenAI's ``prompt_cache_retention``), what the chat format needs (a
+    forced call's or a JSON answer's grammar, offered tools' lazy one, extra stops, the special
+    tokens of its markers) and enough candidates for ``top_logprobs``. A request's own
+    ``grammar`` constrains the output instead of the format's lazy tool grammar (the output is
+    still read for calls); with a forced call or a JSON answer it is a 400."""
     fields = dict(request.fields)
     if request.retention_s is not None and "cache_pins" not in fields:
         fields["cache_pins"] = ((prompt_tokens, request.retention_s),)
-    grammar = response_grammar(served, request)
-    if grammar is not None:
-        if fields.get("grammar"):
+    made = dict(rendered.fields)
+    if fields.get("grammar") and made.get("grammar"):
+        if not made.get("grammar_triggers"):
             raise InvalidOptionError("grammar conflicts with tools/response_format",
                                      option="grammar")
-        fields["grammar"] = grammar
-    elif request.tools_active and not fields.get("grammar"):
-        offered = offered_grammar_or_none([dict(t) for t in request.tools],
-                                          served.tool_protocol())
-        if offered is not None:
-            fields["grammar"], fields["grammar_triggers"] = offered
+        del made["grammar"], made["grammar_triggers"]
+    stops = made.pop("stop", [])
+    if stops:
+        own = fields.get("stop") or []
+        fields["stop"] = [*([own] if isinstance(own, str) else own), *stops]
+    fields.update(made)
     if request.top_logprobs is not None:
         fields["n_probs"] = max(fields.get("n_probs", 0), request.top_logprobs, MIN_CANDIDATES)
     return fields
@@ -235,16 +174,13 @@ def prepare_request(served: ServedModel, request: ChatRequest) -> ChatPlan:
     messages, media = take_media(request.messages, served.limits, served.media_fetch)
     if media:
         request = replace(request, messages=messages)
-    prompt = render_prompt(served, request)
-    token_ids = served.tokenize_prompt(prompt, media)
-    fields = chat_fields(served, request, len(token_ids))
+    rendered = render_request(served, request)
+    token_ids = served.tokenize_prompt(rendered.prompt, media)
+    fields = chat_fields(request, rendered, len(token_ids))
     intent = call_intent(served, request.extra("ignore_eos"), fields, request.max_tokens,
                          len(token_ids))
-    reasoning = _reasoning(served, request)
     plan = ChatPlan(
-        served=served, request=request, prompt=prompt, token_ids=token_ids, intent=intent,
-        tools_active=request.tools_active, reasoning=reasoning,
-        reasoning_started=reasoning and prompt.rstrip().endswith("<think>"),
-    )
+        served=served, request=request, prompt=rendered.prompt, token_ids=token_ids,
+        intent=intent, tools_active=request.tools_active, rendered=rendered)
     plan.verbose  # noqa: B018 - a bad ``verbose`` is a 400 before generating
     return plan

@@ -220,7 +220,7 @@ def chat_request(served: ServedModel, body: ResponsesBody) -> ChatRequest:
         extras["chat_template_kwargs"] = kwargs
     retention = body.prompt_cache_retention
     return ChatRequest(
-        messages=tuple(polyfill_history(served.template().source, chat_messages(body))),
+        messages=tuple(polyfill_history(served.chat_templates().source, chat_messages(body))),
         model=body.model, tools=tuple(_chat_tool(tool) for tool in tools),
         tool_choice=_tool_choice(body.tool_choice),
         parallel_tool_calls=bool(body.parallel_tool_calls),

@@ -9,7 +9,7 @@ does not know: the public model name, a chat template override and the request t
 from __future__ import annotations
 
 import copy
-import functools
+import dataclasses
 import time
 import weakref
 from collections.abc import Mapping, Sequence
@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..chat import ChatTemplate, OutputParser
+from .._native.chat_layer import ChatTemplates
+from ..chat.layer import ChatOutput, model_templates, source_templates
 from ..errors import EndpointDisabledError, InvalidOptionError, ModelNotFoundError
 from ..media.sources import MediaFetch
 from ..options.limits import RequestLimits
@@ -43,17 +44,6 @@ _DEFAULTS = ServeOptions()
 DEFAULT_REQUEST_TIMEOUT: float = _DEFAULTS.request_timeout
 
 _private_servers: weakref.WeakKeyDictionary[Model, Server] = weakref.WeakKeyDictionary()
-
-#: Template markers that name the model's tool-call protocol (first match wins).
-_TOOL_MARKERS = (("<tool_call>", "hermes"), ("[TOOL_CALLS]", "mistral"),
-                 ("<|python_tag|>", "llama3_json"), ("ipython", "llama3_json"))
-
-
-@functools.lru_cache(maxsize=16)
-def compiled_template(source: str | None, bos_token: str, eos_token: str) -> ChatTemplate:
-    """A compiled chat template (cached: compiling Jinja costs milliseconds)."""
-    return ChatTemplate.from_metadata(source, bos_token=bos_token, eos_token=eos_token)
-
 
 def _special_text(model: Model, token: int) -> str:
     return model.token_text(token) if token >= 0 else ""
@@ -137,32 +127,31 @@ class ServedModel:
         """The loaded model (raises the server's typed error while loading or after failure)."""
         return self.server.model
 
-    def template(self) -> ChatTemplate:
-        """The chat template: the override, else the GGUF's, else ChatML."""
+    def chat_templates(self) -> ChatTemplates:
+        """The chat templates (llama.cpp's chat layer): the override, else the GGUF's, else
+        ChatML."""
+        return model_templates(self.model, self.chat_template or None)
+
+    def special_tokens(self) -> tuple[str, str]:
+        """The BOS and EOS tokens' text ("" for a token the model lacks)."""
         model = self.model
-        source = self.chat_template if self.chat_template else model.chat_template()
-        return compiled_template(source, _special_text(model, model.bos),
-                                 _special_text(model, model.eos))
+        return _special_text(model, model.bos), _special_text(model, model.eos)
 
-    def tool_protocol(self) -> str:
-        """The tool-call protocol the template uses (``hermes`` when it names none)."""
-        source = self.template().source
-        for marker, name in _TOOL_MARKERS:
-            if marker in source:
-                return name
-        return "hermes"
-
-    def template_renders_tools(self) -> bool:
-        """Whether the template itself presents ``tools`` to the model."""
-        return "tools" in self.template().source
-
-    def output_parser(self, *, tools: bool, reasoning: bool, reasoning_started: bool = False
-                      ) -> OutputParser:
-        """A fresh parser for one response."""
-        protocols = ["think"] if reasoning else []
-        if tools:
-            protocols.append(self.tool_protocol())
-        return OutputParser.from_protocols(protocols, reasoning_started=reasoning_started)
+    def output_parser(self, *, reasoning: bool, prompt_tail: str = "") -> ChatOutput:
+        """A parser of raw output (no tools): reasoning read as the template's format reads
+        it when ``reasoning``, the output starting inside it when ``prompt_tail`` (the end of
+        the prompt) opens it."""
+        params = self.chat_templates().apply(
+            {"messages": [{"role": "user", "content": ""}], "enable_thinking": reasoning,
+             "reasoning_format": "auto" if reasoning else "none"})
+        opened = reasoning and params.thinking_start_tag and prompt_tail.rstrip().endswith(
+            params.thinking_start_tag.rstrip())
+        if opened and not params.generation_prompt.rstrip().endswith(
+                params.thinking_start_tag.rstrip()):
+            params = dataclasses.replace(
+                params, generation_prompt=params.generation_prompt + params.thinking_start_tag)
+        return ChatOutput(params, reasoning_format="auto" if reasoning else "none",
+                          tools=False)
 
     def tokenize_prompt(self, text: str, media: Sequence[bytes] = ()) -> Sequence[int]:
         """Tokenize rendered prompt text (special tokens parsed; BOS added once); with
@@ -301,7 +290,7 @@ def check_presentation(chat_template: str | None = None, **options: Any) -> None
     request)."""
     ServeOptions(**{k: v for k, v in options.items() if k in SERVE_OPTION_NAMES})
     if chat_template:
-        compiled_template(chat_template, "", "")
+        source_templates(chat_template)
 
 
 def resolve_logit_bias(model: Model, spec: BiasSpec) -> dict[int, float]:

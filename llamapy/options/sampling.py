@@ -104,6 +104,9 @@ class SamplingParams:
         "line a JSON object or llama-server's TOKEN_ID(+|-)BIAS, repeatable", flags=("-l",))
     grammar: str = option("", "GBNF grammar the output must match ('' = none)")
     grammar_root: str = option("root", "start rule of the grammar")
+    grammar_prefill: str = option(
+        "", "text the grammar reads before the output: the end of the prompt it describes "
+        "(a chat format's generation prompt; at most 1,024 characters)")
     grammar_triggers: tuple[str, ...] = option(
         (), "regexes that switch the grammar on (none: it applies from the first token); the "
         "grammar then reads the output from the match's first group. Matched in linear time "
@@ -138,6 +141,8 @@ class SamplingParams:
         check(isinstance(self.grammar, str), "grammar", "must be a GBNF string")
         check(isinstance(self.grammar_root, str) and bool(self.grammar_root), "grammar_root",
               "must be a non-empty rule name")
+        check(isinstance(self.grammar_prefill, str) and len(self.grammar_prefill) <= 1024,
+              "grammar_prefill", "must be a string of at most 1,024 characters")
 
     def _freeze_collections(self) -> None:
         breakers = self.dry_sequence_breakers
@@ -205,6 +210,9 @@ class RequestOptions:
                                             accepts="Sequence[Hashable]")
     stop: tuple[str, ...] = option((), "strings that end generation (never emitted)",
                                    accepts="str | Sequence[str]")
+    preserved_tokens: tuple[int, ...] = option(
+        (), "special tokens written out as their text (a chat format's markers; others are "
+        "left out)", accepts="Sequence[int]")
     speculative: Any = option(None, "speculative decoding: a drafter name, False or settings",
                               accepts="str | Sequence[str] | bool | Mapping[str, Any] | None")
     sampling: SamplingParams = option_factory(SamplingParams, "the request's sampling options")
@@ -234,6 +242,11 @@ class RequestOptions:
         stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
         check(all(isinstance(s, str) and s for s in stop), "stop", "must be non-empty strings")
         object.__setattr__(self, "stop", stop)
+        preserved = self.preserved_tokens
+        check(isinstance(preserved, list | tuple) and len(preserved) <= MAX_PRESERVED
+              and all(is_int(t) and 0 <= t <= INT32_MAX for t in preserved),
+              "preserved_tokens", f"must be at most {MAX_PRESERVED} token ids")
+        object.__setattr__(self, "preserved_tokens", tuple(sorted(set(preserved))))
         object.__setattr__(self, "adapters", _adapter_set(self.adapters))
         object.__setattr__(self, "cache_pins", check_cache_pins(self.cache_pins))
         spec = speculative_overrides(self.speculative)
@@ -246,6 +259,9 @@ class RequestOptions:
         if self.slot_id == -1:
             object.__setattr__(self, "slot_id", None)
 
+
+#: Most ``preserved_tokens`` of a request.
+MAX_PRESERVED = 256
 
 #: The longest ``cache_scope`` / ``cache_salt`` and ``tenant``.
 SCOPE_CHARS = 256

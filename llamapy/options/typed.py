@@ -41,6 +41,8 @@ class GenerationOptions(TypedDict, total=False):
     adapters: Sequence[Hashable]
     #: strings that end generation (never emitted)
     stop: str | Sequence[str]
+    #: special tokens written out as their text (a chat format's markers; others are left out)
+    preserved_tokens: Sequence[int]
     #: speculative decoding: a drafter name, False or settings
     speculative: str | Sequence[str] | bool | Mapping[str, Any] | None
     #: attach the timings so far to each token event
@@ -105,6 +107,9 @@ class GenerationOptions(TypedDict, total=False):
     grammar: str
     #: start rule of the grammar
     grammar_root: str
+    #: text the grammar reads before the output: the end of the prompt it describes (a chat
+    #: format's generation prompt; at most 1,024 characters)
+    grammar_prefill: str
     #: regexes that switch the grammar on (none: it applies from the first token); the grammar
     #: then reads the output from the match's first group. Matched in linear time (RE2: no
     #: look-arounds or back-references) against the output's last 4,096 bytes

@@ -252,10 +252,12 @@ def test_keep_alive_goes_to_the_model_manager(tmp_path: Path) -> None:
         assert missing.status_code == 404 and set(missing.json()) == {"error"}
 
 
-THINKING_TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+THINKING_TEMPLATE = (  # (it shows past reasoning: the chat layer reads the format from that)
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.role == 'assistant' and "
+    "m.reasoning_content %}<think>\n{{ m.reasoning_content }}\n</think>\n\n{% endif %}"
+    "{{ m.content }}<|im_end|>\n{% endfor %}"
     "<|im_start|>assistant\n{% if enable_thinking is defined and not enable_thinking %}"
-    "<think></think>{% endif %}")
+    "<think>\n\n</think>\n\n{% endif %}")
 
 
 def test_think_reaches_the_template_and_reasoning_comes_back_as_thinking(app: FakeApp) -> None:

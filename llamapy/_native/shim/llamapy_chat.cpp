@@ -250,9 +250,10 @@ int llamapy_chat_stream_feed(struct llamapy_chat_stream * stream, const char * t
         json diffs = json::array();
         auto parsed = common_chat_parse(stream->text, is_partial, stream->params);
         if (!parsed.empty()) {
+            // a call keeps the id it had when first seen (llama-server's id cache): an id
+            // the model writes after the name does not restart the call
             for (size_t i = 0; i < parsed.tool_calls.size() && i < stream->msg.tool_calls.size(); ++i) {
-                parsed.tool_calls[i].id = stream->msg.tool_calls[i].id.empty()
-                    ? parsed.tool_calls[i].id : stream->msg.tool_calls[i].id;
+                parsed.tool_calls[i].id = stream->msg.tool_calls[i].id;
             }
             for (const auto & diff : common_chat_msg_diff::compute_diffs(stream->msg, parsed)) {
                 diffs.push_back(diff_json(diff));

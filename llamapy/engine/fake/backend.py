@@ -306,8 +306,8 @@ class FakeBackend:
         self.open_samplers.add(sampler)
         return sampler
 
-    def token_to_piece(self, token_id: int) -> bytes:
-        """The token's bytes (b"" for the EOG token)."""
+    def token_to_piece(self, token_id: int, special: bool = False) -> bytes:
+        """The token's bytes (b"" for the EOG token; the fake has no other special token)."""
         return self.model.pieces[token_id]
 
     def is_eog(self, token_id: int) -> bool:
