@@ -16,13 +16,20 @@ knows no tools: its calls are Hermes JSON in ``<tool_call>`` tags, the framing
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import weakref
 from collections.abc import Callable
 from typing import Any
 
-from llamapy._native.chat_layer import ChatDiff, ChatParams, ChatStream, ChatTemplates
+from llamapy._native.chat_layer import (
+    ChatDiff,
+    ChatMessage,
+    ChatParams,
+    ChatStream,
+    ChatTemplates,
+)
 from llamapy.chat.delta import Delta, MessageBuilder, ParsedMessage, ToolCallDelta, new_tool_call_id
 from llamapy.errors import ChatParseError
 
@@ -116,6 +123,9 @@ class ChatOutput:
             "is_continuation": continuation})
         self._new_id = id_factory
         self._tools = tools
+        self._openers = tuple(t.value for t in params.triggers
+                              if t.kind in ("word", "token") and t.value) if tools else ()
+        self._text: list[str] = []
         self._calls: list[list[Any]] = []  # [id, name, header sent]
         self._builder = MessageBuilder()
         self._flushed = False
@@ -126,6 +136,7 @@ class ChatOutput:
             raise RuntimeError("feed() after flush()")
         if not text:
             return Delta()
+        self._text.append(text)
         diffs, _ = self._stream.feed(text)
         return self._record(self._delta(diffs, final=False))
 
@@ -136,7 +147,8 @@ class ChatOutput:
             return Delta()
         self._flushed = True
         try:
-            diffs, _ = self._stream.feed("", final=True)
+            diffs, message = self._stream.feed("", final=True)
+            self._check_calls(message)
         except ChatParseError:
             if self._tools:
                 raise
@@ -150,6 +162,26 @@ class ChatOutput:
         """The whole message (flushes first)."""
         self.flush()
         return self._builder.build()
+
+    def _check_calls(self, message: ChatMessage) -> None:
+        """Raise :class:`ChatParseError` for a call the output opened and did not finish: one
+        whose arguments are no JSON object, or an opening (the format's trigger) that no
+        parsed call, content or reasoning accounts for."""
+        for _, name, arguments in message.tool_calls:
+            try:
+                value = json.loads(arguments)
+            except ValueError:
+                value = None
+            if not isinstance(value, dict):
+                raise ChatParseError(f"the model's call of {name!r} ended unfinished: its "
+                                     f"arguments are not a JSON object ({arguments[:80]!r})")
+        text = "".join(self._text)
+        for opener in self._openers:
+            seen = text.count(opener) - message.content.count(opener) - (
+                message.reasoning.count(opener))
+            if seen > len(message.tool_calls):
+                raise ChatParseError(f"the model opened a tool call ({opener.strip()!r}) and "
+                                     "did not finish it")
 
     def _delta(self, diffs: list[ChatDiff], *, final: bool) -> Delta:
         out = Delta()

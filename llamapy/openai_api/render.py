@@ -32,7 +32,7 @@ from ..chat.layer import HERMES_TOOLS_TEMPLATE, source_templates
 from ..chat.tool_prompt import tool_instructions
 from ..errors import InvalidOptionError, LlamapyError
 from ..grammar.json_schema import MAX_SCHEMA_DEPTH, schema_to_gbnf
-from ..grammar.tool_calls import select_functions
+from ..grammar.tool_calls import select_functions, tool_call_grammar
 from ..options import check_reasoning_format
 from ..options.triggers import compile_triggers
 from .chat_request import ChatRequest
@@ -79,7 +79,12 @@ def _polyfilled(templates: Any, inputs: dict[str, Any], fmt: str, continues: boo
                  tools=[], tool_choice="auto")
     prompt = templates.apply(shown).prompt
     params = source_templates(HERMES_TOOLS_TEMPLATE).apply(inputs)
-    return Rendered(prompt, params, _grammar_fields(params), fmt, continues)
+    fields = _grammar_fields(params)
+    if inputs["tool_choice"] == "required":  # the calls at once, no text before them
+        fields.pop("grammar_prefill", None)
+        fields["grammar"] = tool_call_grammar(inputs["tools"], "required", "hermes",
+                                              parallel=bool(inputs["parallel_tool_calls"]))
+    return Rendered(prompt, params, fields, fmt, continues)
 
 
 def _with_instructions(messages: list[Any], tools: list[Any]) -> list[Any]:

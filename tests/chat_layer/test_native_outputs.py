@@ -24,6 +24,7 @@ import pytest
 from llamapy._native.chat_layer import ChatDiff, ChatMessage, ChatParams, ChatStream, ChatTemplates
 from llamapy._paths import cache_dir
 from llamapy._pins import LLAMA_CPP_SOURCE
+from llamapy.chat.layer import ChatOutput
 from llamapy.errors import ChatParseError
 
 DATA = json.loads((Path(__file__).parent / "data" / "native_outputs.json").read_text("utf-8"))
@@ -195,3 +196,21 @@ def test_the_cases_cover_each_shape() -> None:
     assert {(True, False, 0), (False, False, 1), (False, False, 2), (False, True, 1),
             (False, True, 0)} <= shapes
     assert len({c["family"] for c in CASES}) >= 40
+
+
+@pytest.mark.parametrize("case", params(CASES))
+def test_the_served_parser_reads_the_same_message(case: dict[str, Any]) -> None:
+    """ChatOutput (what every API streams from) gives the calls, content and reasoning of
+    the case, fed in pieces of 5 characters, and finds no unfinished call in a finished one."""
+    params_ = rendered(case["id"], case["bos"], case["eos"])
+    out = ChatOutput(params_, reasoning_format=case["reasoning_format"],
+                     tools=bool(case["tools"]))
+    for piece in pieces(case["output"], 5):
+        out.feed(piece)
+    message = out.finish()
+    calls = [{"name": c.name, "arguments": json.loads(c.arguments), "id": ""}
+             for c in message.tool_calls]
+    expect = case["expect"]
+    assert comparable(message.content or "", message.reasoning_content or "", calls) == \
+        comparable(expect["content"], expect["reasoning"],
+                   [{**c, "id": ""} for c in expect["tool_calls"]]), case["source"]
