@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-from http_helpers import MODEL_ALIAS
+from http_helpers import MODEL_ALIAS, THINKING_TEMPLATE
 from live import LiveApp
 
 from llamapy.models import default_model_path
@@ -42,6 +42,21 @@ def live(server: Server) -> Iterator[LiveApp]:
     """The app on the shared server, served on a free 127.0.0.1 port."""
     with LiveApp(create_app(server, alias=MODEL_ALIAS)) as app:
         yield app
+
+
+@pytest.fixture(scope="session")
+def thinking(server: Server) -> Iterator[LiveApp]:
+    """An app on the shared server whose chat template shows reasoning
+    (:data:`http_helpers.THINKING_TEMPLATE`)."""
+    with LiveApp(create_app(server, alias=MODEL_ALIAS, chat_template=THINKING_TEMPLATE)) as app:
+        yield app
+
+
+@pytest.fixture(scope="session")
+def thinking_client(thinking: LiveApp) -> openai.OpenAI:
+    """The official OpenAI client on :func:`thinking`."""
+    return openai.OpenAI(base_url=thinking.url + "/v1", api_key="unused", max_retries=0,
+                         timeout=120)
 
 
 @pytest.fixture(scope="session")

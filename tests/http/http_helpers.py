@@ -8,6 +8,14 @@ import time
 import httpx
 
 MODEL_ALIAS = "smol"
+#: SmolLM2's ChatML with reasoning shown and ``enable_thinking`` read, as thinking families'
+#: templates are: llama.cpp's chat layer then reads ``<think>`` blocks as reasoning.
+THINKING_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.role == 'assistant' and "
+    "m.reasoning_content %}<think>\n{{ m.reasoning_content }}\n</think>\n\n{% endif %}"
+    "{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}"
+    "<|im_start|>assistant\n{% if enable_thinking is defined and not enable_thinking %}"
+    "<think>\n\n</think>\n\n{% endif %}{% endif %}")
 #: Bounded waits in tests, seconds.
 WAIT_S = 30.0
 

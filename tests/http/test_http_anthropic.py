@@ -211,20 +211,26 @@ def test_thinking_enabled_and_rendered_back(claude: anthropic.Anthropic) -> None
     assert count(claude, history([thought, answer])) > count(claude, history([answer]))
 
 
-def test_think_tags_stay_text_when_the_template_has_no_reasoning(
-        claude: anthropic.Anthropic) -> None:
-    """Reasoning is read as the template's format reads it (llama.cpp's chat layer, as
-    llama-server reads it): SmolLM2's template knows no reasoning, so ``<think>`` is text.
-    (Families that think are read in tests/chat_layer.)"""
+def test_thinking_blocks_from_parsed_reasoning(thinking: LiveApp) -> None:
+    # the grammar makes even a small model think first, so the parser's split is observable
+    # (the template shows reasoning, so its format reads it: see the thinking fixture)
+    claude = anthropic.Anthropic(base_url=thinking.url, api_key="unused", max_retries=0)
     grammar = r'root ::= "<think>\nI should greet.\n</think>\n\n" "Hello" [a-z !.]{0,12}'
     fields = {"messages": [{"role": "user", "content": "Greet me."}], "max_tokens": 30,
               "extra_body": {**GREEDY, "grammar": grammar}, "model": MODEL_ALIAS}
     message = claude.messages.create(**fields)
-    assert [block.type for block in message.content] == ["text"]
-    assert message.content[0].text.startswith("<think>\nI should greet.\n</think>")
+    assert [block.type for block in message.content] == ["thinking", "text"]
+    assert message.content[0].thinking.strip() == "I should greet." and message.content[0].signature
+    assert message.content[1].text.startswith("Hello")
+    deltas = []
     with claude.messages.stream(**fields) as stream:
+        for event in stream:
+            if event.type == "content_block_delta":
+                deltas.append((event.index, event.delta.type))
         final = stream.get_final_message()
     assert blocks(final) == blocks(message)
+    assert (0, "signature_delta") in deltas and (1, "text_delta") in deltas
+    assert deltas.index((0, "signature_delta")) < deltas.index((1, "text_delta"))
 
 
 def test_count_tokens_equals_the_prompt_usage(claude: anthropic.Anthropic) -> None:

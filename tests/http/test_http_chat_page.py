@@ -51,14 +51,19 @@ def test_page_streams_a_conversation_with_tokens_per_second(page: Any) -> None:
     assert "cached" in second.locator(".msg-stats").inner_text()  # the first turn's KV
 
 
-def test_page_shows_reasoning_separately(page: Any) -> None:
-    page.click("#clear")
+def test_page_shows_reasoning_separately(thinking: LiveApp) -> None:
+    """On an app whose template shows reasoning (its format then reads ``<think>``)."""
+    with browser_page.browser_page(thinking.url + "/") as page:
+        page_shows_reasoning(page)
+
+
+def page_shows_reasoning(page: Any) -> None:
     grammar = r'root ::= "<think>\nLet me think.\n</think>\n\n" "Hi" [a-z !]{0,8}'
     setting(page, "#extra", json.dumps({"grammar": grammar}))
     setting(page, "#max-tokens", "40")
     bubble = ask(page, "Greet me.")
     assert bubble.locator(".reasoning").is_visible()
-    assert bubble.locator(".reasoning-text").text_content() == "Let me think."  # collapsed
+    assert bubble.locator(".reasoning-text").text_content().strip() == "Let me think."  # collapsed
     content = bubble.locator(".content").inner_text()
     assert content.startswith("Hi") and "think" not in content
     setting(page, "#extra", "{}")

@@ -193,15 +193,15 @@ def test_unexpected_error_is_500_and_the_server_stays_up(server: Server) -> None
 
 
 def test_template_errors_are_400_with_the_template_message(server: Server) -> None:
-    template = ("{% for m in messages %}{% if m.role == 'system' %}"
-                "{{ raise_exception('system messages are not supported') }}{% endif %}"
+    template = ("{% for m in messages %}{% if m.content == 'boom' %}"
+                "{{ raise_exception('boom is not supported') }}{% endif %}"
                 "{{ m.content }}{% endfor %}")
     with LiveApp(create_app(server, chat_template=template)) as live, \
             httpx.Client(base_url=live.url, timeout=60) as http:
-        body = {"messages": [{"role": "system", "content": "x"},
+        body = {"messages": [{"role": "user", "content": "boom"},
                              {"role": "user", "content": "hi"}]}
         error = error_of(http.post("/v1/chat/completions", json=body), 400)
-        assert "system messages are not supported" in error["message"]
+        assert "boom is not supported" in error["message"]
         assert error["code"] == "chat_template_error"
         ok = http.post("/v1/chat/completions", json={**body, "messages": body["messages"][1:],
                                                      "max_tokens": 1})

@@ -35,6 +35,7 @@ def llama33(server: Server) -> Iterator[str]:
 
 def test_content_streams_in_non_empty_deltas(llama33: str) -> None:
     whole = httpx.post(llama33 + "/v1/chat/completions", json=BODY, timeout=120).json()
+    assert "choices" in whole, whole
     message = whole["choices"][0]["message"]
     assert message.get("tool_calls") is None and message["content"]
     r = httpx.post(llama33 + "/v1/chat/completions", json={**BODY, "stream": True}, timeout=120)
