@@ -126,6 +126,16 @@ def prefill_tokens(model: Model, text: str) -> list[int]:
     return tokens
 
 
+def _add_reasoning_budget(chain: SamplerChain, model: Model, p: SamplingParams) -> None:
+    """The reasoning budget first, as llama.cpp's sampler applies it: the forced end then
+    passes every sampler after it."""
+    start, *ends = p.reasoning_tags
+    ids = [model.tokenize(end, False, True) for end in ends if end]
+    forced = model.tokenize(p.reasoning_budget_message + ends[0], False, True)
+    chain.add_reasoning_budget(model.tokenize(start, False, True) if start else [], ids,
+                               forced, p.reasoning_budget)
+
+
 def build_chain(model: Model, p: SamplingParams) -> SamplerChain:
     """A native chain for ``p``: grammar, logit bias, then ``p.samplers`` in their order
     (llama-server's default: penalties, DRY, top-n-sigma, top-k, typical, top-p, min-p, XTC,
@@ -135,6 +145,8 @@ def build_chain(model: Model, p: SamplingParams) -> SamplerChain:
     """
     chain = SamplerChain(model)
     try:
+        if p.reasoning_budget >= 0 and p.reasoning_tags:
+            _add_reasoning_budget(chain, model, p)
         if p.grammar and not p.grammar_triggers:  # a lazy grammar joins at its trigger
             chain.add_grammar(p.grammar, p.grammar_root,
                               replay=prefill_tokens(model, p.grammar_prefill))

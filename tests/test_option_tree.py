@@ -173,7 +173,7 @@ def test_every_start_option_has_one_owner() -> None:
 
 
 def test_alias_table_is_read_by_every_consumer() -> None:
-    from llamapy.openai_api import llama_compat, params, prompt
+    from llamapy.openai_api import llama_compat, params, render
     from llamapy.session import config
 
     assert {a: n for a, n in ALIASES.items() if n != "max_tokens"} == params.ENGINE_ALIASES
@@ -181,7 +181,7 @@ def test_alias_table_is_read_by_every_consumer() -> None:
         {"typical_p": 0.5, "penalty_last_n": 8}
     assert set(aliases_of("max_tokens")) == {"n_predict", "max_completion_tokens"}
     assert llama_compat.BUDGET_FIELDS[0] == "n_predict"
-    assert prompt.check_reasoning_format is llamapy.options.check_reasoning_format
+    assert render.check_reasoning_format is llamapy.options.check_reasoning_format
     assert config.REASONING_FORMATS is REASONING_FORMATS
 
 

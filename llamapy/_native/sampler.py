@@ -171,6 +171,23 @@ class SamplerChain(Owned):
             "llama_sampler_init_logit_bias", lambda out: shim.llamapy_sampler_init_logit_bias(
                 n_vocab, len(bias), arr, out, what, WHAT_SIZE)))
 
+    def add_reasoning_budget(self, start: Sequence[int], ends: Sequence[Sequence[int]],
+                             forced: Sequence[int], budget: int) -> SamplerChain:
+        """llama.cpp's reasoning budget: past ``budget`` tokens of a reasoning block (opened
+        by ``start``, or already open when ``start`` is empty; closed by any of ``ends``), the
+        tokens of ``forced`` (a message and an end tag) are forced one by one."""
+        ffi, shim, vocab, what = native().ffi, native().shim, self.model.vocab, self._what
+        flat = [t for seq in ends for t in seq]
+        start_a = ffi.new("llama_token[]", list(start) or 1)
+        ends_a = ffi.new("llama_token[]", flat or 1)
+        lens_a = ffi.new("size_t[]", [len(seq) for seq in ends] or 1)
+        forced_a = ffi.new("llama_token[]", list(forced) or 1)
+        return self._add("reasoning_budget", self._make(
+            "common_reasoning_budget_init",
+            lambda out: shim.llamapy_sampler_init_reasoning_budget(
+                vocab, start_a, len(start), ends_a, lens_a, len(ends), forced_a, len(forced),
+                budget, out, what, WHAT_SIZE)))
+
     def add_grammar(self, grammar: str, root: str = "root", *, replay: Sequence[int] = ()
                     ) -> SamplerChain:
         """Constrain output to a GBNF grammar; invalid grammars raise :class:`GrammarError`.

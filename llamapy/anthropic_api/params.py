@@ -136,8 +136,9 @@ class Thinking(_Strict):
     """``thinking``: ``{"type": "enabled", "budget_tokens": N}``, ``disabled``, ``adaptive``
     or ``between_tools``.
 
-    The budget is accepted but not enforced separately (reasoning and answer share
-    ``max_tokens``); ``display`` is accepted, and parsed reasoning is always returned.
+    ``budget_tokens`` bounds the reasoning block (its end is forced past it, as llama.cpp's
+    reasoning budget does, when the template's format has one); ``display`` is accepted, and
+    parsed reasoning is always returned.
     """
 
     type: Literal["enabled", "disabled", "adaptive", "between_tools"]

@@ -233,6 +233,8 @@ def chat_request(served: ServedModel, body: MessagesBody) -> ChatRequest:
     own = {"stop": body.stop_sequences, "temperature": body.temperature, "top_p": body.top_p,
            "top_k": body.top_k, "session": body.metadata.user_id if body.metadata else None}
     fields = {key: value for key, value in own.items() if value is not None}
+    if body.thinking is not None and body.thinking.budget_tokens is not None:
+        fields["reasoning_budget"] = body.thinking.budget_tokens
     fields.update(extra_fields(extra))
     extras = api_extras(extra)
     if kwargs is not None:

@@ -1,6 +1,6 @@
 """Chat through llama.cpp's own chat layer: templates per model, and output read as deltas.
 
-:func:`model_templates` gives a loaded model's :class:`~llamapy._native.chat_layer.ChatTemplates`
+:func:`model_templates` gives a loaded model's :class:`~llamapy.server.chat_format.ChatTemplates`
 (its own template or an override; built once per model and source). :class:`ChatOutput` reads
 one generation with the parser the layer made for its request and turns each parse's
 differences into the :class:`~llamapy.chat.delta.Delta` every API streams: content, reasoning,
@@ -23,15 +23,15 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from llamapy._native.chat_layer import (
+from llamapy.chat.delta import Delta, MessageBuilder, ParsedMessage, ToolCallDelta, new_tool_call_id
+from llamapy.errors import ChatParseError
+from llamapy.server.chat_format import (
     ChatDiff,
     ChatMessage,
     ChatParams,
     ChatStream,
     ChatTemplates,
 )
-from llamapy.chat.delta import Delta, MessageBuilder, ParsedMessage, ToolCallDelta, new_tool_call_id
-from llamapy.errors import ChatParseError
 
 __all__ = ["HERMES_TOOLS_TEMPLATE", "ChatOutput", "model_templates", "source_templates"]
 

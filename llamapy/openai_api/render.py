@@ -4,7 +4,7 @@
 ``response_format`` and the template controls to the chat layer (as llama-server does) and
 returns a :class:`Rendered`: the prompt, the engine fields that make the format's tool calls
 or JSON answer (grammar, lazy triggers, extra stops, the special tokens its markers use) and
-the layer's :class:`~llamapy._native.chat_layer.ChatParams` the output parser reads with.
+the layer's :class:`~llamapy.server.chat_format.ChatParams` the output parser reads with.
 
 Where llamapy differs from llama-server, on purpose:
 
@@ -27,7 +27,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .._native.chat_layer import ChatParams, ChatTrigger
 from ..chat.layer import HERMES_TOOLS_TEMPLATE, source_templates
 from ..chat.tool_prompt import tool_instructions
 from ..errors import InvalidOptionError, LlamapyError
@@ -35,6 +34,7 @@ from ..grammar.json_schema import MAX_SCHEMA_DEPTH, schema_to_gbnf
 from ..grammar.tool_calls import select_functions, tool_call_grammar
 from ..options import check_reasoning_format
 from ..options.triggers import compile_triggers
+from ..server.chat_format import ChatParams, ChatTrigger
 from .chat_request import ChatRequest
 from .params import ResponseFormat
 from .target import ServedModel
@@ -193,6 +193,10 @@ def _schema_text(request: ChatRequest) -> str:
 
 def _fields(served: ServedModel, params: ChatParams) -> dict[str, Any]:
     fields = _grammar_fields(params)
+    if params.thinking_end_tags:  # what a reasoning budget watches (llama-server's)
+        start = params.thinking_start_tag
+        opened = start.strip() and params.generation_prompt.rstrip().endswith(start.strip())
+        fields["reasoning_tags"] = ["" if opened else start, *params.thinking_end_tags]
     model = served.model
     preserved = [ids[0] for ids in (model.tokenize(text, False, True)
                                     for text in params.preserved_tokens) if len(ids) == 1]

@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._native.chat_layer import ChatTemplates
 from ..chat.layer import ChatOutput, model_templates, source_templates
 from ..errors import EndpointDisabledError, InvalidOptionError, ModelNotFoundError
 from ..media.sources import MediaFetch
 from ..options.limits import RequestLimits
 from ..options.serve import SERVE_OPTION_NAMES, ServeOptions
 from ..server import Completion, GenerationIntent, Model, Server
+from ..server.chat_format import ChatTemplates
 from .cache_report import (
     AsyncReportedEvents,
     ReportedEvents,

@@ -27,6 +27,8 @@ ALIASES: Mapping[str, str] = MappingProxyType({
     "n_predict": "max_tokens",
     "max_completion_tokens": "max_tokens",
     "id_slot": "slot_id",
+    "reasoning_budget_tokens": "reasoning_budget",
+    "thinking_budget_tokens": "reasoning_budget",
 })
 
 #: ``reasoning_format`` values (llama-server's): ``auto`` and ``deepseek`` separate the

@@ -112,6 +112,15 @@ class SamplingParams:
         "grammar then reads the output from the match's first group. Matched in linear time "
         "(RE2: no look-arounds or back-references) against the output's last 4,096 bytes",
         accepts="Sequence[str]")
+    reasoning_budget: int = option(
+        -1, "most tokens of a reasoning block: past it the block's end is forced (-1 = no "
+        "bound; the chat format's tags, see reasoning_tags)")
+    reasoning_budget_message: str = option(
+        "", "text forced before the reasoning block's end when the budget runs out")
+    reasoning_tags: tuple[str, ...] = option(
+        (), "the reasoning block's start tag, then its end tags (set by the chat APIs from the "
+        "template's format; an empty start tag: the output begins inside the block)",
+        accepts="Sequence[str]")
     n_probs: int = option(0, "top log-probabilities reported per generated token")
     samplers: tuple[str, ...] = option(
         DEFAULT_SAMPLERS, "sampler order (names; as a string, llama-server's letters "
@@ -143,12 +152,23 @@ class SamplingParams:
               "must be a non-empty rule name")
         check(isinstance(self.grammar_prefill, str) and len(self.grammar_prefill) <= 1024,
               "grammar_prefill", "must be a string of at most 1,024 characters")
+        check(is_int(self.reasoning_budget) and -1 <= self.reasoning_budget <= INT32_MAX,
+              "reasoning_budget", "must be -1 (no bound) or a number of tokens")
+        check(isinstance(self.reasoning_budget_message, str)
+              and len(self.reasoning_budget_message) <= 1024, "reasoning_budget_message",
+              "must be a string of at most 1,024 characters")
 
     def _freeze_collections(self) -> None:
         breakers = self.dry_sequence_breakers
         check(isinstance(breakers, list | tuple) and all(isinstance(b, str) for b in breakers),
               "dry_sequence_breakers", "must be a sequence of strings")
         object.__setattr__(self, "dry_sequence_breakers", tuple(breakers))
+        tags = self.reasoning_tags
+        check(isinstance(tags, list | tuple) and len(tags) <= 8 and all(
+            isinstance(t, str) and len(t) <= 64 for t in tags) and (not tags or len(tags) >= 2),
+            "reasoning_tags", "must be a start tag and one to seven end tags (64 characters "
+            "each at most)")
+        object.__setattr__(self, "reasoning_tags", tuple(tags))
         triggers = compile_triggers(self.grammar_triggers).patterns  # RE2: linear time
         check(not triggers or bool(self.grammar), "grammar_triggers", "need a grammar")
         object.__setattr__(self, "grammar_triggers", triggers)

@@ -114,6 +114,14 @@ class GenerationOptions(TypedDict, total=False):
     #: then reads the output from the match's first group. Matched in linear time (RE2: no
     #: look-arounds or back-references) against the output's last 4,096 bytes
     grammar_triggers: Sequence[str]
+    #: most tokens of a reasoning block: past it the block's end is forced (-1 = no bound; the
+    #: chat format's tags, see reasoning_tags)
+    reasoning_budget: int
+    #: text forced before the reasoning block's end when the budget runs out
+    reasoning_budget_message: str
+    #: the reasoning block's start tag, then its end tags (set by the chat APIs from the
+    #: template's format; an empty start tag: the output begins inside the block)
+    reasoning_tags: Sequence[str]
     #: top log-probabilities reported per generated token
     n_probs: int
     #: sampler order (names; as a string, llama-server's letters 'edskypmxt'); ';' also
@@ -142,3 +150,7 @@ class GenerationOptions(TypedDict, total=False):
     max_completion_tokens: int
     #: alias of ``slot_id``
     id_slot: int | None
+    #: alias of ``reasoning_budget``
+    reasoning_budget_tokens: int
+    #: alias of ``reasoning_budget``
+    thinking_budget_tokens: int

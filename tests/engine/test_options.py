@@ -51,7 +51,7 @@ def test_keys_derive_from_the_dataclasses():
     assert set(request_option_keys()) == sampling | {
         "max_tokens", "cache_prompt", "session", "cache_scope", "tenant", "cache_salt",
         "adapters", "stop", "speculative", "timings_per_token", "return_progress", "slot_id",
-        "cache_pins"}
+        "cache_pins", "preserved_tokens"}
     assert set(engine_option_keys()) >= sampling | {"n_parallel", "max_queue", "batch_strategy"}
     assert "sampling" not in request_option_keys() + engine_option_keys()
 

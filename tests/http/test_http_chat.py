@@ -8,7 +8,11 @@ import json
 import httpx
 import jsonschema
 import openai
-from http_helpers import MODEL_ALIAS, chat
+from http_helpers import MODEL_ALIAS, THINKING_TEMPLATE, chat
+from live import LiveApp
+
+from llamapy.serve import create_app
+from llamapy.server import Server
 
 SYSTEM = ("You are a terse assistant for a museum of natural history. Answer in one short "
           "sentence. Visitors ask about dinosaurs, minerals, meteorites and the opening hours, "
@@ -232,3 +236,29 @@ def test_seed_makes_sampling_reproducible(client: openai.OpenAI) -> None:
             extra_body={"cache_prompt": False}).choices[0].message.content
 
     assert sample() == sample()
+
+
+#: THINKING_TEMPLATE whose generation prompt opens the reasoning block (as Qwen3's and
+#: DeepSeek R1's do): the output begins inside it.
+OPEN_THINKING = THINKING_TEMPLATE.replace(
+    "{% if enable_thinking is defined and not enable_thinking %}"
+    "<think>\n\n</think>\n\n{% endif %}", "<think>\n")
+
+
+def test_a_reasoning_budget_forces_the_end_of_the_reasoning(server: Server) -> None:
+    """llama-server's ``reasoning_budget_tokens``: past the budget, the format's end tag is
+    forced (llama.cpp's own reasoning-budget sampler), so the answer starts."""
+    assert OPEN_THINKING != THINKING_TEMPLATE
+    grammar = r'root ::= [a-z ]+ "</think>" "\n\nHello" [a-z !.]{0,8}'
+    body = {"model": MODEL_ALIAS, "messages": [{"role": "user", "content": "Greet me."}],
+            "temperature": 0, "max_tokens": 60}
+    with LiveApp(create_app(server, alias=MODEL_ALIAS, chat_template=OPEN_THINKING)) as app:
+        client = openai.OpenAI(base_url=app.url + "/v1", api_key="unused", max_retries=0)
+        free = client.chat.completions.create(**body, extra_body={"grammar": grammar})
+        bounded = client.chat.completions.create(
+            **body, extra_body={"grammar": grammar, "reasoning_budget_tokens": 4})
+    long_thought = free.choices[0].message.model_extra.get("reasoning_content") or ""
+    short = bounded.choices[0].message
+    assert len(long_thought) > 40 and free.choices[0].finish_reason == "length"
+    assert 0 < len(short.model_extra["reasoning_content"]) < 40
+    assert short.content.startswith("Hello")

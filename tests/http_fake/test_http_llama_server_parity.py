@@ -86,21 +86,20 @@ def test_no_lazy_grammar_without_tools_or_with_tool_choice_none(
 
 def test_a_forced_call_is_one_call_unless_parallel_tool_calls(
         app: FakeApp, monkeypatch: pytest.MonkeyPatch) -> None:
-    """tool_choice required frames the calls in the format's syntax, from its generation
-    prompt on (the grammar reads it first, as llama.cpp's does); with parallel_tool_calls more
-    calls may follow."""
-    grammars = []
+    """tool_choice required on a template without tools: the calls at once, in the Hermes
+    stand-in's framing (no text first, no generation prompt to read); with
+    parallel_tool_calls more calls may follow, each framed alike (the grammar's shapes are
+    matched in tests/grammar)."""
+    between = '"\\n</tool_call>\\n<tool_call>\\n"'
     for parallel in (False, True):
         options = engine_options(app, monkeypatch, "/v1/chat/completions", {
             "model": ALIAS, "messages": MESSAGES, "max_tokens": 4, "tools": [WEATHER],
             "tool_choice": "required", "parallel_tool_calls": parallel})
         root = next(line for line in str(options["grammar"]).splitlines()
                     if line.startswith("root ::="))
-        assert not options["grammar_triggers"]
-        assert root.startswith('root ::= "<|im_start|>assistant\\n"'), root
-        assert options["grammar_prefill"] == "<|im_start|>assistant\n"
-        grammars.append(options["grammar"])
-    assert grammars[0] != grammars[1]
+        assert not options["grammar_triggers"] and not options["grammar_prefill"]
+        assert root.startswith('root ::= "<tool_call>\\n" call'), root
+        assert (between in root) is parallel, root
     app.check_idle()
 
 

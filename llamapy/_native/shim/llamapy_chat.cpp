@@ -10,6 +10,7 @@
 
 #include "chat.h"
 #include "json.h"
+#include "reasoning-budget.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -264,6 +265,31 @@ int llamapy_chat_stream_feed(struct llamapy_chat_stream * stream, const char * t
         result["diffs"] = diffs;
         result["msg"]   = msg_json(stream->msg);
         *out = give(result.dump());
+        return LLAMAPY_OK;
+    });
+}
+
+int llamapy_sampler_init_reasoning_budget(
+        const struct llama_vocab * vocab, const llama_token * start, size_t n_start,
+        const llama_token * ends, const size_t * end_lens, size_t n_ends,
+        const llama_token * forced, size_t n_forced, int32_t budget,
+        struct llama_sampler ** out, char * what, size_t what_size) {
+    *out = nullptr;
+    return chat_guard(what, what_size, [&]() {
+        std::vector<llama_tokens> starts;
+        if (n_start > 0) {
+            starts.emplace_back(start, start + n_start);
+        }
+        std::vector<llama_tokens> end_seqs;
+        size_t at = 0;
+        for (size_t i = 0; i < n_ends; ++i) {
+            end_seqs.emplace_back(ends + at, ends + at + end_lens[i]);
+            at += end_lens[i];
+        }
+        const llama_tokens forced_tokens(forced, forced + n_forced);
+        *out = common_reasoning_budget_init(
+            vocab, starts, end_seqs, forced_tokens, budget,
+            n_start > 0 ? REASONING_BUDGET_IDLE : REASONING_BUDGET_COUNTING);
         return LLAMAPY_OK;
     });
 }

@@ -118,6 +118,16 @@ LLAMAPY_SHIM_API int llamapy_chat_stream_feed(
         struct llamapy_chat_stream * stream, const char * text, size_t len, bool is_partial,
         char ** out, char * what, size_t what_size);
 
+/* common_reasoning_budget_init (libllama-common): a sampler that counts the tokens of a
+ * reasoning block (opened by the ``n_start`` tokens of ``start``, or already open when
+ * ``n_start`` is 0) and, past ``budget``, forces ``forced`` (the budget message and an end
+ * tag). ``ends`` holds ``n_ends`` end sequences back to back, ``end_lens`` their lengths. */
+LLAMAPY_SHIM_API int llamapy_sampler_init_reasoning_budget(
+        const struct llama_vocab * vocab, const llama_token * start, size_t n_start,
+        const llama_token * ends, const size_t * end_lens, size_t n_ends,
+        const llama_token * forced, size_t n_forced, int32_t budget,
+        struct llama_sampler ** out, char * what, size_t what_size);
+
 /* Throws inside the guard the exception ``kind`` names (1 std::runtime_error, 2 std::bad_alloc,
  * 3 a non-std exception; anything else throws nothing), so tests can check every status. */
 LLAMAPY_SHIM_API int llamapy_shim_selftest(int kind, char * what, size_t what_size);
