@@ -80,11 +80,22 @@ def _polyfilled(templates: Any, inputs: dict[str, Any], fmt: str, continues: boo
     prompt = templates.apply(shown).prompt
     params = source_templates(HERMES_TOOLS_TEMPLATE).apply(inputs)
     fields = _grammar_fields(params)
-    if inputs["tool_choice"] == "required":  # the calls at once, no text before them
-        fields.pop("grammar_prefill", None)
-        fields["grammar"] = tool_call_grammar(inputs["tools"], "required", "hermes",
-                                              parallel=bool(inputs["parallel_tool_calls"]))
+    if inputs["tool_choice"] == "required":
+        _calls_at_once(fields, inputs)
     return Rendered(prompt, params, fields, fmt, continues)
+
+
+def _calls_at_once(fields: dict[str, Any], inputs: Mapping[str, Any]) -> None:
+    """A forced call in the stand-in's framing from the first token (a small model would
+    otherwise spend its budget on text first); llama.cpp's grammar (text, then calls) stays
+    where llamapy's converter refuses a schema llama.cpp's reads."""
+    try:
+        grammar = tool_call_grammar(inputs["tools"], "required", "hermes",
+                                    parallel=bool(inputs["parallel_tool_calls"]))
+    except LlamapyError:
+        return
+    fields.pop("grammar_prefill", None)
+    fields["grammar"] = grammar
 
 
 def _with_instructions(messages: list[Any], tools: list[Any]) -> list[Any]:
