@@ -23,7 +23,7 @@ from typing import Any
 
 from ..engine.cache.disk_format import CacheNamespace
 from ..engine.engine import Engine
-from ..engine.fake.backend import FakeBackend
+from ..engine.fake.backend import DeviceCost, FakeBackend
 from ..engine.fake.text import FakeTextModel
 from ..errors import UnsupportedFeatureError
 from ..media.fake import FakeMediaEncoder
@@ -36,22 +36,30 @@ __all__ = ["fake_server", "host_fake"]
 
 def fake_server(model_path: str | os.PathLike[str] = "fake.gguf", *,
                 model: FakeTextModel | None = None, sleep_s: float = 0.0,
+                device_step_s: float | None = None, device: DeviceCost | None = None,
                 **options: Any) -> Server:
     """A server on the fake backend (see the module). ``model``: the fake model (default: a
     :class:`FakeTextModel` named after ``model_path``); ``sleep_s``: seconds each decode
-    really sleeps (to hold requests in flight)."""
+    really sleeps (to hold requests in flight); ``device_step_s`` (or a whole ``device``
+    cost): an asynchronous device whose decode returns at once and whose outputs are
+    readable that much later (a GPU step, see :class:`~llamapy.engine.fake.backend.DeviceCost`)."""
     text_model = model or FakeTextModel(str(model_path))
-    return Server.hosting(lambda start: host_fake(start, text_model, sleep_s=sleep_s),
-                          model_path, **options)
+    if device is None and device_step_s is not None:
+        device = DeviceCost(device_step_s)
+    return Server.hosting(
+        lambda start: host_fake(start, text_model, sleep_s=sleep_s, device=device),
+        model_path, **options)
 
 
-def host_fake(start: ResolvedStart, model: FakeTextModel, *, sleep_s: float = 0.0) -> Hosted:
+def host_fake(start: ResolvedStart, model: FakeTextModel, *, sleep_s: float = 0.0,
+              device: DeviceCost | None = None) -> Hosted:
     """An engine on a fake backend sized by ``start``, with ``model`` as the hosted model."""
     if start.server.spec_draft_model:
         raise UnsupportedFeatureError("spec_draft_model", "the fake backend has no draft model")
     backend = FakeBackend(n_ctx=start.server.n_ctx, n_seq_max=start.server.n_parallel,
                           n_batch=start.server.effective_n_batch,
                           kv_unified=start.engine.kv_unified, model=model.fake, sleep_s=sleep_s,
+                          device=device,
                           pools=start.context.pooling_type == "rank",
                           n_ubatch=start.context.n_ubatch)
     namespace = None

@@ -24,6 +24,10 @@ simulation (like httpcore's mock backend).
   after a decode (an encoder-only model: its sequences always read as empty).
 - Fault switches (:meth:`inject`), a cost model advancing a :class:`SimClock`, and
   :meth:`check_integrity`.
+- An asynchronous device (``device``: a :class:`DeviceCost`): ``decode`` returns at once, as
+  ``llama_decode`` does on a GPU once the graph is queued, and the step's outputs (a row's
+  sample, logits or pooled vector) become readable ``device.step_time(plan)`` of real time
+  later: reading them earlier blocks until then. Steps queue behind each other.
 """
 
 from __future__ import annotations
@@ -55,10 +59,25 @@ from llamapy.errors import (
     KVCacheFullError,
 )
 
-__all__ = ["Cell", "FakeBackend", "FakeSampler", "Fault"]
+__all__ = ["Cell", "DeviceCost", "FakeBackend", "FakeSampler", "Fault"]
 
 _DECODE_FAULTS = {"decode_error", "abort", "invalid_batch", "kv_full", "slow"}
 _FAULT_KINDS = _DECODE_FAULTS | {"restore_fail", "sample_error"}
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceCost:
+    """The real time one decode takes on the simulated device: ``step_s`` for any batch,
+    plus ``token_s`` per token of the batch and ``cell_s`` per KV cell its outputs attend
+    to."""
+
+    step_s: float
+    token_s: float = 0.0
+    cell_s: float = 0.0
+
+    def step_time(self, n_tokens: int, n_cells: int) -> float:
+        """Seconds of one decode of ``n_tokens`` whose output rows read ``n_cells``."""
+        return self.step_s + self.token_s * n_tokens + self.cell_s * n_cells
 
 
 @dataclass(slots=True)
@@ -81,7 +100,8 @@ class FakeBackend:
                  model: FakeModel | None = None, cost: CostModel | None = None,
                  clock: SimClock | None = None, state_bytes_per_token: int = 64,
                  sleep_s: float = 0.0, record_plans: bool = False, pools: bool = False,
-                 memoryless: bool = False, n_ubatch: int | None = None) -> None:
+                 memoryless: bool = False, n_ubatch: int | None = None,
+                 device: DeviceCost | None = None) -> None:
         if n_seq_max < 1 or n_ctx < n_seq_max or n_batch < 1:
             raise ValueError("FakeBackend needs n_ctx >= n_seq_max >= 1 and n_batch >= 1")
         if memoryless and (not pools or not kv_unified or n_ctx < n_batch):
@@ -97,6 +117,8 @@ class FakeBackend:
         self._n_ubatch = n_batch if n_ubatch is None else n_ubatch
         self._pooled: dict[int, int] = {}
         self.sleep_s = sleep_s
+        self.device = device
+        self._ready_at = 0.0  # (perf_counter) when the last queued step's outputs are readable
         self.record_plans = record_plans
         self.plans: list[BatchPlan] = []
         self.faults: list[Fault] = []
@@ -192,6 +214,9 @@ class FakeBackend:
             self._pool(plan)
         self.num_decoded_tokens += plan.n_tokens
         self.clock.advance(self.cost.decode_time(plan.n_tokens, read))
+        if self.device is not None:
+            start = max(time.perf_counter(), self._ready_at)
+            self._ready_at = start + self.device.step_time(plan.n_tokens, read)
         if self.record_plans:
             self.plans.append(plan)
 
@@ -214,13 +239,22 @@ class FakeBackend:
         """The pooled output of ``seq_id`` from the last decode (see the module docstring)."""
         if seq_id not in self._pooled:
             raise IndexError(f"the last decode pooled no sequence {seq_id}")
+        self.wait_outputs()
         return fake_pooled(self._pooled[seq_id])
 
     def output_row(self, batch_index: int) -> int:
         """History hash at output row ``batch_index`` of the last decode."""
         if batch_index not in self._rows:
             raise IndexError(f"no logits at batch index {batch_index}")
+        self.wait_outputs()
         return self._rows[batch_index]
+
+    def wait_outputs(self) -> None:
+        """Block until the last decode's outputs are readable (at once off the device)."""
+        if self.device is not None:
+            remaining = self._ready_at - time.perf_counter()
+            if remaining > 0:
+                time.sleep(remaining)
 
     def logits(self, batch_index: int) -> list[float]:
         """Raw logits of output row ``batch_index`` (see :meth:`FakeModel.logits`)."""

@@ -1,0 +1,187 @@
+"""The serving stack on a simulated GPU: what share of the device's rate reaches the streams.
+
+The fake backend's asynchronous device (``fake_server(device_step_s=S)``) returns from
+``decode`` at once and makes the step's outputs readable ``S`` seconds later, as a GPU does;
+the tick thread is free meanwhile. With every stream in one batch the ideal rate is
+``streams / S`` tokens per second: the share of it that the streams receive is what the
+Python around the device costs. Measured in-process (``Server.acomplete_tokens``, all streams
+at once) and over HTTP (streaming ``/v1/completions`` from a server process, one asyncio
+client), with the p50/p99 gap between tokens of a stream.
+
+    python bench/bench_device.py                      # steps 2, 5, 10 ms; 1, 16, 64 streams
+    python bench/bench_device.py --steps 2 --streams 1 --tokens 200 --no-http
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+import httpx
+
+from llamapy.server import Server
+from llamapy.server.fake import fake_server
+
+PROMPT = [1, 2, 3, 4, 5, 6, 7, 8]
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """One measurement."""
+
+    path: str
+    step_ms: float
+    streams: int
+    tokens_per_s: float
+    share: float
+    gap_p50_ms: float
+    gap_p99_ms: float
+
+    def row(self) -> str:
+        return (f"| {self.path} | {self.step_ms:g} | {self.streams} | {self.tokens_per_s:,.0f} "
+                f"| {self.share:.3f} | {self.gap_p50_ms:.2f} | {self.gap_p99_ms:.2f} |")
+
+
+def server_options(streams: int) -> dict[str, object]:
+    return {"n_parallel": max(streams, 1), "n_ctx": 64 * max(streams, 1) * 8,
+            "max_queue": 4 * streams + 8}
+
+
+async def one_stream(server: Server, tokens: int, gaps: list[float]) -> int:
+    eog = server.model.eog_tokens()
+    intent = server.resolve(max_tokens=tokens, temp=0.0,
+                            logit_bias=dict.fromkeys(eog, float("-inf")))
+    last, n = None, 0
+    async with server.open_astream(PROMPT, intent) as events:
+        async for event in events:
+            if getattr(event, "token_id", None) is None:
+                continue
+            now = time.perf_counter()
+            if last is not None:
+                gaps.append(now - last)
+            last, n = now, n + 1
+    return n
+
+
+def in_process(step_s: float, streams: int, tokens: int) -> Result:
+    with fake_server(device_step_s=step_s, **server_options(streams)) as server:
+        server.wait_ready(30)
+        asyncio.run(_streams(server, 1, 2))  # warm up
+        gaps: list[float] = []
+        started = time.perf_counter()
+        counts = asyncio.run(_streams(server, streams, tokens, gaps))
+        wall = time.perf_counter() - started
+    return result("in-process", step_s, streams, sum(counts) / wall, gaps)
+
+
+async def _streams(server: Server, streams: int, tokens: int,
+                   gaps: list[float] | None = None) -> list[int]:
+    sink: list[float] = [] if gaps is None else gaps
+    return list(await asyncio.gather(*(one_stream(server, tokens, sink)
+                                       for _ in range(streams))))
+
+
+def result(path: str, step_s: float, streams: int, rate: float, gaps: list[float]) -> Result:
+    ideal = streams / step_s
+    q = statistics.quantiles(gaps, n=100) if len(gaps) >= 2 else [0.0] * 99
+    return Result(path, step_s * 1000, streams, rate, rate / ideal,
+                  statistics.median(gaps) * 1000 if gaps else 0.0, q[98] * 1000)
+
+
+SERVE = """
+import sys, uvicorn
+from llamapy.serve import create_app
+from llamapy.server.fake import fake_server
+opts = {opts}
+server = fake_server(device_step_s={step}, **opts)
+uvicorn.run(create_app(server, alias="fake", embeddings=False), host="127.0.0.1",
+            port={port}, log_level="warning")
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def over_http(step_s: float, streams: int, tokens: int) -> Result:
+    port = free_port()
+    code = SERVE.format(opts=server_options(streams), step=step_s, port=port)
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        url = f"http://127.0.0.1:{port}"
+        _wait_health(url)
+        asyncio.run(_http_streams(url, 1, 2, []))
+        gaps: list[float] = []
+        started = time.perf_counter()
+        counts = asyncio.run(_http_streams(url, streams, tokens, gaps))
+        wall = time.perf_counter() - started
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    return result("HTTP SSE", step_s, streams, sum(counts) / wall, gaps)
+
+
+def _wait_health(url: str) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError("the fake server did not start")
+
+
+async def _http_streams(url: str, streams: int, tokens: int, gaps: list[float]) -> list[int]:
+    limits = httpx.Limits(max_connections=streams + 4)
+    async with httpx.AsyncClient(base_url=url, timeout=300, limits=limits) as client:
+        return list(await asyncio.gather(*(_http_one(client, tokens, gaps)
+                                           for _ in range(streams))))
+
+
+async def _http_one(client: httpx.AsyncClient, tokens: int, gaps: list[float]) -> int:
+    body = {"model": "fake", "prompt": "abcdefgh", "max_tokens": tokens, "temperature": 0,
+            "stream": True, "ignore_eos": True}
+    last, n = None, 0
+    async with client.stream("POST", "/v1/completions", json=body) as response:
+        async for line in response.aiter_lines():
+            if not line.startswith("data: {"):
+                continue
+            if not json.loads(line[6:])["choices"][0].get("text"):
+                continue
+            now = time.perf_counter()
+            if last is not None:
+                gaps.append(now - last)
+            last, n = now, n + 1
+    return n
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=float, nargs="+", default=[2, 5, 10],
+                        help="device steps, ms")
+    parser.add_argument("--streams", type=int, nargs="+", default=[1, 16, 64])
+    parser.add_argument("--tokens", type=int, default=128, help="tokens per stream")
+    parser.add_argument("--no-http", action="store_true")
+    args = parser.parse_args()
+    print("| path | step ms | streams | tok/s | share of ideal | gap p50 ms | gap p99 ms |")
+    print("|---|---|---|---|---|---|---|")
+    for step in args.steps:
+        for streams in args.streams:
+            print(in_process(step / 1000, streams, args.tokens).row(), flush=True)
+            if not args.no_http:
+                print(over_http(step / 1000, streams, args.tokens).row(), flush=True)
+
+
+if __name__ == "__main__":
+    main()
