@@ -62,13 +62,16 @@ def render(served: ServedModel, request: ChatRequest, *, continues: bool, add: b
     templates = served.chat_templates()
     fmt = check_reasoning_format(request.extra("reasoning_format", served.reasoning_format))
     caps = templates.caps
-    inputs = _inputs(served, request, fmt, continues=continues, add=add)
+    inputs = _inputs(served, request, fmt, continues=continues, add=add,
+                     thinking=templates.supports_enable_thinking)
     if inputs["parallel_tool_calls"] is None:
         inputs["parallel_tool_calls"] = caps.get("supports_parallel_tool_calls", False)
-    native_tools = caps.get("supports_tool_calls", False)
-    if request.tools_active and not native_tools:
+    native = caps.get("supports_tools", False) or caps.get("supports_tool_calls", False)
+    if request.tools_active and not native:
         return _polyfilled(templates, inputs, fmt, continues)
     params = templates.apply(inputs)
+    if request.tools_active and inputs["tool_choice"] == "required" and not params.grammar:
+        return _polyfilled(templates, inputs, fmt, continues)  # never a free-text "call"
     return Rendered(params.prompt, params, _fields(served, params), fmt, continues)
 
 
@@ -111,19 +114,22 @@ def _with_instructions(messages: list[Any], tools: list[Any]) -> list[Any]:
 
 
 def _inputs(served: ServedModel, request: ChatRequest, fmt: str, *, continues: bool,
-            add: bool) -> dict[str, Any]:
+            add: bool, thinking: bool) -> dict[str, Any]:
+    """The layer's inputs, as llama-server's ``oaicompat_chat_params_parse`` makes them:
+    ``enable_thinking`` the template's own choice unless ``--reasoning`` or the request sets
+    it, and the ``preserve_reasoning`` variable on unless they set it."""
     kwargs = request.extra("chat_template_kwargs") or {}
     if not isinstance(kwargs, Mapping):
         raise InvalidOptionError("chat_template_kwargs must be an object",
                                  option="chat_template_kwargs")
-    variables = {**served.template_kwargs, **kwargs}
+    variables = {"preserve_reasoning": True, **served.template_kwargs, **kwargs}
     tools, choice = _tools(request)
     inputs: dict[str, Any] = {
         "messages": [dict(m) for m in request.messages], "tools": tools,
         "tool_choice": choice, "json_schema": _schema_text(request),
         "add_generation_prompt": add and not continues,
         "parallel_tool_calls": request.parallel_tool_calls,
-        "reasoning_format": fmt, "enable_thinking": _thinking(variables),
+        "reasoning_format": fmt, "enable_thinking": _thinking(variables, thinking),
         "chat_template_kwargs": variables}
     if continues:
         explicit = request.extra("continue_final_message")
@@ -131,8 +137,8 @@ def _inputs(served: ServedModel, request: ChatRequest, fmt: str, *, continues: b
     return inputs
 
 
-def _thinking(variables: Mapping[str, Any]) -> bool:
-    flag = variables.get("enable_thinking", True)
+def _thinking(variables: Mapping[str, Any], default: bool) -> bool:
+    flag = variables.get("enable_thinking", default)
     if not isinstance(flag, bool):
         raise InvalidOptionError("invalid type for \"enable_thinking\" (expected boolean)",
                                  option="chat_template_kwargs")
