@@ -1,10 +1,16 @@
-"""Chat building blocks: templates in, parsed messages out (pure Python, no model needed).
+"""Chat building blocks: the deltas every API streams, and output parsers by protocol.
 
-- :class:`ChatTemplate` renders a GGUF ``tokenizer.chat_template`` the way Hugging Face does.
+Templates are rendered and served output is read by llama.cpp's own chat layer
+(:mod:`llamapy.chat.layer`). What stays here is pure Python (no model needed):
+
+- :class:`Delta` and :class:`ParsedMessage`: a generation's content, reasoning and
+  OpenAI-shaped tool calls, streamed and whole.
 - :class:`OutputParser` (built from protocol names such as ``["think", "hermes"]``) splits
-  streamed output into content, reasoning and OpenAI-shaped tool calls.
+  streamed output into content, reasoning and tool calls (a session's ``parser_protocols``).
+- :data:`CHATML_TEMPLATE`: plain ChatML's Jinja source (llama.cpp's built-in ``chatml``).
 """
 
+from llamapy.chat.builtin_templates import CHATML_TEMPLATE
 from llamapy.chat.delta import (
     Delta,
     ParsedMessage,
@@ -12,7 +18,6 @@ from llamapy.chat.delta import (
     ToolCallDelta,
     new_tool_call_id,
 )
-from llamapy.chat.messages_in import ToolArguments, normalize_messages, normalize_tools
 from llamapy.chat.parsers import (
     REASONING_PROTOCOLS,
     TOOL_CALL_PROTOCOLS,
@@ -23,7 +28,6 @@ from llamapy.chat.parsers import (
     tool_call_parser,
 )
 from llamapy.chat.reasoning import ReasoningParser
-from llamapy.chat.template import CHATML_TEMPLATE, ChatTemplate
 from llamapy.chat.tool_calls import HERMES, LLAMA3_JSON, MISTRAL, ToolCallParser, ToolCallStyle
 
 __all__ = [
@@ -33,19 +37,15 @@ __all__ = [
     "MISTRAL",
     "REASONING_PROTOCOLS",
     "TOOL_CALL_PROTOCOLS",
-    "ChatTemplate",
     "Delta",
     "OutputParser",
     "ParsedMessage",
     "ReasoningParser",
-    "ToolArguments",
     "ToolCall",
     "ToolCallDelta",
     "ToolCallParser",
     "ToolCallStyle",
     "new_tool_call_id",
-    "normalize_messages",
-    "normalize_tools",
     "prompt_opens_reasoning",
     "protocol_kind",
     "reasoning_parser",

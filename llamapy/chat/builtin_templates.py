@@ -14,9 +14,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from llamapy.chat.template import CHATML_TEMPLATE
+__all__ = ["BUILTIN_TEMPLATES", "CHATML_TEMPLATE", "LLAMA_CPP_NAMES"]
 
-__all__ = ["BUILTIN_TEMPLATES", "LLAMA_CPP_NAMES"]
+#: Plain ChatML (``chatml``).
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
 
 _LLAMA3 = (
     "{{ bos_token }}{% for message in messages %}"

@@ -13,7 +13,6 @@ import pytest
 from http_helpers import MODEL_ALIAS
 from live import LiveApp
 
-from llamapy.chat import ChatTemplate
 from llamapy.serve import create_app
 from llamapy.server import Server
 
@@ -85,8 +84,28 @@ def test_no_prefill_assistant_answers_in_a_new_turn(no_prefill: httpx.Client) ->
     assert rendered(no_prefill, continue_final_message=True).endswith(PREFIX)
 
 
-def test_a_template_that_drops_the_text_falls_back_to_a_new_turn() -> None:
-    template = ChatTemplate("{% for m in messages %}<{{ m.role }}>{% if m.role != 'assistant' %}"
-                            "{{ m.content }}{% endif %}{% endfor %}"
-                            "{% if add_generation_prompt %}<assistant>{% endif %}")
-    assert template.render_continuation(TURN) == f"<user>{TURN[0]['content']}<assistant>{PREFIX}"
+#: A template that never shows an assistant message's text: the prompt cannot end inside it.
+DROPPING = ("{% for m in messages %}<{{ m.role }}>{% if m.role != 'assistant' %}{{ m.content }}"
+            "{% endif %}{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}")
+
+
+@pytest.fixture(scope="module")
+def dropping(server: Server) -> Iterator[httpx.Client]:
+    with LiveApp(create_app(server, alias=MODEL_ALIAS, chat_template=DROPPING)) as app, \
+            httpx.Client(base_url=app.url, timeout=60) as client:
+        yield client
+
+
+def test_a_template_that_drops_the_text_continues_after_a_new_turn(
+        dropping: httpx.Client) -> None:
+    """llama.cpp's chat layer renders the messages before the continued one, then the
+    template's generation prompt and the message's text (so what a template does with an
+    assistant message's text does not matter); the answer is only the new text."""
+    expected = f"<user>{TURN[0]['content']}<assistant>{PREFIX}"
+    assert rendered(dropping) == expected
+    assert rendered(dropping, continue_final_message="content") == expected
+    done = dropping.post("/v1/chat/completions", json={
+        "model": MODEL_ALIAS, "messages": TURN, "max_tokens": 4, "temperature": 0})
+    assert done.status_code == 200, done.text
+    text = done.json()["choices"][0]["message"]["content"]
+    assert PREFIX not in text and "paris" in text.lower()

@@ -11,7 +11,6 @@ import pytest
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
-from llamapy.chat import ChatTemplate
 from llamapy.chat.builtin_templates import BUILTIN_TEMPLATES
 from llamapy.errors import InvalidOptionError, LoadFailedError
 from llamapy.openai_api.target import ServedModel
@@ -19,6 +18,7 @@ from llamapy.serve import create_app
 from llamapy.serve.cli import build_parser
 from llamapy.serve.flags.serving import app_options
 from llamapy.server import Server
+from llamapy.server.chat_format import ChatTemplates
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
 
@@ -71,8 +71,8 @@ def test_request_defaults() -> None:
 def test_builtin_template_names(name: str) -> None:
     source = options("--chat-template", name)["chat_template"]
     assert source == BUILTIN_TEMPLATES[name]
-    text = ChatTemplate(source, bos_token="<s>", eos_token="</s>").render(
-        MESSAGES, add_generation_prompt=True)
+    with ChatTemplates(None, source, bos="<s>", eos="</s>") as templates:
+        text = templates.apply({"messages": MESSAGES, "add_generation_prompt": True}).prompt
     expected = {
         "chatml": "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
                   "<|im_start|>assistant\n",
