@@ -2,8 +2,8 @@
 
 - :func:`schema_to_gbnf` converts a JSON schema (``response_format: json_schema``).
 - :func:`json_object_grammar` is any JSON object (``response_format: json_object``).
-- :func:`tool_call_grammar` forces a valid call of one of the request's tools, and
-  :func:`offered_tool_grammar` is the lazy grammar of tools offered.
+- :func:`tool_call_grammar` forces a valid call of one of the request's tools (Hermes'
+  framing; the lazy grammar of tools offered comes from llama.cpp's chat layer).
 
 Unsupported schema keywords raise :class:`~llamapy.errors.UnsupportedFeatureError` naming the
 keyword; unsatisfiable or malformed schemas raise :class:`~llamapy.errors.GrammarError`.
@@ -14,7 +14,6 @@ from llamapy.grammar.json_schema import SchemaConverter, json_object_grammar, sc
 from llamapy.grammar.primitives import STRING_FORMATS
 from llamapy.grammar.tool_calls import (
     chosen_function,
-    offered_tool_grammar,
     tool_call_grammar,
 )
 
@@ -24,7 +23,6 @@ __all__ = [
     "SchemaConverter",
     "chosen_function",
     "json_object_grammar",
-    "offered_tool_grammar",
     "schema_to_gbnf",
     "tool_call_grammar",
 ]

@@ -1,17 +1,19 @@
-"""tool_call_grammar: forced calls in each protocol, and a round trip through the output parser."""
+"""tool_call_grammar: forced calls in Hermes' framing, and a round trip through the parsers that
+read them (llamapy's Hermes parser, and the chat layer's Hermes stand-in format)."""
 
 from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from gbnf_match import Grammar
 from schema_strategies import validator
 
-from llamapy.chat import OutputParser
-from llamapy.chat.parsers import TOOL_CALL_PROTOCOLS
+from llamapy.chat import OutputParser, ParsedMessage
+from llamapy.chat.layer import HERMES_TOOLS_TEMPLATE, ChatOutput, source_templates
 from llamapy.errors import InvalidOptionError, UnsupportedFeatureError
 from llamapy.grammar import chosen_function, tool_call_grammar
 from llamapy.grammar.tool_calls import select_functions
@@ -41,7 +43,8 @@ PARAMETERS = {
 }
 
 
-def grammar(style: str, choice: Any = "required", parallel: bool = False) -> Grammar:
+def grammar(style: str = "hermes", choice: Any = "required", parallel: bool = False
+            ) -> Grammar:
     text = tool_call_grammar(TOOLS, choice, style, parallel=parallel)
     assert text is not None
     return Grammar.parse(text)
@@ -57,15 +60,6 @@ def test_hermes_call_shape() -> None:
     assert not g.matches(call.replace("get_weather", "get_wether"))
     assert not g.matches(call + "\n" + call)  # one call unless parallel
     assert grammar("hermes", parallel=True).matches(call + "\n" + call)
-
-
-def test_llama3_and_mistral_shapes() -> None:
-    assert grammar("llama3_json").matches('{"name": "now", "parameters": {}}')
-    assert not grammar("llama3_json").matches('{"name": "now", "arguments": {}}')
-    mistral = grammar("mistral", parallel=True)
-    two = '[TOOL_CALLS] [{"name": "now", "arguments": {}}, {"name": "now", "arguments": {}}]'
-    assert mistral.matches(two)
-    assert not grammar("mistral").matches(two)
 
 
 def test_named_choice_restricts_to_that_function() -> None:
@@ -100,17 +94,33 @@ def test_choices_without_a_grammar_and_bad_input() -> None:
     assert keyword.value.feature == "not"
 
 
-@pytest.mark.parametrize("style", sorted(TOOL_CALL_PROTOCOLS))
-def test_generated_calls_parse_back_into_valid_tool_calls(style: str) -> None:
-    """What the grammar lets a model write, the matching parser turns into valid calls."""
-    g = grammar(style, parallel=True)
+def read_with_output_parser(text: str) -> ParsedMessage:
+    parser = OutputParser.from_protocols(["hermes"])
+    for start in range(0, len(text), 5):
+        parser.feed(text[start : start + 5])
+    return parser.finish()
+
+
+def read_with_the_chat_layer(text: str) -> ParsedMessage:
+    """As a request with tools on a template without tools is read (the Hermes stand-in)."""
+    params = source_templates(HERMES_TOOLS_TEMPLATE).apply({
+        "messages": [{"role": "user", "content": "hi"}], "tools": TOOLS,
+        "tool_choice": "required", "parallel_tool_calls": True})
+    output = ChatOutput(params, reasoning_format="none", tools=True)
+    for start in range(0, len(text), 5):
+        output.feed(text[start : start + 5])
+    return output.finish()
+
+
+@pytest.mark.parametrize("read", [read_with_output_parser, read_with_the_chat_layer])
+def test_generated_calls_parse_back_into_valid_tool_calls(
+        read: Callable[[str], ParsedMessage]) -> None:
+    """What the grammar lets a model write, the Hermes parsers turn into valid calls."""
+    g = grammar(parallel=True)
     rng = random.Random(1234)
     for _ in range(40):
         text = g.sample(rng)
-        parser = OutputParser.from_protocols([style])
-        for start in range(0, len(text), 5):
-            parser.feed(text[start : start + 5])
-        message = parser.finish()
+        message = read(text)
         assert message.content is None, text
         assert message.tool_calls, text
         for call in message.tool_calls:

@@ -1,5 +1,6 @@
 """The lazy grammar of offered tools on the real vocabulary: free text until the model opens a
-call, then only a declared tool's name."""
+call, then only a declared tool's name (the grammar and trigger llama.cpp's chat layer makes for
+the Hermes stand-in format, watched by llamapy's own lazy grammar)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,22 @@ from collections.abc import Iterator
 import pytest
 
 from llamapy._native import Batch, Context, Model, SamplerChain
-from llamapy.grammar import offered_tool_grammar
+from llamapy.chat.layer import HERMES_TOOLS_TEMPLATE, source_templates
 from llamapy.lazy_grammar import MAX_FAILED_ARMS, LazyGrammar
 from llamapy.llama_sampler import LlamaSampler
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"location": {"type": "string"}},
     "required": ["location"]}}}]
+
+
+def offered_grammar() -> tuple[str, tuple[str, ...]]:
+    """The chat layer's lazy grammar of :data:`TOOLS` offered, and its trigger (a word with no
+    regex metacharacters, so it is its own pattern)."""
+    params = source_templates(HERMES_TOOLS_TEMPLATE).apply({
+        "messages": [{"role": "user", "content": "hi"}], "tools": TOOLS, "tool_choice": "auto"})
+    assert params.grammar_lazy and [t.kind for t in params.triggers] == ["word"]
+    return params.grammar, tuple(t.value for t in params.triggers)
 
 
 @pytest.fixture
@@ -52,7 +62,7 @@ def greedy_after(model: Model, ctx: Context, sampler: LlamaSampler, text: str, n
 
 
 def test_an_opened_call_can_only_name_a_declared_tool(model: Model, ctx: Context) -> None:
-    grammar, triggers = offered_tool_grammar(TOOLS, "hermes")
+    grammar, triggers = offered_grammar()
     sampler = lazy_sampler(model, ctx, grammar, triggers)
     try:
         text = greedy_after(model, ctx, sampler, 'I will call it.\n<tool_call>\n{"name": "', 12)
@@ -62,7 +72,7 @@ def test_an_opened_call_can_only_name_a_declared_tool(model: Model, ctx: Context
 
 
 def test_text_without_the_trigger_is_left_free(model: Model, ctx: Context) -> None:
-    grammar, triggers = offered_tool_grammar(TOOLS, "hermes")
+    grammar, triggers = offered_grammar()
     sampler = lazy_sampler(model, ctx, grammar, triggers)
     try:
         lazy = greedy_after(model, ctx, sampler, "The capital of France is", 4)
