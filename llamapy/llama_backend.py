@@ -79,6 +79,11 @@ class LlamaBackend:
         return self.ctx.options.kv_unified
 
     @property
+    def async_decode(self) -> bool:
+        """False: llamapy waits for each decode (outputs are read right after it)."""
+        return False
+
+    @property
     def pools(self) -> bool:
         """Whether the context pools each sequence (an embeddings context with a pooling)."""
         return self._pooling != "none"

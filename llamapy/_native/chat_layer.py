@@ -42,7 +42,7 @@ def _call(fn: Any, *args: Any, error: type[LlamapyError], function: str) -> str:
             if status == Status.NO_MEMORY:
                 raise shim_error(status, message, function)
             raise error(message)
-        return nat.ffi.string(out[0]).decode("utf-8", "replace")
+        return str(nat.ffi.string(out[0]).decode("utf-8", "replace"))
     finally:
         if out[0] != nat.ffi.NULL:
             nat.shim.llamapy_chat_free_string(out[0])

@@ -233,6 +233,13 @@ class Backend(Protocol):
         ...
 
     @property
+    def async_decode(self) -> bool:
+        """Whether ``decode`` returns before the step is computed (a device queue: reading
+        an output row waits for it); the engine then does a step's text and events while the
+        next step computes."""
+        ...
+
+    @property
     def adapter_set(self) -> Hashable:
         """The adapter set applied by the last ``decode`` (``()`` before any); the engine
         reads it instead of tracking the switch state a second time."""

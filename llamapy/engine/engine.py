@@ -234,6 +234,7 @@ class Engine:
                 self.speculator.extend(batch, self.n_batch, self.backend.n_ctx_seq)
                 self.executor.execute(batch)
             else:  # nothing to decode: block briefly on a pending disk read, do not spin
+                self.executor.flush()
                 self.prefix.wait()
         except Exception as exc:  # planning or decoding: fail the runs on slots
             self._fail_runs([s.run for s in self.pool.running() if s.run], "tick", exc)
@@ -318,6 +319,7 @@ class Engine:
         """Free what ``run`` holds and send its one final event."""
         if run.state is RequestState.FINISHED:
             return
+        self.executor.flush_run(run)
         slot = run.slot
         if slot is not None:
             if not run.cache_prompt and run.resolved:

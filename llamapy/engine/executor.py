@@ -20,6 +20,14 @@ not wall time, so a busy machine does not fail a request that would fit.
 
 Runs are only *marked* finished here (``run.end``: state ``ENDING``); the engine's reap phase
 sends the final event and frees the slot.
+
+On a backend whose decode only queues the step (``async_decode``: a GPU), the tick overlaps
+the device: a sampled token that does not end its run (not end-of-generation, within
+``max_tokens``, no draft) is appended at once, so the next step can be planned and queued,
+and its text (detokenising, stop strings) and event are done after that step is queued, while
+it computes (:meth:`Executor.flush`). A stop string found then ends the run; its row of the
+step already queued is not sampled. :meth:`Executor.flush_run` sends a run's pending event
+before anything else of it (its final event).
 """
 
 from __future__ import annotations
@@ -29,10 +37,11 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from llamapy.engine.backend import Backend, Sampler
+from llamapy.engine.backend import Backend, BatchPlan, Sampler
 from llamapy.engine.cache.resolver import PrefixResolver
 from llamapy.engine.planner import Entry, ScheduledBatch
 from llamapy.engine.request import Event, FinishReason, ProgressEvent, Run, TokenEvent
+from llamapy.engine.slots import Slot
 from llamapy.engine.speculation.speculator import Speculator, trim_to_run
 from llamapy.engine.states import SlotState
 from llamapy.engine.stats import Counters
@@ -46,6 +55,9 @@ from llamapy.errors import (
 )
 
 __all__ = ["Executor"]
+
+#: A token's top log-probabilities, when its request asked for them.
+Logprobs = tuple[tuple[int, float], ...] | None
 
 
 class Executor:
@@ -62,6 +74,24 @@ class Executor:
         self.counters = counters
         self.clock = clock
         self.deliver = deliver
+        #: Tokens sampled whose text and event wait for the next step to be queued.
+        self._pending: list[tuple[Run, Slot, int, Logprobs]] = []
+
+    def flush(self) -> None:
+        """Do the text and event of every pending token (see the module)."""
+        pending, self._pending = self._pending, []
+        for run, slot, token, logprobs in pending:
+            if not run.ending:
+                self._emit(run, slot, token, logprobs)
+
+    def flush_run(self, run: Run) -> None:
+        """Do ``run``'s pending token first (before its final event)."""
+        mine = [item for item in self._pending if item[0] is run]
+        if mine:
+            self._pending = [item for item in self._pending if item[0] is not run]
+            for _, slot, token, logprobs in mine:
+                if not run.ending:
+                    self._emit(run, slot, token, logprobs)
 
     def execute(self, batch: ScheduledBatch) -> None:
         """Decode ``batch`` (splitting it under KV pressure), then sample and emit."""
@@ -70,6 +100,17 @@ class Executor:
             if entry.run.prefill_started_at is None:
                 entry.run.prefill_started_at = now
                 self._progress(entry.run)
+        plan = self._decode(batch)
+        self.flush()  # (the step is queued: the last one's text and events meanwhile)
+        if plan is None:
+            return
+        self.counters.num_decode_calls += 1
+        self.counters.num_decode_slots += len(batch.entries)
+        self._commit(batch, plan.output_indices())
+
+    def _decode(self, batch: ScheduledBatch) -> BatchPlan | None:
+        """Decode ``batch`` (purging, dropping drafts, splitting under KV pressure); its plan,
+        None when it was split or failed (done here)."""
         plan = batch.to_plan()
         if plan.adapter_set != self.backend.adapter_set:  # the backend switches its LoRA set
             self.counters.num_adapter_switches += 1
@@ -78,7 +119,7 @@ class Executor:
                 started = self.clock()
                 self.backend.decode(plan)
                 self.speculator.cost.record(plan.n_tokens, self.clock() - started)
-                break
+                return plan
             except KVCacheFullError:
                 self.counters.num_kv_pressure_events += 1
                 if self.prefix.purge_one():
@@ -86,14 +127,13 @@ class Executor:
                 if _drop_drafts(batch):
                     plan = batch.to_plan()
                     continue
+                self.flush()
                 self._split_or_overflow(batch)
-                return
+                return None
             except DecodeError as exc:
+                self.flush()
                 self._fail(batch, exc)
-                return
-        self.counters.num_decode_calls += 1
-        self.counters.num_decode_slots += len(batch.entries)
-        self._commit(batch, plan.output_indices())
+                return None
 
     def _split_or_overflow(self, batch: ScheduledBatch) -> None:
         if len(batch.entries) > 1:
@@ -126,6 +166,8 @@ class Executor:
                 self._progress(run)
             if run.whole_prefill:
                 self._pool(entry)
+            elif run.ending:  # a stop string found while this step computed: its row is moot
+                continue
             elif row is not None and entry.draft:
                 self._verify(entry, row)
             elif row is not None:
@@ -157,7 +199,7 @@ class Executor:
         run, draft = entry.run, entry.draft
         first, accepted = row - len(draft), 0
         for i in range(len(draft) + 1):
-            token = self._sample(entry, first + i)
+            token = self._sample(entry, first + i, defer=False)
             matched = token is not None and i < len(draft) and token == draft[i]
             accepted += matched
             if not matched or run.ending:
@@ -165,8 +207,10 @@ class Executor:
         trim_to_run(self.backend, run, entry.slot.seq_id, entry.slot.cached)
         self.speculator.verified(run, len(draft), accepted, entry.draft_bucket)
 
-    def _sample(self, entry: Entry, row: int) -> int | None:
-        """Sample, account and emit one token of ``entry`` from ``row`` (None: it failed)."""
+    def _sample(self, entry: Entry, row: int, *, defer: bool = True) -> int | None:
+        """Sample, account and emit one token of ``entry`` from ``row`` (None: it failed);
+        with ``defer`` on an asynchronous backend, a token that does not end the run is
+        emitted at the next :meth:`flush` (see the module)."""
         run, slot = entry.run, entry.slot
         assert run.sampler is not None, "sampling a prefill-only run"
         started = time.thread_time()
@@ -186,6 +230,16 @@ class Executor:
         self._time_token(run)
         if slot.state is SlotState.PREFILLING:
             slot.machine.fire("prefilled")
+        if defer and self.backend.async_decode and not self.backend.is_eog(token) \
+                and run.num_generated < run.request.options.max_tokens:
+            self._pending.append((run, slot, token, logprobs))
+        else:
+            self._emit(run, slot, token, logprobs)
+        return token
+
+    def _emit(self, run: Run, slot: Slot, token: int,
+              logprobs: Logprobs) -> None:
+        """The text and event of ``token`` (ending ``run`` at a stop, end or budget)."""
         text, reason = self._text_for(run, token)
         if reason is not None:
             run.end(reason)
@@ -194,7 +248,6 @@ class Executor:
             timings = replace(run.timings, completion_tokens=run.num_generated)
         self.deliver(run, TokenEvent(run.request_id, token, text, logprobs, timings,
                                      slot.slot_id))
-        return token
 
     def _progress(self, run: Run) -> None:
         """A :class:`ProgressEvent` for a run that asked for them (``return_progress``)."""

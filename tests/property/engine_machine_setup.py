@@ -87,6 +87,7 @@ def engine_setups(draw: st.DrawFn) -> dict:
         spec_error_rate=draw(st.sampled_from([0.0, 0.3, 0.9])),
         spec_n_max=draw(st.integers(1, 6)), spec_adaptive=draw(st.booleans()),
         spec_max_streams=draw(st.sampled_from([0, 1, 2])),
+        device=draw(st.booleans()),  # the async device: text and events overlap the next step
     )
 
 

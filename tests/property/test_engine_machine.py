@@ -59,7 +59,7 @@ from llamapy.engine import (
 )
 from llamapy.engine.cache.disk import CacheNamespace
 from llamapy.engine.engine import Engine
-from llamapy.engine.fake.backend import FakeBackend
+from llamapy.engine.fake.backend import DeviceCost, FakeBackend
 from llamapy.engine.fake.media import fake_media_chunk
 from llamapy.engine.media import MediaSpan
 from llamapy.engine.states import SlotState
@@ -96,7 +96,8 @@ class EngineMachine(RuleBasedStateMachine):
             n_ctx=setup["n_ctx"], n_seq_max=setup["n_parallel"], n_batch=64,
             kv_unified=setup["unified"], supports_partial_removal=setup["partial"],
             state_bytes_per_token=32, record_plans=True,
-            cost=CostModel(step_s=0.01, token_s=0.003))
+            cost=CostModel(step_s=0.01, token_s=0.003),
+            device=DeviceCost(0.0) if setup["device"] else None)
         strategy = setup["strategy"]
         config = EngineConfig(
             n_parallel=setup["n_parallel"], n_batch=setup["n_batch"],

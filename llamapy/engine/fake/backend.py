@@ -149,6 +149,8 @@ class FakeBackend:
     pools = property(lambda self: self._pools, doc="Whether sequences are pooled.")
     supports_partial_removal = property(lambda self: self._partial, doc="False: recurrent.")
     n_vocab = property(lambda self: self.model.n_vocab, doc="Vocabulary size.")
+    async_decode = property(lambda self: self.device is not None,
+                            doc="Whether decode only queues the step (the async device).")
 
     @property
     def n_ctx_seq(self) -> int:
