@@ -10,6 +10,12 @@ client), with the p50/p99 gap between tokens of a stream.
 
     python bench/bench_device.py                      # steps 2, 5, 10 ms; 1, 16, 64 streams
     python bench/bench_device.py --steps 2 --streams 1 --tokens 200 --no-http
+    python bench/bench_device.py --serial ...         # the engine as before the overlap
+
+``--serial`` makes the engine treat the device as synchronous (a token's text and event
+before the next step is queued), the order it had before overlapped ticks, for an A/B in one
+run. The fake's own bookkeeping (its KV cells, its sampler) runs on the tick thread too and
+counts as Python here; a real device's launch costs less.
 """
 
 from __future__ import annotations
@@ -99,6 +105,9 @@ SERVE = """
 import sys, uvicorn
 from llamapy.serve import create_app
 from llamapy.server.fake import fake_server
+from llamapy.engine.fake.backend import FakeBackend
+if {serial}:
+    FakeBackend.async_decode = property(lambda self: False)
 opts = {opts}
 server = fake_server(device_step_s={step}, **opts)
 uvicorn.run(create_app(server, alias="fake", embeddings=False), host="127.0.0.1",
@@ -114,7 +123,7 @@ def free_port() -> int:
 
 def over_http(step_s: float, streams: int, tokens: int) -> Result:
     port = free_port()
-    code = SERVE.format(opts=server_options(streams), step=step_s, port=port)
+    code = SERVE.format(opts=server_options(streams), step=step_s, port=port, serial=SERIAL[0])
     proc = subprocess.Popen([sys.executable, "-c", code])
     try:
         url = f"http://127.0.0.1:{port}"
@@ -166,6 +175,9 @@ async def _http_one(client: httpx.AsyncClient, tokens: int, gaps: list[float]) -
     return n
 
 
+SERIAL = [False]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=float, nargs="+", default=[2, 5, 10],
@@ -173,7 +185,14 @@ def main() -> None:
     parser.add_argument("--streams", type=int, nargs="+", default=[1, 16, 64])
     parser.add_argument("--tokens", type=int, default=128, help="tokens per stream")
     parser.add_argument("--no-http", action="store_true")
+    parser.add_argument("--serial", action="store_true",
+                        help="no overlap: text and events before the next step is queued")
     args = parser.parse_args()
+    if args.serial:
+        from llamapy.engine.fake.backend import FakeBackend
+
+        FakeBackend.async_decode = property(lambda self: False)  # type: ignore[assignment]
+        SERIAL[0] = True
     print("| path | step ms | streams | tok/s | share of ideal | gap p50 ms | gap p99 ms |")
     print("|---|---|---|---|---|---|---|")
     for step in args.steps:

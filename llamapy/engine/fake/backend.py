@@ -61,6 +61,8 @@ from llamapy.errors import (
 
 __all__ = ["Cell", "DeviceCost", "FakeBackend", "FakeSampler", "Fault"]
 
+#: How early the async device's wait stops sleeping and starts yielding (seconds).
+_SLEEP_MARGIN_S = 0.0002
 _DECODE_FAULTS = {"decode_error", "abort", "invalid_batch", "kv_full", "slow"}
 _FAULT_KINDS = _DECODE_FAULTS | {"restore_fail", "sample_error"}
 
@@ -134,6 +136,8 @@ class FakeBackend:
         size = n_ctx // n_streams
         self._free = [list(range(s * size, (s + 1) * size))[::-1] for s in range(n_streams)]
         self._seq: list[dict[int, int]] = [{} for _ in range(n_seq_max)]
+        #: Each sequence's largest position, None once a removal made it unknown.
+        self._pos_max: list[int | None] = [-1] * n_seq_max
         self._marks: list[Counter[tuple[Hashable, Hashable]]] = \
             [Counter() for _ in range(n_seq_max)]
         self._rows: dict[int, int] = {}
@@ -252,11 +256,16 @@ class FakeBackend:
         return self._rows[batch_index]
 
     def wait_outputs(self) -> None:
-        """Block until the last decode's outputs are readable (at once off the device)."""
-        if self.device is not None:
-            remaining = self._ready_at - time.perf_counter()
-            if remaining > 0:
-                time.sleep(remaining)
+        """Block until the last decode's outputs are readable (at once off the device): a
+        sleep to just short of it (a sleep overshoots by tens of microseconds, a device
+        synchronisation does not), then yields of the GIL until it."""
+        if self.device is None:
+            return
+        remaining = self._ready_at - time.perf_counter()
+        if remaining > _SLEEP_MARGIN_S:
+            time.sleep(remaining - _SLEEP_MARGIN_S)
+        while time.perf_counter() < self._ready_at:
+            time.sleep(0)
 
     def logits(self, batch_index: int) -> list[float]:
         """Raw logits of output row ``batch_index`` (see :meth:`FakeModel.logits`)."""
@@ -315,10 +324,14 @@ class FakeBackend:
         cell.seqs.add(seq)
         self._cells[index] = cell
         self._seq[seq][cell.pos] = index
+        known = self._pos_max[seq]
+        if known is not None:
+            self._pos_max[seq] = max(known, cell.pos)
         self._marks[seq][cell.mark] += 1
 
     def _unlink(self, seq: int, pos: int) -> None:
         index = self._seq[seq].pop(pos)
+        self._pos_max[seq] = None
         cell = self._cell(index)
         cell.seqs.discard(seq)
         self._marks[seq][cell.mark] -= 1
@@ -353,8 +366,12 @@ class FakeBackend:
     # --- KV ops --------------------------------------------------------------------------------
 
     def seq_pos_max(self, seq_id: int) -> int:
-        """Largest position of ``seq_id`` or -1."""
-        return max(self._seq[seq_id], default=-1)
+        """Largest position of ``seq_id`` or -1 (kept as cells are added; found again after
+        a removal)."""
+        known = self._pos_max[seq_id]
+        if known is None:
+            known = self._pos_max[seq_id] = max(self._seq[seq_id], default=-1)
+        return known
 
     def seq_rm(self, seq_id: int, p0: int, p1: int) -> bool:
         """Remove ``[p0, p1)``; partial ranges fail when partial removal is unsupported."""
@@ -377,6 +394,9 @@ class FakeBackend:
                 cell = self._cell(index)
                 cell.seqs.add(dst)
                 self._seq[dst][pos] = index
+                known = self._pos_max[dst]
+                if known is not None:
+                    self._pos_max[dst] = max(known, pos)
                 self._marks[dst][cell.mark] += 1
 
     def seq_keep(self, seq_id: int) -> None:
