@@ -49,19 +49,20 @@ def envelope(plan: MessagesPlan) -> dict[str, Any]:
     return {"id": plan.id, "type": "message", "role": "assistant", "model": plan.model_name}
 
 
-def build_blocks(plan: MessagesPlan, text: str) -> BlockBuilder:
-    """The content blocks of a whole output."""
+def build_blocks(plan: MessagesPlan, text: str, *, truncated: bool = False) -> BlockBuilder:
+    """The content blocks of a whole output (``truncated``: its token budget ran out)."""
     parser = plan.chat.parser()
     builder = BlockBuilder()
     builder.add(parser.feed(text))
-    builder.add(parser.flush())
+    builder.add(parser.flush(truncated=truncated))
     builder.finish()
     return builder
 
 
 def message_response(plan: MessagesPlan, completion: Completion) -> dict[str, Any]:
     """The ``message`` object of a finished generation."""
-    builder = build_blocks(plan, completion.text)
+    builder = build_blocks(plan, completion.text,
+                           truncated=completion.finish_reason == "max_tokens")
     reason, sequence = stop_reason(completion.finish_reason, completion.stop_word,
                                    builder.has_tool_use)
     usage = completion.usage

@@ -48,7 +48,8 @@ class MessageStream:
 
     def on_done(self, event: DoneEvent) -> list[dict[str, Any]]:
         """The last events: held-back output, closing the block, the stop reason, the end."""
-        events = self._start() + self.blocks.add(self.parser.flush()) + self.blocks.finish()
+        flushed = self.parser.flush(truncated=event.finish_reason == "max_tokens")
+        events = self._start() + self.blocks.add(flushed) + self.blocks.finish()
         reason, sequence = stop_reason(event.finish_reason, event.stop_word,
                                        self.blocks.has_tool_use)
         usage = usage_dict(event.prompt_tokens, event.timings.reused_tokens,

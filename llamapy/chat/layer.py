@@ -140,15 +140,17 @@ class ChatOutput:
         diffs, _ = self._stream.feed(text)
         return self._record(self._delta(diffs, final=False))
 
-    def flush(self) -> Delta:
-        """The generation ended: the last delta (raises ``ChatParseError`` for an unfinished
-        call)."""
+    def flush(self, *, truncated: bool = False) -> Delta:
+        """The generation ended: the last delta. A call it left unfinished raises
+        ``ChatParseError``, unless it was ``truncated`` (its token budget ran out: the client
+        sees that finish reason, and the call as far as it got)."""
         if self._flushed:
             return Delta()
         self._flushed = True
         try:
-            diffs, message = self._stream.feed("", final=True)
-            self._check_calls(message)
+            diffs, message = self._stream.feed("", final=not truncated)
+            if not truncated:
+                self._check_calls(message)
         except ChatParseError:
             if self._tools:
                 raise
@@ -158,9 +160,9 @@ class ChatOutput:
             self._stream.close()
         return self._record(self._delta(diffs, final=True))
 
-    def finish(self) -> ParsedMessage:
-        """The whole message (flushes first)."""
-        self.flush()
+    def finish(self, *, truncated: bool = False) -> ParsedMessage:
+        """The whole message (flushes first, see :meth:`flush`)."""
+        self.flush(truncated=truncated)
         return self._builder.build()
 
     def _check_calls(self, message: ChatMessage) -> None:

@@ -119,7 +119,8 @@ class OllamaStream:
             return self._delta(self.parser.feed(event.text))
         if not isinstance(event, DoneEvent):
             return []
-        out = self._delta(self.parser.flush()) + self._tool_calls()
+        flushed = self.parser.flush(truncated=event.finish_reason == "max_tokens")
+        out = self._delta(flushed) + self._tool_calls()
         out.append(self.chunk(**done_stats(self.plan, event)))
         if self.plan.returns_context:
             out[-1]["context"] = [*self.plan.token_ids, *self.generated]

@@ -49,7 +49,7 @@ def chat_response(plan: ChatPlan, completion: Completion) -> dict[str, Any]:
 def _choice(plan: ChatPlan, index: int, completion: Completion) -> dict[str, Any]:
     parser = plan.parser()
     parser.feed(completion.text)
-    message = parser.finish()
+    message = parser.finish(truncated=completion.finish_reason == "max_tokens")
     top = plan.top_logprobs
     logprobs = None if top is None else chat_logprobs(
         plan.served.model, completion.token_ids, completion.logprobs, top)
@@ -150,7 +150,8 @@ class ChatStream:
 
     def on_done(self, event: DoneEvent) -> list[dict[str, Any]]:
         """The last chunks: held-back text, the finish chunk, then usage if asked for."""
-        chunks = self._start() + self._delta(self.parser.flush())
+        truncated = event.finish_reason == "max_tokens"
+        chunks = self._start() + self._delta(self.parser.flush(truncated=truncated))
         final = self._chunk({}, finish_reason(event.finish_reason, self.tool_calls))
         final["timings"] = timings_dict(event.timings, self.model, self.plan.token_ids)
         if self.plan.verbose:

@@ -77,7 +77,8 @@ class ResponseStream:
     def on_done(self, event: DoneEvent) -> list[dict[str, Any]]:
         """The last events: held-back output, closing the item, the final response."""
         status = response_status(event.finish_reason)
-        events = self._start() + self.items.add(self.parser.flush()) + self.items.finish(status)
+        flushed = self.parser.flush(truncated=event.finish_reason == "max_tokens")
+        events = self._start() + self.items.add(flushed) + self.items.finish(status)
         output = self.items.items
         usage = Usage(event.prompt_tokens, event.completion_tokens, event.timings.reused_tokens)
         final = response_object(self.plan, status=status, output=output,

@@ -137,7 +137,7 @@ def output_items(plan: ResponsesPlan, text: str, status: str) -> list[dict[str, 
     parser = plan.chat.parser()
     builder = ItemBuilder(encrypt_reasoning=plan.encrypt_reasoning)
     builder.add(parser.feed(text))
-    builder.add(parser.flush())
+    builder.add(parser.flush(truncated=status == "incomplete"))
     builder.finish(status)
     return builder.items
 

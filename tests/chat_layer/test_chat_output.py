@@ -60,3 +60,11 @@ def test_an_opening_that_never_became_a_call_is_an_error_not_lost() -> None:
     out.feed('Hello <tool_call>\n{"na')
     with pytest.raises(ChatParseError):
         out.flush()
+
+
+def test_a_call_cut_off_by_the_token_budget_is_kept_as_far_as_it_got() -> None:
+    """The budget ran out (the client sees that finish reason): no error, the partial call."""
+    out = output()
+    out.feed('<tool_call>\n{"name": "get_weather", "arguments": {"ci')
+    message = out.finish(truncated=True)
+    assert [c.name for c in message.tool_calls] == ["get_weather"]
