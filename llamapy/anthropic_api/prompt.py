@@ -184,6 +184,13 @@ def chat_messages(messages: list[InputMessage]) -> list[dict[str, Any]]:
     return out
 
 
+def _parallel(choice: ToolChoice | None) -> bool | None:
+    """``disable_parallel_tool_use`` as ``parallel_tool_calls`` (None: as the template can)."""
+    if choice is None or choice.disable_parallel_tool_use is None:
+        return None
+    return not choice.disable_parallel_tool_use
+
+
 def _tool_choice(choice: ToolChoice | None) -> str | dict[str, Any] | None:
     if choice is None:
         return None
@@ -243,6 +250,7 @@ def chat_request(served: ServedModel, body: MessagesBody) -> ChatRequest:
         messages=tuple(polyfill_history(served.chat_templates().source, messages)),
         model=body.model, tools=tuple(_tools(body) or ()),
         tool_choice=_tool_choice(body.tool_choice), response_format=_response_format(body),
+        parallel_tool_calls=_parallel(body.tool_choice),
         fields=fields, extras=extras, max_tokens=body.max_tokens)
 
 

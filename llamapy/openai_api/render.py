@@ -36,6 +36,7 @@ from ..options import check_reasoning_format
 from ..options.triggers import compile_triggers
 from ..server.chat_format import ChatParams, ChatTrigger
 from .chat_request import ChatRequest
+from .forced import call_at_once
 from .params import ResponseFormat
 from .target import ServedModel
 
@@ -72,7 +73,9 @@ def render(served: ServedModel, request: ChatRequest, *, continues: bool, add: b
     params = templates.apply(inputs)
     if request.tools_active and inputs["tool_choice"] == "required" and not params.grammar:
         return _polyfilled(templates, inputs, fmt, continues)  # never a free-text "call"
-    return Rendered(params.prompt, params, _fields(served, params), fmt, continues)
+    forced = request.tools_active and inputs["tool_choice"] == "required"
+    fields = _fields(served, params, forced, bool(inputs["parallel_tool_calls"]))
+    return Rendered(params.prompt, params, fields, fmt, continues)
 
 
 def _polyfilled(templates: Any, inputs: dict[str, Any], fmt: str, continues: bool
@@ -208,8 +211,9 @@ def _schema_text(request: ChatRequest) -> str:
     return json.dumps(schema, ensure_ascii=False)
 
 
-def _fields(served: ServedModel, params: ChatParams) -> dict[str, Any]:
-    fields = _grammar_fields(params)
+def _fields(served: ServedModel, params: ChatParams, forced: bool, parallel: bool
+            ) -> dict[str, Any]:
+    fields = _grammar_fields(params, forced=forced, parallel=parallel)
     if params.thinking_end_tags:  # what a reasoning budget watches (llama-server's)
         start = params.thinking_start_tag
         opened = start.strip() and params.generation_prompt.rstrip().endswith(start.strip())
@@ -222,15 +226,18 @@ def _fields(served: ServedModel, params: ChatParams) -> dict[str, Any]:
     return fields
 
 
-def _grammar_fields(params: ChatParams) -> dict[str, Any]:
-    """The grammar, its triggers when lazy, and the format's extra stops."""
+def _grammar_fields(params: ChatParams, *, forced: bool = False, parallel: bool = False
+                    ) -> dict[str, Any]:
+    """The grammar (a forced call's starting at once: :func:`.forced.call_at_once`), its
+    triggers when lazy, and the format's extra stops."""
     fields: dict[str, Any] = {}
     if params.additional_stops:
         fields["stop"] = list(params.additional_stops)
     if not params.grammar:
         return fields
     if not params.grammar_lazy:  # it reads the generation prompt first, as llama.cpp's does
-        fields["grammar"], fields["grammar_prefill"] = params.grammar, params.generation_prompt
+        grammar = call_at_once(params, parallel=parallel) if forced else params.grammar
+        fields["grammar"], fields["grammar_prefill"] = grammar, params.generation_prompt
         return fields
     patterns = [_pattern(t) for t in params.triggers]
     try:
