@@ -126,6 +126,9 @@ class ChatOutput:
         self._openers = tuple(t.value for t in params.triggers
                               if t.kind in ("word", "token") and t.value) if tools else ()
         self._text: list[str] = []
+        self._emitted = ""  # the content sent so far
+        if continuation:  # the prompt's own assistant text is no output
+            self._emitted = self._stream.feed("")[1].content.lstrip("\r\n")
         self._calls: list[list[Any]] = []  # [id, name, header sent]
         self._builder = MessageBuilder()
         self._flushed = False
@@ -137,8 +140,8 @@ class ChatOutput:
         if not text:
             return Delta()
         self._text.append(text)
-        diffs, _ = self._stream.feed(text)
-        return self._record(self._delta(diffs, final=False))
+        diffs, message = self._stream.feed(text)
+        return self._record(self._delta(diffs, message.content, final=False))
 
     def flush(self, *, truncated: bool = False) -> Delta:
         """The generation ended: the last delta. A call it left unfinished raises
@@ -148,17 +151,36 @@ class ChatOutput:
             return Delta()
         self._flushed = True
         try:
-            diffs, message = self._stream.feed("", final=not truncated)
+            diffs, content = self._last_diffs(truncated)
+        finally:
+            self._stream.close()
+        return self._record(self._delta(diffs, content, final=True))
+
+    def _last_diffs(self, truncated: bool) -> tuple[list[ChatDiff], str]:
+        """The final parse's differences and content; an output that does not parse whole
+        (cut off, or without tools) is read as far as it got (a partial parse). Text that no
+        call began and the parse held back is content, never dropped."""
+        try:
+            diffs, message = self._stream.feed("", final=True)
             if not truncated:
                 self._check_calls(message)
         except ChatParseError:
-            if self._tools:
+            if not truncated and self._tools:
                 raise
-            log.warning("output read as far as the chat format allows", exc_info=True)
-            diffs = []
-        finally:
-            self._stream.close()
-        return self._record(self._delta(diffs, final=True))
+            diffs, message = self._stream.feed("", final=False)
+        content = message.content
+        held = "" if message.tool_calls else self._held_back(message)
+        return diffs, content + held if held.strip() else content
+
+    def _held_back(self, message: ChatMessage) -> str:
+        """The output past what the parse read as content and reasoning (where the parse
+        only trimmed its start)."""
+        text = "".join(self._text)
+        read = message.reasoning + message.content
+        for start in (text, text.lstrip()):
+            if start.startswith(read) and not message.reasoning:
+                return start[len(read):]
+        return ""
 
     def finish(self, *, truncated: bool = False) -> ParsedMessage:
         """The whole message (flushes first, see :meth:`flush`)."""
@@ -185,10 +207,9 @@ class ChatOutput:
                 raise ChatParseError(f"the model opened a tool call ({opener.strip()!r}) and "
                                      "did not finish it")
 
-    def _delta(self, diffs: list[ChatDiff], *, final: bool) -> Delta:
-        out = Delta()
+    def _delta(self, diffs: list[ChatDiff], content: str, *, final: bool) -> Delta:
+        out = Delta(content=self._content_delta(content, final))
         for diff in diffs:
-            out.content += diff.content
             out.reasoning += diff.reasoning
             if diff.index >= 0:
                 self._headers(out, before=diff.index)
@@ -196,6 +217,19 @@ class ChatOutput:
         if final:
             self._headers(out, before=len(self._calls))
         return out
+
+    def _content_delta(self, content: str, final: bool) -> str:
+        """What ``content`` (the parse's whole content, its leading newlines left out) adds
+        to what went out; a parse that rewrote what went out adds nothing, so the deltas
+        always add up to a content the parses gave."""
+        content = content.lstrip("\r\n")  # (partial and final parses differ in these)
+        if not content.startswith(self._emitted):
+            return ""
+        rest = content[len(self._emitted):]
+        if not final and not content:
+            return ""
+        self._emitted = content
+        return rest
 
     def _call_piece(self, out: Delta, diff: ChatDiff) -> None:
         if diff.index == len(self._calls):

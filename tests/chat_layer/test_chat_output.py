@@ -68,3 +68,12 @@ def test_a_call_cut_off_by_the_token_budget_is_kept_as_far_as_it_got() -> None:
     out.feed('<tool_call>\n{"name": "get_weather", "arguments": {"ci')
     message = out.finish(truncated=True)
     assert [c.name for c in message.tool_calls] == ["get_weather"]
+
+
+def test_text_the_format_cannot_read_is_never_dropped_when_cut_off() -> None:
+    """A truncated output the final parse refuses and that began no call: the text the
+    partial parse held back comes out as content."""
+    out = output()
+    out.feed("Hello <tool_")
+    message = out.finish(truncated=True)
+    assert not message.tool_calls and message.content == "Hello <tool_"

@@ -51,10 +51,14 @@ def test_page_streams_a_conversation_with_tokens_per_second(page: Any) -> None:
     assert "cached" in second.locator(".msg-stats").inner_text()  # the first turn's KV
 
 
-def test_page_shows_reasoning_separately(thinking: LiveApp) -> None:
-    """On an app whose template shows reasoning (its format then reads ``<think>``)."""
-    with browser_page.browser_page(thinking.url + "/") as page:
+def test_page_shows_reasoning_separately(page: Any, live: LiveApp, thinking: LiveApp) -> None:
+    """On an app whose template shows reasoning (its format then reads ``<think>``): the
+    module's page goes there, then back."""
+    page.goto(thinking.url + "/")
+    try:
         page_shows_reasoning(page)
+    finally:
+        page.goto(live.url + "/")
 
 
 def page_shows_reasoning(page: Any) -> None:

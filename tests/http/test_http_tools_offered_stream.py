@@ -37,7 +37,7 @@ def test_content_streams_in_non_empty_deltas(llama33: str) -> None:
     whole = httpx.post(llama33 + "/v1/chat/completions", json=BODY, timeout=120).json()
     assert "choices" in whole, whole
     message = whole["choices"][0]["message"]
-    assert message.get("tool_calls") is None and message["content"]
+    assert message.get("tool_calls") is None and message["content"], whole
     r = httpx.post(llama33 + "/v1/chat/completions", json={**BODY, "stream": True}, timeout=120)
     chunks = [json.loads(line[6:]) for line in r.text.splitlines()
               if line.startswith("data: ") and line != "data: [DONE]"]

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from fake_http import ALIAS, FakeApp
 
-from llamapy.chat import OutputParser
+from llamapy.chat.layer import HERMES_TOOLS_TEMPLATE, ChatOutput, source_templates
 from llamapy.engine import DoneEvent, TokenEvent
 from llamapy.engine.request import RequestTimings
 from llamapy.errors import InvalidOptionError, ModelNotFoundError
@@ -176,11 +176,20 @@ def test_model_endpoints_and_refusals(app: FakeApp) -> None:
         assert "not supported" in error_of(app.send(method, path, json={"model": "x"}), 400)
 
 
+def hermes_output() -> ChatOutput:
+    """The chat layer's parser of Hermes calls to ``get_weather``."""
+    tool = {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}}}}
+    params = source_templates(HERMES_TOOLS_TEMPLATE).apply({
+        "messages": [{"role": "user", "content": "hi"}], "tools": [tool]})
+    return ChatOutput(params, reasoning_format="auto", tools=True)
+
+
 def test_tool_calls_come_back_as_objects(app: FakeApp) -> None:
     served = ServedModel(app.server, name=ALIAS)
     plan = OllamaPlan(served=served, kind="chat", model=ALIAS, token_ids=[1],
                       intent=app.server.resolve(),
-                      parser=lambda: OutputParser.from_protocols(["hermes"]))
+                      parser=lambda: hermes_output())
     stream = OllamaStream(plan)
     text = 'Sure.<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'
     chunks = [c for piece in (text[:9], text[9:40], text[40:])
