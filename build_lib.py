@@ -219,6 +219,7 @@ def shim_key(build: Path, key: str) -> str:
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
     material = [key, cxx, version.splitlines()[:1], SHIM_HEADER.read_text(),
                 SHIM_SOURCE.read_text(), SHIM_CHAT_SOURCE.read_text(),
+                (SHIM_DIR / "llamapy_guard.hpp").read_text(),
                 (ROOT / "build_binding.py").read_text()]
     return hashlib.sha256(json.dumps(material).encode()).hexdigest()[:16]
 

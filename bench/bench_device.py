@@ -55,6 +55,19 @@ class Result:
                 f"| {self.share:.3f} | {self.gap_p50_ms:.2f} | {self.gap_p99_ms:.2f} |")
 
 
+class TokenClock:
+    """Counts a stream's tokens and records the gaps between them into ``gaps``."""
+
+    def __init__(self, gaps: list[float]) -> None:
+        self.gaps, self.last, self.n = gaps, 0.0, 0
+
+    def tick(self) -> None:
+        now = time.perf_counter()
+        if self.n:
+            self.gaps.append(now - self.last)
+        self.last, self.n = now, self.n + 1
+
+
 def server_options(streams: int) -> dict[str, object]:
     return {"n_parallel": max(streams, 1), "n_ctx": 64 * max(streams, 1) * 8,
             "max_queue": 4 * streams + 8}
@@ -64,16 +77,12 @@ async def one_stream(server: Server, tokens: int, gaps: list[float]) -> int:
     eog = server.model.eog_tokens()
     intent = server.resolve(max_tokens=tokens, temp=0.0,
                             logit_bias=dict.fromkeys(eog, float("-inf")))
-    last, n = None, 0
+    clock = TokenClock(gaps)
     async with server.open_astream(PROMPT, intent) as events:
         async for event in events:
-            if getattr(event, "token_id", None) is None:
-                continue
-            now = time.perf_counter()
-            if last is not None:
-                gaps.append(now - last)
-            last, n = now, n + 1
-    return n
+            if getattr(event, "token_id", None) is not None:
+                clock.tick()
+    return clock.n
 
 
 def in_process(step_s: float, streams: int, tokens: int) -> Result:
@@ -161,18 +170,12 @@ async def _http_streams(url: str, streams: int, tokens: int, gaps: list[float]) 
 async def _http_one(client: httpx.AsyncClient, tokens: int, gaps: list[float]) -> int:
     body = {"model": "fake", "prompt": "abcdefgh", "max_tokens": tokens, "temperature": 0,
             "stream": True, "ignore_eos": True}
-    last, n = None, 0
+    clock = TokenClock(gaps)
     async with client.stream("POST", "/v1/completions", json=body) as response:
         async for line in response.aiter_lines():
-            if not line.startswith("data: {"):
-                continue
-            if not json.loads(line[6:])["choices"][0].get("text"):
-                continue
-            now = time.perf_counter()
-            if last is not None:
-                gaps.append(now - last)
-            last, n = now, n + 1
-    return n
+            if line.startswith("data: {") and json.loads(line[6:])["choices"][0].get("text"):
+                clock.tick()
+    return clock.n
 
 
 SERIAL = [False]

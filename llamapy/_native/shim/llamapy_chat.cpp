@@ -7,6 +7,7 @@
 // difference to the previous parse is what streams.
 
 #include "llamapy_shim.h"
+#include "llamapy_guard.hpp"
 
 #include "chat.h"
 #include "json.h"
@@ -32,30 +33,6 @@ struct llamapy_chat_stream {
 namespace {
 
 using json = common_json;
-
-void put_what(char * what, size_t what_size, const char * text) {
-    if (what == nullptr || what_size == 0) {
-        return;
-    }
-    std::strncpy(what, text, what_size - 1);
-    what[what_size - 1] = '\0';
-}
-
-template <typename F>
-int chat_guard(char * what, size_t what_size, F && fn) noexcept {
-    try {
-        return fn();
-    } catch (const std::bad_alloc & err) {
-        put_what(what, what_size, err.what());
-        return LLAMAPY_ERR_NO_MEMORY;
-    } catch (const std::exception & err) {
-        put_what(what, what_size, err.what());
-        return LLAMAPY_ERR_EXCEPTION;
-    } catch (...) {
-        put_what(what, what_size, "an exception that is not a std::exception");
-        return LLAMAPY_ERR_UNKNOWN;
-    }
-}
 
 // A malloc'd copy of ``text`` for the caller (freed with llamapy_chat_free_string).
 char * give(const std::string & text) {
@@ -178,7 +155,7 @@ int llamapy_chat_templates_init(const struct llama_model * model, const char * o
                                 const char * bos, const char * eos,
                                 struct llamapy_chat_templates ** out, char * what, size_t what_size) {
     *out = nullptr;
-    return chat_guard(what, what_size, [&]() {
+    return llamapy::guard(what, what_size, [&]() {
         std::string src = override_src ? override_src : "";
         if (src.empty() && model == nullptr) {
             throw std::invalid_argument("a template source or a model is needed");
@@ -197,7 +174,7 @@ void llamapy_chat_templates_free(struct llamapy_chat_templates * tmpls) {
 int llamapy_chat_templates_info(const struct llamapy_chat_templates * tmpls, char ** out,
                                 char * what, size_t what_size) {
     *out = nullptr;
-    return chat_guard(what, what_size, [&]() {
+    return llamapy::guard(what, what_size, [&]() {
         json info = json::object();
         json caps = json::object();
         for (const auto & [name, value] : common_chat_templates_get_caps(tmpls->ptr.get())) {
@@ -216,7 +193,7 @@ int llamapy_chat_templates_info(const struct llamapy_chat_templates * tmpls, cha
 int llamapy_chat_apply(const struct llamapy_chat_templates * tmpls, const char * inputs_json,
                        char ** out, char * what, size_t what_size) {
     *out = nullptr;
-    return chat_guard(what, what_size, [&]() {
+    return llamapy::guard(what, what_size, [&]() {
         const auto inputs = read_inputs(json::parse(inputs_json));
         const auto params = common_chat_templates_apply(tmpls->ptr.get(), inputs);
         *out = give(params_json(params).dump());
@@ -227,7 +204,7 @@ int llamapy_chat_apply(const struct llamapy_chat_templates * tmpls, const char *
 int llamapy_chat_stream_new(const char * params_json_text, struct llamapy_chat_stream ** out,
                             char * what, size_t what_size) {
     *out = nullptr;
-    return chat_guard(what, what_size, [&]() {
+    return llamapy::guard(what, what_size, [&]() {
         auto stream    = std::make_unique<llamapy_chat_stream>();
         stream->params = read_parser_params(json::parse(params_json_text));
         if (stream->params.is_continuation && !stream->params.echo) {
@@ -246,7 +223,7 @@ void llamapy_chat_stream_free(struct llamapy_chat_stream * stream) {
 int llamapy_chat_stream_feed(struct llamapy_chat_stream * stream, const char * text, size_t len,
                              bool is_partial, char ** out, char * what, size_t what_size) {
     *out = nullptr;
-    return chat_guard(what, what_size, [&]() {
+    return llamapy::guard(what, what_size, [&]() {
         stream->text.append(text, len);
         json diffs = json::array();
         auto parsed = common_chat_parse(stream->text, is_partial, stream->params);
@@ -275,7 +252,7 @@ int llamapy_sampler_init_reasoning_budget(
         const llama_token * forced, size_t n_forced, int32_t budget,
         struct llama_sampler ** out, char * what, size_t what_size) {
     *out = nullptr;
-    return chat_guard(what, what_size, [&]() {
+    return llamapy::guard(what, what_size, [&]() {
         std::vector<llama_tokens> starts;
         if (n_start > 0) {
             starts.emplace_back(start, start + n_start);

@@ -7,6 +7,7 @@
 // end-of-generation token, calls GGML_ABORT, which no try/catch can stop.
 
 #include "llamapy_shim.h"
+#include "llamapy_guard.hpp"
 
 #include <cmath>
 #include <cstring>
@@ -17,30 +18,8 @@
 
 namespace {
 
-void copy_what(char * what, size_t what_size, const char * text) {
-    if (what == nullptr || what_size == 0) {
-        return;
-    }
-    std::strncpy(what, text, what_size - 1);
-    what[what_size - 1] = '\0';
-}
-
-// Run fn (which returns a status) and map any exception it throws to a status.
-template <typename F>
-int guard(char * what, size_t what_size, F && fn) noexcept {
-    try {
-        return fn();
-    } catch (const std::bad_alloc & err) {
-        copy_what(what, what_size, err.what());
-        return LLAMAPY_ERR_NO_MEMORY;
-    } catch (const std::exception & err) {
-        copy_what(what, what_size, err.what());
-        return LLAMAPY_ERR_EXCEPTION;
-    } catch (...) {
-        copy_what(what, what_size, "an exception that is not a std::exception");
-        return LLAMAPY_ERR_UNKNOWN;
-    }
-}
+using llamapy::copy_what;
+using llamapy::guard;
 
 // The candidate array of the last sample on this thread (reused: n_vocab entries).
 thread_local std::vector<llama_token_data> candidates;
