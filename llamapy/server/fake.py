@@ -42,7 +42,7 @@ def fake_server(model_path: str | os.PathLike[str] = "fake.gguf", *,
     :class:`FakeTextModel` named after ``model_path``); ``sleep_s``: seconds each decode
     really sleeps (to hold requests in flight); ``device_step_s`` (or a whole ``device``
     cost): an asynchronous device whose decode returns at once and whose outputs are
-    readable that much later (a GPU step, see :class:`~llamapy.engine.fake.backend.DeviceCost`)."""
+    readable that much later (a GPU step, see :class:`~llamapy.engine.fake.device.DeviceCost`)."""
     text_model = model or FakeTextModel(str(model_path))
     if device is None and device_step_s is not None:
         device = DeviceCost(device_step_s)

@@ -24,10 +24,8 @@ simulation (like httpcore's mock backend).
   after a decode (an encoder-only model: its sequences always read as empty).
 - Fault switches (:meth:`inject`), a cost model advancing a :class:`SimClock`, and
   :meth:`check_integrity`.
-- An asynchronous device (``device``: a :class:`DeviceCost`): ``decode`` returns at once, as
-  ``llama_decode`` does on a GPU once the graph is queued, and the step's outputs (a row's
-  sample, logits or pooled vector) become readable ``device.step_time(plan)`` of real time
-  later: reading them earlier blocks until then. Steps queue behind each other.
+- An asynchronous device (``device``, :mod:`llamapy.engine.fake.device`): ``decode`` queues
+  the step and returns; reading its outputs waits for it, as on a GPU.
 """
 
 from __future__ import annotations
@@ -38,6 +36,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 
 from llamapy.engine.backend import BatchPlan, Segment
+from llamapy.engine.fake.device import Device, DeviceCost
 from llamapy.engine.fake.kv import Cell, decode_cells, encode_cells, encoded_size
 from llamapy.engine.fake.media import FAKE_MEDIA_WIDTH, media_segment_ok
 from llamapy.engine.fake.model import (
@@ -61,25 +60,8 @@ from llamapy.errors import (
 
 __all__ = ["Cell", "DeviceCost", "FakeBackend", "FakeSampler", "Fault"]
 
-#: How early the async device's wait stops sleeping and starts yielding (seconds).
-_SLEEP_MARGIN_S = 0.0002
 _DECODE_FAULTS = {"decode_error", "abort", "invalid_batch", "kv_full", "slow"}
 _FAULT_KINDS = _DECODE_FAULTS | {"restore_fail", "sample_error"}
-
-
-@dataclass(frozen=True, slots=True)
-class DeviceCost:
-    """The real time one decode takes on the simulated device: ``step_s`` for any batch,
-    plus ``token_s`` per token of the batch and ``cell_s`` per KV cell its outputs attend
-    to."""
-
-    step_s: float
-    token_s: float = 0.0
-    cell_s: float = 0.0
-
-    def step_time(self, n_tokens: int, n_cells: int) -> float:
-        """Seconds of one decode of ``n_tokens`` whose output rows read ``n_cells``."""
-        return self.step_s + self.token_s * n_tokens + self.cell_s * n_cells
 
 
 @dataclass(slots=True)
@@ -90,6 +72,15 @@ class Fault:
     at_call: int | None = None
     times: int = 1
     seconds: float = 0.0
+
+
+def _check_sizes(n_ctx: int, n_seq_max: int, n_batch: int, kv_unified: bool, pools: bool,
+                 memoryless: bool) -> None:
+    if n_seq_max < 1 or n_ctx < n_seq_max or n_batch < 1:
+        raise ValueError("FakeBackend needs n_ctx >= n_seq_max >= 1 and n_batch >= 1")
+    if memoryless and (not pools or not kv_unified or n_ctx < n_batch):
+        raise ValueError("a memoryless FakeBackend pools, on one cell pool of at least "
+                         "n_batch cells (a batch's, freed after it)")
 
 
 class FakeBackend:
@@ -104,11 +95,7 @@ class FakeBackend:
                  sleep_s: float = 0.0, record_plans: bool = False, pools: bool = False,
                  memoryless: bool = False, n_ubatch: int | None = None,
                  device: DeviceCost | None = None) -> None:
-        if n_seq_max < 1 or n_ctx < n_seq_max or n_batch < 1:
-            raise ValueError("FakeBackend needs n_ctx >= n_seq_max >= 1 and n_batch >= 1")
-        if memoryless and (not pools or not kv_unified or n_ctx < n_batch):
-            raise ValueError("a memoryless FakeBackend pools, on one cell pool of at least "
-                             "n_batch cells (a batch's, freed after it)")
+        _check_sizes(n_ctx, n_seq_max, n_batch, kv_unified, pools, memoryless)
         self.model = model or FakeModel()
         self.cost = cost or CostModel()
         self.clock = clock or SimClock()
@@ -119,8 +106,7 @@ class FakeBackend:
         self._n_ubatch = n_batch if n_ubatch is None else n_ubatch
         self._pooled: dict[int, int] = {}
         self.sleep_s = sleep_s
-        self.device = device
-        self._ready_at = 0.0  # (perf_counter) when the last queued step's outputs are readable
+        self.device = Device(device) if device is not None else None
         self.record_plans = record_plans
         self.plans: list[BatchPlan] = []
         self.faults: list[Fault] = []
@@ -136,8 +122,7 @@ class FakeBackend:
         size = n_ctx // n_streams
         self._free = [list(range(s * size, (s + 1) * size))[::-1] for s in range(n_streams)]
         self._seq: list[dict[int, int]] = [{} for _ in range(n_seq_max)]
-        #: Each sequence's largest position, None once a removal made it unknown.
-        self._pos_max: list[int | None] = [-1] * n_seq_max
+        self._pos_max: list[int | None] = [-1] * n_seq_max  # (None: unknown, see seq_pos_max)
         self._marks: list[Counter[tuple[Hashable, Hashable]]] = \
             [Counter() for _ in range(n_seq_max)]
         self._rows: dict[int, int] = {}
@@ -221,8 +206,7 @@ class FakeBackend:
         self.num_decoded_tokens += plan.n_tokens
         self.clock.advance(self.cost.decode_time(plan.n_tokens, read))
         if self.device is not None:
-            start = max(time.perf_counter(), self._ready_at)
-            self._ready_at = start + self.device.step_time(plan.n_tokens, read)
+            self.device.queue(plan.n_tokens, read)
         if self.record_plans:
             self.plans.append(plan)
 
@@ -256,16 +240,9 @@ class FakeBackend:
         return self._rows[batch_index]
 
     def wait_outputs(self) -> None:
-        """Block until the last decode's outputs are readable (at once off the device): a
-        sleep to just short of it (a sleep overshoots by tens of microseconds, a device
-        synchronisation does not), then yields of the GIL until it."""
-        if self.device is None:
-            return
-        remaining = self._ready_at - time.perf_counter()
-        if remaining > _SLEEP_MARGIN_S:
-            time.sleep(remaining - _SLEEP_MARGIN_S)
-        while time.perf_counter() < self._ready_at:
-            time.sleep(0)
+        """Block until the last decode's outputs are readable (at once off the device)."""
+        if self.device is not None:
+            self.device.wait()
 
     def logits(self, batch_index: int) -> list[float]:
         """Raw logits of output row ``batch_index`` (see :meth:`FakeModel.logits`)."""
