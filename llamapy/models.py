@@ -12,7 +12,8 @@ file verified (:data:`~llamapy._pins.SECOND_MODEL`); :func:`second_model_path` f
 no registry ships a reranker this small, so it is generated, byte for byte the same
 everywhere, and checked against its pinned sha256); ``fetch --mmproj`` the tiny projectors
 (:func:`llamapy.testing.tiny_mmproj_path`, :func:`llamapy.testing.tiny_gemma3_mmproj_path`,
-:func:`llamapy.testing.tiny_audio_mmproj_path`, the same way).
+:func:`llamapy.testing.tiny_audio_mmproj_path`, the same way); ``fetch --hybrid`` the tiny
+hybrid language models (:func:`llamapy.testing.tiny_hybrid_path`, one per architecture).
 """
 
 from __future__ import annotations
@@ -144,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     fetch.add_argument("--mmproj", action="store_true",
                        help="write the tiny projectors (vision, Gemma 3 vision, audio) instead "
                             "(generated, arbitrary weights, pinned by sha256)")
+    fetch.add_argument("--hybrid", action="store_true",
+                       help="write the tiny hybrid models (LFM2, Qwen 3.5) instead (generated, "
+                            "arbitrary weights, pinned by sha256)")
     path = sub.add_parser("path", help="print the default model's path")
     path.add_argument("--second", action="store_true", help="the second test model's")
     args = parser.parse_args(argv)
@@ -158,6 +162,11 @@ def main(argv: list[str] | None = None) -> int:
             for written in (tiny_mmproj_path(), tiny_gemma3_mmproj_path(),
                             tiny_audio_mmproj_path()):
                 print(written)
+        elif args.command == "fetch" and args.hybrid:
+            from .testing import TINY_HYBRID_SHA256, tiny_hybrid_path
+
+            for arch in TINY_HYBRID_SHA256:
+                print(tiny_hybrid_path(arch=arch))
         elif args.command == "fetch":
             if args.all or not args.second:
                 print(fetch_default_model(force=args.force))

@@ -6,8 +6,9 @@ BERT reranker with arbitrary weights, byte for byte the same on every machine an
 against :data:`TINY_RERANKER_SHA256`; :func:`tiny_mmproj_path` does the same for a tiny
 vision projector of the default model (:data:`TINY_MMPROJ_SHA256`) and
 :func:`tiny_gemma3_mmproj_path` for one of the second test model, :func:`tiny_audio_mmproj_path`
-for an audio projector of the default model. All need the ``gguf``
-package from the ``test`` extra.
+for an audio projector of the default model; :func:`tiny_hybrid_path` a tiny hybrid language
+model (attention beside recurrent blocks: LFM2's or Qwen 3.5's) pinned in
+:data:`TINY_HYBRID_SHA256`. All need the ``gguf`` package from the ``test`` extra.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from ._paths import cache_dir, sha256_file
+from ._tiny_hybrid import DEFAULT_ARCH as DEFAULT_HYBRID_ARCH
+from ._tiny_hybrid import TINY_HYBRID_SHA256 as TINY_HYBRID_SHA256
 from .errors import ModelNotFoundError
 
 
@@ -113,6 +116,23 @@ def tiny_audio_mmproj_path(fetch: bool = True) -> Path:
 
     return _generated("tiny-audio-mmproj.gguf", write_tiny_audio_mmproj,
                       TINY_AUDIO_MMPROJ_SHA256, fetch)
+
+
+def tiny_hybrid_path(fetch: bool = True, arch: str = DEFAULT_HYBRID_ARCH) -> Path:
+    """The tiny hybrid model of ``arch`` (``"lfm2"`` or ``"qwen35"``) in the model cache,
+    written first when missing (with ``fetch``).
+
+    64 wide, 3 blocks (recurrent ones and one attention block), 8192 positions, a byte-level
+    vocabulary with ChatML's tokens and template (:mod:`llamapy._tiny_hybrid`). Its weights
+    are arbitrary: outputs prove plumbing, caching and state save and restore, never quality.
+    """
+    from ._tiny_hybrid import write_tiny_hybrid
+
+    if arch not in TINY_HYBRID_SHA256:
+        raise ModelNotFoundError(f"no tiny hybrid model for {arch!r}; one of "
+                                 f"{', '.join(TINY_HYBRID_SHA256)}")
+    return _generated(f"tiny-{arch}.gguf", lambda out: write_tiny_hybrid(out, arch),
+                      TINY_HYBRID_SHA256[arch], fetch)
 
 
 def _generated(name: str, write: Any, sha256: str, fetch: bool) -> Path:
