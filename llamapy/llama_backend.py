@@ -272,17 +272,18 @@ class LlamaBackend:
         """Largest position of a sequence, -1 if empty."""
         return self.ctx.seq_pos_max(seq_id)
 
-    def state_seq_get(self, seq_id: int) -> bytes:
-        """Serialise a sequence's KV."""
-        return self.ctx.state_seq_get(seq_id)
+    def state_seq_get(self, seq_id: int, partial: bool = False) -> bytes:
+        """Serialise a sequence's KV (``partial``: its untrimmable state, a checkpoint)."""
+        return self.ctx.state_seq_get(seq_id, partial)
 
-    def state_seq_size(self, seq_id: int) -> int:
+    def state_seq_size(self, seq_id: int, partial: bool = False) -> int:
         """Bytes :meth:`state_seq_get` would return, without serialising."""
-        return self.ctx.state_seq_size(seq_id)
+        return self.ctx.state_seq_size(seq_id, partial)
 
-    def state_seq_set(self, seq_id: int, data: bytes) -> bool:
-        """Restore a sequence's KV; on failure the sequence is left empty."""
-        if self.ctx.state_seq_set(seq_id, data):
+    def state_seq_set(self, seq_id: int, data: bytes, partial: bool = False) -> bool:
+        """Restore a sequence's KV (``partial``: a checkpoint); on failure the sequence is
+        left empty."""
+        if self.ctx.state_seq_set(seq_id, data, partial):
             return True
         self.ctx.seq_rm(seq_id, -1, -1)
         return False

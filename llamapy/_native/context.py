@@ -239,23 +239,28 @@ class Context(Owned):
         self.ptr  # noqa: B018
         native().lib.llama_memory_clear(self._memory, data)
 
-    def state_seq_size(self, seq_id: int) -> int:
-        """Bytes :meth:`state_seq_get` would return (``llama_state_seq_get_size``)."""
-        return int(native().lib.llama_state_seq_get_size(self.ptr, seq_id))
+    def state_seq_size(self, seq_id: int, partial: bool = False) -> int:
+        """Bytes :meth:`state_seq_get` would return (``llama_state_seq_get_size_ext``)."""
+        return int(native().lib.llama_state_seq_get_size_ext(self.ptr, seq_id,
+                                                              _flags(partial)))
 
-    def state_seq_get(self, seq_id: int) -> bytes:
-        """Serialise one sequence's state (its KV cells)."""
+    def state_seq_get(self, seq_id: int, partial: bool = False) -> bytes:
+        """Serialise one sequence's state (its KV cells); with ``partial`` only the state that
+        cannot be trimmed back (recurrent, sliding-window), as a context checkpoint."""
         ffi, lib = native().ffi, native().lib
-        size = lib.llama_state_seq_get_size(self.ptr, seq_id)
+        flags = _flags(partial)
+        size = lib.llama_state_seq_get_size_ext(self.ptr, seq_id, flags)
         buf = ffi.new("uint8_t[]", max(1, size))
-        n = lib.llama_state_seq_get_data(self.ptr, buf, size, seq_id)
+        n = lib.llama_state_seq_get_data_ext(self.ptr, buf, size, seq_id, flags)
         return c_bytes(buf, n)
 
-    def state_seq_set(self, seq_id: int, data: bytes) -> bool:
-        """Load a state from :meth:`state_seq_get` into ``seq_id``; False on failure."""
+    def state_seq_set(self, seq_id: int, data: bytes, partial: bool = False) -> bool:
+        """Load a state from :meth:`state_seq_get` (with the same ``partial``) into
+        ``seq_id``; False on failure."""
         ffi, lib = native().ffi, native().lib
         src = ffi.from_buffer("uint8_t[]", data)
-        return bool(lib.llama_state_seq_set_data(self.ptr, src, len(data), seq_id) > 0)
+        return bool(lib.llama_state_seq_set_data_ext(self.ptr, src, len(data), seq_id,
+                                                     _flags(partial)) > 0)
 
     def perf(self) -> dict[str, float]:
         """llama.cpp's context perf counters (needs ``no_perf=False``)."""
@@ -377,3 +382,8 @@ class EmbeddingBatch(_Rows):
         self._seq[n:n + k] = [seq_id] * k
         self._logits[n:n + k] = [int(outputs)] * k
         self.struct.n_tokens = n + k
+
+
+def _flags(partial: bool) -> int:
+    """``llama_state_seq_flags``: ``LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY`` when ``partial``."""
+    return 1 if partial else 0

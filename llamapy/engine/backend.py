@@ -11,8 +11,8 @@ libllama so that each method is one or two native calls:
 ``seq_rm/cp/keep``         ``llama_memory_seq_rm`` / ``_seq_cp`` / ``_seq_keep``
 ``clear``                  ``llama_memory_clear``
 ``seq_pos_max``            ``llama_memory_seq_pos_max``
-``state_seq_get/set``      ``llama_state_seq_get_data`` / ``llama_state_seq_set_data``
-``state_seq_size``         ``llama_state_seq_get_size``
+``state_seq_get/set``      ``llama_state_seq_get_data_ext`` / ``llama_state_seq_set_data_ext``
+``state_seq_size``         ``llama_state_seq_get_size_ext``
 ``logits``                 ``llama_get_logits_ith`` (a row of the most recent decode)
 ``pooled``                 ``llama_get_embeddings_seq`` (a sequence's pooled output)
 ``token_to_piece``         ``llama_token_to_piece`` (special tokens not rendered)
@@ -224,7 +224,9 @@ class Backend(Protocol):
 
     @property
     def supports_partial_removal(self) -> bool:
-        """False for recurrent/hybrid models: ``seq_rm`` of a strict sub-range then fails."""
+        """False for recurrent/hybrid models: ``seq_rm`` of a strict sub-range then fails
+        (unless a context checkpoint restored with ``state_seq_set(partial=True)`` stands at
+        its start); the engine then keeps checkpoints."""
         ...
 
     @property
@@ -290,19 +292,24 @@ class Backend(Protocol):
         """Largest position stored for ``seq_id``; -1 when the sequence is empty."""
         ...
 
-    def state_seq_get(self, seq_id: int) -> bytes:
-        """Serialise ``seq_id``'s KV (all positions) to bytes."""
+    def state_seq_get(self, seq_id: int, partial: bool = False) -> bytes:
+        """Serialise ``seq_id``'s KV (all positions) to bytes. ``partial``: only the state
+        that cannot be trimmed back (a recurrent or hybrid model's recurrent state, a
+        sliding window): a context checkpoint of the sequence as it stands."""
         ...
 
-    def state_seq_size(self, seq_id: int) -> int:
-        """Exactly ``len(state_seq_get(seq_id))``, computed without serialising (the RAM
-        prompt cache checks its budget with it before asking for the bytes)."""
+    def state_seq_size(self, seq_id: int, partial: bool = False) -> int:
+        """Exactly ``len(state_seq_get(seq_id, partial))``, computed without serialising (the
+        RAM prompt cache checks its budget with it before asking for the bytes)."""
         ...
 
-    def state_seq_set(self, seq_id: int, data: bytes) -> bool:
+    def state_seq_set(self, seq_id: int, data: bytes, partial: bool = False) -> bool:
         """Replace ``seq_id``'s KV with ``data`` from :meth:`state_seq_get`.
 
-        Returns False on failure (no room, corrupt data); ``seq_id`` is then empty.
+        ``partial``: replace only the untrimmable state with a checkpoint's (the KV of the
+        positions it covers must be in place); ``seq_rm`` of the positions after the
+        checkpoint then succeeds. Returns False on failure (no room, corrupt data);
+        ``seq_id`` is then empty.
         """
         ...
 

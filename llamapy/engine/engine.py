@@ -108,8 +108,7 @@ class Engine:
         self.disk = open_disk_cache(config, tuning, cache_namespace)
         self.ram = open_ram_cache(config, tuning, self.disk.offer_entry, self.clock)
         self.prefix = PrefixResolver(self.backend, self.pool, self.ram, self.counters, tuning,
-                                     self.instability_events.append, self.disk,
-                                     cache_idle_slots=config.cache_idle_slots)
+                                     self.instability_events.append, self.disk, config)
 
     # --- submission ----------------------------------------------------------------------------
 

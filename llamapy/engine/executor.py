@@ -163,6 +163,7 @@ class Executor:
                 self.counters.num_prefill_tokens += len(entry.token_ids)
                 run.timings.prefill_tokens += len(entry.token_ids)
                 self.prefix.write_pins(run)
+                self.prefix.rewinder.take(run, entry.slot)
                 self._progress(run)
             if run.whole_prefill:
                 self._pool(entry)

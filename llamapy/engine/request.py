@@ -108,6 +108,9 @@ class RequestTimings:
     ``slot_id`` is the slot the request ran on (-1 until it has one). ``pinned_tokens`` are
     prompt tokens this request computed and wrote to the prompt cache as part of a prefix its
     ``cache_pins`` asked to keep (0 when the pinned prefixes were cached already).
+    ``checkpoint_tokens`` is the position of the context checkpoint the reuse restored (0:
+    none) and ``checkpoint_behind`` how far it lay before the end of the shared prefix (those
+    tokens were computed again).
     """
 
     submitted_at: float = 0.0
@@ -126,6 +129,8 @@ class RequestTimings:
     draft_accepted: int = 0
     slot_id: int = -1
     pinned_tokens: int = 0
+    checkpoint_tokens: int = 0
+    checkpoint_behind: int = 0
 
     @property
     def prefill_tok_per_s(self) -> float | None:
@@ -231,6 +236,9 @@ class Request:
     asks for its prompt's pooled output (a reranker's scores, an embedding; the backend must
     pool, see :attr:`~llamapy.engine.backend.Backend.pools`), which its ``DoneEvent`` carries:
     its whole prompt is decoded in one batch, nothing is reused or kept, ``max_tokens`` is 0.
+    ``checkpoint_hints``: prompt positions where a model whose state cannot be trimmed should
+    keep a restore point (where the next turn's prompt is expected to diverge: the start of
+    the generation prompt; see :mod:`llamapy.engine.cache.checkpoints`).
     """
 
     request_id: Hashable
@@ -242,6 +250,7 @@ class Request:
     sampler: Sampler | None = None
     media: tuple[MediaSpan, ...] = ()
     pooled: bool = False
+    checkpoint_hints: tuple[int, ...] = ()
 
     @property
     def adapter_set(self) -> tuple[Hashable, ...]:
@@ -293,6 +302,8 @@ class Run:
     pins: list[tuple[int, float]] = field(default_factory=list)
     #: A pooled request's output, once its prompt is decoded.
     pooled: tuple[float, ...] | None = None
+    #: Prompt positions its prefill still stops at to take a checkpoint (set when resolved).
+    checkpoints_at: list[int] = field(default_factory=list)
 
     @property
     def request_id(self) -> Hashable:
@@ -339,10 +350,15 @@ class Run:
 
     def chunk_to_pin(self, start: int, n: int) -> int:
         """``n`` prompt tokens from ``start``, cut to end at the next pin still to write (so
-        the sequence holds exactly the pinned prefix once, to serialise)."""
+        the sequence holds exactly the pinned prefix once, to serialise), and at the next
+        checkpoint still to take."""
         for length, _ in self.pins:
             if length > start:
-                return min(n, length - start)
+                n = min(n, length - start)
+                break
+        for at in self.checkpoints_at:
+            if at > start:
+                return min(n, at - start)
         return n
 
     @property

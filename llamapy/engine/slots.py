@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
+from llamapy.engine.cache.checkpoints import Checkpoints
 from llamapy.engine.cache.ram import common_prefix
 from llamapy.engine.lease_idle import LeaseIdle
 from llamapy.engine.request import CacheKey, Run
@@ -48,6 +49,9 @@ class Slot:
     #: The lease's idle bound (None: unbounded, or not leased); see :mod:`~.lease_idle`.
     lease_idle: LeaseIdle | None = None
     run: Run | None = None
+    #: Restore points inside ``cached`` (a backend that cannot trim; see
+    #: :mod:`llamapy.engine.cache.checkpoints`).
+    checkpoints: Checkpoints = field(default_factory=Checkpoints)
 
     @property
     def seq_id(self) -> int:

@@ -94,6 +94,9 @@ class Counters:
     num_batch_splits: int = 0
     num_context_overflows: int = 0
     num_instability_events: int = 0
+    num_checkpoints_taken: int = 0
+    num_checkpoint_restores: int = 0
+    num_checkpoint_tokens_behind: int = 0  # shared tokens computed again past a checkpoint
     num_adapter_switches: int = 0
     num_draft_tokens: int = 0
     num_draft_accepted: int = 0

@@ -71,6 +71,16 @@ class EngineConfig(RequestLimits):
         "shareable by servers (default: off)")
     prompt_cache_disk_mb: float = option(8192, "disk prompt cache budget in MB (with "
                                          "--prompt-cache-dir; 0 = off)")
+    ctx_checkpoints: int = option(
+        32, "most context checkpoints a slot keeps on a model whose state cannot be trimmed "
+        "(recurrent, hybrid): restore points a new prompt that diverges inside the cached one "
+        "resumes from (0 = off)", flags=("-ctxcp", "--swa-checkpoints"))
+    ctx_checkpoints_mb: float = option(
+        512, "most MB of context checkpoints a slot keeps")
+    checkpoint_min_step: int = option(
+        512, "prompt tokens between the checkpoints taken during a prefill (besides the end "
+        "of the prompt and the start of the generation prompt; 0 = only those)",
+        flags=("-cms",))
     batch_strategy: Any = option(
         "shortest_first", "batch strategy: shortest_first (time to first token), "
         "decode_maximal, prefill_priority or balanced")
@@ -121,6 +131,11 @@ class EngineConfig(RequestLimits):
               "prompt_cache_dir", "must be a folder path or None")
         check(is_num(self.prompt_cache_disk_mb) and self.prompt_cache_disk_mb >= 0,
               "prompt_cache_disk_mb", "must be a number >= 0")
+        for name in ("ctx_checkpoints", "checkpoint_min_step"):
+            value = getattr(self, name)
+            check(is_int(value) and value >= 0, name, f"must be an integer >= 0, got {value!r}")
+        check(is_num(self.ctx_checkpoints_mb) and self.ctx_checkpoints_mb >= 0,
+              "ctx_checkpoints_mb", "must be a number >= 0")
         # The strategy registry belongs to the engine; this call-time import creates no import
         # cycle (the tree itself never imports the engine at module level).
         from llamapy.engine.strategies import resolve_strategy

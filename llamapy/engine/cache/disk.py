@@ -48,6 +48,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
+from llamapy.engine.cache.checkpoints import positions
 from llamapy.engine.cache.disk_format import (
     CacheNamespace,
     blob_identity,
@@ -301,6 +302,10 @@ class DiskPromptCache(FolderIndex):
     def wait(self, timeout: float = 0.05) -> None:
         """Block up to ``timeout`` seconds until a pending read completes."""
         self.reads.wait(timeout)
+
+    def checkpoint_positions(self, entry: Found) -> list[int] | None:
+        """The checkpoint positions of an entry still in memory (known once a file is read)."""
+        return positions(entry.data) if isinstance(entry, CacheEntry) else None
 
     def touch(self, entry: Found) -> None:
         """Mark ``entry`` most recently used."""

@@ -44,6 +44,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
+from llamapy.engine.cache.checkpoints import positions
 from llamapy.engine.cache.pin_table import PinOutcome, PinTable
 from llamapy.engine.cache.radix import PrefixTrie, restorable
 from llamapy.engine.cache.tier import ReadStatus
@@ -265,6 +266,10 @@ class PromptCache:
     def token_ids(self, entry: CacheEntry) -> tuple[int, ...]:
         """The tokens ``entry`` holds."""
         return entry.token_ids
+
+    def checkpoint_positions(self, entry: CacheEntry) -> list[int]:
+        """The checkpoint positions packed with ``entry``'s state."""
+        return positions(entry.data)
 
     def touch(self, entry: CacheEntry) -> None:
         """Mark ``entry`` most recently used."""

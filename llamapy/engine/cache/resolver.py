@@ -27,8 +27,10 @@ to hold them (:mod:`llamapy.engine.cache.pinning`).
 Only the same key ``(cache_scope, cache_identity, adapter_set)`` may reuse, on every path above
 and in in-flight dedup (so KV computed under one adapter set is never read under another);
 reuse is capped at prompt length - 1 (prompt length for prefill-only runs);
-``cache_prompt=False`` neither reuses nor retains; backends without partial removal reuse only
-exact prefixes.
+``cache_prompt=False`` neither reuses nor retains; backends without partial removal reuse a
+prefix that ends inside a cached sequence only back to its newest context checkpoint before
+the divergence (:mod:`llamapy.engine.cache.rewind`; checkpoints travel with the prefix into the
+tiers), and share nothing between slots.
 
 **In-flight dedup** (:meth:`PrefixResolver.follow`, every tick, for prefilling runs): adopt
 whatever another slot has computed of our prompt since we last looked, and wait (skip this tick)
@@ -46,9 +48,10 @@ from llamapy.engine.backend import Backend
 from llamapy.engine.cache.disk import DiskPromptCache
 from llamapy.engine.cache.pinning import plan_pins, reuse_for_pins, write_pins
 from llamapy.engine.cache.ram import PromptCache, common_prefix
+from llamapy.engine.cache.rewind import Rewinder
 from llamapy.engine.cache.tier import CacheTier, ReadStatus
 from llamapy.engine.media import media_floor
-from llamapy.engine.options import EngineTuning
+from llamapy.engine.options import EngineConfig, EngineTuning
 from llamapy.engine.request import Run
 from llamapy.engine.slots import Slot, SlotPool
 from llamapy.engine.states import SlotState
@@ -72,9 +75,9 @@ class PrefixResolver:
 
     def __init__(self, backend: Backend, pool: SlotPool, ram: PromptCache, counters: Counters,
                  tuning: EngineTuning, on_instability: Callable[[InstabilityEvent], None],
-                 disk: DiskPromptCache, *, cache_idle_slots: bool = True) -> None:
+                 disk: DiskPromptCache, config: EngineConfig) -> None:
         self.backend = backend
-        self.cache_idle_slots = cache_idle_slots
+        self.cache_idle_slots = config.cache_idle_slots
         self.pool = pool
         self.ram = ram
         self.disk = disk
@@ -83,7 +86,10 @@ class PrefixResolver:
         self.tuning = tuning
         self.on_instability = on_instability
         self.can_share = backend.kv_unified and backend.supports_partial_removal
-        self.exact = not backend.supports_partial_removal
+        self.rewinder = Rewinder(backend, counters, max_count=config.ctx_checkpoints,
+                                 max_bytes=int(config.ctx_checkpoints_mb * 1024 * 1024),
+                                 step=config.checkpoint_min_step)
+        self.exact = not (backend.supports_partial_removal or self.rewinder.active)
 
     # --- admission -----------------------------------------------------------------------------
 
@@ -115,6 +121,7 @@ class PrefixResolver:
         run.pins = plan_pins(run, self.ram)
         n = media_floor(run.request.media, reuse_for_pins(run, self.ram, choice.n))
         self._apply(run, slot, choice._replace(n=n), data)
+        self.rewinder.plan(run, len(slot.cached))
         self.write_pins(run)
         return True
 
@@ -135,9 +142,11 @@ class PrefixResolver:
             write_pins(run, run.slot, self.ram, self.disk, self.backend)
 
     def _apply(self, run: Run, slot: Slot, choice: _Choice, data: bytes | None) -> None:
-        n = choice.n
+        n, shared = choice.n, self._shared(run, slot, choice)
+        rewinds = self.counters.num_checkpoint_restores
         if choice.source == "own":
             self.discard(slot, n)
+            n = len(slot.cached)
         else:
             self.discard(slot, 0)
             if choice.donor is not None:
@@ -147,6 +156,17 @@ class PrefixResolver:
                 n = self._restore(slot, choice.tier, choice.entry, data, n)
         slot.key = run.key
         self._record(run, choice.source if n else None, n)
+        if n and self.counters.num_checkpoint_restores > rewinds:
+            run.timings.checkpoint_tokens, run.timings.checkpoint_behind = n, shared - n
+            self.counters.num_checkpoint_tokens_behind += shared - n
+
+    def _shared(self, run: Run, slot: Slot, choice: _Choice) -> int:
+        """Tokens the source shares with the prompt (before any checkpoint floor)."""
+        if choice.tier is not None:
+            tokens: Sequence[int] = choice.tier.token_ids(choice.entry)
+        else:
+            tokens = slot.cached if choice.donor is None else choice.donor.cached
+        return min(common_prefix(tokens, run.prompt), run.reuse_cap)
 
     def _choose(self, run: Run, slot: Slot, skip: Sequence[CacheTier] = ()) -> _Choice:
         """The longest source of ``run``'s prompt, the cheapest of equals (so a tier wins only
@@ -157,6 +177,8 @@ class PrefixResolver:
         for cost, tier in enumerate(self.tiers, start=2):
             if tier.enabled and tier not in skip:
                 entry, n = tier.lookup(run.key, run.prompt, run.reuse_cap, exact=self.exact)
+                if entry is not None and self.rewinder.active:
+                    n = self._tier_reach(tier, entry, n)
                 options.append(_Choice(tier.name, n, cost, tier=tier, entry=entry))
         return max(options, key=lambda o: (o.n, -o.cost))
 
@@ -165,8 +187,14 @@ class PrefixResolver:
             return 0
         n = min(common_prefix(slot.cached, run.prompt), run.reuse_cap)
         if n < len(slot.cached) and not self.backend.supports_partial_removal:
-            return 0
+            return self.rewinder.reach(slot.cached, slot.checkpoints, n)
         return n
+
+    def _tier_reach(self, tier: CacheTier, entry: object, n: int) -> int:
+        """What a tier entry sharing ``n`` tokens can give: all of them when it holds no
+        more, else its newest checkpoint at or before ``n``."""
+        return self.rewinder.reach_entry(tier.checkpoint_positions(entry),
+                                         len(tier.token_ids(entry)), n)
 
     def _best_donor(self, run: Run, slot: Slot, floor: int = 0) -> tuple[Slot | None, int]:
         best, best_n = None, floor
@@ -188,12 +216,16 @@ class PrefixResolver:
         return len(slot.cached)
 
     def load(self, slot: Slot, data: bytes, token_ids: Sequence[int]) -> bool:
-        """Replace ``slot``'s KV with serialised state holding ``token_ids``. False (the slot
-        then empty) when the backend refuses it or it holds another number of positions."""
-        ok = self.backend.state_seq_set(slot.seq_id, data)
+        """Replace ``slot``'s KV with serialised state holding ``token_ids`` (with its
+        checkpoints, :mod:`~llamapy.engine.cache.rewind`). False (the slot then empty) when
+        the backend refuses it or it holds another number of positions."""
+        state, checkpoints = self.rewinder.unpack(data, token_ids)
+        ok = self.backend.state_seq_set(slot.seq_id, state)
+        slot.checkpoints = checkpoints if ok else type(checkpoints)()
         if not ok or self.backend.seq_pos_max(slot.seq_id) != len(token_ids) - 1:
             self.backend.seq_rm(slot.seq_id, 0, -1)
             slot.cached = []
+            slot.checkpoints.clear()
             return False
         slot.cached = list(token_ids)
         return True
@@ -281,20 +313,18 @@ class PrefixResolver:
 
     def _offer(self, slot: Slot) -> None:
         """Offer ``slot``'s whole prefix down the tiers until one takes or covers it."""
-        seq, tokens, key = slot.seq_id, slot.cached, slot.key
+        tokens, key = slot.cached, slot.key
+        get_size, get_data = self.rewinder.blob(slot)
         for tier in self.tiers:
-            if tier.enabled and (
-                    tier.offer(key, tokens, lambda: self.backend.state_seq_size(seq),
-                               lambda: self.backend.state_seq_get(seq))
-                    or tier.covers(key, tokens)):
+            if tier.enabled and (tier.offer(key, tokens, get_size, get_data)
+                                 or tier.covers(key, tokens)):
                 return
 
     def _offer_disk(self, slot: Slot, *, wait: bool = False,
                     last_used_ns: int | None = None) -> None:
-        seq = slot.seq_id
         if self.disk.enabled:
-            self.disk.offer(slot.key, slot.cached, lambda: self.backend.state_seq_size(seq),
-                            lambda: self.backend.state_seq_get(seq), wait=wait,
+            get_size, get_data = self.rewinder.blob(slot)
+            self.disk.offer(slot.key, slot.cached, get_size, get_data, wait=wait,
                             last_used_ns=last_used_ns)
 
     def close(self) -> None:
@@ -321,13 +351,17 @@ class PrefixResolver:
             self.disk.offer_entry(entry, wait=True, last_used_ns=now - rank * 1_000_000)
 
     def trim(self, slot: Slot, keep: int) -> None:
-        """Remove positions ``keep..`` (everything if partial removal is unsupported)."""
+        """Remove positions ``keep..``; without partial removal, back to the newest checkpoint
+        at or before ``keep`` (everything when there is none)."""
         if keep >= len(slot.cached):
             return
+        if keep and not self.backend.supports_partial_removal:
+            keep = self.rewinder.rewind(slot, keep)
         if keep == 0 or not self.backend.seq_rm(slot.seq_id, keep, -1):
             self.backend.seq_rm(slot.seq_id, 0, -1)
             keep = 0
         del slot.cached[keep:]
+        slot.checkpoints.drop_after(keep)
 
     def resync(self, slot: Slot) -> None:
         """Drop KV the backend may hold past ``slot.cached`` (after a failed decode)."""
@@ -335,6 +369,7 @@ class PrefixResolver:
         if self.backend.seq_pos_max(seq) >= n and not self.backend.seq_rm(seq, n, -1):
             self.backend.seq_rm(seq, 0, -1)
             slot.cached.clear()
+            slot.checkpoints.clear()
 
     def park_idle(self) -> None:
         """Move each idle slot's prefix to the RAM cache and free its cells (a unified KV
@@ -355,9 +390,8 @@ class PrefixResolver:
 
     def _park(self, slot: Slot) -> bool:
         """Offer ``slot``'s prefix to the RAM cache; free its cells if RAM now holds it."""
-        seq, tokens = slot.seq_id, slot.cached
-        self.ram.offer(slot.key, tokens, lambda: self.backend.state_seq_size(seq),
-                       lambda: self.backend.state_seq_get(seq))
+        tokens = slot.cached
+        self.ram.offer(slot.key, tokens, *self.rewinder.blob(slot))
         if not self.ram.covers(slot.key, tokens):
             return False
         self.trim(slot, 0)

@@ -81,6 +81,12 @@ class CacheTier(Protocol):
         """The tokens ``entry`` holds."""
         ...
 
+    def checkpoint_positions(self, entry: Any) -> Sequence[int] | None:
+        """The positions of the context checkpoints ``entry`` carries (see
+        :mod:`llamapy.engine.cache.rewind`), or None when they are known only once it is
+        read."""
+        ...
+
     def touch(self, entry: Any) -> None:
         """Mark ``entry`` most recently used."""
         ...

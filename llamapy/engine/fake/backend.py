@@ -48,6 +48,7 @@ from llamapy.engine.fake.model import (
     chain_hash,
     fake_pooled,
 )
+from llamapy.engine.fake.recurrent import RecurrentStates
 from llamapy.engine.fake.sampler import FakeSampler
 from llamapy.engine.options import SamplingParams
 from llamapy.errors import (
@@ -126,6 +127,7 @@ class FakeBackend:
         self._marks: list[Counter[tuple[Hashable, Hashable]]] = \
             [Counter() for _ in range(n_seq_max)]
         self._rows: dict[int, int] = {}
+        self.recurrent = RecurrentStates(n_seq_max, 16 * state_bytes_per_token)
 
     # --- Backend properties ------------------------------------------------------------------
 
@@ -282,14 +284,18 @@ class FakeBackend:
             self.violations.append(f"seq {seq} (tag {seg.tag!r}) verifies a draft proposed "
                                    f"from {seg.draft_tag!r}")
         h = self._cell(self._seq[seq][pos - 1]).hash if pos > 0 else ROOT_HASH
+        if not self._partial:  # a recurrent model continues from its state, not the cells
+            h = self.recurrent.start(seq, pos, seg.tag, adapters, h, self.violations)
         salt = adapter_salt(adapters)
         n = len(seg.token_ids)
         first_out = n - max(1, seg.n_outputs) if seg.logits else n
         for i, token in enumerate(seg.token_ids):
             h = chain_hash(h, token, salt)
-            self._new_cell(seq, Cell(pos + i, token, h, seg.tag, adapters))
+            cell = Cell(pos + i, token, h, seg.tag, adapters)
+            self._new_cell(seq, cell)
             if i >= first_out:
                 self._rows[offset + i] = h
+        self.recurrent.advance(seq, cell)
 
     def _cell(self, index: int) -> Cell:
         cell = self._cells[index]
@@ -351,13 +357,17 @@ class FakeBackend:
         return known
 
     def seq_rm(self, seq_id: int, p0: int, p1: int) -> bool:
-        """Remove ``[p0, p1)``; partial ranges fail when partial removal is unsupported."""
+        """Remove ``[p0, p1)``; without partial removal only all of a sequence, or positions
+        past its recurrent state (:mod:`~llamapy.engine.fake.recurrent`)."""
         p0 = max(p0, 0)
         hit = [p for p in self._seq[seq_id] if p >= p0 and (p1 < 0 or p < p1)]
-        if hit and not self._partial and len(hit) != len(self._seq[seq_id]):
+        whole = len(hit) == len(self._seq[seq_id])
+        if hit and not (self._partial or whole or self.recurrent.can_remove(seq_id, p0)):
             return False
         for pos in hit:
             self._unlink(seq_id, pos)
+        if not self._seq[seq_id]:
+            self.recurrent.reset(seq_id)
         return True
 
     def seq_cp(self, src: int, dst: int, p0: int, p1: int) -> None:
@@ -375,6 +385,7 @@ class FakeBackend:
                 if known is not None:
                     self._pos_max[dst] = max(known, pos)
                 self._marks[dst][cell.mark] += 1
+        self.recurrent.copy(src, dst, p1)
 
     def seq_keep(self, seq_id: int) -> None:
         """Remove every other sequence."""
@@ -387,30 +398,45 @@ class FakeBackend:
         for seq in range(self._n_seq_max):
             for pos in list(self._seq[seq]):
                 self._unlink(seq, pos)
+            self.recurrent.reset(seq)
 
     # --- state ---------------------------------------------------------------------------------
 
-    def state_seq_get(self, seq_id: int) -> bytes:
-        """Serialise ``seq_id`` (padded to ``state_bytes_per_token`` per cell); counted in
-        ``num_state_gets``."""
+    def state_seq_get(self, seq_id: int, partial: bool = False) -> bytes:
+        """Serialise ``seq_id`` (padded to ``state_bytes_per_token`` per cell; ``partial``:
+        its recurrent state alone, 16 tokens' worth); counted in ``num_state_gets``."""
         self.num_state_gets += 1
+        if partial:
+            return self.recurrent.encode(seq_id)
         return encode_cells(self._seq_cells(seq_id), self.state_bytes_per_token)
 
-    def state_seq_size(self, seq_id: int) -> int:
-        """``len(state_seq_get(seq_id))``, without serialising (not counted)."""
+    def state_seq_size(self, seq_id: int, partial: bool = False) -> int:
+        """``len(state_seq_get(seq_id, partial))``, without serialising (not counted)."""
+        if partial:
+            return self.recurrent.size(seq_id)
         return encoded_size(self._seq_cells(seq_id), self.state_bytes_per_token)
 
-    def state_seq_set(self, seq_id: int, data: bytes) -> bool:
-        """Replace ``seq_id`` with ``data``; False (sequence left empty) on any failure."""
-        self.seq_rm(seq_id, 0, -1)
+    def state_seq_set(self, seq_id: int, data: bytes, partial: bool = False) -> bool:
+        """Replace ``seq_id`` with ``data`` (``partial``: its recurrent state only); False
+        (sequence left empty) on any failure."""
+        if not partial:
+            self.seq_rm(seq_id, 0, -1)
         self.clock.advance(self.cost.restore_byte_s * len(data))
-        if self._take_fault({"restore_fail"}, None) is not None:
-            return False
-        cells = decode_cells(data)
+        failed = self._take_fault({"restore_fail"}, None) is not None
+        if partial:
+            state = None if failed else self.recurrent.decode(data)
+            if state is None:
+                self.seq_rm(seq_id, 0, -1)
+                return False
+            self.recurrent.put(seq_id, state)
+            return True
+        cells = None if failed else decode_cells(data)
         if cells is None or len(cells) > len(self._free[self._stream(seq_id)]):
             return False
         for cell in cells:
             self._new_cell(seq_id, cell)
+        if cells:
+            self.recurrent.advance(seq_id, cells[-1])
         return True
 
     def _seq_cells(self, seq_id: int) -> list[Cell]:
@@ -446,4 +472,7 @@ class FakeBackend:
             marks = Counter(self._cell(i).mark for i in cells.values())
             if marks != self._marks[seq]:
                 raise AssertionError(f"fake backend: seq {seq} tag counts drifted")
+            if not self._partial and self.recurrent.of(seq).pos != len(cells) - 1:
+                raise AssertionError(f"fake backend: seq {seq}'s recurrent state is not at "
+                                     "its last position")
 

@@ -11,7 +11,7 @@ import json
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["Cell", "decode_cells", "encode_cells", "encoded_size"]
+__all__ = ["Cell", "decode_cells", "encode_cells", "encoded_size", "tag_in", "tag_out"]
 
 _MAGIC = "FAKEKV1"
 
@@ -48,7 +48,7 @@ def encoded_size(cells: Sequence[Cell], bytes_per_token: int) -> int:
 
 
 def _body(cells: Sequence[Cell]) -> bytes:
-    rows = [[c.pos, c.token, c.hash, _out(c.tag), _out(c.adapter_set)] for c in cells]
+    rows = [[c.pos, c.token, c.hash, tag_out(c.tag), tag_out(c.adapter_set)] for c in cells]
     return json.dumps([_MAGIC, rows]).encode()
 
 
@@ -63,17 +63,17 @@ def decode_cells(data: bytes) -> list[Cell] | None:
         magic, rows = json.loads(data.split(b"\n", 1)[0])
         if magic != _MAGIC:
             return None
-        return [Cell(pos, token, h, _in(tag), _in(adapters))
+        return [Cell(pos, token, h, tag_in(tag), tag_in(adapters))
                 for pos, token, h, tag, adapters in rows]
     except (ValueError, TypeError):
         return None
 
 
-def _out(value: Hashable) -> object:
+def tag_out(value: Hashable) -> object:
     """A tag or adapter set as JSON (tuples become lists, recursively)."""
-    return [_out(v) for v in value] if isinstance(value, tuple) else value
+    return [tag_out(v) for v in value] if isinstance(value, tuple) else value
 
 
-def _in(value: object) -> Hashable:
-    """Inverse of :func:`_out`."""
-    return tuple(_in(v) for v in value) if isinstance(value, list) else value
+def tag_in(value: object) -> Hashable:
+    """Inverse of :func:`tag_out`."""
+    return tuple(tag_in(v) for v in value) if isinstance(value, list) else value
