@@ -8,6 +8,7 @@ reference" proves each restore put back the right state.
 from __future__ import annotations
 
 import pytest
+from engine_helpers import make_engine, ref, submit
 
 from llamapy.engine import FakeBackend, Request, RequestOptions, SamplingParams
 from llamapy.engine.backend import BatchPlan, Segment
@@ -22,8 +23,6 @@ from llamapy.engine.cache.checkpoints import (
     unpack,
 )
 from llamapy.engine.testing import Recorder, drain
-
-from engine_helpers import make_engine, ref, submit
 
 
 def hybrid(**config):
@@ -123,7 +122,7 @@ def test_prompt_diverging_inside_the_cache_restores_the_checkpoint_before_it():
     run(engine, backend, "a", base)
     taken = engine.pool.slots[0].checkpoints.positions
     assert {64, 128, 192, 256, 300} <= set(taken)
-    timings = run(engine, backend, "b", base[:200] + [3, 3, 3])
+    timings = run(engine, backend, "b", [*base[:200], 3, 3, 3])
     assert timings.reused_tokens == 192 and timings.reuse_source == "own"
     assert timings.checkpoint_tokens == 192 and timings.checkpoint_behind == 8
     assert engine.counters.num_checkpoint_restores == 1
@@ -147,7 +146,7 @@ def test_hints_place_checkpoints_where_the_next_turn_diverges():
                           sink, checkpoint_hints=(97, 5000)))
     drain(engine, each=backend.check_integrity)
     assert engine.pool.slots[0].checkpoints.positions == [97, 100]
-    timings = run(engine, backend, "next", prompt[:98] + [1, 2])  # the header re-rendered
+    timings = run(engine, backend, "next", [*prompt[:98], 1, 2])  # the header re-rendered
     assert timings.reused_tokens == 97 and timings.checkpoint_behind == 1
 
 
@@ -156,7 +155,7 @@ def test_checkpoints_off_reuse_exact_extensions_only():
     base = [(i * 7) % 500 + 1 for i in range(200)]
     run(engine, backend, "a", base)
     assert engine.pool.slots[0].checkpoints.positions == []
-    assert run(engine, backend, "b", base[:150] + [4]).reused_tokens == 0
+    assert run(engine, backend, "b", [*base[:150], 4]).reused_tokens == 0
 
 
 def test_checkpoints_travel_through_the_ram_cache():
@@ -164,7 +163,7 @@ def test_checkpoints_travel_through_the_ram_cache():
     make = lambda seed: [(i * seed) % 450 + 1 for i in range(260)]  # noqa: E731
     run(engine, backend, "a", make(7))
     run(engine, backend, "b", make(13))  # a takes a's slot: a's prefix goes to RAM
-    timings = run(engine, backend, "c", make(7)[:140] + [2, 2])
+    timings = run(engine, backend, "c", [*make(7)[:140], 2, 2])
     assert timings.reuse_source == "ram" and timings.reused_tokens == 128
     assert timings.checkpoint_tokens == 128
 
@@ -173,5 +172,5 @@ def test_a_checkpoint_never_crosses_a_cache_key():
     engine, backend = hybrid(prompt_cache_ram_mb=64)
     base = [(i * 7) % 500 + 1 for i in range(200)]
     run(engine, backend, "a", base, cache_scope="one")
-    timings = run(engine, backend, "b", base[:150] + [4], cache_scope="two")
+    timings = run(engine, backend, "b", [*base[:150], 4], cache_scope="two")
     assert timings.reused_tokens == 0 and timings.checkpoint_tokens == 0
