@@ -97,13 +97,18 @@ class MediaPrompt(tuple[int, ...]):
     """A prompt's token ids (a tuple, media token ids included) that carries its
     :class:`MediaSpan` as ``media``: what a projector's tokenizer returns, and what a caller
     passes wherever token ids go. A slice or copy is a plain tuple without the media (whose
-    ids the engine then refuses)."""
+    ids the engine then refuses). ``checkpoint_hints`` go to the request as its
+    :attr:`~llamapy.engine.request.Request.checkpoint_hints` (where a chat's next turn is
+    expected to diverge)."""
 
     media: tuple[MediaSpan, ...]
+    checkpoint_hints: tuple[int, ...]
 
-    def __new__(cls, token_ids: Sequence[int], media: Sequence[MediaSpan] = ()) -> MediaPrompt:
+    def __new__(cls, token_ids: Sequence[int], media: Sequence[MediaSpan] = (),
+                checkpoint_hints: Sequence[int] = ()) -> MediaPrompt:
         prompt = super().__new__(cls, token_ids)
         prompt.media = tuple(media)
+        prompt.checkpoint_hints = tuple(checkpoint_hints)
         return prompt
 
     @property

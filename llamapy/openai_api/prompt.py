@@ -19,7 +19,7 @@ from typing import Any
 
 from ..chat.layer import ChatOutput
 from ..errors import InvalidOptionError
-from ..server import GenerationIntent
+from ..server import GenerationIntent, with_checkpoint_hints
 from .chat_request import ChatRequest, from_chat_body
 from .logprobs import MIN_CANDIDATES
 from .media_parts import take_media
@@ -77,6 +77,21 @@ class ChatPlan:
 def render_prompt(served: ServedModel, request: ChatRequest) -> str:
     """The rendered prompt text (raises ``TemplateError`` with the template's message)."""
     return render_request(served, request).prompt
+
+
+def _hinted(served: ServedModel, rendered: Rendered, token_ids: Sequence[int]
+            ) -> Sequence[int]:
+    """``token_ids`` hinting where the generation prompt starts (the next turn renders the
+    answer without it, or with another header: a model whose state cannot be trimmed keeps a
+    checkpoint there)."""
+    header = rendered.params.generation_prompt
+    if not header or not rendered.prompt.endswith(header):
+        return token_ids
+    tail = served.model.tokenize(header, False, True)
+    start = len(token_ids) - len(tail)
+    if not tail or start <= 0 or list(token_ids[start:]) != list(tail):
+        return token_ids
+    return with_checkpoint_hints(token_ids, (start,))
 
 
 def render_request(served: ServedModel, request: ChatRequest) -> Rendered:
@@ -175,7 +190,7 @@ def prepare_request(served: ServedModel, request: ChatRequest) -> ChatPlan:
     if media:
         request = replace(request, messages=messages)
     rendered = render_request(served, request)
-    token_ids = served.tokenize_prompt(rendered.prompt, media)
+    token_ids = _hinted(served, rendered, served.tokenize_prompt(rendered.prompt, media))
     fields = chat_fields(request, rendered, len(token_ids))
     intent = call_intent(served, request.extra("ignore_eos"), fields, request.max_tokens,
                          len(token_ids))

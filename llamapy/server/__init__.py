@@ -8,6 +8,7 @@ from .._native import Model
 from .._system import physical_cores
 from ..adapters import AdapterSet, resolve_adapters
 from ..runtime import Completion, Usage
+from .calls import with_checkpoint_hints
 from .intent import DEFAULT_TIMEOUT, GenerationIntent
 from .manager import ModelManager
 from .model_spec import ModelLease, ModelSpec, ModelState, ModelStatus, parse_keep_alive
@@ -33,4 +34,5 @@ __all__ = [
     "resolve_adapters",
     "server_request_option_keys",
     "start_option_keys",
+    "with_checkpoint_hints",
 ]

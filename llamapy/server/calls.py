@@ -27,7 +27,7 @@ from .intent import GenerationIntent, canonical_options, deadline_of, resolve_in
 from .options import ResolvedStart
 
 __all__ = ["Call", "ReadySignal", "canonical_options", "load_timeout_error", "prepare_call",
-           "prompt_ids"]
+           "prompt_ids", "with_checkpoint_hints"]
 
 
 @dataclass(slots=True)
@@ -49,10 +49,20 @@ class Call:
 
     def request(self, token_ids: Sequence[int]) -> Request:
         """The request to submit for ``token_ids`` (a
-        :class:`~llamapy.engine.media.MediaPrompt` brings its media)."""
-        media = token_ids.media if isinstance(token_ids, MediaPrompt) else ()
+        :class:`~llamapy.engine.media.MediaPrompt` brings its media and checkpoint hints)."""
+        if isinstance(token_ids, MediaPrompt):
+            media, hints = token_ids.media, token_ids.checkpoint_hints
+        else:
+            media, hints = (), ()
         return Request(request_id=self.request_id, token_ids=list(token_ids),
-                       options=self.options, media=media)
+                       options=self.options, media=media, checkpoint_hints=hints)
+
+
+def with_checkpoint_hints(token_ids: Sequence[int], hints: Sequence[int]) -> Sequence[int]:
+    """``token_ids`` (media kept) hinting where a model whose state cannot be trimmed should
+    keep a restore point (:attr:`~llamapy.engine.request.Request.checkpoint_hints`)."""
+    media = token_ids.media if isinstance(token_ids, MediaPrompt) else ()
+    return MediaPrompt(token_ids, media, hints)
 
 
 def prompt_ids(token_ids: Sequence[int]) -> Sequence[int]:

@@ -88,6 +88,10 @@ def engine_setups(draw: st.DrawFn) -> dict:
         spec_n_max=draw(st.integers(1, 6)), spec_adaptive=draw(st.booleans()),
         spec_max_streams=draw(st.sampled_from([0, 1, 2])),
         device=draw(st.booleans()),  # the async device: text and events overlap the next step
+        # (checkpoints matter with partial=False: the fake's state then only restores)
+        ctx_checkpoints=draw(st.sampled_from([0, 2, 32])),
+        checkpoints_mb=draw(st.sampled_from([0.0011, 1.0])),  # (~2 of the fake's, or many)
+        checkpoint_step=draw(st.sampled_from([0, 2, 5])),
     )
 
 
@@ -96,7 +100,7 @@ LABELLED_COUNTERS = (
     "num_reused_own", "num_reused_donor", "num_reused_ram", "num_reused_disk",
     "num_disk_restores", "num_disk_failures", "num_reused_inflight", "num_kv_pressure_events",
     "num_purged_slots", "num_batch_splits", "num_context_overflows", "num_ram_restores",
-    "num_ram_restore_failures", "num_instability_events")
+    "num_ram_restore_failures", "num_instability_events", "num_checkpoint_restores")
 
 
 def report_events(counters: Counters, adapter_switches: int, spec: str,

@@ -108,7 +108,9 @@ class EngineMachine(RuleBasedStateMachine):
             batch_strategy=ShortestPromptFirst() if strategy == "shortest_prompt_first"
             else strategy, spec_type=setup["spec"],
             spec_draft_n_max=setup["spec_n_max"], spec_adaptive=setup["spec_adaptive"],
-            spec_max_streams=setup["spec_max_streams"])
+            spec_max_streams=setup["spec_max_streams"], ctx_checkpoints=setup["ctx_checkpoints"],
+            ctx_checkpoints_mb=setup["checkpoints_mb"],
+            checkpoint_min_step=setup["checkpoint_step"])
         tuning = EngineTuning(ram_min_tokens=4, follow_min_tokens=2, instability_min_history=12,
                               inflight_dedup=setup["dedup"], disk_min_tokens=4,
                               disk_background=False)
