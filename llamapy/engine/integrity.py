@@ -126,6 +126,7 @@ def _slot_info(slot: Slot) -> SlotInfo:
         prompt_tokens=0 if run is None else len(run.prompt),
         generated_tokens=0 if run is None else run.num_generated,
         num_computed_tokens=len(slot.cached) if run is not None and run.resolved else 0,
+        checkpoints=tuple(slot.checkpoints.positions), checkpoint_bytes=slot.checkpoints.nbytes,
     )
 
 

@@ -57,6 +57,10 @@ class SlotInfo:
     num_computed_tokens: int = 0
     #: The tenant of the slot's cached KV (None: the default tenant).
     tenant: str | None = None
+    #: Positions of the slot's context checkpoints and their bytes (a model whose state
+    #: cannot be trimmed; :mod:`llamapy.engine.cache.checkpoints`).
+    checkpoints: tuple[int, ...] = ()
+    checkpoint_bytes: int = 0
 
     def as_dict(self) -> dict[str, object]:
         """A JSON-friendly dict (session and request id as ``repr``)."""

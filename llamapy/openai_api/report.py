@@ -94,6 +94,9 @@ def timings_dict(timings: RequestTimings, model: Model | None = None,
     }
     if timings.reused_tokens and timings.reuse_source:
         out["cache_source"] = timings.reuse_source
+    if timings.checkpoint_tokens:  # a context checkpoint, and how far before the match
+        out["cache_checkpoint_n"] = timings.checkpoint_tokens
+        out["cache_checkpoint_behind"] = timings.checkpoint_behind
     if timings.ttft_s is not None:
         out["ttft_ms"] = timings.ttft_s * 1000.0
     if at is not None:

@@ -62,9 +62,13 @@ def test_chat_turns_resume_at_the_previous_prompt_and_match_no_reuse(arch: str) 
             cached = answer["usage"]["prompt_tokens_details"]["cached_tokens"]
             # all of the previous prompt but its generation header, at least
             assert cached >= previous - 3, (turn, cached, previous)
+            if turn:  # the answer diverged from what was generated: back to the prompt's end
+                assert answer["timings"]["cache_checkpoint_n"] == cached
             previous = answer["usage"]["prompt_tokens"]
             messages += [{"role": "assistant", "content": f"an answer {turn}"},
                          {"role": "user", "content": f"question {turn + 2}"}]
+        slot = client.get("/slots").json()[0]
+        assert previous in slot["checkpoints"] and slot["checkpoint_bytes"] > 0
 
 
 def test_checkpoints_survive_the_ram_cache_and_a_restart(tmp_path: Path) -> None:

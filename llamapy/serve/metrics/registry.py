@@ -47,6 +47,10 @@ ENGINE_COUNTERS = {
     "num_kv_pressure_events": "KV pressure events",
     "num_context_overflows": "Context overflows",
     "num_instability_events": "Prefix instability events (cached history matched 10-50%)",
+    "num_checkpoints_taken": "Context checkpoints taken (models whose state cannot be trimmed)",
+    "num_checkpoint_restores": "Context checkpoints restored to resume a diverging prompt",
+    "num_checkpoint_tokens_behind": "Shared prompt tokens computed again past a restored "
+                                    "checkpoint",
     "num_draft_tokens": "Speculative draft tokens verified",
     "num_draft_accepted": "Speculative draft tokens accepted",
     "num_draft_steps": "Speculative verification steps",

@@ -64,6 +64,7 @@ SECTIONS = {
                    "entries": "disk_cache_entries", "evictions": "disk_cache_evictions",
                    "restores": "num_disk_restores", "writes": "num_disk_writes"},
     "events": {"instability": "num_instability_events",
+               "checkpoint_restores": "num_checkpoint_restores",
                "kv_pressure": "num_kv_pressure_events", "purged_slots": "num_purged_slots",
                "context_overflows": "num_context_overflows"},
 }
