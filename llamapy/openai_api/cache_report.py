@@ -68,8 +68,9 @@ def _shown(tokens: int, mode: str) -> int:
 def reported_timings(timings: RequestTimings, mode: str) -> RequestTimings:
     """``timings`` as ``mode`` reports them (the same object for ``exact``): reuse and
     in-flight reuse shown by :func:`_shown` (their sum rounded, not each), the tokens hidden
-    counted as computed, the source kept only by ``exact``, and no tokens reported as written
-    to a pinned prefix (whether a prefix was pinned already says another request sent it)."""
+    counted as computed, the source and any context checkpoint kept only by ``exact``, and no
+    tokens reported as written to a pinned prefix (whether a prefix was pinned already says
+    another request sent it)."""
     if mode == "exact":
         return timings
     matched = timings.reused_tokens + timings.inflight_tokens
@@ -77,7 +78,8 @@ def reported_timings(timings: RequestTimings, mode: str) -> RequestTimings:
     inflight = _shown(matched, mode) - reused
     hidden = matched - reused - inflight
     return replace(timings, reused_tokens=reused, inflight_tokens=inflight, reuse_source=None,
-                   prefill_tokens=timings.prefill_tokens + hidden, pinned_tokens=0)
+                   prefill_tokens=timings.prefill_tokens + hidden, pinned_tokens=0,
+                   checkpoint_tokens=0, checkpoint_behind=0)
 
 
 def _reported_progress(event: ProgressEvent, mode: str) -> ProgressEvent:

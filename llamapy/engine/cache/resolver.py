@@ -160,12 +160,11 @@ class PrefixResolver:
             run.timings.checkpoint_tokens, run.timings.checkpoint_behind = n, shared - n
             self.counters.num_checkpoint_tokens_behind += shared - n
 
-    def _shared(self, run: Run, slot: Slot, choice: _Choice) -> int:
+    @staticmethod
+    def _shared(run: Run, slot: Slot, choice: _Choice) -> int:
         """Tokens the source shares with the prompt (before any checkpoint floor)."""
-        if choice.tier is not None:
-            tokens: Sequence[int] = choice.tier.token_ids(choice.entry)
-        else:
-            tokens = slot.cached if choice.donor is None else choice.donor.cached
+        tokens = (choice.tier.token_ids(choice.entry) if choice.tier is not None
+                  else slot.cached if choice.donor is None else choice.donor.cached)
         return min(common_prefix(tokens, run.prompt), run.reuse_cap)
 
     def _choose(self, run: Run, slot: Slot, skip: Sequence[CacheTier] = ()) -> _Choice:
@@ -178,7 +177,8 @@ class PrefixResolver:
             if tier.enabled and tier not in skip:
                 entry, n = tier.lookup(run.key, run.prompt, run.reuse_cap, exact=self.exact)
                 if entry is not None and self.rewinder.active:
-                    n = self._tier_reach(tier, entry, n)
+                    n = self.rewinder.reach_entry(tier.checkpoint_positions(entry),
+                                                  len(tier.token_ids(entry)), n)
                 options.append(_Choice(tier.name, n, cost, tier=tier, entry=entry))
         return max(options, key=lambda o: (o.n, -o.cost))
 
@@ -190,11 +190,6 @@ class PrefixResolver:
             return self.rewinder.reach(slot.cached, slot.checkpoints, n)
         return n
 
-    def _tier_reach(self, tier: CacheTier, entry: object, n: int) -> int:
-        """What a tier entry sharing ``n`` tokens can give: all of them when it holds no
-        more, else its newest checkpoint at or before ``n``."""
-        return self.rewinder.reach_entry(tier.checkpoint_positions(entry),
-                                         len(tier.token_ids(entry)), n)
 
     def _best_donor(self, run: Run, slot: Slot, floor: int = 0) -> tuple[Slot | None, int]:
         best, best_n = None, floor
