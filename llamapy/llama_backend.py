@@ -42,7 +42,9 @@ class LlamaBackend:
         self.ctx = ctx
         self._batch = Batch(ctx.n_batch)
         self._media_batch: EmbeddingBatch | None = None  # made on the first media segment
-        self._partial = not model.is_recurrent
+        # (a sliding window cache of only the window cannot be cut back either)
+        self._partial = not (model.is_recurrent
+                             or (model.n_swa > 0 and not ctx.options.swa_full))
         self._adapters: dict[str, LoraAdapter] = {}
         self._adapter_set: Hashable = ()
         self._pooling = ctx.pooling
@@ -99,7 +101,8 @@ class LlamaBackend:
 
     @property
     def supports_partial_removal(self) -> bool:
-        """False for recurrent and hybrid models."""
+        """False for recurrent and hybrid models, and for sliding-window models whose window
+        cache is not full-size (``swa_full`` off)."""
         return self._partial
 
     @property

@@ -191,6 +191,11 @@ class Model(Owned):
         lib = native().lib
         return bool(lib.llama_model_is_recurrent(self.ptr) or lib.llama_model_is_hybrid(self.ptr))
 
+    @property
+    def n_swa(self) -> int:
+        """The sliding-window attention layers' window (0: none)."""
+        return int(native().lib.llama_model_n_swa(self.ptr))
+
     def chat_template(self, name: str | None = None) -> str | None:
         """The GGUF ``tokenizer.chat_template`` (or a named one), or ``None``."""
         ffi, lib = native().ffi, native().lib

@@ -86,3 +86,21 @@ def test_checkpoints_survive_the_ram_cache_and_a_restart(tmp_path: Path) -> None
     assert from_disk.timings.reuse_source == "disk"
     assert from_disk.timings.reused_tokens == 768 and from_disk.timings.checkpoint_tokens == 768
     assert from_disk.token_ids == fresh.token_ids
+
+
+@pytest.mark.second_model
+def test_a_window_cache_of_only_the_window_resumes_from_checkpoints(
+        second_model_path: Path) -> None:
+    """Gemma 3's sliding-window layers with ``swa_full`` off keep only their window: such a
+    cache cannot be cut back either, so it resumes from checkpoints (its window alone)."""
+    prompt = "The tide comes in, the tide goes out. " * 90
+    with Server(second_model_path, n_ctx=4096, n_parallel=1, n_threads=1, swa_full=False,
+                checkpoint_min_step=256) as server:
+        server.wait_ready(60)
+        tokens = server.fetch_model().tokenize(prompt, True, True)
+        changed = list(tokens[:900]) + list(tokens[:30])
+        server.complete_tokens(tokens, max_tokens=2, **GREEDY)
+        reused = server.complete_tokens(changed, max_tokens=6, **GREEDY)
+        fresh = server.complete_tokens(changed, max_tokens=6, cache_prompt=False, **GREEDY)
+    assert reused.timings.reused_tokens == 768 and reused.timings.checkpoint_tokens == 768
+    assert reused.token_ids == fresh.token_ids
