@@ -29,7 +29,7 @@ def check_engine(engine: Engine) -> None:
     """Raise ``AssertionError`` if any invariant is broken: slot states and leases, KV
     accounting against the backend, every request in exactly one place, queue bound, tenant
     counts and bound, the tenants' counters adding up to the totals, RAM and disk cache
-    budgets (per tenant too)."""
+    budgets (per tenant too), context checkpoints within their bounds."""
     for slot in engine.pool.slots:
         _check_slot(engine, slot)
     _check_leases(engine)
@@ -46,6 +46,7 @@ def _check_slot(engine: Engine, slot: Slot) -> None:
     pos_max = engine.backend.seq_pos_max(slot.seq_id)
     _require(pos_max == len(slot.cached) - 1,
              f"{sid}: backend holds {pos_max + 1} positions, engine believes {len(slot.cached)}")
+    _check_checkpoints(engine, slot, sid)
     run = slot.run
     _require((run is None) == slot.is_free, f"{sid}: run {run!r} in state {slot.state}")
     if run is None:
@@ -60,6 +61,16 @@ def _check_slot(engine: Engine, slot: Slot) -> None:
         _require(n == len(run.tokens) - 1, f"{sid}: decoding with {n} of {len(run.tokens)}")
     if slot.state is SlotState.PREFILLING:
         _require(len(run.tokens) == len(run.prompt), f"{sid}: sampled while prefilling")
+
+
+def _check_checkpoints(engine: Engine, slot: Slot, sid: str) -> None:
+    """A slot's checkpoints within their bounds (none where they are off) and inside its KV."""
+    rewinder, held = engine.prefix.rewinder, slot.checkpoints
+    bound = rewinder.max_count if rewinder.active else 0
+    _require(len(held) <= bound and held.nbytes <= rewinder.max_bytes,
+             f"{sid}: {len(held)} checkpoints of {held.nbytes} bytes over the bounds")
+    _require(all(p <= len(slot.cached) for p in held.positions),
+             f"{sid}: a checkpoint past the cached tokens")
 
 
 def _check_leases(engine: Engine) -> None:
