@@ -17,10 +17,11 @@ Two workloads, one conversation at a time on one slot, greedy, ``ignore_eos`` an
   turns each in turn on the one slot: every turn finds another agent's history in the slot
   (sharing only the system prompt) and its own in the RAM cache.
 
-For the agent and chat loops' turns >= 2 it reports the cached share of the reuse ceiling (the previous turn's whole
-prompt, which each prompt extends), turns that recomputed everything, and TTFT p50/p90
-(streamed ``/v1/chat/completions``); for the shared loop (all turns but the very first) the
-cached share of all prompt tokens and TTFT. Targets alternate over ``--rounds``.
+For the agent and chat loops' turns >= 2 it reports the cached share of the reuse ceiling
+(the previous turn's whole prompt, which each prompt extends), turns that recomputed
+everything, and TTFT p50/p90 (streamed ``/v1/chat/completions``); for the shared loop (all
+turns but the very first) the cached share of all prompt tokens and TTFT. Targets alternate
+over ``--rounds``.
 
 Usage: ``python bench/bench_hybrid.py [--rounds 3] [--arch lfm2]`` (nothing else running).
 """
@@ -178,7 +179,8 @@ def main() -> None:
                           flush=True)
             finally:
                 stop(proc)
-    print(f"\n| {args.arch}, turns >= 2 | llama-server | llamapy.serve | ratio |\n|---|---|---|---|")
+    print(f"\n| {args.arch}, turns >= 2 | llama-server | llamapy.serve | ratio |")
+    print("|---|---|---|---|")
     for kind in ("agent", "chat", "shared"):
         a, b = runs[(kind, order[0])], runs[(kind, order[1])]
         for label, fn in (("reuse / ceiling %", lambda r: 100 * r.cached / max(1, r.ceiling)),
