@@ -152,32 +152,29 @@ def main(argv: list[str] | None = None) -> int:
     path.add_argument("--second", action="store_true", help="the second test model's")
     args = parser.parse_args(argv)
     try:
-        if args.command == "fetch" and args.reranker:
-            from .testing import tiny_reranker_path
-
-            print(tiny_reranker_path())
-        elif args.command == "fetch" and args.mmproj:
-            from .testing import tiny_audio_mmproj_path, tiny_gemma3_mmproj_path, tiny_mmproj_path
-
-            for written in (tiny_mmproj_path(), tiny_gemma3_mmproj_path(),
-                            tiny_audio_mmproj_path()):
-                print(written)
-        elif args.command == "fetch" and args.hybrid:
-            from .testing import TINY_HYBRID_SHA256, tiny_hybrid_path
-
-            for arch in TINY_HYBRID_SHA256:
-                print(tiny_hybrid_path(arch=arch))
-        elif args.command == "fetch":
-            if args.all or not args.second:
-                print(fetch_default_model(force=args.force))
-            if args.all or args.second:
-                print(fetch_second_model(force=args.force))
-        else:
-            print(second_model_path() if args.second else default_model_path())
+        for written in _written(args):
+            print(written)
     except ModelNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _written(args: argparse.Namespace) -> list[Path]:
+    """What ``main``'s command fetches or writes (or the path it names)."""
+    if args.command != "fetch":
+        return [second_model_path() if args.second else default_model_path()]
+    if args.reranker or args.mmproj or args.hybrid:
+        from . import testing
+
+        if args.reranker:
+            return [testing.tiny_reranker_path()]
+        if args.mmproj:
+            return [testing.tiny_mmproj_path(), testing.tiny_gemma3_mmproj_path(),
+                    testing.tiny_audio_mmproj_path()]
+        return [testing.tiny_hybrid_path(arch=arch) for arch in testing.TINY_HYBRID_SHA256]
+    return ([fetch_default_model(force=args.force)] if args.all or not args.second else []) + (
+        [fetch_second_model(force=args.force)] if args.all or args.second else [])
 
 
 if __name__ == "__main__":
