@@ -28,7 +28,8 @@ from llamapy.engine.testing import Recorder, drain
 def hybrid(**config):
     config.setdefault("checkpoint_min_step", 64)
     config.setdefault("n_parallel", 2)
-    return make_engine(n_ctx=4096, partial=False, **config)
+    config.setdefault("n_ctx", 4096)
+    return make_engine(partial=False, **config)
 
 
 def run(engine, backend, rid, prompt, n=4, **options):
@@ -174,3 +175,27 @@ def test_a_checkpoint_never_crosses_a_cache_key():
     run(engine, backend, "a", base, cache_scope="one")
     timings = run(engine, backend, "b", [*base[:150], 4], cache_scope="two")
     assert timings.reused_tokens == 0 and timings.checkpoint_tokens == 0
+
+
+@pytest.mark.parametrize("unified", [True, False])
+def test_a_busy_slot_donates_its_prefix_back_to_a_checkpoint(unified):
+    engine, backend = hybrid(unified=unified, n_ctx=2048)
+    system = [(i * 7) % 500 + 1 for i in range(200)]
+    run(engine, backend, "warm", [*system, 4, 4])
+    warm = next(s for s in engine.pool.slots if s.cached)
+    busy = submit(engine, "busy", [*system, 4, 4, 5], max_tokens=30, session="s")
+    assert engine.runs["busy"].slot is warm
+    timings = run(engine, backend, "new", [*system, 9, 8, 7])
+    assert timings.reuse_source == "donor" and timings.reused_tokens == 192
+    assert timings.checkpoint_tokens == 192 and timings.checkpoint_behind == 8
+    drain(engine, each=backend.check_integrity)
+    assert busy.tokens == ref(backend, [*system, 4, 4, 5], 30)  # the donor is untouched
+
+
+def test_a_donor_without_a_checkpoint_in_the_shared_part_gives_nothing():
+    engine, backend = hybrid(checkpoint_min_step=0)
+    system = [(i * 7) % 500 + 1 for i in range(200)]
+    run(engine, backend, "warm", [*system, 4, 4])
+    submit(engine, "busy", [*system, 4, 4, 5], max_tokens=30, session="s")
+    timings = run(engine, backend, "new", [*system, 9, 8, 7])
+    assert timings.reused_tokens == 0 and engine.counters.reused["donor"] == 0

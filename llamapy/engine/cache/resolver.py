@@ -4,8 +4,11 @@ Sources for a newly admitted run, longest match wins, ties to the cheaper (own <
 cache tier in order):
 
 - **own**: the longest common prefix of the slot's cached tokens and the prompt;
-- **donor** (``kv_unified`` only): another slot's computed tokens, adopted by a metadata-only
-  ``seq_cp`` (an active slot counts with the tokens it has already computed);
+- **donor**: another slot's computed tokens, adopted by a metadata-only ``seq_cp`` where the
+  KV is unified and can be trimmed (an active slot counts with the tokens it has already
+  computed); on a backend without partial removal, a copy of the donor's whole state and
+  checkpoints rewound to its newest checkpoint within the shared prefix (:meth:`Rewinder.copy
+  <llamapy.engine.cache.rewind.Rewinder.copy>`);
 - **a cache tier** (:class:`~llamapy.engine.cache.tier.CacheTier`; the RAM tier
   :class:`~llamapy.engine.cache.ram.PromptCache`, then the disk tier
   :class:`~llamapy.engine.cache.disk.DiskPromptCache`): its entry's state, fetched (the disk
@@ -30,7 +33,7 @@ reuse is capped at prompt length - 1 (prompt length for prefill-only runs);
 ``cache_prompt=False`` neither reuses nor retains; backends without partial removal reuse a
 prefix that ends inside a cached sequence only back to its newest context checkpoint before
 the divergence (:mod:`llamapy.engine.cache.rewind`; checkpoints travel with the prefix into the
-tiers), and share nothing between slots.
+tiers and to donor copies).
 
 **In-flight dedup** (:meth:`PrefixResolver.follow`, every tick, for prefilling runs): adopt
 whatever another slot has computed of our prompt since we last looked, and wait (skip this tick)
@@ -149,9 +152,11 @@ class PrefixResolver:
             n = len(slot.cached)
         else:
             self.discard(slot, 0)
-            if choice.donor is not None:
+            if choice.donor is not None and self.can_share:
                 self.backend.seq_cp(choice.donor.seq_id, slot.seq_id, 0, n)
                 slot.cached = run.prompt[:n]
+            elif choice.donor is not None:
+                n = self._copy(choice.donor, slot, n)
             elif choice.tier is not None and data is not None:
                 n = self._restore(slot, choice.tier, choice.entry, data, n)
         slot.key = run.key
@@ -170,7 +175,8 @@ class PrefixResolver:
     def _choose(self, run: Run, slot: Slot, skip: Sequence[CacheTier] = ()) -> _Choice:
         """The longest source of ``run``'s prompt, the cheapest of equals (so a tier wins only
         with strictly more tokens than every cheaper source)."""
-        donor, n_donor = self._best_donor(run, slot) if self.can_share else (None, 0)
+        donor, n_donor = (self._best_donor(run, slot) if self.can_share or self.rewinder.active
+                          else (None, 0))
         options = [_Choice("own", self._own(run, slot), 0),
                    _Choice("donor", n_donor, 1, donor=donor)]
         for cost, tier in enumerate(self.tiers, start=2):
@@ -197,9 +203,17 @@ class PrefixResolver:
             if other is slot or other.key != run.key or len(other.cached) <= best_n:
                 continue
             n = min(common_prefix(other.cached, run.prompt), run.reuse_cap)
+            if not self.can_share:
+                n = self.rewinder.reach(other.cached, other.checkpoints, n)
             if n > best_n:
                 best, best_n = other, n
         return best, best_n
+
+    def _copy(self, donor: Slot, slot: Slot, n: int) -> int:
+        if not self.rewinder.copy(donor, slot):
+            return 0
+        self.trim(slot, n)
+        return len(slot.cached)
 
     def _restore(self, slot: Slot, tier: CacheTier, entry: object, data: bytes, n: int) -> int:
         if not self.load(slot, data, tier.token_ids(entry)):

@@ -9,6 +9,9 @@ hybrid, a sliding window kept whole only in its window):
 - :meth:`Rewinder.reach` tells how much of a prompt a sequence can keep (its whole length when
   the prompt extends it, else the newest checkpoint at or before the divergence), and
   :meth:`Rewinder.rewind` restores that checkpoint so the tail can be removed;
+- :meth:`Rewinder.copy` gives a slot another slot's sequence with its checkpoints (a donor:
+  the state is copied whole, since a recurrent state cannot be shared cell by cell), which the
+  resolver then rewinds to the shared prefix;
 - :meth:`Rewinder.blob` hands a slot's prefix to the cache tiers with its checkpoints packed
   in (:func:`~llamapy.engine.cache.checkpoints.pack`), so a prefix restored from RAM or disk,
   after a restart too, can still be rewound.
@@ -91,6 +94,17 @@ class Rewinder:
             return 0
         self.counters.num_checkpoint_restores += 1
         return best.n_tokens
+
+    def copy(self, donor: Slot, slot: Slot) -> bool:
+        """Give empty ``slot`` ``donor``'s whole sequence and checkpoints (False, ``slot``
+        left empty, when the backend refuses the state)."""
+        state = self.backend.state_seq_get(donor.seq_id)
+        if not state or not self.backend.state_seq_set(slot.seq_id, state):
+            self.backend.seq_rm(slot.seq_id, 0, -1)
+            return False
+        slot.cached = list(donor.cached)
+        slot.checkpoints = Checkpoints(donor.checkpoints.items)
+        return True
 
     def blob(self, slot: Slot) -> tuple[Callable[[], int], Callable[[], bytes]]:
         """``(get_size, get_data)`` of ``slot``'s prefix for a cache tier: its state, packed
