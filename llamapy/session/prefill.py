@@ -131,7 +131,8 @@ class Prefills:
         def _request(self, tokens: list[int], max_tokens: int, identity: str,
                      sampling: Any = None, speculative: Any = None,
                      progress: bool = False, request_id: Hashable | None = None,
-                     media: tuple[MediaSpan, ...] = ()) -> Request: ...
+                     media: tuple[MediaSpan, ...] = (),
+                 checkpoint_hints: tuple[int, ...] = ()) -> Request: ...
 
     def _prefill(self, plan: PrefillPlan, watch: CallWatch,
                  on_progress: ProgressCallback | None) -> RequestTimings:
@@ -187,9 +188,13 @@ class Prefills:
             watch.disarm()
 
     def _prefill_request(self, plan: PrefillPlan) -> Request:
+        """The engine request of ``plan``. A model whose state cannot be cut back keeps a
+        restore point where the stable prefix ends and where each of its segments ends (the
+        next suffix, or a changed later segment, starts there)."""
         self.num_prefill_calls += 1
+        hints = (plan.n_fixed, *(s.token_end for s in plan.manifest.segments))
         return self._request(plan.tokens, 0, plan.manifest.identity_digest, progress=True,
-                             media=plan.media)
+                             media=plan.media, checkpoint_hints=hints)
 
     def _wipe_fn(self, plan: PrefillPlan) -> Callable[[Engine], int]:
         """Drop the resident KV and re-file the slot under the new identity (a new manifest

@@ -287,7 +287,8 @@ class DecodeStreams:
         def _request(self, tokens: list[int], max_tokens: int, identity: str,
                      sampling: Any = None, speculative: Any = None,
                      progress: bool = False, request_id: Hashable | None = None,
-                     media: tuple[MediaSpan, ...] = ()) -> Request: ...
+                     media: tuple[MediaSpan, ...] = (),
+                 checkpoint_hints: tuple[int, ...] = ()) -> Request: ...
 
     def _decode_request(self, config: DecodeConfig, request_id: Hashable | None = None, *,
                         read_back: bool = True) -> tuple[Request, DecodeRun]:

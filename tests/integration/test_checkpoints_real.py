@@ -14,6 +14,7 @@ from starlette.testclient import TestClient
 
 from llamapy.serve import create_app
 from llamapy.server import Server
+from llamapy.session import DecodeConfig, PrefixInput, PrefixSegment, SuffixInput
 from llamapy.testing import tiny_hybrid_path
 
 GREEDY = {"temp": 0.0}
@@ -69,6 +70,73 @@ def test_chat_turns_resume_at_the_previous_prompt_and_match_no_reuse(arch: str) 
                          {"role": "user", "content": f"question {turn + 2}"}]
         slot = client.get("/slots").json()[0]
         assert previous in slot["checkpoints"] and slot["checkpoint_bytes"] > 0
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_a_busy_slot_donates_its_prefix_to_another(arch: str) -> None:
+    """A conversation on a second slot starts from a copy of the first slot's state, rewound
+    to its checkpoint inside the shared part; the donor's own generation goes on unchanged."""
+    system = text(7, 700)
+    with open_server(arch, n_parallel=2) as server:
+        never_end = {t: float("-inf") for t in server.fetch_model().eog_tokens()}
+        long_run = {"max_tokens": 40, "logit_bias": never_end, **GREEDY}
+        server.complete_tokens(system + text(3, 20), max_tokens=1, **GREEDY)
+        with server.stream_tokens(system + text(3, 21), **long_run) as busy:
+            next(iter(busy))  # the first slot is now generating
+            donated = server.complete_tokens(system + text(5, 30), max_tokens=6, **GREEDY)
+            donor_text = "".join(busy)
+        fresh = server.complete_tokens(system + text(5, 30), max_tokens=6, cache_prompt=False,
+                                       **GREEDY)
+        alone = server.complete_tokens(system + text(3, 21), cache_prompt=False, **long_run)
+    assert donated.timings.reuse_source == "donor" and donated.timings.reused_tokens == 512
+    assert donated.timings.checkpoint_tokens == 512
+    assert donated.token_ids == fresh.token_ids
+    assert alone.text.endswith(donor_text)
+
+
+def test_a_session_resumes_a_changed_segment_from_the_end_of_the_one_before() -> None:
+    def prefix(repo: str) -> PrefixInput:
+        return PrefixInput(segments=(PrefixSegment(kind="instructions", text="rules " * 200),
+                                     PrefixSegment(kind="repo_map", text=repo)))
+
+    def answer(server: Server, repo: str) -> tuple[int, str]:
+        with server.open_session() as session:
+            status = session.ensure_prefix(prefix("src/a.py " * 50))
+            status = session.ensure_prefix(prefix(repo)) if repo else status
+            session.prefill_suffix(SuffixInput(text="\nUser: where?\nAssistant:"))
+            text = "".join(c.text for c in session.decode(DecodeConfig(max_tokens=6,
+                                                                        temperature=0.0)))
+            return status.timings.checkpoint_tokens, text
+
+    with open_server("qwen35", checkpoint_min_step=0) as server:
+        restored, resumed = answer(server, "src/b.py " + "src/a.py " * 50)
+    with open_server("qwen35", checkpoint_min_step=0, ctx_checkpoints=0) as server:
+        _, fresh = answer(server, "src/b.py " + "src/a.py " * 50)
+    assert restored > 1000 and resumed == fresh
+
+
+def test_many_turns_keep_checkpoints_within_their_bounds() -> None:
+    """Three conversations take turns on two slots for 30 turns, each turn sometimes
+    rewriting an earlier part of its history: every slot stays within the count and byte
+    bounds after every turn (the newest checkpoint always kept), and reuse still matches
+    no reuse at the end."""
+    bound = {"ctx_checkpoints": 5, "ctx_checkpoints_mb": 0.005, "checkpoint_min_step": 64}
+    histories = [text(seed, 300) for seed in (3, 5, 7)]
+    with open_server("lfm2", n_parallel=2, prompt_cache_ram_mb=1, **bound) as server:
+        for turn in range(30):
+            history = histories[turn % 3]
+            if turn % 4 == 3:  # an earlier tool result re-rendered
+                history[len(history) // 2:len(history) // 2 + 8] = text(turn, 8)
+            answer = server.complete_tokens(history, max_tokens=4, **GREEDY)
+            history += [*answer.token_ids, *text(turn + 11, 60)]
+            for slot in server.slots():
+                held = slot["checkpoints"]
+                assert len(held) <= 5 and (held or not slot["cached_tokens"]), slot
+                assert slot["checkpoint_bytes"] <= 0.005 * 1024 * 1024, slot
+        reused = server.complete_tokens(histories[0], max_tokens=6, **GREEDY)
+        fresh = server.complete_tokens(histories[0], max_tokens=6, cache_prompt=False,
+                                       **GREEDY)
+    assert reused.timings.reused_tokens > 0 and reused.token_ids == fresh.token_ids
 
 
 def test_checkpoints_survive_the_ram_cache_and_a_restart(tmp_path: Path) -> None:
