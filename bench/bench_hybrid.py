@@ -23,7 +23,12 @@ everything, and TTFT p50/p90 (streamed ``/v1/chat/completions``); for the shared
 turns but the very first) the cached share of all prompt tokens and TTFT. Targets alternate
 over ``--rounds``.
 
-Usage: ``python bench/bench_hybrid.py [--rounds 3] [--arch lfm2]`` (nothing else running).
+``--width W`` writes the same architecture ``W`` wide with 6 blocks (random weights, into the
+system's temporary folder) instead of the tiny test model, so that a prefill costs what it
+would on a small real model and TTFT measures computed tokens rather than HTTP overhead.
+
+Usage: ``python bench/bench_hybrid.py [--rounds 3] [--arch lfm2] [--width 512]`` (nothing else
+running).
 """
 
 from __future__ import annotations
@@ -157,13 +162,36 @@ def shared() -> Run:
     return out
 
 
+def wide_model(arch: str, width: int) -> Path:
+    """The tiny model's architecture ``width`` wide, 6 blocks deep (written once)."""
+    import tempfile
+
+    from llamapy import _tiny_hybrid as tiny
+
+    out = Path(tempfile.gettempdir()) / f"llamapy-bench-{arch}-{width}.gguf"
+    if out.exists():
+        return out
+    dims = ("_EMBD", "_FF", "_HEAD_DIM", "_LAYERS", "_SSM_HEAD")
+    saved = {name: getattr(tiny, name) for name in dims}
+    try:
+        values = (width, 3 * width, width // tiny._HEADS, 6, 64)
+        for name, value in zip(dims, values, strict=True):
+            setattr(tiny, name, value)
+        tiny.write_tiny_hybrid(out.with_suffix(".part"), arch)
+    finally:
+        for name, value in saved.items():
+            setattr(tiny, name, value)
+    return out.with_suffix(".part").rename(out)
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--arch", default="lfm2")
+    p.add_argument("--width", type=int, default=0, help="a wider model (see the docstring)")
     args = p.parse_args()
     byte_compile()
-    model = tiny_hybrid_path(arch=args.arch)
+    model = wide_model(args.arch, args.width) if args.width else tiny_hybrid_path(arch=args.arch)
     runs: dict[tuple[str, str], list[Run]] = {}
     order = list(TARGETS)
     for rnd in range(args.rounds):
@@ -179,7 +207,7 @@ def main() -> None:
                           flush=True)
             finally:
                 stop(proc)
-    print(f"\n| {args.arch}, turns >= 2 | llama-server | llamapy.serve | ratio |")
+    print(f"\n| {model.name}, turns >= 2 | llama-server | llamapy.serve | ratio |")
     print("|---|---|---|---|")
     for kind in ("agent", "chat", "shared"):
         a, b = runs[(kind, order[0])], runs[(kind, order[1])]
