@@ -8,8 +8,11 @@ grammar, options and output parser as ``/v1/chat/completions``):
 - Items keep their order: ``message`` items become messages (``developer`` a system message);
   ``reasoning``, assistant ``message`` and ``function_call`` items that follow each other form
   one assistant turn (reasoning as ``reasoning_content``, calls as ``tool_calls``);
-  ``function_call_output`` becomes a ``tool`` message. History the template cannot show is
-  inlined (:func:`~.bridge.polyfill_history`).
+  ``function_call_output`` becomes a ``tool`` message; a ``compaction`` item (what
+  ``/v1/responses/compact`` returned) becomes the user message :data:`SUMMARY_HEADING` and its
+  summary, the same text every time, so a compacted history renders (and reuses its KV) alike
+  on every turn. History the template cannot show is inlined
+  (:func:`~.bridge.polyfill_history`).
 - ``tools`` (flat function tools) become chat tools; ``tool_choice`` ``required`` or
   ``{"type": "function", "name"}`` force a call by grammar.
 - ``max_output_tokens``, ``temperature``, ``top_p`` map to engine options; ``text.format``
@@ -34,6 +37,7 @@ from .params import RETENTION_S, ResponseFormat, parse_body
 from .prompt import ChatPlan, prepare_request
 from .responses_params import (
     RESPONSES_FIELDS,
+    CompactionItem,
     FunctionCallItem,
     FunctionCallOutputItem,
     FunctionChoice,
@@ -46,6 +50,7 @@ from .responses_params import (
     ResponsesBody,
     TextFormat,
     check_refused,
+    compaction_summary,
     parse_item,
     parse_part,
     parse_tool,
@@ -54,6 +59,8 @@ from .target import ServedModel
 
 #: Engine options the translation sets from the API's own fields.
 OWNED_OPTIONS = ("temp", "temperature", "top_p", "cache_pins")
+#: What a compaction item's summary is introduced with (as a user message).
+SUMMARY_HEADING = "Summary of the conversation so far:\n"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -143,6 +150,9 @@ def _add_item(messages: list[dict[str, Any]], item: Item, where: str) -> None:
     elif isinstance(item, FunctionCallOutputItem):
         messages.append({"role": "tool", "tool_call_id": item.call_id,
                          "content": _parts_text(item.output, f"{where}.output")})
+    elif isinstance(item, CompactionItem):
+        summary = compaction_summary(item.encrypted_content, f"{where}.encrypted_content")
+        messages.append({"role": "user", "content": SUMMARY_HEADING + summary})
     else:
         text = _reasoning_text(item, f"{where}.content")
         if text:

@@ -11,10 +11,19 @@ change nothing we could honour (``store``: nothing is stored either way; ``user`
 Input items and their content parts are validated one by one by ``type``
 (:func:`parse_item`, :func:`parse_part`); items echoed back from an earlier response may carry
 fields we do not use (``id``, ``status``, ``annotations``): those are data and are ignored.
+
+A ``compaction`` item (``compaction_summary`` is Codex's other name for it) is what
+``/v1/responses/compact`` returned: its ``encrypted_content`` is :data:`COMPACTION_PREFIX` and
+the base64url JSON ``{"summary": ...}`` (:func:`compaction_content`): readable, not encrypted,
+the tenant's own text. :func:`compaction_summary` reads it back; content of any other shape
+(another server's) is a 400 naming the item.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 from collections.abc import Mapping
 from typing import Any, Literal, TypeVar
 
@@ -100,11 +109,49 @@ class ReasoningItem(_Data):
     encrypted_content: str | None = None
 
 
-Item = MessageItem | FunctionCallItem | FunctionCallOutputItem | ReasoningItem
+class CompactionItem(_Data):
+    """A ``compaction`` item of ``/v1/responses/compact`` (see the module)."""
+
+    type: Literal["compaction", "compaction_summary"]
+    encrypted_content: str
+    id: str | None = None
+    created_by: str | None = None
+
+
+Item = MessageItem | FunctionCallItem | FunctionCallOutputItem | ReasoningItem | CompactionItem
 ITEMS: dict[str, type[Item]] = {
     "message": MessageItem, "function_call": FunctionCallItem,
     "function_call_output": FunctionCallOutputItem, "reasoning": ReasoningItem,
+    "compaction": CompactionItem, "compaction_summary": CompactionItem,
 }
+
+#: How llamapy's compaction items begin (a version: a later format gets a new prefix).
+COMPACTION_PREFIX = "llamapy.compaction.v1:"
+
+
+def compaction_content(summary: str) -> str:
+    """The ``encrypted_content`` of a compaction item carrying ``summary``."""
+    data = json.dumps({"summary": summary}, ensure_ascii=False).encode()
+    return COMPACTION_PREFIX + base64.urlsafe_b64encode(data).decode("ascii").rstrip("=")
+
+
+def compaction_summary(content: str, where: str) -> str:
+    """The summary in a compaction item's ``encrypted_content`` (``where``: its path, named
+    by the 400 when the content is another server's or does not decode)."""
+    if not content.startswith(COMPACTION_PREFIX):
+        raise UnsupportedFeatureError(where, f"{where}: not a compaction item of this server "
+                                      f"(llamapy's start with {COMPACTION_PREFIX!r}); "
+                                      "another server's cannot be read here")
+    text = content[len(COMPACTION_PREFIX):]
+    try:
+        value = json.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+    except (binascii.Error, ValueError, RecursionError):  # (bad UTF-8 is a ValueError too)
+        value = None
+    summary = value.get("summary") if isinstance(value, dict) else None
+    if not isinstance(summary, str):
+        raise InvalidOptionError(f"{where}: the compaction content does not decode to "
+                                 "{\"summary\": text}", option=where)
+    return summary
 
 
 class FunctionTool(_Data):
