@@ -19,11 +19,12 @@ renders without them: no reuse); ``usage`` counts both runs. The summary is the 
 ``encrypted_content`` is :data:`~.responses_params.COMPACTION_PREFIX` and the base64url JSON
 ``{"summary": ...}``: readable, the tenant's own text, not encrypted.
 
-``previous_response_id`` is refused (nothing is stored); :func:`conversation` is the one place
-a stored chain would be prepended. ``text``, ``service_tier``, ``safety_identifier``,
-``prompt_cache_options`` and ``image`` (sent by Codex or the official client) are accepted and
-change nothing (the summary is plain text). Any other field must be an engine request option or
-a llamapy API extra (:func:`~.bridge.forward_extras`), as on ``/v1/responses``.
+``previous_response_id`` is refused here: the HTTP route replaces it with the stored
+conversation first (:func:`~.responses_state.continue_request`). ``text``, ``service_tier``,
+``safety_identifier``, ``prompt_cache_options`` and ``image`` (sent by Codex or the official
+client) are accepted and change nothing (the summary is plain text). Any other field must be an
+engine request option or a llamapy API extra (:func:`~.bridge.forward_extras`), as on
+``/v1/responses``.
 """
 
 from __future__ import annotations
@@ -106,8 +107,7 @@ COMPACT_FIELDS = tuple(CompactBody.model_fields)
 
 
 def conversation(body: CompactBody) -> list[dict[str, Any]]:
-    """The conversation to compact as input items (a string ``input``: one user message).
-    Stored responses would prepend the ``previous_response_id`` chain here."""
+    """The conversation to compact as input items (a string ``input``: one user message)."""
     if body.previous_response_id:
         raise UnsupportedFeatureError(
             "previous_response_id", "previous_response_id: responses are not stored; send "

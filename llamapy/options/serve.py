@@ -93,6 +93,17 @@ class ServeOptions:
         4096, "most MB of one tenant's slot files (0 = no bound)")
     slot_save_tenant_max_files: int = option(
         128, "most slot files of one tenant (0 = no bound)")
+    responses_store: str = option(
+        "auto", "SQLite file keeping stored Responses (store: true, previous_response_id, "
+        "GET/DELETE /v1/responses/{id}) and /v1/conversations, per tenant ('auto': "
+        "responses.sqlite3 in the cache folder $LLAMAPY_CACHE; ':memory:' until exit; 'off': "
+        "nothing is stored and those fields are refused)")
+    responses_ttl: float = option(
+        30 * 86400, "seconds a stored response or conversation is kept after its creation "
+        "(0 = until evicted by --responses-max-mb; default: 30 days, as OpenAI)")
+    responses_max_mb: float = option(
+        1024, "most MB of stored responses and conversation items, every tenant's together; "
+        "past it the least recently used go first (0 = no bound)")
     alias: str | None = option(None, "public model id (default: the file's stem)",
                                flags=("-a",))
     aliases: tuple[str, ...] = option(
@@ -150,8 +161,11 @@ class ServeOptions:
             check(getattr(self, name) in allowed, name, f"must be one of {', '.join(allowed)}")
         check(self.request_timeout > 0, "request_timeout", "must be > 0 seconds")
         check(self.max_body_bytes > 0, "max_body_bytes", "must be > 0 bytes")
-        for name in SLOT_BUDGETS:
-            check(getattr(self, name) >= 0, name, "must be >= 0 (0 = no bound)")
+        for name in (*SLOT_BUDGETS, "responses_ttl", "responses_max_mb"):
+            check(is_finite(getattr(self, name)) and getattr(self, name) >= 0, name,
+                  "must be a number >= 0 (0 = no bound)")
+        check(self.responses_store != "", "responses_store", "must be a file, 'auto', "
+              "':memory:' or 'off'")
         check(self.sleep_idle_seconds is None or is_finite(self.sleep_idle_seconds),
               "sleep_idle_seconds", f"expected None or a finite number of seconds, got "
               f"{self.sleep_idle_seconds!r}")

@@ -16,12 +16,14 @@ from starlette.responses import FileResponse, JSONResponse
 from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
+from .._paths import cache_dir
 from ..anthropic_api import MessagesBody
 from ..errors import InvalidOptionError, LlamapyError
 from ..ollama_api import ChatBody as OllamaChatBody
 from ..ollama_api import EmbedBody as OllamaEmbedBody
 from ..ollama_api import GenerateBody as OllamaGenerateBody
 from ..openai_api import ChatBody, CompletionBody, ServedModel
+from ..openai_api.response_store import ResponseStore
 from ..openai_api.responses_params import ResponsesBody
 from ..options.serve import ServeOptions
 from ..server import ModelManager, Server
@@ -41,6 +43,8 @@ from .routes.ollama import ollama_router
 from .routes.openai import openai_router
 from .routes.rerank import rerank_router
 from .routes.responses import responses_router
+from .routes.responses_compact import compact_router
+from .routes.stored import stored_router
 from .routing import Endpoint, ErrorShape, Router, openapi_document, route_error_shape
 from .slot_store import SlotBudget, SlotStore
 from .source import ModelSource
@@ -87,11 +91,12 @@ def create_app(target: Server | Loader | ModelManager, *, alias: str | None = _S
     _check_serving(alias, api_key, cors_origins, allowed_hosts, max_body_bytes,
                    sse_ping_interval, served.get("sleep_idle_seconds"))
     store = _slot_store(slot_save_path, served)  # (takes the slot_save_* budgets)
+    responses = _response_store(served)  # (takes the responses_* options)
     owned = _owner(target, alias=alias, chat_template=chat_template,
                    chat_templates=chat_templates, request_timeout=request_timeout, **served)
     ctx = _context(owned, keys=_key_table(api_key, api_keys), embeddings=embeddings, slots=slots,
                    metrics_endpoint=metrics, props_endpoint=props, slot_store=store,
-                   sse_ping_interval=sse_ping_interval)
+                   response_store=responses, sse_ping_interval=sse_ping_interval)
     app = _assemble(ctx, owned if own_server else None, webui, url_prefix(api_prefix))
     _add_middleware(app, ctx, CorsPolicy(cors_origins or DEFAULT_ORIGINS), max_body_bytes,
                     HostPolicy(allowed_hosts, bind_hosts), app.state.error_shape)
@@ -135,6 +140,22 @@ def _slot_store(folder: str | None, served: dict[str, Any]) -> SlotStore | None:
     return None if folder is None else SlotStore(folder, SlotBudget.of(budgets))
 
 
+def _response_store(served: dict[str, Any]) -> ResponseStore | None:
+    """The stored responses of the ``responses_*`` options, taken out of ``served`` (None:
+    ``'off'``)."""
+    options = ServeOptions(**{k: served.pop(k) for k in _RESPONSES if k in served})
+    where = options.responses_store
+    if where == "off":
+        return None
+    path = str(cache_dir() / "responses.sqlite3") if where == "auto" else where
+    return ResponseStore(path, ttl_s=options.responses_ttl,
+                         max_bytes=int(options.responses_max_mb * 1024 * 1024))
+
+
+#: The stored responses' options, keywords of ``create_app`` (ServeOptions defines them).
+_RESPONSES = ("responses_store", "responses_ttl", "responses_max_mb")
+
+
 def _key_table(api_key: str | None, api_keys: KeyTable | None) -> KeyTable | None:
     """The app's keys: ``api_keys``, or ``api_key``'s plain keys (one tenant, all admins)."""
     if api_key is not None and api_keys is not None:
@@ -154,8 +175,9 @@ def _routers(ctx: AppContext, webui: bool) -> list[Router]:
     """Every API's router (the models router for several models), ``/openapi.json``'s, the
     pages'."""
     routers = [make(ctx) for make in (health_router, openai_router, responses_router,
-                                      anthropic_router, ollama_router, llama_router,
-                                      rerank_router, events_router)]
+                                      compact_router, stored_router, anthropic_router,
+                                      ollama_router, llama_router, rerank_router,
+                                      events_router)]
     if isinstance(ctx.source, ModelRouter):  # router mode's /models/load and /models/unload
         routers.append(models_router(ctx, ctx.source))
     if webui:

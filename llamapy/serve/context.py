@@ -22,6 +22,7 @@ from ..errors import (
     RequestCancelledError,
 )
 from ..openai_api import ServedModel
+from ..openai_api.response_store import ResponseStore
 from ..options.context import ContextOptions
 from ..options.serve import ServeOptions
 from .embed_bounds import InFlight
@@ -67,6 +68,8 @@ class AppContext:
     metrics_endpoint: bool = _SERVE.metrics
     #: The slot files of ``--slot-save-path`` (None: the slot actions answer 501).
     slot_store: SlotStore | None = None
+    #: Stored responses and conversations (None: ``--responses-store off``).
+    response_store: ResponseStore | None = None
     #: Seconds of silence after which a stream gets a keep-alive comment (<= 0: never).
     sse_ping_interval: float = _SERVE.sse_ping_interval
     #: ``POST /props`` is accepted (llama-server's ``--props``).
@@ -196,6 +199,10 @@ class AppContext:
         """The request's :class:`Principal` (the key is checked now if no route check did)."""
         principal = request.scope.get(PRINCIPAL_SCOPE_KEY)
         return principal if isinstance(principal, Principal) else self.check_key(request)
+
+    def tenant(self, request: Request) -> str:
+        """The request's tenant as stored objects are filed (``""``: the default tenant)."""
+        return self.principal(request).tenant or ""
 
     def check_admin(self, request: Request, what: str) -> Principal:
         """The request's principal; :class:`PermissionDeniedError` (403) unless it is an

@@ -36,6 +36,7 @@ from ..errors import (
     ReplicaUnavailableError,
     RouteNotFoundError,
     SlotFileBudgetError,
+    StoredObjectNotFoundError,
     TemplateError,
     UnknownOptionError,
     UnsupportedFeatureError,
@@ -70,7 +71,10 @@ RETRY_AFTER_S = 1
 
 
 def error_code(exc: LlamapyError) -> str | None:
-    """The ``code`` for an error: the entry of its nearest class in :data:`ERROR_CODES`."""
+    """The ``code`` for an error: its own (a stored object's), else the entry of its nearest
+    class in :data:`ERROR_CODES`."""
+    if isinstance(exc, StoredObjectNotFoundError):
+        return exc.code
     for cls in type(exc).__mro__:
         if cls in ERROR_CODES:
             return ERROR_CODES[cls]  # type: ignore[index]

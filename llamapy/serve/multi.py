@@ -52,6 +52,7 @@ LEASE_PATHS = frozenset({
     "/v1/chat/completions", "/chat/completions", "/v1/completions", "/completion",
     "/completions", "/v1/embeddings", "/embeddings", "/v1/messages",
     "/v1/messages/count_tokens", "/v1/responses", "/responses", "/v1/responses/input_tokens",
+    "/v1/responses/compact", "/responses/compact",
     "/responses/input_tokens", "/v1/chat/completions/input_tokens",
     "/chat/completions/input_tokens", "/tokenize", "/detokenize", "/apply-template", "/props",
     "/slots", "/infill", "/api/chat", "/api/generate", "/api/embed", "/api/embeddings",
@@ -62,14 +63,21 @@ LEASE_PREFIXES = ("/slots/",)
 NAMED_LEASE_PATHS = frozenset({"/metrics"})
 #: Lease routes for admin keys only: refused before their model is loaded or woken.
 ADMIN_LEASE_PATHS = frozenset({"/metrics"})
-#: Routes that need no model: they list, load or unload models, serve the pages, or (the live
-#: view's events) peek at a loaded model without a lease, so watching one neither loads it nor
-#: keeps it loaded.
+#: Routes that need no model: they list, load or unload models, serve the pages, keep stored
+#: responses and conversations, or (the live view's events) peek at a loaded model without a
+#: lease, so watching one neither loads it nor keeps it loaded.
 NO_MODEL_PATHS = frozenset({"/", "/dashboard", "/health", "/v1/health", "/v1/models", "/models",
                             "/v1/models/{model_id:path}", "/models/load", "/models/unload",
                             "/v1/llamapy/events", "/openapi.json", "/api/tags", "/api/ps",
                             "/api/version", "/api/pull", "/api/push", "/api/create",
-                            "/api/copy", "/api/delete"})
+                            "/api/copy", "/api/delete",
+                            *(f"{prefix}{path}" for prefix in ("/v1", "") for path in (
+                                "/responses/{response_id}",
+                                "/responses/{response_id}/input_items",
+                                "/responses/{response_id}/cancel", "/conversations",
+                                "/conversations/{conversation_id}",
+                                "/conversations/{conversation_id}/items",
+                                "/conversations/{conversation_id}/items/{item_id}"))})
 
 _current: ContextVar[ServedModel | None] = ContextVar("llamapy_served_model", default=None)
 

@@ -226,7 +226,7 @@ def test_reasoning_items(thinking_client: openai.OpenAI) -> None:
     ({"input": 42}, 400, "input"),
     ({"input": "hi", "temprature": 0}, 400, "temprature"),
     ({"input": [{"type": "input_image", "image_url": "x"}]}, 400, "input_image"),
-    ({"input": "hi", "previous_response_id": "resp_1"}, 400, "previous_response_id"),
+    ({"input": "hi", "previous_response_id": "resp_1"}, 404, "previous_response_id"),
     ({"input": "hi", "tools": [{"type": "web_search"}]}, 400, "web_search"),
     ({"input": "hi", "tools": [WEATHER],
       "tool_choice": {"type": "allowed_tools", "mode": "auto", "tools": []}}, 400,
@@ -249,7 +249,7 @@ def test_bad_requests_answer_in_the_openai_shape(http: httpx.Client, client: ope
 def test_client_errors_are_typed(client: openai.OpenAI) -> None:
     with pytest.raises(openai.NotFoundError):
         client.responses.create(model="gpt-9", input="hi", max_output_tokens=2)
-    with pytest.raises(openai.BadRequestError):
+    with pytest.raises(openai.NotFoundError):
         client.responses.input_tokens.count(model=MODEL_ALIAS, input="hi",
                                             previous_response_id="resp_1")
     assert respond(client, "hi", max_output_tokens=2).output

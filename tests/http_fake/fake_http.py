@@ -60,7 +60,7 @@ class FakeApp:
                          slot_save_path=None if self.slot_folder is None
                          else str(self.slot_folder),
                          request_timeout=REQUEST_TIMEOUT, own_server=True,
-                         **self.app_options)
+                         **{"responses_store": ":memory:", **self.app_options})
         self.client = TestClient(app, base_url="http://localhost",
                                  raise_server_exceptions=False)
         self.client.__enter__()

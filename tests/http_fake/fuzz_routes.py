@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,7 @@ from llamapy.openai_api.params import (
     ChatBody,
     CompletionBody,
 )
+from llamapy.openai_api.responses_compact import CompactBody
 from llamapy.openai_api.responses_params import ResponsesBody
 from llamapy.serve.routes.llama import INFILL_FIELDS
 from llamapy.serve.routes.rerank import RERANK_FIELDS
@@ -105,6 +107,8 @@ POST_ROUTES = (
     _post("/v1/completions", {"prompt": "hi", "max_tokens": 4}, _fields(CompletionBody, *EXTRAS)),
     _post("/v1/responses", RESPONSES, RESPONSES_FIELDS),
     _post("/responses", RESPONSES, RESPONSES_FIELDS),
+    _post("/v1/responses/compact", {"input": "hi"}, _fields(CompactBody, *EXTRAS)),
+    _post("/responses/compact", {"input": "hi"}, _fields(CompactBody, *EXTRAS)),
     _post("/v1/responses/input_tokens", {"input": "hi"}, _fields(ResponsesBody)),
     _post("/responses/input_tokens", {"input": "hi"}, _fields(ResponsesBody)),
     _post("/v1/chat/completions/input_tokens", {"messages": MESSAGES}, _fields(ChatBody)),
@@ -143,12 +147,31 @@ POST_ROUTES = (
     _ollama("POST", "/api/copy", {"source": ALIAS, "destination": "x"}, _fields(ModelOpBody)),
     _ollama("DELETE", "/api/delete", {"model": ALIAS}, _fields(ModelOpBody)),
 )
+#: Stored responses and conversations (ids of nothing stored: every answer a 4xx or a 200).
+STORED_ROUTES = tuple(
+    route for prefix in ("/v1", "") for route in (
+        Route("GET", f"{prefix}/responses/{{response_id}}"),
+        Route("DELETE", f"{prefix}/responses/{{response_id}}"),
+        Route("GET", f"{prefix}/responses/{{response_id}}/input_items",
+              query={"limit": "5", "order": "asc"}),
+        Route("POST", f"{prefix}/responses/{{response_id}}/cancel", {}),
+        _post(f"{prefix}/conversations", {"items": MESSAGES, "metadata": {"k": "v"}},
+              ("items", "metadata")),
+        Route("GET", f"{prefix}/conversations/{{conversation_id}}"),
+        _post(f"{prefix}/conversations/{{conversation_id}}", {"metadata": {"k": "v"}},
+              ("metadata",)),
+        Route("DELETE", f"{prefix}/conversations/{{conversation_id}}"),
+        _post(f"{prefix}/conversations/{{conversation_id}}/items", {"items": MESSAGES},
+              ("items",)),
+        Route("GET", f"{prefix}/conversations/{{conversation_id}}/items"),
+        Route("GET", f"{prefix}/conversations/{{conversation_id}}/items/{{item_id}}"),
+        Route("DELETE", f"{prefix}/conversations/{{conversation_id}}/items/{{item_id}}")))
 GET_ROUTES = tuple(Route("GET", path) for path in (
     "/health", "/v1/health", "/props", "/slots", "/metrics", "/v1/models", "/models",
     "/v1/models/{model_id:path}", "/openapi.json", "/", "/dashboard"))
 OLLAMA_GET_ROUTES = tuple(_ollama("GET", path, None, ())
                           for path in ("/api/tags", "/api/ps", "/api/version"))
-ROUTES = POST_ROUTES + GET_ROUTES + OLLAMA_GET_ROUTES
+ROUTES = POST_ROUTES + STORED_ROUTES + GET_ROUTES + OLLAMA_GET_ROUTES
 #: Routes the fuzzer does not send to, and why.
 NOT_FUZZED = {
     ("GET", "/v1/llamapy/events"): "an endless SSE feed: the in-process client cannot hang up",
@@ -250,7 +273,7 @@ def with_field(body: dict[str, Any], name: str, value: Any) -> dict[str, Any]:
 
 def concrete_path(route: Route, param: str = "0") -> str:
     """The route's path with its parameter filled in."""
-    return route.path.replace("{id_slot}", param).replace("{model_id:path}", param)
+    return re.sub(r"\{[a-z_]+(?::path)?\}", lambda _: param, route.path)
 
 
 def _paths(value: Any, at: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:

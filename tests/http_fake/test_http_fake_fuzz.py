@@ -58,7 +58,8 @@ from starlette.routing import Route as StarletteRoute
 #: Paths served by the same handler as another path in the catalogue (not swept twice).
 ALIASES = frozenset({"/chat/completions", "/responses", "/responses/input_tokens",
                      "/chat/completions/input_tokens", "/completions"})
-SWEPT = tuple(r for r in ROUTES if r.path not in ALIASES and (r.body is not None or "{" in r.path))
+SWEPT = tuple(r for r in ROUTES if r.path not in ALIASES and not r.path.startswith(("/responses/",
+              "/conversations")) and (r.body is not None or "{" in r.path))
 
 
 class Apps:

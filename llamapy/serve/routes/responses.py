@@ -1,6 +1,8 @@
 """The OpenAI Responses endpoints and the prompt token counts.
 
-``POST /v1/responses`` (and ``/responses``), ``POST /v1/responses/input_tokens`` and
+``POST /v1/responses`` (and ``/responses``; ``previous_response_id`` and ``conversation``
+continue stored state, and a response is kept unless ``store`` is false:
+:mod:`llamapy.openai_api.responses_state`), ``POST /v1/responses/input_tokens`` and
 ``POST /v1/chat/completions/input_tokens`` (each also without ``/v1``, as llama-server has
 them). Errors are in the OpenAI shape, like every OpenAI route; a stream reports an error after
 its first event as the Responses ``error`` event.
@@ -21,6 +23,7 @@ from ...openai_api import (
     count_input_tokens,
 )
 from ...openai_api.responses_params import ResponsesBody
+from ...openai_api.responses_state import akept_events, akept_response, continue_request
 from ..context import AppContext, read_json
 from ..errors import error_body
 from ..routing import Router
@@ -42,18 +45,23 @@ def responses_router(ctx: AppContext) -> Router:
     @router.post("/responses", hidden=True)
     async def responses(request: Request) -> Response:
         """OpenAI Responses (SSE with typed events when ``stream``)."""
-        body = await read_json(request)
-        served = ctx.served(request)
+        served, store = ctx.served(request), ctx.response_store
+        body, stored = await asyncio.to_thread(continue_request, store, ctx.tenant(request),
+                                               await read_json(request))
         return await named_event_answer(
             request, body, observe=ctx.metrics.observe, error_event=responses_error_event,
-            stream=lambda observe: astream_response(served, body, observe=observe),
-            create=lambda observe: acreate_response(served, body, observe=observe))
+            stream=lambda observe: akept_events(
+                astream_response(served, body, observe=observe), store, stored),
+            create=lambda observe: akept_response(
+                acreate_response(served, body, observe=observe), store, stored))
 
     @router.post("/v1/responses/input_tokens")
     @router.post("/responses/input_tokens", hidden=True)
     async def response_input_tokens(request: Request) -> dict[str, Any]:
-        """The prompt tokens of a Responses request, nothing generated."""
-        body = await read_json(request)  # (rendered and tokenized off the event loop)
+        """The prompt tokens of a Responses request (a continued one's whole conversation),
+        nothing generated."""
+        body, _ = await asyncio.to_thread(continue_request, ctx.response_store,
+                                          ctx.tenant(request), await read_json(request))
         return await asyncio.to_thread(count_input_tokens, ctx.served(), body)
 
     @router.post("/v1/chat/completions/input_tokens")

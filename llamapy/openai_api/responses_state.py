@@ -1,0 +1,169 @@
+"""Responses that continue stored state: ``previous_response_id``, ``conversation``,
+``store``.
+
+:func:`continue_request` turns a request that names a stored response or conversation into
+the request a client resending the whole conversation would make (the stored items, then its
+own ``input``), so it renders to the same tokens and reuses the same cached KV (a continued
+turn computes only its new items); :func:`record` keeps the finished response (its own input,
+its output, the link to what it continued) unless the request said ``store: false``, and
+appends both to its conversation. :func:`echo` puts the three fields into the response objects
+the client sees.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, Awaitable, Mapping
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import InvalidOptionError, StoredObjectNotFoundError
+from .bridge import api_id
+from .response_store import ResponseStore
+
+__all__ = ["Stored", "akept_events", "akept_response", "continue_request", "echo",
+           "normalize_items", "record"]
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """What one Responses request continues and whether it is kept."""
+
+    tenant: str
+    previous_response_id: str | None = None
+    conversation: str | None = None
+    store: bool = False
+    own_input: tuple[dict[str, Any], ...] = ()
+
+
+_ID_PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco",
+              "reasoning": "rs", "compaction": "cmp"}
+_WITH_STATUS = ("message", "function_call", "function_call_output")
+
+
+def _message_content(role: str, content: object) -> object:
+    if isinstance(content, str):
+        kind = "output_text" if role == "assistant" else "input_text"
+        return [{"type": kind, "text": content}]
+    return content
+
+
+def normalize_item(raw: dict[str, Any]) -> dict[str, Any]:
+    """An input item as stored and listed: a ``type``, an ``id``, list content, a status."""
+    item = dict(raw)
+    kind = item.setdefault("type", "message" if "role" in item else "item")
+    if kind == "message":
+        item["content"] = _message_content(str(item.get("role")), item.get("content"))
+    if not isinstance(item.get("id"), str) or not item["id"]:
+        item["id"] = api_id(_ID_PREFIX.get(str(kind), "item"))
+    if kind in _WITH_STATUS:
+        item.setdefault("status", "completed")
+    return item
+
+
+def normalize_items(value: object) -> list[dict[str, Any]]:
+    """``input`` (a string or items) as stored items (anything else: none; the request's
+    own validation refuses it)."""
+    if isinstance(value, str):
+        return [normalize_item({"role": "user", "content": value})]
+    if isinstance(value, list):
+        return [normalize_item(item) for item in value if isinstance(item, dict)]
+    return []
+
+
+def _conversation_id(value: object) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, Mapping) and isinstance(value.get("id"), str):
+        return str(value["id"])
+    raise InvalidOptionError("conversation must be an id or an object with an 'id'",
+                             option="conversation")
+
+
+def _history(store: ResponseStore, tenant: str, previous: object, conversation: str | None
+             ) -> list[dict[str, Any]]:
+    if previous is not None and conversation is not None:
+        raise InvalidOptionError("give previous_response_id or conversation, not both",
+                                 option="previous_response_id")
+    if previous is not None:
+        items = store.history(tenant, previous)
+        if items is None:
+            raise StoredObjectNotFoundError(f"previous response with id '{previous}' not found",
+                                            option="previous_response_id",
+                                            code="previous_response_not_found")
+        return items
+    if conversation is not None:
+        found = store.items(tenant, conversation)
+        if found is None:
+            raise StoredObjectNotFoundError(f"conversation with id '{conversation}' not found",
+                                            option="conversation")
+        return found
+    return []
+
+
+def continue_request(store: ResponseStore | None, tenant: str, request: Any
+                     ) -> tuple[Any, Stored]:
+    """The request to prepare (stored items, then the request's own ``input``; without
+    ``previous_response_id``, ``conversation`` and ``store``) and what it continues. With
+    no store, the request as it is (its stateful fields are then refused as unsupported)."""
+    if store is None or not isinstance(request, Mapping):
+        return request, Stored(tenant)
+    previous = request.get("previous_response_id")
+    conversation = _conversation_id(request.get("conversation"))
+    history = _history(store, tenant, previous, conversation)
+    own = request.get("input", [])
+    body = {k: v for k, v in request.items()
+            if k not in ("previous_response_id", "conversation", "store")}
+    if history:
+        listed = [{"role": "user", "content": own}] if isinstance(own, str) else own
+        body["input"] = [*history, *listed] if isinstance(listed, list) else listed
+    keep = request.get("store", True) is not False
+    return body, Stored(tenant, previous if isinstance(previous, str) else None, conversation,
+                        keep, tuple(normalize_items(own)))
+
+
+def echo(stored: Stored, response: dict[str, Any]) -> dict[str, Any]:
+    """``response`` with the request's ``previous_response_id``, ``conversation`` and
+    ``store`` (in place; returned for chaining)."""
+    response["previous_response_id"] = stored.previous_response_id
+    response["conversation"] = ({"id": stored.conversation} if stored.conversation
+                                else None)
+    response["store"] = stored.store
+    return response
+
+
+def record(store: ResponseStore | None, stored: Stored, response: dict[str, Any]) -> None:
+    """Keep a finished ``response`` (see the module docstring)."""
+    if store is None or not stored.store:
+        return
+    if response.get("status") not in ("completed", "incomplete"):
+        return
+    store.put_response(stored.tenant, response, stored.own_input, stored.previous_response_id)
+    if stored.conversation is not None:
+        store.add_items(stored.tenant, stored.conversation,
+                        [*stored.own_input, *response.get("output", ())])
+
+
+async def akept_response(work: Awaitable[dict[str, Any]], store: ResponseStore | None,
+                         stored: Stored) -> dict[str, Any]:
+    """The response ``work`` makes, echoed and recorded (before the client has it, so a
+    continuation it sends at once finds it)."""
+    response = echo(stored, await work)
+    await asyncio.to_thread(record, store, stored, response)
+    return response
+
+
+async def akept_events(events: AsyncGenerator[dict[str, Any], None],
+                       store: ResponseStore | None, stored: Stored
+                       ) -> AsyncGenerator[dict[str, Any], None]:
+    """Stream ``events`` with each response object echoed; the final one is recorded before
+    it is sent."""
+    async with aclosing(events):
+        async for event in events:
+            response = event.get("response")
+            if isinstance(response, dict):
+                echo(stored, response)
+                if event.get("type") in ("response.completed", "response.incomplete"):
+                    await asyncio.to_thread(record, store, stored, response)
+            yield event
