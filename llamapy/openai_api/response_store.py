@@ -30,7 +30,8 @@ __all__ = ["ResponseStore", "valid_id"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses(
-  tenant TEXT NOT NULL, id TEXT NOT NULL, parent TEXT, created_at REAL NOT NULL,
+  tenant TEXT NOT NULL, id TEXT NOT NULL, parent TEXT, root TEXT NOT NULL,
+  created_at REAL NOT NULL,
   used_at REAL NOT NULL, visible INTEGER NOT NULL, bytes INTEGER NOT NULL,
   response TEXT NOT NULL, input TEXT NOT NULL, PRIMARY KEY (tenant, id));
 CREATE INDEX IF NOT EXISTS responses_parent ON responses(tenant, parent);
@@ -44,6 +45,9 @@ CREATE TABLE IF NOT EXISTS conversation_items(
 CREATE INDEX IF NOT EXISTS conversation_item_ids
   ON conversation_items(tenant, conversation, item_id);
 """
+
+#: The layout above (SQLite's ``user_version``), for the migrations of later versions.
+SCHEMA_VERSION = 1
 
 #: Longest chain a continuation rebuilds (a cycle or a corrupt file ends there).
 MAX_CHAIN = 10_000
@@ -79,6 +83,7 @@ class ResponseStore:
         self._lock = threading.Lock()
         with self._lock:
             self._db.executescript(_SCHEMA)
+            self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     def close(self) -> None:
         """Close the database."""
@@ -100,12 +105,19 @@ class ResponseStore:
         """Store ``response`` (its ``output`` included) with its own ``input_items``, as the
         continuation of ``parent`` (None: a first turn)."""
         body, items = _dumps(response), _dumps(list(input_items))
-        now = self._now()
+        now, root = self._now(), self.root(tenant, parent) if parent else response["id"]
         with self._lock:
             self._db.execute(
-                "INSERT OR REPLACE INTO responses VALUES (?,?,?,?,?,1,?,?,?)",
-                (tenant, response["id"], parent, now, now, len(body) + len(items), body, items))
+                "INSERT OR REPLACE INTO responses VALUES (?,?,?,?,?,?,1,?,?,?)",
+                (tenant, response["id"], parent, root, now, now, len(body) + len(items), body,
+                 items))
             self._evict()
+
+    def root(self, tenant: str, response_id: str) -> str:
+        """The id of the first response of ``response_id``'s chain (itself when unknown)."""
+        rows = self._rows("SELECT root FROM responses WHERE tenant=? AND id=?", tenant,
+                          response_id)
+        return str(rows[0][0]) if rows else response_id
 
     def get_response(self, tenant: str, response_id: object) -> dict[str, Any] | None:
         """A visible, unexpired response, or None."""

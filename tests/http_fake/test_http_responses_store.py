@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -257,3 +258,41 @@ def test_compaction_of_a_stored_conversation_by_its_id(app: FakeApp) -> None:
     assert output[-1]["type"] == "compaction"
     error(app, "POST", "/v1/responses/compact", 404, key="kb",
           json={"model": ALIAS, "previous_response_id": second["id"]})
+
+
+def test_a_chain_keeps_its_slot_affinity_and_pins_its_prompt(app: FakeApp) -> None:
+    seen: list[Any] = []
+
+    def install(engine: Any) -> None:
+        submit = engine.submit
+
+        def recording(request: Any) -> None:
+            seen.append(request.options)
+            submit(request)
+
+        engine.submit = recording
+
+    first = create(app, input="start")
+    app.server.call(install)
+    second = create(app, input="go on", previous_response_id=first["id"])
+    create(app, input="and on", previous_response_id=second["id"])
+    own_key = create(app, input="x", previous_response_id=second["id"], prompt_cache_key="mine")
+    sessions = [options.session for options in seen]
+    assert sessions[0] == sessions[1] == first["id"] and sessions[2] == "mine"
+    assert all(options.cache_pins and options.cache_pins[0][1] == 300.0 for options in seen)
+    assert own_key["previous_response_id"] == second["id"]
+    app.server.call(lambda engine: setattr(engine, "submit", type(engine).submit.__get__(engine)))
+
+
+def test_stored_state_survives_a_restart(tmp_path: Path) -> None:
+    options = {"responses_store": str(tmp_path / "responses.sqlite3")}
+    with FakeApp(app_options=options) as app:
+        first = app.send("POST", "/v1/responses", json={**BASE, "input": "remember me"}).json()
+        cid = app.send("POST", "/v1/conversations", json={"metadata": {"a": "b"}}).json()["id"]
+    with FakeApp(app_options=options) as app:
+        assert app.send("GET", f"/v1/responses/{first['id']}").json()["output"] == first["output"]
+        more = app.send("POST", "/v1/responses", json={
+            **BASE, "input": "again", "previous_response_id": first["id"]})
+        assert more.status_code == 200 and more.json()["previous_response_id"] == first["id"]
+        assert app.send("GET", f"/v1/conversations/{cid}").json()["metadata"] == {"a": "b"}
+    assert (tmp_path / "responses.sqlite3").stat().st_mode & 0o777 == 0o600
