@@ -22,6 +22,7 @@ from llamapy.engine.cache.checkpoints import (
     positions,
     unpack,
 )
+from llamapy.engine.cache.disk import CacheNamespace
 from llamapy.engine.testing import Recorder, drain
 
 
@@ -199,3 +200,34 @@ def test_a_donor_without_a_checkpoint_in_the_shared_part_gives_nothing():
     submit(engine, "busy", [*system, 4, 4, 5], max_tokens=30, session="s")
     timings = run(engine, backend, "new", [*system, 9, 8, 7])
     assert timings.reused_tokens == 0 and engine.counters.reused["donor"] == 0
+
+
+def test_the_disk_index_knows_a_files_checkpoints_before_reading_it(tmp_path):
+    from disk_helpers import TOKENS, K, cache, sized
+
+    held = [Checkpoint(40, digest(TOKENS[:40]), b"s" * 9),
+            Checkpoint(80, digest(TOKENS[:80]), b"t" * 9)]
+    disk = cache(tmp_path)
+    assert disk.offer(K, TOKENS, *sized(pack(b"state" * 50, held)))
+    disk.close()
+    again = cache(tmp_path)  # a restart: files indexed from their headers
+    found, n = again.lookup(K, [*TOKENS[:90], 7, 7], cap=200)
+    assert n == 90 and list(again.checkpoint_positions(found)) == [40, 80]
+    bare = cache(tmp_path / "bare")
+    assert bare.offer(K, TOKENS, *sized(b"state" * 50))
+    bare.close()
+    found, _ = cache(tmp_path / "bare").lookup(K, TOKENS, cap=200)
+    assert list(cache(tmp_path / "bare").checkpoint_positions(found)) == []
+
+
+def test_a_disk_entry_sharing_more_loses_to_a_slot_that_can_resume_further(tmp_path):
+    system = [(i * 7) % 500 + 1 for i in range(200)]
+    first, _ = hybrid(n_parallel=1, checkpoint_min_step=0, prompt_cache_dir=str(tmp_path),
+                      cache_namespace=CacheNamespace("hybrid"))
+    run(first, first.backend, "long", [*system, 5, 5, 5])  # checkpoint at its end only
+    first.close()
+    engine, backend = hybrid(n_parallel=1, prompt_cache_dir=str(tmp_path),
+                             cache_namespace=CacheNamespace("hybrid"))
+    run(engine, backend, "own", [*system[:150], 6, 5, 4])  # checkpoints at 64 and 128
+    timings = run(engine, backend, "next", [*system, 9, 8, 7])
+    assert timings.reuse_source == "own" and timings.reused_tokens == 128

@@ -34,9 +34,10 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import BinaryIO
 
 __all__ = ["Checkpoint", "Checkpoints", "checkpoint_positions", "digest", "pack", "packed_size",
-           "positions", "unpack"]
+           "positions", "read_positions", "unpack"]
 
 
 def digest(token_ids: Sequence[int]) -> int:
@@ -183,3 +184,19 @@ def positions(blob: bytes) -> list[int]:
         return [_ITEM.unpack_from(blob, at + i * _ITEM.size)[0] for i in range(count)]
     except struct.error:
         return []
+
+
+#: Most checkpoint positions :func:`read_positions` reads from one file.
+MAX_READ_POSITIONS = 4096
+
+
+def read_positions(f: BinaryIO) -> list[int]:
+    """The checkpoint positions of the blob that starts at ``f``'s position (its header alone
+    is read; none for a bare state or a header past :data:`MAX_READ_POSITIONS`)."""
+    head = f.read(len(_MAGIC) + _HEAD.size)
+    if len(head) < len(_MAGIC) + _HEAD.size or not head.startswith(_MAGIC):
+        return []
+    count, _ = _HEAD.unpack_from(head, len(_MAGIC))
+    if count > MAX_READ_POSITIONS:
+        return []
+    return positions(head + f.read(count * _ITEM.size))

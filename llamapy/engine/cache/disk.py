@@ -303,9 +303,9 @@ class DiskPromptCache(FolderIndex):
         """Block up to ``timeout`` seconds until a pending read completes."""
         self.reads.wait(timeout)
 
-    def checkpoint_positions(self, entry: Found) -> list[int] | None:
-        """The checkpoint positions of an entry still in memory (known once a file is read)."""
-        return positions(entry.data) if isinstance(entry, CacheEntry) else None
+    def checkpoint_positions(self, entry: Found) -> Sequence[int] | None:
+        """The checkpoint positions of an entry (a file's, read with its header)."""
+        return positions(entry.data) if isinstance(entry, CacheEntry) else entry.checkpoints
 
     def touch(self, entry: Found) -> None:
         """Mark ``entry`` most recently used."""

@@ -36,6 +36,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from llamapy.engine.cache.checkpoints import read_positions
 from llamapy.engine.cache.disk_format import (
     EntryHeader,
     read_header,
@@ -68,13 +69,16 @@ def entry_name(identity: bytes, token_ids: Sequence[int]) -> str:
 
 @dataclass(slots=True, eq=False)
 class StoredFile:
-    """One entry file: its name, verified header, size, inode and last use (``mtime_ns``)."""
+    """One entry file: its name, verified header, size, inode and last use (``mtime_ns``),
+    and the positions of the context checkpoints packed with its state (read with the header,
+    so the cache can choose among files before reading one; verified with the state)."""
 
     name: str
     header: EntryHeader
     size: int
     inode: int
     mtime_ns: int
+    checkpoints: tuple[int, ...] = ()
 
 
 class DiskStore:
@@ -311,12 +315,13 @@ class DiskStore:
         try:
             with open(self.path(name), "rb") as f:
                 header = read_header(f, os.fstat(f.fileno()).st_size)
+                held = tuple(p for p in read_positions(f) if 0 < p <= len(header.token_ids))
         except FileNotFoundError:
             return None
         except (DiskCacheFormatError, OSError) as exc:
             self.discard_bad(name, st.st_ino, exc)
             return None
-        return StoredFile(name, header, st.st_size, st.st_ino, st.st_mtime_ns)
+        return StoredFile(name, header, st.st_size, st.st_ino, st.st_mtime_ns, held)
 
     def discard_bad(self, name: str, inode: int, exc: Exception) -> None:
         """Remove a corrupt or foreign entry file with a warning (call under :meth:`lock`)."""
