@@ -32,6 +32,7 @@ from .flags.models import serves_several
 from .flags.serving import (
     app_options,
     bind_hosts,
+    body_bytes,
     serve_options,
     template_kwargs,
     url_prefix,
@@ -78,7 +79,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.info("serving %s at %s", what,
              ", ".join(_url(h, args.port, bool(tls)) + prefix.lstrip("/") for h in hosts))
     try:
-        _run(app, hosts, args.port, args.log_level == "debug", tls)
+        _run(app, hosts, args.port, args.log_level == "debug", tls,
+             ws_max_size=body_bytes(args.max_body_mb))
     except OSError as exc:  # an address that cannot be bound
         print(f"error: {exc}", file=sys.stderr)
         return 3
@@ -135,14 +137,15 @@ def _url(host: str, port: int, tls: bool = False) -> str:
 
 
 def _run(app: Any, hosts: Sequence[str], port: int, debug: bool,
-         tls: dict[str, str] | None = None) -> None:
+         tls: dict[str, str] | None = None, *, ws_max_size: int) -> None:
     """Serve ``app`` with uvicorn on ``port`` of every address in ``hosts`` (llama-server's
-    comma-separated ``--host``); ``tls``: uvicorn's ``ssl_keyfile`` / ``ssl_certfile``."""
+    comma-separated ``--host``); ``tls``: uvicorn's ``ssl_keyfile`` / ``ssl_certfile``;
+    ``ws_max_size``: the largest WebSocket message (the body limit: ``ws /v1/responses``)."""
     import uvicorn
 
     from .quiet_uvicorn import QuietServer
 
-    config = uvicorn.Config(app, host=hosts[0], port=port, ws="none",  # no WebSocket routes
+    config = uvicorn.Config(app, host=hosts[0], port=port, ws="auto", ws_max_size=ws_max_size,
                             log_level="debug" if debug else "warning", access_log=debug,
                             ssl_keyfile=(tls or {}).get("ssl_keyfile"),
                             ssl_certfile=(tls or {}).get("ssl_certfile"))

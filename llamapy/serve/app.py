@@ -44,6 +44,7 @@ from .routes.openai import openai_router
 from .routes.rerank import rerank_router
 from .routes.responses import responses_router
 from .routes.responses_compact import compact_router
+from .routes.responses_ws import responses_ws_router
 from .routes.stored import stored_router
 from .routing import Endpoint, ErrorShape, Router, openapi_document, route_error_shape
 from .slot_store import SlotBudget, SlotStore
@@ -97,7 +98,8 @@ def create_app(target: Server | Loader | ModelManager, *, alias: str | None = _S
     ctx = _context(owned, keys=_key_table(api_key, api_keys), embeddings=embeddings, slots=slots,
                    metrics_endpoint=metrics, props_endpoint=props, slot_store=store,
                    response_store=responses, sse_ping_interval=sse_ping_interval)
-    app = _assemble(ctx, owned if own_server else None, webui, url_prefix(api_prefix))
+    app = _assemble(ctx, owned if own_server else None, webui, url_prefix(api_prefix),
+                    max_body_bytes)
     _add_middleware(app, ctx, CorsPolicy(cors_origins or DEFAULT_ORIGINS), max_body_bytes,
                     HostPolicy(allowed_hosts, bind_hosts), app.state.error_shape)
     return app
@@ -114,10 +116,10 @@ def _check_serving(alias: str | None, api_key: str | None, cors_origins: Sequenc
 
 
 def _assemble(ctx: AppContext, owned: ModelSource | None, webui: bool,
-              prefix: str) -> Starlette:
-    """The app's routes (under ``prefix``), lifespan (closing ``owned``), state and error
-    handlers."""
-    routers = _routers(ctx, webui)
+              prefix: str, max_body_bytes: int) -> Starlette:
+    """The app's routes (under ``prefix``; WebSocket frames up to ``max_body_bytes``),
+    lifespan (closing ``owned``), state and error handlers."""
+    routers = _routers(ctx, webui, max_body_bytes)
     routes = _routes(routers, webui)
     app = Starlette(routes=[Mount(prefix, routes=routes)] if prefix else routes,
                     lifespan=_lifespan(ctx, owned))
@@ -171,13 +173,14 @@ def _context(owned: ModelSource, **options: Any) -> AppContext:
     return ctx
 
 
-def _routers(ctx: AppContext, webui: bool) -> list[Router]:
+def _routers(ctx: AppContext, webui: bool, max_body_bytes: int) -> list[Router]:
     """Every API's router (the models router for several models), ``/openapi.json``'s, the
-    pages'."""
+    pages'; WebSocket frames up to ``max_body_bytes``."""
     routers = [make(ctx) for make in (health_router, openai_router, responses_router,
                                       compact_router, stored_router, anthropic_router,
                                       ollama_router, llama_router, rerank_router,
                                       events_router)]
+    routers.append(responses_ws_router(ctx, max_body_bytes))
     if isinstance(ctx.source, ModelRouter):  # router mode's /models/load and /models/unload
         routers.append(models_router(ctx, ctx.source))
     if webui:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import orjson
-from starlette.requests import Request
+from starlette.requests import HTTPConnection, Request
 
 from ..embeddings import POOLINGS, Embedder
 from ..errors import (
@@ -118,7 +118,7 @@ class AppContext:
             except LlamapyError:
                 return None
 
-    def served(self, request: Request | None = None) -> ServedModel:
+    def served(self, request: HTTPConnection | None = None) -> ServedModel:
         """The served model (503 while loading); with several models, the one this request
         leased (:mod:`llamapy.serve.multi`). With ``request``: as the request's tenant sees it
         (:meth:`ServedModel.for_tenant`): every route that generates passes its request, so
@@ -178,11 +178,12 @@ class AppContext:
             raise EndpointDisabledError(
                 f"This server does not support {endpoint} endpoint. Start it with `--{endpoint}`")
 
-    def check_key(self, request: Request) -> Principal:
-        """The request's :class:`Principal`, also left in its ASGI scope for
-        :meth:`principal`; raise :class:`AuthenticationError` unless the request carries an
-        API key (one of ``keys``), as ``Authorization: Bearer KEY`` or (Anthropic's header)
-        ``x-api-key: KEY``. Keys are compared in constant time. No keys: :data:`OPEN`."""
+    def check_key(self, request: HTTPConnection) -> Principal:
+        """The request's (or a WebSocket handshake's) :class:`Principal`, also left in its
+        ASGI scope for :meth:`principal`; raise :class:`AuthenticationError` unless the
+        request carries an API key (one of ``keys``), as ``Authorization: Bearer KEY`` or
+        (Anthropic's header) ``x-api-key: KEY``. Keys are compared in constant time. No
+        keys: :data:`OPEN`."""
         principal: Principal | None = OPEN
         if self.keys is not None:
             scheme, _, token = request.headers.get("authorization", "").partition(" ")
@@ -195,12 +196,12 @@ class AppContext:
         request.scope[PRINCIPAL_SCOPE_KEY] = principal
         return principal
 
-    def principal(self, request: Request) -> Principal:
+    def principal(self, request: HTTPConnection) -> Principal:
         """The request's :class:`Principal` (the key is checked now if no route check did)."""
         principal = request.scope.get(PRINCIPAL_SCOPE_KEY)
         return principal if isinstance(principal, Principal) else self.check_key(request)
 
-    def tenant(self, request: Request) -> str:
+    def tenant(self, request: HTTPConnection) -> str:
         """The request's tenant as stored objects are filed (``""``: the default tenant)."""
         return self.principal(request).tenant or ""
 

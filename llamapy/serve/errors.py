@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.websockets import WebSocket
 
 from ..errors import (
     AuthenticationError,
@@ -109,6 +110,19 @@ def error_response(exc: BaseException) -> JSONResponse:
     """The JSON response for an exception."""
     status, body = error_body(exc)
     return JSONResponse(body, status_code=status, headers=error_headers(exc))
+
+
+#: The WebSocket close code of a refused handshake where the server sends no denial response.
+WS_POLICY_VIOLATION = 1008
+
+
+async def refuse_websocket(websocket: WebSocket, exc: BaseException) -> None:
+    """Refuse a WebSocket handshake with the error's JSON response (a denial response, where
+    the server sends them: the client sees the status), else close it with 1008."""
+    if "websocket.http.response" in websocket.scope.get("extensions", {}):
+        await websocket.send_denial_response(error_response(exc))
+    else:
+        await websocket.close(WS_POLICY_VIOLATION, str(exc)[:120])
 
 
 async def _llamapy_handler(request: Request, exc: Exception) -> JSONResponse:

@@ -20,7 +20,9 @@ same-origin and reads the answers. :class:`BrowserGuard` refuses, before any rou
   and ``OPTIONS``; 403, :class:`~llamapy.errors.OriginNotAllowedError`) from an origin that
   ``--cors-origins`` does not allow. Same-origin requests (the ``Origin``'s host and port are
   the request's ``Host``: the pages served here) and requests without ``Origin`` (not from a
-  browser, which always sends it on a cross-origin ``POST``) pass.
+  browser, which always sends it on a cross-origin ``POST``) pass. A WebSocket handshake is
+  checked as such a request (CORS does not cover WebSockets: a browser lets any page open
+  one), and refused with a denial response (or a close, 1008).
 - **a body that is not JSON** on such a method (415,
   :class:`~llamapy.errors.UnsupportedMediaTypeError`): ``application/json`` and
   ``application/*+json``, with any parameters (``charset``). Two more are taken, as
@@ -46,6 +48,7 @@ from collections.abc import Iterable
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.websockets import WebSocket
 
 from ..errors import (
     HostNotAllowedError,
@@ -54,6 +57,7 @@ from ..errors import (
     UnsupportedMediaTypeError,
 )
 from .cors import CorsPolicy
+from .errors import refuse_websocket
 from .routing import ErrorShape
 
 __all__ = ["CSP", "SAFE_METHODS", "BrowserGuard", "HostPolicy", "is_json_type", "same_origin"]
@@ -158,6 +162,9 @@ class BrowserGuard:
         self.shape = shape
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            await self.handshake(scope, receive, send)
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -174,6 +181,17 @@ class BrowserGuard:
             await self.shape(Request(scope), refusal)(scope, receive, send_secured)
             return
         await self.app(scope, receive, send_secured)
+
+    async def handshake(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A WebSocket handshake: refused as a request that may change state (CORS does not
+        cover WebSockets: a page of any origin may open one), in the OpenAI shape (the
+        WebSocket routes are OpenAI's), with a denial response where the server sends them,
+        else a close (1008)."""
+        refusal = self.refusal(Headers(scope=scope), "WEBSOCKET")
+        if refusal is None:
+            await self.app(scope, receive, send)
+            return
+        await refuse_websocket(WebSocket(scope, receive, send), refusal)
 
     def refusal(self, headers: Headers, method: str) -> LlamapyError | None:
         """Why a request with these headers is refused, or None."""

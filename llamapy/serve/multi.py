@@ -20,7 +20,7 @@ pulled first, for an admin's key only (:func:`~llamapy.serve.tenants.require_adm
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextvars import ContextVar
 from typing import Any
 
@@ -155,6 +155,23 @@ from its spec); ``accept_any_model`` sends unknown names to the first model; ``p
         if lease is not None:
             return lease
         return await run_in_threadpool(self.manager.acquire, name, self.request_timeout)
+
+    @contextlib.asynccontextmanager
+    async def holding(self, requested: str | None, principal: Principal
+                      ) -> AsyncIterator[ServedModel]:
+        """The requested model leased (:meth:`lease`) for the ``async with`` block, in which
+        :meth:`current` finds it, as :class:`ModelSelect` holds it for an HTTP request (the
+        WebSocket routes hold it per response)."""
+        lease = await self.lease(requested, principal)
+        try:
+            served = self.served_for(lease)
+            token = _current.set(served)
+            try:
+                yield served
+            finally:
+                _current.reset(token)
+        finally:
+            lease.release()
 
     def served_for(self, lease: ModelLease) -> ServedModel:
         """The :class:`ServedModel` of a leased server (made once per loaded server)."""

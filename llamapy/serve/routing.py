@@ -3,10 +3,11 @@
 Every handler reads its own JSON and validates it in the API modules, so the app needs routing,
 not a framework: importing FastAPI (its OpenAPI models, its dependency solver) cost about
 0.2 s at every start, a third of the time to a healthy ``/health``. :class:`Router` keeps what
-we used of it: ``get`` / ``post`` decorators (stackable, one handler under several paths),
-checks that guard every route of a router (the API key), an optional error shape of its own
-(Anthropic's) and a ``dict`` or ``list`` result sent as JSON. :func:`openapi_document` builds
-``/openapi.json`` from the routes on first request, request-body schemas included.
+we used of it: ``get`` / ``post`` / ``websocket`` decorators (stackable, one handler under
+several paths), checks that guard every route of a router (the API key), an optional error
+shape of its own (Anthropic's) and a ``dict`` or ``list`` result sent as JSON.
+:func:`openapi_document` builds ``/openapi.json`` from the routes on first request,
+request-body schemas included.
 """
 
 from __future__ import annotations
@@ -17,11 +18,14 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Match, Route, get_route_path
+from starlette.routing import BaseRoute, Match, Route, WebSocketRoute, get_route_path
+from starlette.websockets import WebSocket
 
 from ..errors import InvalidOptionError
 
 Handler = Callable[[Request], Awaitable[Any]]
+#: A WebSocket route's handler: it answers the handshake (accepts or denies) and the frames.
+SocketHandler = Callable[[WebSocket], Awaitable[None]]
 #: A check before a route's handler: it raises to refuse the request (its result is ignored).
 Check = Callable[[Request], object]
 ErrorShape = Callable[[Request, Exception], Response]
@@ -64,6 +68,16 @@ class Router:
     def delete(self, path: str, *, hidden: bool = False) -> Callable[[Handler], Handler]:
         """Register the decorated handler for ``DELETE path``."""
         return self._route("DELETE", path, None, hidden)
+
+    def websocket(self, path: str) -> Callable[[SocketHandler], SocketHandler]:
+        """Register the decorated handler for WebSocket connections to ``path`` (not
+        documented; ``checks`` and ``error_shape`` do not apply: the handler checks its
+        handshake itself)."""
+        def register(handler: SocketHandler) -> SocketHandler:
+            self.routes.append(WebSocketRoute(path, handler, name=f"{handler.__name__} {path}"))
+            return handler
+
+        return register
 
     def _route(self, method: str, path: str, schema: Callable[[], dict[str, Any]] | None,
                hidden: bool) -> Callable[[Handler], Handler]:
