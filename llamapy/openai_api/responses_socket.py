@@ -6,10 +6,11 @@ its last response with ``previous_response_id`` and only the new input items, wh
 ``store`` said: :class:`SocketMemory` keeps the whole conversation of the socket's last few
 responses (bounded in count and bytes), consulted when the store does not have the response
 (``store: false``, or the store off), so the continuation renders exactly as if the client
-had resent the conversation. :func:`continue_on_socket` is
-:func:`~.responses_state.continue_request` with that memory; :func:`aprefill_response`
-runs a response with ``generate: false``: its prompt is prefilled into the KV cache and the
-response completes with no output, ready to be continued.
+had resent the conversation, and runs as a stored chain's turn does (under its first
+response's id as ``prompt_cache_key`` and pinned in RAM, unless the request says otherwise).
+:func:`continue_on_socket` is :func:`~.responses_state.continue_request` with that memory;
+:func:`aprefill_response` runs a response with ``generate: false``: its prompt is prefilled
+into the KV cache and the response completes with no output, ready to be continued.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ class SocketMemory:
                  max_bytes: int = MEMORY_BYTES) -> None:
         self.max_responses = max_responses
         self.max_bytes = max_bytes
-        self._kept: OrderedDict[str, tuple[list[dict[str, Any]], int]] = OrderedDict()
+        self._kept: OrderedDict[str, tuple[list[dict[str, Any]], int, str]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._kept)
@@ -56,7 +57,7 @@ class SocketMemory:
     @property
     def bytes(self) -> int:
         """The JSON size of what is kept."""
-        return sum(size for _, size in self._kept.values())
+        return sum(size for _, size, _ in self._kept.values())
 
     def get(self, response_id: object) -> list[dict[str, Any]] | None:
         """The conversation through ``response_id`` (None: not remembered)."""
@@ -65,23 +66,33 @@ class SocketMemory:
         self._kept.move_to_end(response_id)
         return list(self._kept[response_id][0])
 
-    def put(self, response_id: str, items: list[dict[str, Any]]) -> None:
-        """Remember the conversation through ``response_id``."""
+    def root(self, response_id: str) -> str:
+        """The ``prompt_cache_key`` of the chain ``response_id`` ends (itself when unknown)."""
+        kept = self._kept.get(response_id)
+        return response_id if kept is None else kept[2]
+
+    def put(self, response_id: str, items: list[dict[str, Any]], root: str | None = None
+            ) -> None:
+        """Remember the conversation through ``response_id``, whose chain runs under the
+        ``prompt_cache_key`` ``root`` (None: its own id, a first turn's)."""
         size = len(orjson.dumps(items))
         self._kept.pop(response_id, None)
         if size > self.max_bytes:
             return
-        self._kept[response_id] = (items, size)
+        self._kept[response_id] = (items, size, root or response_id)
         while len(self._kept) > self.max_responses or self.bytes > self.max_bytes:
             self._kept.popitem(last=False)
 
     def remember(self, request: Any, response: Mapping[str, Any]) -> None:
-        """Remember a finished ``response`` of the prepared ``request`` (its whole input)."""
+        """Remember a finished ``response`` of the prepared ``request`` (its whole input; the
+        key it ran under is its chain's)."""
         if response.get("status") not in ("completed", "incomplete"):
             return
-        own = request.get("input") if isinstance(request, Mapping) else None
+        request = request if isinstance(request, Mapping) else {}
         output = [dict(item) for item in response.get("output", ()) if isinstance(item, dict)]
-        self.put(str(response["id"]), [*normalize_items(own), *output])
+        key = request.get("prompt_cache_key")
+        self.put(str(response["id"]), [*normalize_items(request.get("input")), *output],
+                 key if isinstance(key, str) else None)
 
 
 def _remembered(store: ResponseStore | None, memory: SocketMemory, tenant: str,
@@ -113,6 +124,8 @@ def continue_on_socket(store: ResponseStore | None, memory: SocketMemory, tenant
     listed = [{"role": "user", "content": own}] if isinstance(own, str) else own
     body = {k: v for k, v in request.items() if k not in ("previous_response_id", "store")}
     body["input"] = [*history, *listed] if isinstance(listed, list) else listed
+    body.setdefault("prompt_cache_key", memory.root(previous))  # as a stored chain's turns
+    body.setdefault("prompt_cache_retention", "in_memory")
     keep = request.get("store", True) is not False
     return body, Stored(tenant, None, None, keep, tuple(normalize_items(body["input"]))), previous
 

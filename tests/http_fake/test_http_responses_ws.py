@@ -22,7 +22,9 @@ from starlette.testclient import TestClient, WebSocketDenialResponse
 from starlette.websockets import WebSocketDisconnect
 from test_http_tenants import KEYS_FILE
 from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
 
+from llamapy.openai_api.responses_socket import SocketMemory
 from llamapy.serve import create_app
 from llamapy.serve.tenants import KeyTable
 from llamapy.server import ModelManager, ModelSpec
@@ -149,6 +151,43 @@ def test_store_false_continues_on_its_own_socket_only(app: FakeApp) -> None:
     app.check_idle()
 
 
+def test_a_socket_chain_keeps_its_slot_affinity_and_pins_its_prompt(app: FakeApp) -> None:
+    seen: list[Any] = []
+
+    def install(engine: Any) -> None:
+        submit = engine.submit
+
+        def recording(request: Any) -> None:
+            seen.append(request.options)
+            submit(request)
+
+        engine.submit = recording
+
+    with socket(app.client) as ws:
+        first = final(ws, input="start", store=False)
+        app.server.call(install)
+        try:
+            second = final(ws, input="go on", store=False, previous_response_id=first["id"])
+            final(ws, input="and on", store=False, previous_response_id=second["id"])
+        finally:
+            app.server.call(lambda engine: setattr(engine, "submit",
+                                                   type(engine).submit.__get__(engine)))
+    assert [options.session for options in seen] == [first["id"], first["id"]]
+    assert all(options.cache_pins and options.cache_pins[0][1] == 300.0 for options in seen)
+
+
+def test_the_socket_memory_is_bounded() -> None:
+    memory = SocketMemory(max_responses=2, max_bytes=200)
+    item = {"role": "user", "content": "x" * 40}
+    for n in range(3):
+        memory.put(f"r{n}", [item])
+    assert memory.get("r0") is None and memory.get("r1") and len(memory) == 2
+    memory.put("big", [{"content": "y" * 300}])  # over the byte bound: not kept
+    assert memory.get("big") is None
+    memory.put("r3", [item, item])
+    assert memory.bytes <= 200 and memory.get("r3") == [item, item]
+
+
 def test_generate_false_prepares_the_state_without_output(app: FakeApp) -> None:
     with socket(app.client) as ws:
         events = run(ws, input="a long system setup " * 8, generate=False, store=False)
@@ -246,18 +285,6 @@ def test_a_frame_over_the_body_limit_closes_the_socket() -> None:
         small.check_idle()
 
 
-def test_a_socket_closed_mid_stream_frees_its_slot() -> None:
-    # 600 tokens at 50 ms each would take 30 s: idle within the bound only if cancelled
-    with FakeApp(options={"n_ctx": 4096, "sleep_s": 0.05}) as slow:
-        with socket(slow.client, key="") as ws:
-            ws.send_json({"type": "response.create", **BASE, "input": "talk",
-                          "max_output_tokens": 600, "ignore_eos": True})
-            while ws.receive_json()["type"] != "response.output_text.delta":
-                pass
-            assert slow.server.stats()["slots_active"] == 1
-        slow.check_idle(bound_s=10.0)
-
-
 def test_several_models_lease_the_named_one_per_response() -> None:
     specs = [ModelSpec(name=name, path=f"{name}.gguf", memory_mb=1.0) for name in ("one", "two")]
     manager = ModelManager(specs, server_factory=lambda spec: fake_server(
@@ -278,10 +305,12 @@ def test_several_models_lease_the_named_one_per_response() -> None:
 
 
 @contextmanager
-def live(app: Any) -> Iterator[str]:
-    """``app`` served by uvicorn (WebSockets on, as the server runs it) on a free port."""
+def live(app: Any, lifespan: str = "auto") -> Iterator[str]:
+    """``app`` served by uvicorn (WebSockets on, as the server runs it) on a free port
+    (``lifespan="off"``: an app a test client runs already)."""
     config = uvicorn.Config(app, host="127.0.0.1", port=0, ws="auto", ws_max_size=1 << 20,
-                            log_level="warning", access_log=False, timeout_graceful_shutdown=2)
+                            lifespan=lifespan, log_level="warning", access_log=False,
+                            timeout_graceful_shutdown=2)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="uvicorn-ws", daemon=True)
     thread.start()
@@ -324,3 +353,17 @@ def test_the_official_client_connects_and_continues() -> None:
         with pytest.raises(InvalidStatus) as refused, wrong.responses.connect():
             pass
         assert refused.value.response.status_code == 401
+
+
+def test_a_socket_closed_mid_stream_frees_its_slot() -> None:
+    # 600 tokens at 50 ms each would take 30 s: idle within the bound only if cancelled (on
+    # uvicorn, whose event loop outlives the socket, unlike the in-process test client's)
+    with FakeApp(options={"n_ctx": 4096, "sleep_s": 0.05}) as slow, live(
+            slow.client.app, lifespan="off") as url:
+        with connect(url.replace("http", "ws") + "/v1/responses") as ws:
+            ws.send(json.dumps({"type": "response.create", **BASE, "input": "talk",
+                                "max_output_tokens": 600, "ignore_eos": True}))
+            while json.loads(ws.recv(timeout=START_S))["type"] != "response.output_text.delta":
+                pass
+            assert slow.server.stats()["slots_active"] == 1
+        slow.check_idle(bound_s=10.0)
