@@ -231,3 +231,44 @@ def test_a_disk_entry_sharing_more_loses_to_a_slot_that_can_resume_further(tmp_p
     run(engine, backend, "own", [*system[:150], 6, 5, 4])  # checkpoints at 64 and 128
     timings = run(engine, backend, "next", [*system, 9, 8, 7])
     assert timings.reuse_source == "own" and timings.reused_tokens == 128
+
+
+def _blob(tokens, at):
+    return pack(b"state" * 20, [Checkpoint(n, digest(tokens[:n]), b"c" * 5) for n in at])
+
+
+def test_ram_entries_cover_a_shorter_prefix_only_where_they_resume():
+    from disk_helpers import K, sized
+
+    from llamapy.engine.cache.ram import PromptCache
+
+    long = tuple(range(1, 101))
+    for resume_points in (False, True):
+        ram = PromptCache(1 << 20, min_tokens=4)
+        ram.resume_points = resume_points
+        assert ram.offer(K, long, *sized(_blob(long, [40])))
+        assert ram.covers(K, long[:40]) and ram.covers(K, long)
+        assert ram.covers(K, long[:60]) is not resume_points  # no checkpoint at 60
+        if resume_points:
+            assert ram.offer(K, long[:60], *sized(_blob(long, [])))  # kept, not covered
+            longer = (*long, 7, 7)
+            assert ram.offer(K, longer, *sized(_blob(longer, [60])))  # resumes at 60
+            kept = sorted(len(e.token_ids) for e in ram.entries())
+            assert kept == [100, 102]  # 60 dropped (covered at a checkpoint), 100 kept
+
+
+def test_disk_files_cover_a_shorter_prefix_only_where_they_resume(tmp_path):
+    from disk_helpers import K, cache, sized
+
+    long = tuple(range(1, 101))
+    disk = cache(tmp_path)
+    disk.resume_points = True
+    assert disk.offer(K, long, *sized(_blob(long, [40])), wait=True)
+    assert disk.covers(K, long[:40]) and not disk.covers(K, long[:60])
+    assert disk.offer(K, long[:60], *sized(_blob(long, [])), wait=True)
+    longer = (*long, 7, 7)
+    assert disk.offer(K, longer, *sized(_blob(longer, [60])), wait=True)
+    disk.close()
+    again = cache(tmp_path)
+    lengths = sorted(len(f.header.token_ids) for f in again._index.files.values())
+    assert lengths == [100, 102]

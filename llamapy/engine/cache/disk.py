@@ -94,6 +94,7 @@ class DiskPromptCache(FolderIndex):
         self.tenant_budget = tenant_budget(self.budget_bytes, tenant_share)
         self.namespace = namespace
         self.min_tokens, self.min_fraction = min_tokens, min_fraction
+        self.resume_points = False  #: covering needs a resume point (disk_index.resumes_at)
         self.max_pending_bytes = max_pending_bytes
         self.num_writes = self.num_write_failures = self.num_dropped = self.num_evictions = 0
         self._index = DiskIndex()
@@ -156,7 +157,8 @@ class DiskPromptCache(FolderIndex):
             return False
         ident = self.identity(key)
         with self._mutex:
-            if self._index.covers(ident, key.cache_scope, tokens):
+            if self._index.covers(ident, key.cache_scope, tokens,
+                                  resume_points=self.resume_points):
                 return False
         return self._submit(key, tokens, ident, get_size, get_data, wait, last_used_ns)
 
@@ -166,7 +168,8 @@ class DiskPromptCache(FolderIndex):
             return False
         ident = self.identity(key)
         with self._mutex:
-            return self._index.covers(ident, key.cache_scope, tuple(token_ids))
+            return self._index.covers(ident, key.cache_scope, tuple(token_ids),
+                                      resume_points=self.resume_points)
 
     def pin(self, entry: CacheEntry, until_ns: int) -> bool:
         """Keep a pinned RAM cache entry on disk until ``until_ns`` (wall-clock ns): its file is

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from llamapy.engine.cache.checkpoints import positions
 from llamapy.engine.cache.disk_store import StoredFile
 from llamapy.engine.cache.radix import PrefixTrie
 from llamapy.engine.cache.ram import CacheEntry
@@ -29,6 +30,14 @@ __all__ = ["DiskIndex", "Found"]
 #: A disk cache entry: a file, or an entry still being written.
 Found = StoredFile | CacheEntry
 _Where = tuple[bytes, str | None]
+
+
+def resumes_at(found: Found, n: int) -> bool:
+    """Whether ``found`` restores exactly its first ``n`` tokens on a backend that cannot cut
+    a sequence back: all of it, or a context checkpoint there."""
+    if isinstance(found, CacheEntry):
+        return len(found.token_ids) == n or n in positions(found.data)
+    return len(found.header.token_ids) == n or n in found.checkpoints
 
 
 class DiskIndex:
@@ -104,20 +113,26 @@ class DiskIndex:
         item_id, n = trie.best(prompt, usable)
         return (None, 0) if item_id is None else (self._items[item_id][1], n)
 
-    def covers(self, identity: bytes, scope: str | None, tokens: Sequence[int]) -> bool:
-        """Whether an entry of ``identity`` and ``scope`` holds ``tokens`` or extends them."""
+    def covers(self, identity: bytes, scope: str | None, tokens: Sequence[int], *,
+               resume_points: bool = False) -> bool:
+        """Whether an entry of ``identity`` and ``scope`` holds ``tokens`` or extends them
+        (with ``resume_points``: one that resumes exactly there, see :func:`resumes_at`)."""
         trie = self._tries.get((identity, scope))
-        return trie is not None and trie.extends(tokens)
+        if trie is None or not resume_points:
+            return trie is not None and trie.extends(tokens)
+        return any(resumes_at(self._items[i][1], len(tokens)) for i in trie.extensions(tokens))
 
-    def covered_by(self, name: str) -> list[StoredFile]:
+    def covered_by(self, name: str, *, resume_points: bool = False) -> list[StoredFile]:
         """The indexed files other than file ``name``, of its identity and scope, whose tokens
-        are a prefix of its own (the writer drops them: ``name`` restores all they would)."""
+        are a prefix of its own (the writer drops them: ``name`` restores all they would;
+        with ``resume_points``, only those it resumes exactly, see :func:`resumes_at`)."""
         new = self.files.get(name)
         trie = None if new is None else self._tries.get((new.header.identity, new.header.scope))
         if new is None or trie is None:
             return []
         found = [self._items[i][1] for i in trie.prefixes_of(new.header.token_ids)]
-        return [f for f in found if isinstance(f, StoredFile) and f is not new]
+        return [f for f in found if isinstance(f, StoredFile) and f is not new
+                and (not resume_points or resumes_at(new, len(f.header.token_ids)))]
 
     def over(self, budget: int) -> list[StoredFile]:
         """Every indexed file when they exceed ``budget`` bytes together, else none."""

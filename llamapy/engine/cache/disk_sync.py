@@ -31,6 +31,7 @@ class FolderIndex:
     budget_bytes: int
     tenant_budget: int
     num_evictions: int
+    resume_points: bool
     _index: DiskIndex
     _mutex: threading.Condition
     _rescan_queued: bool
@@ -90,7 +91,8 @@ class FolderIndex:
                 self._index.add_file(new)
             self.store.sweep_temps()
         with self._mutex:
-            covered = self._index.covered_by(keep) if keep is not None else []
+            covered = (self._index.covered_by(keep, resume_points=self.resume_points)
+                       if keep is not None else [])
         now = time.time_ns()
         for stored in (f for f in covered if f.mtime_ns <= now):  # (later: pinned)
             self.store.remove(stored, "covered")

@@ -164,6 +164,19 @@ class PrefixTrie:
         path, _, pos = self._walk(tokens)
         return pos == len(tokens) and path[-1].min_len != _EMPTY  # (empty: the root only)
 
+    def extensions(self, tokens: Sequence[int]) -> list[int]:
+        """The items whose token ids start with ``tokens`` (``tokens`` itself included)."""
+        path, partial, pos = self._walk(tuple(tokens))
+        if pos < len(tokens):
+            return []
+        out: list[int] = []
+        stack = [partial if partial is not None else path[-1]]
+        while stack:
+            node = stack.pop()
+            out += node.ends
+            stack += node.children.values()
+        return out
+
     def prefixes_of(self, tokens: Sequence[int]) -> list[int]:
         """The items whose token ids are a prefix of ``tokens`` (``tokens`` itself included)."""
         path, _, _ = self._walk(tuple(tokens))

@@ -107,6 +107,12 @@ def tenant_of(key: Hashable) -> Hashable:
     return getattr(key, "tenant", None)
 
 
+def _resumes_at(entry: CacheEntry, n: int) -> bool:
+    """Whether ``entry`` restores exactly its first ``n`` tokens on a backend that cannot cut
+    a sequence back: all of it, or a context checkpoint packed with it at ``n``."""
+    return len(entry.token_ids) == n or n in positions(entry.data)
+
+
 class PromptCache:
     """A byte-bounded LRU of :class:`CacheEntry`, with a bound per tenant: the RAM
     :class:`~llamapy.engine.cache.tier.CacheTier` (its entries are read at once)."""
@@ -129,6 +135,9 @@ class PromptCache:
         self.on_evict = on_evict
         self.min_tokens = min_tokens
         self.min_fraction = min_fraction
+        #: An entry covers a shorter prefix only where it can resume exactly (its own end, or
+        #: a context checkpoint there): set for a backend that cannot cut a sequence back.
+        self.resume_points = False
         self._entries: OrderedDict[int, CacheEntry] = OrderedDict()
         self._tries: dict[Hashable, PrefixTrie] = {}  # key -> its entries' ids by prefix
         self._ids: dict[int, int] = {}  # id(entry) -> entry id
@@ -324,12 +333,17 @@ class PromptCache:
 
     def _covered(self, key: Hashable, token_ids: Sequence[int]) -> bool:
         trie = self._tries.get(key)
-        return trie is not None and trie.extends(token_ids)
+        if trie is None or not self.resume_points:
+            return trie is not None and trie.extends(token_ids)
+        return any(_resumes_at(self._entries[i], len(token_ids))
+                   for i in trie.extensions(token_ids))
 
     def _drop_covered_by(self, entry: CacheEntry) -> None:
         trie = self._tries.get(entry.key)
         for entry_id in trie.prefixes_of(entry.token_ids) if trie else ():
-            if not self.pins.is_pinned(entry_id):
+            shorter = len(self._entries[entry_id].token_ids)
+            if not self.pins.is_pinned(entry_id) and (
+                    not self.resume_points or _resumes_at(entry, shorter)):
                 self._remove(entry_id)
 
     def _evict_lru(self, order: Mapping[int, object]) -> None:

@@ -49,6 +49,7 @@ from typing import NamedTuple
 
 from llamapy.engine.backend import Backend
 from llamapy.engine.cache.disk import DiskPromptCache
+from llamapy.engine.cache.inflight import best_donor, follow
 from llamapy.engine.cache.pinning import plan_pins, reuse_for_pins, write_pins
 from llamapy.engine.cache.ram import PromptCache, common_prefix
 from llamapy.engine.cache.rewind import Rewinder
@@ -57,7 +58,6 @@ from llamapy.engine.media import media_floor
 from llamapy.engine.options import EngineConfig, EngineTuning
 from llamapy.engine.request import Run
 from llamapy.engine.slots import Slot, SlotPool
-from llamapy.engine.states import SlotState
 from llamapy.engine.stats import Counters, InstabilityEvent
 
 __all__ = ["PrefixResolver"]
@@ -93,6 +93,7 @@ class PrefixResolver:
                                  max_bytes=int(config.ctx_checkpoints_mb * 1024 * 1024),
                                  step=config.checkpoint_min_step)
         self.exact = not (backend.supports_partial_removal or self.rewinder.active)
+        ram.resume_points = disk.resume_points = not backend.supports_partial_removal
 
     # --- admission -----------------------------------------------------------------------------
 
@@ -198,16 +199,8 @@ class PrefixResolver:
 
 
     def _best_donor(self, run: Run, slot: Slot, floor: int = 0) -> tuple[Slot | None, int]:
-        best, best_n = None, floor
-        for other in self.pool.slots:
-            if other is slot or other.key != run.key or len(other.cached) <= best_n:
-                continue
-            n = min(common_prefix(other.cached, run.prompt), run.reuse_cap)
-            if not self.can_share:
-                n = self.rewinder.reach(other.cached, other.checkpoints, n)
-            if n > best_n:
-                best, best_n = other, n
-        return best, best_n
+        return best_donor(self.pool, run, slot, floor,
+                          None if self.can_share else self.rewinder)
 
     def _copy(self, donor: Slot, slot: Slot, n: int) -> int:
         if not self.rewinder.copy(donor, slot):
@@ -270,38 +263,9 @@ class PrefixResolver:
                                              exact=self.exact)[1])
         return best
 
-    # --- in-flight dedup -----------------------------------------------------------------------
-
     def follow(self, run: Run) -> bool:
-        """Adopt what other slots computed of ``run``'s prompt; True if ``run`` should wait
-        this tick for a slot that is computing more of it."""
-        slot = run.slot
-        if slot is None or not (self.tuning.inflight_dedup and self.can_share and run.cache_prompt):
-            return False
-        have = len(slot.cached)
-        if have >= run.reuse_cap:
-            return False
-        donor, n = self._best_donor(run, slot, floor=have)
-        n = media_floor(run.request.media, n)
-        if donor is not None and n > have:
-            self.backend.seq_cp(donor.seq_id, slot.seq_id, have, n)
-            slot.cached.extend(run.prompt[have:n])
-            self.counters.reused["inflight"] += n - have
-            run.timings.inflight_tokens += n - have
-            have = n
-        return self._leader_ahead(run, slot, have)
-
-    def _leader_ahead(self, run: Run, slot: Slot, have: int) -> bool:
-        for other in self.pool.slots:
-            lead = other.run
-            if lead is None or other is slot or other.state is not SlotState.PREFILLING:
-                continue
-            if other.key != run.key or len(other.cached) != have or lead.serial > run.serial:
-                continue
-            shared = min(common_prefix(lead.prompt, run.prompt), run.reuse_cap)
-            if shared - have >= self.tuning.follow_min_tokens:
-                return True
-        return False
+        """In-flight dedup (:func:`~llamapy.engine.cache.inflight.follow`)."""
+        return follow(self, run)
 
     # --- dropping KV ---------------------------------------------------------------------------
 
