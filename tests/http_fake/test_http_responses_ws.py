@@ -96,7 +96,8 @@ def test_a_create_streams_what_a_streamed_post_streams(app: FakeApp) -> None:
                  headers=auth())
     posted = [json.loads(data) for _, data in sse_events(r.text)]
     with socket(app.client) as ws:
-        events = run(ws, input="hello", stream_id="lane-1")
+        events = run(ws, input="hello", stream_id="lane-1",
+                     client_metadata={"x-codex-turn": "1"})  # Codex's, ignored
     assert [e["type"] for e in events] == [e["type"] for e in posted]
     assert events[0]["type"] == "response.created"
     assert [e["sequence_number"] for e in events] == list(range(len(events)))

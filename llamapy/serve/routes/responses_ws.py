@@ -9,11 +9,12 @@ refusal is the HTTP error in the OpenAI shape (a denial response: 401, 403), or 
 
 **Frames** are JSON text, one event each:
 
-- ``response.create``: a ``POST /v1/responses`` body (``stream`` implied), run as that
-  streamed request is: the same events, each a text frame, with the frame's ``stream_id``
-  copied into each. ``generate: false`` prepares the state without output: the prompt is
-  prefilled into the KV cache and the response completes with no output, kept so that a later
-  ``previous_response_id`` continues from it. Responses run one at a time, in the order sent
+- ``response.create``: a ``POST /v1/responses`` body (``stream`` implied; Codex's
+  ``client_metadata`` is ignored), run as that streamed request is: the same events, each
+  a text frame, with the frame's ``stream_id`` copied into each. ``generate: false``
+  prepares the state without output: the prompt is prefilled into the KV cache and the
+  response completes with no output, kept so that a later ``previous_response_id``
+  continues from it. Responses run one at a time, in the order sent
   (frames sent meanwhile wait, at most :data:`MAX_PENDING`).
 - ``response.steer`` is answered ``response.steer.failed`` (``steering_not_supported``,
   echoing the frame as ``steer``): send the input with the next ``response.create``.
@@ -70,6 +71,9 @@ log = logging.getLogger("llamapy.serve")
 MAX_PENDING = 16
 #: The close code of a frame over the size limit (RFC 6455's "message too big").
 WS_MESSAGE_TOO_BIG = 1009
+#: A ``response.create`` frame's fields that are the socket's, not the request's
+#: (``client_metadata``: Codex's tags for its own logs).
+TRANSPORT_FIELDS = frozenset({"type", "stream_id", "generate", "stream", "client_metadata"})
 #: The events that end a response.
 FINAL_EVENTS = ("response.completed", "response.incomplete")
 #: The message of ``response.steer.failed``.
@@ -119,8 +123,7 @@ def frame_bytes(message: Message) -> int:
 
 def create_options(frame: dict[str, Any]) -> tuple[dict[str, Any], str | None, bool]:
     """A ``response.create`` frame's request body, ``stream_id`` and ``generate``."""
-    body = {key: value for key, value in frame.items()
-            if key not in ("type", "stream_id", "generate", "stream")}
+    body = {key: value for key, value in frame.items() if key not in TRANSPORT_FIELDS}
     stream_id, generate = frame.get("stream_id"), frame.get("generate")
     if stream_id is not None and not isinstance(stream_id, str):
         raise InvalidOptionError("stream_id must be a string", option="stream_id")
