@@ -54,6 +54,9 @@ class SocketMemory:
     def __len__(self) -> int:
         return len(self._kept)
 
+    def __contains__(self, response_id: object) -> bool:
+        return response_id in self._kept
+
     @property
     def bytes(self) -> int:
         """The JSON size of what is kept."""

@@ -16,8 +16,9 @@ refusal is the HTTP error in the OpenAI shape (a denial response: 401, 403), or 
   response completes with no output, kept so that a later ``previous_response_id``
   continues from it. Responses run one at a time, in the order sent
   (frames sent meanwhile wait, at most :data:`MAX_PENDING`).
-- ``response.steer`` is answered ``response.steer.failed`` (``steering_not_supported``,
-  echoing the frame as ``steer``): send the input with the next ``response.create``.
+- ``response.steer`` queues user input for the running response, answered at once
+  (``response.steer.accepted`` or ``.failed``); when that response ends, the input starts its
+  automatic successor (:mod:`.responses_steer`).
 - ``response.processed`` (a client's acknowledgement) gets no reply.
 - Anything else (bad JSON, a frame that is no object, an unknown ``type``, a binary frame),
   and a request the server refuses, is answered ``{"type": "error", "status": <HTTP status>,
@@ -62,6 +63,15 @@ from ..errors import error_body, refuse_websocket
 from ..host import ModelHost
 from ..multi import ModelRouter
 from ..routing import Router
+from .responses_steer import (
+    Queued,
+    Running,
+    Steering,
+    required_input,
+    steer_failed,
+    steer_pending,
+    successor,
+)
 
 __all__ = ["MAX_PENDING", "WS_MESSAGE_TOO_BIG", "responses_ws_router", "ws_error_event"]
 
@@ -76,9 +86,6 @@ WS_MESSAGE_TOO_BIG = 1009
 TRANSPORT_FIELDS = frozenset({"type", "stream_id", "generate", "stream", "client_metadata"})
 #: The events that end a response.
 FINAL_EVENTS = ("response.completed", "response.incomplete")
-#: The message of ``response.steer.failed``.
-STEER_REFUSAL = ("this server does not steer a running response: send the input with the "
-                 "next response.create")
 #: What a send raises once the socket is closed (Starlette >= 0.38 has the second).
 GONE: tuple[type[Exception], ...] = (WebSocketDisconnect, getattr(
     starlette_websockets, "WebSocketDisconnected", WebSocketDisconnect))
@@ -91,14 +98,6 @@ def ws_error_event(exc: BaseException, stream_id: str | None = None) -> dict[str
     if stream_id is not None:
         event["stream_id"] = stream_id
     return event
-
-
-def steer_failed(frame: dict[str, Any]) -> dict[str, Any]:
-    """The answer to a ``response.steer`` frame."""
-    return {"type": "response.steer.failed",
-            "error": {"code": "steering_not_supported", "type": "invalid_request_error",
-                      "message": STEER_REFUSAL, "param": None},
-            "steer": {key: value for key, value in frame.items() if key != "type"}}
 
 
 def parse_frame(message: Message) -> dict[str, Any]:
@@ -150,16 +149,19 @@ async def _stop(task: asyncio.Future[Any]) -> None:
 
 
 class ResponsesSocket:
-    """One accepted socket: frames are received as they come (so a close is noticed at once)
-    and answered in order by a worker task (see the module)."""
+    """One accepted socket: frames are received as they come (so a close is noticed at once,
+    and a steer reaches the running response) and answered in order by a worker task (see
+    the module)."""
 
     def __init__(self, ctx: AppContext, websocket: WebSocket, max_frame_bytes: int) -> None:
         self.ctx = ctx
         self.websocket = websocket
         self.max_frame_bytes = max_frame_bytes
         self.memory = SocketMemory()
-        self.frames: asyncio.Queue[Message] = asyncio.Queue(MAX_PENDING)
+        self.steering = Steering()
+        self.frames: asyncio.Queue[dict[str, Any] | LlamapyError] = asyncio.Queue(MAX_PENDING)
         self._sending = asyncio.Lock()
+        self._sequence = 0
 
     async def serve(self) -> None:
         """Receive until the client closes (or sends an oversized frame); the running
@@ -181,34 +183,44 @@ class ResponsesSocket:
                 await self.websocket.close(WS_MESSAGE_TOO_BIG, "frame too large")
                 return
             try:
-                self.frames.put_nowait(message)
+                frame: dict[str, Any] | LlamapyError = parse_frame(message)
+            except InvalidRequestError as exc:
+                frame = exc
+            if isinstance(frame, dict) and frame.get("type") == "response.steer":
+                await self._send(self.steering.steer(frame, self.memory.__contains__))
+                continue
+            try:
+                self.frames.put_nowait(frame)
             except asyncio.QueueFull:
                 await self._send(ws_error_event(QueueFullError(MAX_PENDING)))
 
     async def _send(self, event: dict[str, Any]) -> None:
-        text = json.dumps(event, ensure_ascii=False)
+        """Send ``event``, numbered within its response (from its ``response.created``)."""
         async with self._sending:
-            await self.websocket.send_text(text)
+            if event.get("type") == "response.created":
+                self._sequence = 0
+            event["sequence_number"] = self._sequence
+            self._sequence += 1
+            await self.websocket.send_text(json.dumps(event, ensure_ascii=False))
 
     async def _work(self) -> None:
         while True:
-            message = await self.frames.get()
+            frame = await self.frames.get()
             try:
-                await self._answer(message)
+                await self._answer(frame)
             except GONE:
                 return
 
-    async def _answer(self, message: Message) -> None:
+    async def _answer(self, frame: dict[str, Any] | LlamapyError) -> None:
         """Answer one frame; an error is the ``error`` event (a bug's too, logged)."""
         stream_id = None
         try:
-            frame = parse_frame(message)
+            if isinstance(frame, LlamapyError):
+                raise frame
             stream_id = _stream_id(frame)
             kind = frame.get("type")
             if kind == "response.create":
                 await self._create(frame)
-            elif kind == "response.steer":
-                await self._send(steer_failed(frame))
             elif kind != "response.processed":
                 raise InvalidOptionError(
                     f"unknown event type {kind!r}: send response.create, response.steer or "
@@ -221,16 +233,57 @@ class ResponsesSocket:
             await self._send(ws_error_event(exc, stream_id))
 
     async def _create(self, frame: dict[str, Any]) -> None:
-        """Run a ``response.create``, sending its events."""
+        """Run a ``response.create`` (with the input steered into the response it continues),
+        then the successors of the input steered into it."""
         request, stream_id, generate = create_options(frame)
+        request, carried = self.steering.with_parked(request)
+        while True:
+            try:
+                final, running = await self._run(request, stream_id, generate)
+            except Exception:
+                await self._abandon(self.steering.stop(), carried, stream_id)
+                raise
+            if final is None or running is None or not running.steers:
+                return
+            steers, required = running.steers, required_input(final)
+            if required:  # waiting for the client's tool results: its continuation takes them
+                self.steering.park(running.id, steers)
+                for queued in steers:
+                    await self._send(steer_pending(queued, required, stream_id))
+                return
+            request, carried, generate = successor(request, running.id, steers), steers, True
+
+    async def _abandon(self, running: Running | None, carried: list[Queued],
+                       stream_id: str | None) -> None:
+        """Return the steered input a failed response (or successor) cannot commit."""
+        lost, code = (running.steers, "response_not_active") if running is not None else (
+            carried, "successor_creation_failed")
+        for queued in lost:
+            await self._send(steer_failed({**queued.echo(), "input": queued.input}, code,
+                                          "the steered input could not be committed: send it "
+                                          "with the next response.create", stream_id))
+
+    async def _run(self, request: dict[str, Any], stream_id: str | None, generate: bool
+                   ) -> tuple[dict[str, Any] | None, Running | None]:
+        """Run one response, sending its events; its final response and what was steered
+        into it."""
         model = request.get("model")
+        final: dict[str, Any] | None = None
+        running: Running | None = None
         async with self._model(model if isinstance(model, str) else None):
             events = await self._events(request, generate)
             async with aclosing(events):
                 async for event in events:
+                    kind = event.get("type")
+                    if kind == "response.created":
+                        self.steering.start(str(event["response"]["id"]), stream_id, request)
+                    elif kind in FINAL_EVENTS:
+                        final = event["response"]
+                        running = self.steering.stop()
                     if stream_id is not None:
                         event["stream_id"] = stream_id
                     await self._send(event)
+        return (final, running) if final is not None else (None, self.steering.stop())
 
     async def _events(self, request: dict[str, Any], generate: bool
                       ) -> AsyncGenerator[dict[str, Any], None]:
