@@ -412,6 +412,32 @@ def test_several_models_lease_the_named_one_per_response() -> None:
         assert all(status.in_flight == 0 for status in manager.status())
 
 
+def test_a_response_wakes_a_sleeping_model_and_a_refused_handshake_does_not() -> None:
+    servers: list[Any] = []
+
+    def load() -> Any:
+        servers.append(fake_server(**SERVER_OPTIONS))
+        return servers[-1]
+
+    app = create_app(load, alias=ALIAS, api_keys=KeyTable.parse(KEYS_FILE), embeddings=False,
+                     sleep_idle_seconds=0.05, own_server=True, responses_store=":memory:")
+    with TestClient(app, base_url="http://localhost") as client:
+        source = app.state.llamapy.source
+        deadline = time.monotonic() + START_S
+        while not source.sleeping:
+            assert time.monotonic() < deadline, "the model did not fall asleep"
+            time.sleep(0.01)
+        try:
+            assert refusal(client, **auth("nope")).status_code == 401
+            with socket(client) as ws:
+                assert len(servers) == 1 and source.sleeping  # accepting wakes nothing
+                assert final(ws, input="wake up")["status"] in ("completed", "incomplete")
+            assert len(servers) == 2
+        finally:
+            for server in servers:
+                server.close()
+
+
 # --- the official client on uvicorn --------------------------------------------------------------
 
 
