@@ -1,19 +1,23 @@
 #!/usr/bin/env python3
 """A 30-turn tool-using conversation over ``/v1/responses``, continued by
-``previous_response_id`` (each turn sends its new items only) against the same conversation
-sent whole every turn (``store: false``), on ``python -m llamapy.serve`` with the default
-model.
+``previous_response_id`` (each turn sends its new items only) over HTTP and over the Responses
+WebSocket (one socket for the whole conversation), against the same conversation sent whole
+every turn (``store: false``), on ``python -m llamapy.serve`` with the default model.
 
 Each turn: the assistant's previous answer is followed by a ``function_call``/
 ``function_call_output`` pair (a ~60-token tool result) and a short user message; greedy,
-24 output tokens. The two conversations run side by side on their own slots, turn k of one
-right after turn k of the other (and their order alternating), so both see the same machine.
+24 output tokens. The three conversations run side by side on their own slots, turn k of each
+right after turn k of the others (their order rotating), so all see the same machine.
 Reported for turns >= 2: the share of prompt tokens served from cache
 (``input_tokens_details.cached_tokens`` / ``input_tokens``), the bytes each client sent, and
 TTFT p50/p90 (streamed; time to the first ``response.output_text.delta``).
 
-Usage: ``PYTHONPATH=. python bench/bench_responses_store.py [--turns 30]`` (nothing else
-running).
+``--model`` serves another GGUF: on a model whose turns compute for a few ms (the tiny
+generated hybrid, ``llamapy.testing.tiny_hybrid_path()``) TTFT shows what each protocol costs
+around the computation.
+
+Usage: ``PYTHONPATH=. python bench/bench_responses_store.py [--turns 30] [--model GGUF]``
+(nothing else running).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from typing import Any
 
 import httpx
 from http_load import start, stop, text_of
+from websockets.sync.client import ClientConnection, connect
 
 PORT = 18197
 SYSTEM = "You are a coding agent. Use the tools, then answer in one short sentence."
@@ -60,41 +65,66 @@ def turn(client: httpx.Client, body: dict[str, Any]) -> tuple[dict[str, Any], fl
     raise RuntimeError(f"no final event: {r.status_code}")
 
 
+def ws_turn(socket: ClientConnection, body: dict[str, Any]) -> tuple[dict[str, Any], float, int]:
+    """One response over the WebSocket: the final response, TTFT, bytes sent."""
+    frame = json.dumps({"type": "response.create", **body, "temperature": 0,
+                        "max_output_tokens": 24, "instructions": SYSTEM})
+    started, first = time.perf_counter(), None
+    socket.send(frame)
+    while True:
+        event = json.loads(socket.recv())
+        if first is None and event["type"] == "response.output_text.delta":
+            first = time.perf_counter() - started
+        if event["type"] in ("response.completed", "response.incomplete"):
+            return event["response"], first or time.perf_counter() - started, len(frame)
+        if event["type"] == "error":
+            raise RuntimeError(event)
+
+
+MODES = ("whole", "chain", "socket")
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--turns", type=int, default=30)
+    p.add_argument("--model", default=None, help="a GGUF (default: the server's default)")
+    p.add_argument("--n-ctx", type=int, default=16384)
     args = p.parse_args()
     store = tempfile.mkdtemp() + "/responses.sqlite3"
     proc, _ = start([sys.executable, "-m", "llamapy.serve", "--port", str(PORT), "--n-parallel",
-                     "2", "--n-ctx", "16384", "--responses-store", store, "--log-level",
-                     "warning"], PORT)
+                     "3", "--n-ctx", str(args.n_ctx), "--responses-store", store, "--log-level",
+                     "warning", *(["--model", args.model] if args.model else [])], PORT)
     stats: dict[str, dict[str, list[float]]] = {m: {"cached": [], "input": [], "ttft": [],
-                                                     "bytes": []} for m in ("chain", "whole")}
+                                                     "bytes": []} for m in MODES}
     try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{PORT}", timeout=300) as client:
-            run(client, args.turns, stats)
+        with httpx.Client(base_url=f"http://127.0.0.1:{PORT}", timeout=300) as client, \
+                connect(f"ws://127.0.0.1:{PORT}/v1/responses", max_size=None) as socket:
+            run(client, socket, args.turns, stats)
     finally:
         stop(proc)
     report(stats)
 
 
-def run(client: httpx.Client, turns: int, stats: dict[str, dict[str, list[float]]]) -> None:
-    rng = {"chain": random.Random(1), "whole": random.Random(1)}
-    previous: str | None = None
+def run(client: httpx.Client, socket: ClientConnection, turns: int,
+        stats: dict[str, dict[str, list[float]]]) -> None:
+    rng = {mode: random.Random(1) for mode in MODES}
+    previous: dict[str, str] = {}
     history: list[dict[str, Any]] = []
     for k in range(turns):
-        for mode in (("chain", "whole") if k % 2 == 0 else ("whole", "chain")):
+        for mode in MODES[k % 3:] + MODES[:k % 3]:
             new = tool_turn(rng[mode], k) + [{"role": "user", "content": f"[{mode}]"}] * (k == 0)
-            if mode == "chain":
-                body = {"input": new, **({"previous_response_id": previous} if previous else {})}
-            else:
+            if mode == "whole":
                 history += new
-                body = {"input": history, "store": False}
-            response, ttft, sent = turn(client, body)
-            if mode == "chain":
-                previous = response["id"]
+                body: dict[str, Any] = {"input": history, "store": False}
             else:
+                body = {"input": new, **({"previous_response_id": previous[mode]}
+                                         if mode in previous else {})}
+            response, ttft, sent = (ws_turn(socket, body) if mode == "socket"
+                                    else turn(client, body))
+            if mode == "whole":
                 history += response["output"]
+            else:
+                previous[mode] = response["id"]
             if k:
                 usage = response["usage"]
                 for name, value in (("cached", usage["input_tokens_details"]["cached_tokens"]),
@@ -104,8 +134,9 @@ def run(client: httpx.Client, turns: int, stats: dict[str, dict[str, list[float]
 
 
 def report(stats: dict[str, dict[str, list[float]]]) -> None:
-    print("| turns >= 2 | sent whole | previous_response_id | ratio |")
-    print("|---|---|---|---|")
+    print("| turns >= 2 | sent whole (HTTP) | previous_response_id (HTTP) | ratio "
+          "| previous_response_id (WebSocket) | ratio |")
+    print("|---|---|---|---|---|---|")
     rows = {m: {"cached share %": 100 * sum(s["cached"]) / sum(s["input"]),
                 "prompt tokens / turn": statistics.mean(s["input"]),
                 "bytes sent / turn": statistics.mean(s["bytes"]),
@@ -113,8 +144,8 @@ def report(stats: dict[str, dict[str, list[float]]]) -> None:
                 "TTFT p90 ms": 1000 * statistics.quantiles(s["ttft"], n=10)[-1]}
             for m, s in stats.items()}
     for label in rows["whole"]:
-        a, b = rows["whole"][label], rows["chain"][label]
-        print(f"| {label} | {a:.1f} | {b:.1f} | {b / a:.2f} |")
+        a, b, c = (rows[m][label] for m in MODES)
+        print(f"| {label} | {a:.1f} | {b:.1f} | {b / a:.2f} | {c:.1f} | {c / a:.2f} |")
 
 
 if __name__ == "__main__":

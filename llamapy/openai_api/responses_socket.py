@@ -7,7 +7,7 @@ its last response with ``previous_response_id`` and only the new input items, wh
 responses (bounded in count and bytes), consulted when the store does not have the response
 (``store: false``, or the store off), so the continuation renders exactly as if the client
 had resent the conversation, and runs as a stored chain's turn does (under its first
-response's id as ``prompt_cache_key`` and pinned in RAM, unless the request says otherwise).
+response's id as ``prompt_cache_key``, unless the request says otherwise).
 :func:`continue_on_socket` is :func:`~.responses_state.continue_request` with that memory;
 :func:`aprefill_response` runs a response with ``generate: false``: its prompt is prefilled
 into the KV cache and the response completes with no output, ready to be continued.
@@ -128,7 +128,6 @@ def continue_on_socket(store: ResponseStore | None, memory: SocketMemory, tenant
     body = {k: v for k, v in request.items() if k not in ("previous_response_id", "store")}
     body["input"] = [*history, *listed] if isinstance(listed, list) else listed
     body.setdefault("prompt_cache_key", memory.root(previous))  # as a stored chain's turns
-    body.setdefault("prompt_cache_retention", "in_memory")
     keep = request.get("store", True) is not False
     return body, Stored(tenant, None, None, keep, tuple(normalize_items(body["input"]))), previous
 

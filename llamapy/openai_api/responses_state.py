@@ -6,9 +6,8 @@ the request a client resending the whole conversation would make (the stored ite
 own ``input``), so it renders to the same tokens and reuses the same cached KV (a continued
 turn computes only its new items). A chain's turns share a ``prompt_cache_key`` (its first
 response's id, unless the request gives one: the slot affinity that keeps it on the slot
-holding its KV) and pin their prompt in the RAM cache for 5 minutes
-(``prompt_cache_retention: "in_memory"`` unless given), so the KV survives an agent's tool
-call gap even when other conversations take the slot. :func:`record` keeps the finished
+holding its KV; when another conversation takes that slot meanwhile, the prefix goes to the
+RAM cache as any does). :func:`record` keeps the finished
 response (its own input, its output, the link to what it continued) unless the request said
 ``store: false``, and appends both to its conversation. :func:`echo` puts the three fields
 into the response objects the client sees.
@@ -122,9 +121,8 @@ def continue_request(store: ResponseStore | None, tenant: str, request: Any
     if history:
         listed = [{"role": "user", "content": own}] if isinstance(own, str) else own
         body["input"] = [*history, *listed] if isinstance(listed, list) else listed
-    if isinstance(previous, str):  # a chain: keep it on its slot, its prompt in RAM a while
+    if isinstance(previous, str):  # a chain: keep it on its slot
         body.setdefault("prompt_cache_key", store.root(tenant, previous))
-        body.setdefault("prompt_cache_retention", "in_memory")
     keep = request.get("store", True) is not False
     return body, Stored(tenant, previous if isinstance(previous, str) else None, conversation,
                         keep, tuple(normalize_items(own)))
