@@ -22,6 +22,7 @@ from llamapy.errors._http import (
     PermissionDeniedError,
     RouteNotFoundError,
     SlotFileBudgetError,
+    StoredObjectNotFoundError,
     UnsupportedMediaTypeError,
 )
 from llamapy.errors._hub import (
@@ -83,7 +84,6 @@ from llamapy.errors._tree import (
     SessionFatalError,
     SlotBusyError,
     SnapshotFormatError,
-    StoredObjectNotFoundError,
     TemplateError,
     TenantBusyError,
     TriggerTooCostlyError,

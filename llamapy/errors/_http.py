@@ -107,3 +107,17 @@ class EndpointDisabledError(LlamapyError):
 
     http_status = 501
     error_type = "not_supported_error"
+
+
+class StoredObjectNotFoundError(LlamapyError):
+    """A stored response, conversation or item id names nothing this tenant may read (an
+    unknown id, an expired or deleted one, or another tenant's: all look the same)."""
+
+    http_status = 404
+    error_type = "invalid_request_error"
+
+    def __init__(self, message: str, *, option: str | None = None, code: str = "not_found"
+                 ) -> None:
+        super().__init__(message)
+        self.option = option
+        self.code = code

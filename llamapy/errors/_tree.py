@@ -306,20 +306,6 @@ class UnknownModelError(ModelNotFoundError):
                          f"{', '.join(self.served) or '(none)'}")
 
 
-class StoredObjectNotFoundError(LlamapyError):
-    """A stored response, conversation or item id names nothing this tenant may read (an
-    unknown id, an expired or deleted one, or another tenant's: all look the same)."""
-
-    http_status = 404
-    error_type = "invalid_request_error"
-
-    def __init__(self, message: str, *, option: str | None = None, code: str = "not_found"
-                 ) -> None:
-        super().__init__(message)
-        self.option = option
-        self.code = code
-
-
 class ModelBudgetError(LlamapyError):
     """A model cannot be loaded within the memory budget (``models_max`` / ``memory_mb``):
     it is larger than the budget, or every loaded model is in use or pinned until the wait

@@ -27,8 +27,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
+
+from starlette.concurrency import run_in_threadpool
 
 from ..errors import (
     InvalidOptionError,
@@ -226,6 +228,19 @@ class ModelHost:
         never sees the model half closed."""
         with self.manager.hold(_MODEL) as server:
             yield server is None and self.sleeping
+
+    @contextlib.asynccontextmanager
+    async def hold(self, requested: str | None, principal: Principal) -> AsyncIterator[None]:
+        """The model held for the block: woken first if asleep (as :class:`WakeOnRequest`
+        does for a request; one model: ``requested`` was checked by the route)."""
+        lease = None
+        if self.reloads:
+            lease = self.try_enter() or await run_in_threadpool(self.enter)
+        try:
+            yield
+        finally:
+            if lease is not None:
+                lease.release()
 
     def try_enter(self) -> ModelLease | None:
         """A lease on the model if it is loaded now and the manager free (never blocks, never

@@ -71,13 +71,12 @@ NO_MODEL_PATHS = frozenset({"/", "/dashboard", "/health", "/v1/health", "/v1/mod
                             "/v1/llamapy/events", "/openapi.json", "/api/tags", "/api/ps",
                             "/api/version", "/api/pull", "/api/push", "/api/create",
                             "/api/copy", "/api/delete",
-                            *(f"{prefix}{path}" for prefix in ("/v1", "") for path in (
-                                "/responses/{response_id}",
-                                "/responses/{response_id}/input_items",
-                                "/responses/{response_id}/cancel", "/conversations",
-                                "/conversations/{conversation_id}",
-                                "/conversations/{conversation_id}/items",
-                                "/conversations/{conversation_id}/items/{item_id}"))})
+                            *(f"{v}/{kind}{tail}" for v in ("/v1", "") for kind, tails in (
+                                ("responses/{response_id}", ("", "/input_items", "/cancel")),
+                                ("conversations", ("", "/{conversation_id}",
+                                                   "/{conversation_id}/items",
+                                                   "/{conversation_id}/items/{item_id}")))
+                              for tail in tails)})
 
 _current: ContextVar[ServedModel | None] = ContextVar("llamapy_served_model", default=None)
 
@@ -157,17 +156,15 @@ from its spec); ``accept_any_model`` sends unknown names to the first model; ``p
         return await run_in_threadpool(self.manager.acquire, name, self.request_timeout)
 
     @contextlib.asynccontextmanager
-    async def holding(self, requested: str | None, principal: Principal
-                      ) -> AsyncIterator[ServedModel]:
+    async def hold(self, requested: str | None, principal: Principal) -> AsyncIterator[None]:
         """The requested model leased (:meth:`lease`) for the ``async with`` block, in which
         :meth:`current` finds it, as :class:`ModelSelect` holds it for an HTTP request (the
         WebSocket routes hold it per response)."""
         lease = await self.lease(requested, principal)
         try:
-            served = self.served_for(lease)
-            token = _current.set(served)
+            token = _current.set(self.served_for(lease))
             try:
-                yield served
+                yield
             finally:
                 _current.reset(token)
         finally:

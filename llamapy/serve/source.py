@@ -12,7 +12,7 @@ list every spec with its state, router mode's way).
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import AbstractContextManager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -103,6 +103,11 @@ class ModelSource(Protocol):
     def shares_embedder(self) -> bool:
         """Whether the embeddings context is made once and kept (one model), rather than per
         request (several: a kept one would pin an unloaded model's weights)."""
+
+    def hold(self, requested: str | None, principal: Principal
+             ) -> AbstractAsyncContextManager[None]:
+        """Hold the requested model for an ``async with`` block outside the HTTP middleware
+        (a WebSocket's response): several models' one leased, a sleeping one woken."""
 
     def middleware(self, check_key: Callable[[Any], Any]) -> list[tuple[Any, dict[str, Any]]]:
         """The innermost middleware, as ``(class, keywords)``: what holds the request's model

@@ -373,16 +373,15 @@ class Session(AsyncPrimitives, Prefills, DecodeStreams):
     def _request(self, tokens: list[int], max_tokens: int, identity: str,
                  sampling: Any = None, speculative: Any = None,
                  progress: bool = False, request_id: Hashable | None = None,
-                 media: tuple[MediaSpan, ...] = (),
-                 checkpoint_hints: tuple[int, ...] = ()) -> Request:
+                 media: tuple[MediaSpan, ...] = (), checkpoint_hints: tuple[int, ...] = ()
+                 ) -> Request:
         options = RequestOptions(max_tokens=max_tokens, cache_scope=self.config.cache_scope,
                                  adapters=self._host.adapter_set, speculative=speculative,
                                  return_progress=progress,
                                  **({} if sampling is None else {"sampling": sampling}))
         return Request(request_id=new_request_id() if request_id is None else request_id,
-                       token_ids=tokens, options=options,
-                       cache_identity=identity, lease_id=self._lease, media=media,
-                       checkpoint_hints=checkpoint_hints)
+                       token_ids=tokens, options=options, cache_identity=identity,
+                       lease_id=self._lease, media=media, checkpoint_hints=checkpoint_hints)
 
 
 def prefix_status(plan: PrefillPlan, timings: RequestTimings) -> PrefixStatus:

@@ -34,7 +34,7 @@ own last responses, which it remembers whatever their ``store`` said
 continues with ``store: false`` and only the new items.
 
 **Models.** With several models each ``response.create`` leases its ``model`` for its run, as
-an HTTP request does (:meth:`~llamapy.serve.multi.ModelRouter.holding`); a sleeping model is
+an HTTP request does (:meth:`~llamapy.serve.source.ModelSource.hold`); a sleeping model is
 woken by each.
 """
 
@@ -50,7 +50,6 @@ from typing import Any
 
 import orjson
 from starlette import websockets as starlette_websockets
-from starlette.concurrency import run_in_threadpool
 from starlette.types import Message
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
@@ -60,8 +59,6 @@ from ...openai_api.responses_socket import SocketMemory, aprefill_response, cont
 from ...openai_api.responses_state import akept_events
 from ..context import CANCEL_ATTEMPTS, DISCONNECT_POLL_S, AppContext
 from ..errors import error_body, refuse_websocket
-from ..host import ModelHost
-from ..multi import ModelRouter
 from ..routing import Router
 from .responses_steer import (
     Queued,
@@ -313,19 +310,8 @@ class ResponsesSocket:
     async def _model(self, requested: str | None) -> AsyncIterator[None]:
         """The model held for one response: several models' ``requested`` one leased, a
         sleeping one woken (what the HTTP middleware does for a request)."""
-        source = self.ctx.source
-        if isinstance(source, ModelRouter):
-            async with source.holding(requested, self.ctx.principal(self.websocket)):
-                yield
-            return
-        lease = None
-        if isinstance(source, ModelHost) and source.reloads:
-            lease = source.try_enter() or await run_in_threadpool(source.enter)
-        try:
+        async with self.ctx.source.hold(requested, self.ctx.principal(self.websocket)):
             yield
-        finally:
-            if lease is not None:
-                lease.release()
 
 
 def responses_ws_router(ctx: AppContext, max_frame_bytes: int) -> Router:

@@ -32,93 +32,99 @@ def stored_router(ctx: AppContext) -> Router:
                                         "with --responses-store off)")
         return await asyncio.to_thread(work, store, ctx.tenant(request), *args)
 
-    def ident(request: Request, name: str) -> str:
-        return str(request.path_params[name])
-
     for prefix in ("/v1", ""):
-        hidden = not prefix
-        responses, conversations = f"{prefix}/responses", f"{prefix}/conversations"
-
-        @router.get(f"{responses}/{{response_id}}", hidden=hidden)
-        async def get_response(request: Request) -> dict[str, Any]:
-            """A stored response."""
-            if request.query_params.get("stream") in ("true", "1"):
-                raise InvalidOptionError("stream: only background responses can be streamed "
-                                         "again, and there are none", option="stream")
-            return await call(request, objects.get_response, ident(request, "response_id"))
-
-        @router.delete(f"{responses}/{{response_id}}", hidden=hidden)
-        async def delete_response(request: Request) -> dict[str, Any]:
-            """Delete a stored response."""
-            return await call(request, objects.delete_response, ident(request, "response_id"))
-
-        @router.get(f"{responses}/{{response_id}}/input_items", hidden=hidden)
-        async def input_items(request: Request) -> dict[str, Any]:
-            """The input items of a stored response, a page at a time."""
-            return await call(request, objects.list_input_items,
-                              ident(request, "response_id"), dict(request.query_params))
-
-        @router.post(f"{responses}/{{response_id}}/cancel", hidden=hidden)
-        async def cancel_response(request: Request) -> dict[str, Any]:
-            """Cancel a background response (there are none: a stored one is finished)."""
-            await call(request, objects.get_response, ident(request, "response_id"))
-            raise InvalidOptionError("only background responses can be cancelled, and this "
-                                     "one is finished", option="response_id")
-
-        @router.post(conversations, hidden=hidden)
-        async def create_conversation(request: Request) -> dict[str, Any]:
-            """A new conversation (``items``, ``metadata``)."""
-            return await call(request, objects.create_conversation, await read_json(request))
-
-        _conversation_routes(router, call, ident, conversations, hidden)
+        _response_routes(router, call, f"{prefix}/responses", not prefix)
+        _conversation_routes(router, call, f"{prefix}/conversations", not prefix)
+        _item_routes(router, call, f"{prefix}/conversations/{{conversation_id}}/items",
+                     not prefix)
     return router
 
 
 Call = Callable[..., Any]
 
 
-def _conversation_routes(router: Router, call: Call, ident: Callable[[Request, str], str],
-                         base: str, hidden: bool) -> None:
-    one, items = f"{base}/{{conversation_id}}", f"{base}/{{conversation_id}}/items"
+def _ident(request: Request, name: str) -> str:
+    return str(request.path_params[name])
+
+
+def _response_routes(router: Router, call: Call, base: str, hidden: bool) -> None:
+    one = f"{base}/{{response_id}}"
+
+    @router.get(one, hidden=hidden)
+    async def get_response(request: Request) -> dict[str, Any]:
+        """A stored response."""
+        if request.query_params.get("stream") in ("true", "1"):
+            raise InvalidOptionError("stream: only background responses can be streamed "
+                                     "again, and there are none", option="stream")
+        return await call(request, objects.get_response, _ident(request, "response_id"))
+
+    @router.delete(one, hidden=hidden)
+    async def delete_response(request: Request) -> dict[str, Any]:
+        """Delete a stored response."""
+        return await call(request, objects.delete_response, _ident(request, "response_id"))
+
+    @router.get(f"{one}/input_items", hidden=hidden)
+    async def input_items(request: Request) -> dict[str, Any]:
+        """The input items of a stored response, a page at a time."""
+        return await call(request, objects.list_input_items, _ident(request, "response_id"),
+                          dict(request.query_params))
+
+    @router.post(f"{one}/cancel", hidden=hidden)
+    async def cancel_response(request: Request) -> dict[str, Any]:
+        """Cancel a background response (there are none: a stored one is finished)."""
+        await call(request, objects.get_response, _ident(request, "response_id"))
+        raise InvalidOptionError("only background responses can be cancelled, and this "
+                                 "one is finished", option="response_id")
+
+
+def _conversation_routes(router: Router, call: Call, base: str, hidden: bool) -> None:
+    one = f"{base}/{{conversation_id}}"
+
+    @router.post(base, hidden=hidden)
+    async def create_conversation(request: Request) -> dict[str, Any]:
+        """A new conversation (``items``, ``metadata``)."""
+        return await call(request, objects.create_conversation, await read_json(request))
 
     @router.get(one, hidden=hidden)
     async def get_conversation(request: Request) -> dict[str, Any]:
         """A conversation."""
-        return await call(request, objects.get_conversation, ident(request, "conversation_id"))
+        return await call(request, objects.get_conversation,
+                          _ident(request, "conversation_id"))
 
     @router.post(one, hidden=hidden)
     async def update_conversation(request: Request) -> dict[str, Any]:
         """Replace a conversation's metadata."""
         return await call(request, objects.update_conversation,
-                          ident(request, "conversation_id"), await read_json(request))
+                          _ident(request, "conversation_id"), await read_json(request))
 
     @router.delete(one, hidden=hidden)
     async def delete_conversation(request: Request) -> dict[str, Any]:
         """Delete a conversation."""
         return await call(request, objects.delete_conversation,
-                          ident(request, "conversation_id"))
+                          _ident(request, "conversation_id"))
 
+
+def _item_routes(router: Router, call: Call, items: str, hidden: bool) -> None:
     @router.post(items, hidden=hidden)
     async def create_items(request: Request) -> dict[str, Any]:
         """Add items to a conversation."""
-        return await call(request, objects.create_items, ident(request, "conversation_id"),
+        return await call(request, objects.create_items, _ident(request, "conversation_id"),
                           await read_json(request))
 
     @router.get(items, hidden=hidden)
     async def list_items(request: Request) -> dict[str, Any]:
         """A conversation's items, a page at a time."""
-        return await call(request, objects.list_items, ident(request, "conversation_id"),
+        return await call(request, objects.list_items, _ident(request, "conversation_id"),
                           dict(request.query_params))
 
     @router.get(f"{items}/{{item_id}}", hidden=hidden)
     async def get_item(request: Request) -> dict[str, Any]:
         """One item of a conversation."""
-        return await call(request, objects.get_item, ident(request, "conversation_id"),
-                          ident(request, "item_id"))
+        return await call(request, objects.get_item, _ident(request, "conversation_id"),
+                          _ident(request, "item_id"))
 
     @router.delete(f"{items}/{{item_id}}", hidden=hidden)
     async def delete_item(request: Request) -> dict[str, Any]:
         """Delete one item of a conversation."""
-        return await call(request, objects.delete_item, ident(request, "conversation_id"),
-                          ident(request, "item_id"))
-
+        return await call(request, objects.delete_item, _ident(request, "conversation_id"),
+                          _ident(request, "item_id"))
