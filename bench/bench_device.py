@@ -112,6 +112,8 @@ def result(path: str, step_s: float, streams: int, rate: float, gaps: list[float
 
 SERVE = """
 import sys, uvicorn
+if {switch}:
+    sys.setswitchinterval({switch})
 from llamapy.serve import create_app
 from llamapy.server.fake import fake_server
 from llamapy.engine.fake.backend import FakeBackend
@@ -132,7 +134,8 @@ def free_port() -> int:
 
 def over_http(step_s: float, streams: int, tokens: int) -> Result:
     port = free_port()
-    code = SERVE.format(opts=server_options(streams), step=step_s, port=port, serial=SERIAL[0])
+    code = SERVE.format(opts=server_options(streams), step=step_s, port=port, serial=SERIAL[0],
+                        switch=SWITCH[0])
     proc = subprocess.Popen([sys.executable, "-c", code])
     try:
         url = f"http://127.0.0.1:{port}"
@@ -179,6 +182,7 @@ async def _http_one(client: httpx.AsyncClient, tokens: int, gaps: list[float]) -
 
 
 SERIAL = [False]
+SWITCH = [0.0]
 
 
 def main() -> None:
@@ -190,7 +194,12 @@ def main() -> None:
     parser.add_argument("--no-http", action="store_true")
     parser.add_argument("--serial", action="store_true",
                         help="no overlap: text and events before the next step is queued")
+    parser.add_argument("--switch-interval", type=float, default=0.0,
+                        help="the server process's GIL switch interval, s (0: Python's)")
     args = parser.parse_args()
+    SWITCH[0] = args.switch_interval
+    if args.switch_interval:
+        sys.setswitchinterval(args.switch_interval)
     if args.serial:
         from llamapy.engine.fake.backend import FakeBackend
 
