@@ -26,6 +26,7 @@ import orjson
 
 from .bridge import Observer, aplan_events
 from .chat import Target, aready
+from .response_ids import chain_tag, response_id
 from .response_store import ResponseStore
 from .responses import ResponseStream
 from .responses_input import ResponsesPlan, prepare_responses
@@ -129,7 +130,9 @@ def continue_on_socket(store: ResponseStore | None, memory: SocketMemory, tenant
     body["input"] = [*history, *listed] if isinstance(listed, list) else listed
     body.setdefault("prompt_cache_key", memory.root(previous))  # as a stored chain's turns
     keep = request.get("store", True) is not False
-    return body, Stored(tenant, None, None, keep, tuple(normalize_items(body["input"]))), previous
+    stored = Stored(tenant, None, None, keep, tuple(normalize_items(body["input"])),
+                    response_id=response_id(chain_tag(previous)))
+    return body, stored, previous
 
 
 def _prefill_only(plan: ResponsesPlan) -> ResponsesPlan:

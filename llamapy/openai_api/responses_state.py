@@ -23,6 +23,7 @@ from typing import Any
 
 from ..errors import InvalidOptionError, StoredObjectNotFoundError
 from .bridge import api_id
+from .response_ids import conversation_tag, response_id
 from .response_store import ResponseStore
 
 __all__ = ["Stored", "akept_events", "akept_response", "continue_request", "echo",
@@ -38,6 +39,8 @@ class Stored:
     conversation: str | None = None
     store: bool = False
     own_input: tuple[dict[str, Any], ...] = ()
+    #: The id the response gets (its conversation's tag first: :mod:`.response_ids`).
+    response_id: str | None = None
 
 
 _ID_PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco",
@@ -125,12 +128,15 @@ def continue_request(store: ResponseStore | None, tenant: str, request: Any
         body.setdefault("prompt_cache_key", store.root(tenant, previous))
     keep = request.get("store", True) is not False
     return body, Stored(tenant, previous if isinstance(previous, str) else None, conversation,
-                        keep, tuple(normalize_items(own)))
+                        keep, tuple(normalize_items(own)),
+                        response_id(conversation_tag(request)))
 
 
 def echo(stored: Stored, response: dict[str, Any]) -> dict[str, Any]:
     """``response`` with the request's ``previous_response_id``, ``conversation`` and
-    ``store`` (in place; returned for chaining)."""
+    ``store``, and its conversation's id (in place; returned for chaining)."""
+    if stored.response_id is not None:
+        response["id"] = stored.response_id
     response["previous_response_id"] = stored.previous_response_id
     response["conversation"] = ({"id": stored.conversation} if stored.conversation
                                 else None)

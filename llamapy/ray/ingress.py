@@ -99,13 +99,14 @@ class LlamapyIngress:
                 raise
             return Caller(known=False)
 
-    def routing_key(self, caller: Caller, headers: Mapping[str, str], body: bytes
-                    ) -> RoutingKey:
+    def routing_key(self, caller: Caller, headers: Mapping[str, str], body: bytes,
+                    path: str = "") -> RoutingKey:
         """The request's routing key, seeded with its caller's tenant; an empty key (routed by
         load, recorded nowhere) for an anonymous caller of a deployment with keys."""
         if self._tenant_of is not None and not caller.known:
             return RoutingKey()
-        return routing_key(headers, _json(body), tenant=caller.tenant, **self._blocks)
+        return routing_key(headers, _json(body), tenant=caller.tenant, path=path,
+                           **self._blocks)
 
     async def __call__(self, request: Request) -> Response:
         """Relay one HTTP request (any method, any path) to a model replica: authenticated
@@ -117,7 +118,7 @@ class LlamapyIngress:
             return _error_response(request.url.path, exc)
         forwarded = ForwardedRequest.of(request, body)
         path = forwarded.path
-        key = self.routing_key(caller, request.headers, body)
+        key = self.routing_key(caller, request.headers, body, path)
         stream = cast(DeploymentResponseGenerator[Message],
                       self._model.remote(forwarded, **{ROUTING_KWARG: key}))
         try:

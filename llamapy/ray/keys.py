@@ -4,8 +4,10 @@ A key has three parts, matched in this order (see :mod:`llamapy.ray.affinity`):
 
 - ``session``: the conversation or client the request belongs to: the ``x-session-id`` header,
   else the body's ``session`` (llamapy's request option), ``prompt_cache_key`` (Responses),
-  ``user`` (OpenAI) or ``metadata.user_id`` (Anthropic). Its KV is on the replica that served
-  it last.
+  ``user`` (OpenAI) or ``metadata.user_id`` (Anthropic), else for a Responses request its
+  conversation's tag (:mod:`llamapy.openai_api.response_ids`: every turn of a conversation
+  continued by ``previous_response_id`` has its first turn's tag, though it carries only its
+  new items). Its KV, and its stored items, are on the replica that served it last.
 - ``scope``: where the request's KV may be reused: its tenant (the API key's, passed in by the
   ingress: :mod:`llamapy.ray.tenancy`) and the body's ``cache_scope`` inside it. Replicas only
   reuse KV within a scope, and a replica's stats list the scopes it holds, each by
@@ -36,6 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..openai_api.response_ids import conversation_tag
 from ..options.deployment import DEPLOYMENT_DEFAULTS
 from ..options.sampling import SCOPE_CHARS
 
@@ -45,6 +48,9 @@ SESSION_HEADER = "x-session-id"
 #: Characters per prefix block, and the most blocks hashed (the first 8 KiB of text).
 BLOCK_CHARS = DEPLOYMENT_DEFAULTS.block_chars
 MAX_BLOCKS = DEPLOYMENT_DEFAULTS.max_blocks
+
+#: The Responses routes whose requests belong to a conversation by its tag.
+RESPONSES_PATHS = ("/responses", "/responses/compact")
 
 #: Body fields naming a session, in order of precedence.
 SESSION_FIELDS = ("session", "prompt_cache_key", "user")
@@ -68,13 +74,16 @@ class RoutingKey:
 
 
 def routing_key(headers: Mapping[str, str], body: Any, *, tenant: str | None = None,
-                block_chars: int = BLOCK_CHARS, max_blocks: int = MAX_BLOCKS) -> RoutingKey:
-    """The key of a request with these (lower-case) ``headers`` and parsed JSON ``body``
-    (anything that is not a JSON object contributes nothing) from ``tenant`` (None: the
-    default tenant)."""
+                block_chars: int = BLOCK_CHARS, max_blocks: int = MAX_BLOCKS,
+                path: str = "") -> RoutingKey:
+    """The key of a request to ``path`` with these (lower-case) ``headers`` and parsed JSON
+    ``body`` (anything that is not a JSON object contributes nothing) from ``tenant`` (None:
+    the default tenant)."""
     fields = body if isinstance(body, Mapping) else {}
     scope, salt = _scope_field(fields, "cache_scope"), _scope_field(fields, "cache_salt")
     session = _session(headers, fields)
+    if session is None and path.rstrip("/").endswith(RESPONSES_PATHS):
+        session = "conversation:" + conversation_tag(fields)
     reuse = [tenant, scope, salt]
     prefix = prefix_hashes(prompt_text(fields), None if reuse == [None, None, None]
                            else _digest("prefix", *reuse),

@@ -296,3 +296,26 @@ def test_stored_state_survives_a_restart(tmp_path: Path) -> None:
         assert more.status_code == 200 and more.json()["previous_response_id"] == first["id"]
         assert app.send("GET", f"/v1/conversations/{cid}").json()["metadata"] == {"a": "b"}
     assert (tmp_path / "responses.sqlite3").stat().st_mode & 0o777 == 0o600
+
+
+def test_a_conversations_turns_share_the_tag_a_router_can_read() -> None:
+    from llamapy.openai_api.response_ids import conversation_tag
+    from llamapy.ray.keys import routing_key
+
+    with FakeApp(app_options={"responses_store": ":memory:"}) as app:
+        body = {**BASE, "input": "plan the refactor", "instructions": "be brief"}
+        first = app.send("POST", "/v1/responses", json=body).json()
+        second = app.send("POST", "/v1/responses", json={
+            **BASE, "input": "next", "previous_response_id": first["id"]}).json()
+        third = app.send("POST", "/v1/responses", json={
+            **BASE, "input": "then", "previous_response_id": second["id"]}).json()
+        other = app.send("POST", "/v1/responses", json={**BASE, "input": "else"}).json()
+    tags = {r["id"][5:13] for r in (first, second, third)}
+    assert tags == {conversation_tag(body)} and other["id"][5:13] not in tags
+    assert second["previous_response_id"] == first["id"]
+    # a router sees the same session for the first turn and its continuations
+    key = lambda b: routing_key({}, b, path="/v1/responses").session  # noqa: E731
+    assert key(body) == key({"input": "then", "previous_response_id": second["id"]})
+    assert key(body) != key({"input": "else"})
+    assert key({**body, "prompt_cache_key": "mine"}) != key(body)  # the client's key first
+    assert routing_key({}, body, path="/v1/chat/completions").session is None
