@@ -509,3 +509,24 @@ def test_a_socket_closed_mid_stream_frees_its_slot() -> None:
                 pass
             assert slow.server.stats()["slots_active"] == 1
         slow.check_idle(bound_s=10.0)
+
+
+def test_a_flood_of_creates_is_bounded_and_the_socket_lives(app: FakeApp) -> None:
+    """Frames sent faster than responses run wait up to ``MAX_PENDING``; each one past that
+    is answered with a 429 error event at once, and every accepted one still completes."""
+    sent = responses_ws.MAX_PENDING * 3
+    with socket(app.client) as ws:
+        for i in range(sent):
+            ws.send_json({"type": "response.create", **BASE, "input": f"flood {i}",
+                          "max_output_tokens": 16, "store": False})
+        done = refused = 0
+        while done + refused < sent:
+            event = ws.receive_json()
+            if event["type"] == "error":
+                assert event["status"] == 429, event
+                refused += 1
+            elif event["type"] in FINAL[:2]:
+                done += 1
+        assert refused > 0 and done >= responses_ws.MAX_PENDING  # every frame answered once
+        assert final(ws, input="after the flood")["status"] in ("completed", "incomplete")
+    app.check_idle()
