@@ -188,3 +188,25 @@ def feed_frame(app: FakeApp, key: str) -> dict[str, Any]:
         return dict(json.loads(sse_events(chunk.decode())[0][1]))
 
     return anyio.run(first)
+
+
+@contextmanager
+def submitted_options(app: FakeApp) -> Iterator[list[Any]]:
+    """The options of every request the engine is given inside the block (recorded on the
+    tick thread, in submission order)."""
+    seen: list[Any] = []
+
+    def install(engine: Engine) -> None:
+        submit = engine.submit
+
+        def recording(request: Any) -> None:
+            seen.append(request.options)
+            submit(request)
+
+        engine.submit = recording  # type: ignore[method-assign]
+
+    app.server.call(install)
+    try:
+        yield seen
+    finally:
+        app.server.call(lambda engine: vars(engine).pop("submit", None))

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_http import ALIAS, FakeApp
+from fake_http import ALIAS, FakeApp, submitted_options
 from test_http_tenants import KEYS_FILE
 
 from llamapy.openai_api.response_store import ResponseStore
@@ -261,27 +261,16 @@ def test_compaction_of_a_stored_conversation_by_its_id(app: FakeApp) -> None:
 
 
 def test_a_chain_keeps_its_slot_affinity(app: FakeApp) -> None:
-    seen: list[Any] = []
-
-    def install(engine: Any) -> None:
-        submit = engine.submit
-
-        def recording(request: Any) -> None:
-            seen.append(request.options)
-            submit(request)
-
-        engine.submit = recording
-
     first = create(app, input="start")
-    app.server.call(install)
-    second = create(app, input="go on", previous_response_id=first["id"])
-    create(app, input="and on", previous_response_id=second["id"])
-    own_key = create(app, input="x", previous_response_id=second["id"], prompt_cache_key="mine")
+    with submitted_options(app) as seen:
+        second = create(app, input="go on", previous_response_id=first["id"])
+        create(app, input="and on", previous_response_id=second["id"])
+        own_key = create(app, input="x", previous_response_id=second["id"],
+                         prompt_cache_key="mine")
     sessions = [options.session for options in seen]
     assert sessions[0] == sessions[1] == first["id"] and sessions[2] == "mine"
     assert not any(options.cache_pins for options in seen)  # (a pin copies the KV: no default)
     assert own_key["previous_response_id"] == second["id"]
-    app.server.call(lambda engine: setattr(engine, "submit", type(engine).submit.__get__(engine)))
 
 
 def test_stored_state_survives_a_restart(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 import openai
 import pytest
 import uvicorn
-from fake_http import ALIAS, SERVER_OPTIONS, FakeApp, sse_events
+from fake_http import ALIAS, SERVER_OPTIONS, FakeApp, sse_events, submitted_options
 from starlette.testclient import TestClient, WebSocketDenialResponse
 from starlette.websockets import WebSocketDisconnect
 from test_http_tenants import KEYS_FILE
@@ -155,26 +155,11 @@ def test_store_false_continues_on_its_own_socket_only(app: FakeApp) -> None:
 
 
 def test_a_socket_chain_keeps_its_slot_affinity(app: FakeApp) -> None:
-    seen: list[Any] = []
-
-    def install(engine: Any) -> None:
-        submit = engine.submit
-
-        def recording(request: Any) -> None:
-            seen.append(request.options)
-            submit(request)
-
-        engine.submit = recording
-
     with socket(app.client) as ws:
         first = final(ws, input="start", store=False)
-        app.server.call(install)
-        try:
+        with submitted_options(app) as seen:
             second = final(ws, input="go on", store=False, previous_response_id=first["id"])
             final(ws, input="and on", store=False, previous_response_id=second["id"])
-        finally:
-            app.server.call(lambda engine: setattr(engine, "submit",
-                                                   type(engine).submit.__get__(engine)))
     assert [options.session for options in seen] == [first["id"], first["id"]]
     assert not any(options.cache_pins for options in seen)  # (a pin copies the KV: no default)
 
