@@ -10,8 +10,10 @@ tenant's rows: another tenant's id is not found, exactly like an id that never e
 
 Retention: ``ttl_s`` seconds after its creation a response (or conversation) is no longer
 found (0: kept until evicted); ``max_bytes`` bounds the JSON held (0: no bound), evicting the
-least recently used first. A deleted or expired response that a newer one continues stays
-stored (hidden) until no stored response continues it, so a chain never loses its middle.
+least recently used first, and ``tenant_max_bytes`` bounds one tenant's, evicting its own
+first (so one tenant cannot push everyone else's out). A deleted or expired response that a
+newer one continues stays stored (hidden) until no stored response continues it, so a chain
+never loses its middle.
 """
 
 from __future__ import annotations
@@ -71,8 +73,9 @@ class ResponseStore:
     one connection behind a lock (the HTTP layer calls it from worker threads)."""
 
     def __init__(self, path: str, *, ttl_s: float = 0.0, max_bytes: int = 0,
-                 now: Callable[[], float] = time.time) -> None:
+                 tenant_max_bytes: int = 0, now: Callable[[], float] = time.time) -> None:
         self.path, self.ttl_s, self.max_bytes, self._now = path, ttl_s, max_bytes, now
+        self.tenant_max_bytes = tenant_max_bytes
         if path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
@@ -111,7 +114,7 @@ class ResponseStore:
                 "INSERT OR REPLACE INTO responses VALUES (?,?,?,?,?,?,1,?,?,?)",
                 (tenant, response["id"], parent, root, now, now, len(body) + len(items), body,
                  items))
-            self._evict()
+            self._evict(tenant)
 
     def root(self, tenant: str, response_id: str) -> str:
         """The id of the first response of ``response_id``'s chain (itself when unknown)."""
@@ -226,7 +229,7 @@ class ResponseStore:
                                   text))
             self._db.execute("UPDATE conversations SET used_at=? WHERE tenant=? AND id=?",
                              (self._now(), tenant, conversation_id))
-            self._evict()
+            self._evict(tenant)
 
     def items(self, tenant: str, conversation_id: object) -> list[dict[str, Any]] | None:
         """A conversation's items, oldest first (None: not found)."""
@@ -263,30 +266,40 @@ class ResponseStore:
             self._db.execute("DELETE FROM conversation_items WHERE tenant=? AND "
                              "conversation=?", (tenant, cid))
 
-    def _bytes(self) -> int:
-        rows = self._db.execute("SELECT (SELECT COALESCE(SUM(bytes), 0) FROM responses) + "
-                                "(SELECT COALESCE(SUM(bytes), 0) FROM conversation_items)")
+    def _bytes(self, tenant: str | None = None) -> int:
+        """Bytes held, every tenant's (None) or one tenant's."""
+        where, args = ("", ()) if tenant is None else (" WHERE tenant=?", (tenant,))
+        rows = self._db.execute(f"SELECT (SELECT COALESCE(SUM(bytes), 0) FROM responses"
+                                f"{where}) + (SELECT COALESCE(SUM(bytes), 0) FROM "
+                                f"conversation_items{where})", args * 2)
         return int(rows.fetchall()[0][0])
 
-    def _evict(self) -> None:
-        """Sweep, then over ``max_bytes`` drop the least recently used leaf response (or,
-        with none left, the least recently used conversation) until under it."""
+    def _evict(self, tenant: str) -> None:
+        """Sweep; then, while ``tenant`` holds more than ``tenant_max_bytes``, drop its least
+        recently used leaf response (with none left, its least recently used conversation);
+        then the same over everyone's ``max_bytes``. A tenant filling the store thus evicts
+        its own objects first, never more than its share of anyone else's."""
         self._sweep()
+        while self.tenant_max_bytes and self._bytes(tenant) > self.tenant_max_bytes:
+            if not self._drop_oldest(tenant):
+                break
         while self.max_bytes and self._bytes() > self.max_bytes:
-            if not self._drop_oldest():
+            if not self._drop_oldest(None):
                 return
 
-    def _drop_oldest(self) -> bool:
+    def _drop_oldest(self, tenant: str | None) -> bool:
+        only, args = ("", ()) if tenant is None else (" AND r.tenant=?", (tenant,))
         leaf = self._db.execute(
             "SELECT tenant, id FROM responses r WHERE NOT EXISTS (SELECT 1 FROM responses c "
-            "WHERE c.tenant=r.tenant AND c.parent=r.id) ORDER BY used_at LIMIT 1").fetchall()
+            f"WHERE c.tenant=r.tenant AND c.parent=r.id){only} ORDER BY used_at LIMIT 1",
+            args).fetchall()
         if leaf:
             self._db.execute("DELETE FROM responses WHERE tenant=? AND id=?", leaf[0])
             return True
-        conv = self._db.execute("SELECT tenant, id FROM conversations ORDER BY used_at "
-                                "LIMIT 1").fetchall()
-        for tenant, cid in conv:
-            self._db.execute("DELETE FROM conversations WHERE tenant=? AND id=?", (tenant, cid))
+        conv = self._db.execute("SELECT tenant, id FROM conversations r WHERE 1=1"
+                                f"{only} ORDER BY used_at LIMIT 1", args).fetchall()
+        for owner, cid in conv:
+            self._db.execute("DELETE FROM conversations WHERE tenant=? AND id=?", (owner, cid))
             self._db.execute("DELETE FROM conversation_items WHERE tenant=? AND "
-                             "conversation=?", (tenant, cid))
+                             "conversation=?", (owner, cid))
         return bool(conv)

@@ -104,6 +104,9 @@ class ServeOptions:
     responses_max_mb: float = option(
         1024, "most MB of stored responses and conversation items, every tenant's together; "
         "past it the least recently used go first (0 = no bound)")
+    responses_tenant_max_mb: float = option(
+        256, "most MB of one tenant's stored responses and conversation items; past it that "
+        "tenant's least recently used go first (0 = no bound)")
     alias: str | None = option(None, "public model id (default: the file's stem)",
                                flags=("-a",))
     aliases: tuple[str, ...] = option(
@@ -161,7 +164,8 @@ class ServeOptions:
             check(getattr(self, name) in allowed, name, f"must be one of {', '.join(allowed)}")
         check(self.request_timeout > 0, "request_timeout", "must be > 0 seconds")
         check(self.max_body_bytes > 0, "max_body_bytes", "must be > 0 bytes")
-        for name in (*SLOT_BUDGETS, "responses_ttl", "responses_max_mb"):
+        for name in (*SLOT_BUDGETS, "responses_ttl", "responses_max_mb",
+                     "responses_tenant_max_mb"):
             check(is_finite(getattr(self, name)) and getattr(self, name) >= 0, name,
                   "must be a number >= 0 (0 = no bound)")
         check(self.responses_store != "", "responses_store", "must be a file, 'auto', "

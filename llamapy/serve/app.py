@@ -150,11 +150,12 @@ def _response_store(served: dict[str, Any]) -> ResponseStore | None:
         return None
     path = str(cache_dir() / "responses.sqlite3") if where == "auto" else where
     return ResponseStore(path, ttl_s=options.responses_ttl,
-                         max_bytes=int(options.responses_max_mb * 1024 * 1024))
+                         max_bytes=int(options.responses_max_mb * 1024 * 1024),
+                         tenant_max_bytes=int(options.responses_tenant_max_mb * 1024 * 1024))
 
 
 #: The stored responses' options, keywords of ``create_app`` (ServeOptions defines them).
-_RESPONSES = ("responses_store", "responses_ttl", "responses_max_mb")
+_RESPONSES = ("responses_store", "responses_ttl", "responses_max_mb", "responses_tenant_max_mb")
 
 
 def _key_table(api_key: str | None, api_keys: KeyTable | None) -> KeyTable | None:

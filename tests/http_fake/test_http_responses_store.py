@@ -308,3 +308,16 @@ def test_a_conversations_turns_share_the_tag_a_router_can_read() -> None:
     assert key(body) != key({"input": "else"})
     assert key({**body, "prompt_cache_key": "mine"}) != key(body)  # the client's key first
     assert routing_key({}, body, path="/v1/chat/completions").session is None
+
+
+def test_a_tenant_filling_the_store_evicts_its_own_first() -> None:
+    store = ResponseStore(":memory:", max_bytes=6000, tenant_max_bytes=2000)
+    store.put_response("quiet", response("q1", "x" * 200), [], None)
+    for i in range(40):
+        store.put_response("noisy", response(f"n{i}", "y" * 200), [], None)
+    cid = "conv_1"
+    store.create_conversation("noisy", cid, {}, [])
+    store.add_items("noisy", cid, [{"id": f"i{i}", "text": "z" * 300} for i in range(10)])
+    assert store.get_response("quiet", "q1") is not None  # untouched by the other's flood
+    assert store._bytes("noisy") <= 2000 and store._bytes() <= 6000
+    assert store.get_response("noisy", "n39") is None or store.items("noisy", cid) is None

@@ -135,6 +135,7 @@ def _add_endpoints(group: argparse._ArgumentGroup) -> None:
     serve_flag(group, "responses_store", metavar="FILE")
     serve_flag(group, "responses_ttl", type=float, metavar="SECONDS")
     serve_flag(group, "responses_max_mb", type=float, metavar="MB")
+    serve_flag(group, "responses_tenant_max_mb", type=float, metavar="MB")
     serve_flag(group, "props", action="store_true")
     serve_switch(group, "metrics", ("--no-metrics",), "/metrics answers 501")
     switch(group, ("--jinja",), "jinja", True,
