@@ -210,3 +210,12 @@ def submitted_options(app: FakeApp) -> Iterator[list[Any]]:
         yield seen
     finally:
         app.server.call(lambda engine: vars(engine).pop("submit", None))
+
+
+def keyed_app(keys_file: str) -> FakeApp:
+    """A fake app behind the API keys (and tenants) of ``keys_file``, keeping stored responses
+    in memory, its context long enough for many-turn conversations."""
+    from llamapy.serve.tenants import KeyTable
+
+    return FakeApp(options={"n_ctx": 8192}, app_options={
+        "api_keys": KeyTable.parse(keys_file), "responses_store": ":memory:"})

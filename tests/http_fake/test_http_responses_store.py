@@ -11,20 +11,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_http import ALIAS, FakeApp, submitted_options
+from fake_http import ALIAS, FakeApp, keyed_app, submitted_options
 from test_http_tenants import KEYS_FILE
 
 from llamapy.openai_api.response_store import ResponseStore
-from llamapy.serve.tenants import KeyTable
 
 BASE = {"model": ALIAS, "max_output_tokens": 4, "temperature": 0}
 
 
 @pytest.fixture(scope="module")
 def app() -> Iterator[FakeApp]:
-    keys = KeyTable.parse(KEYS_FILE)
-    with FakeApp(options={"n_ctx": 8192}, app_options={"api_keys": keys,
-                                                     "responses_store": ":memory:"}) as served:
+    with keyed_app(KEYS_FILE) as served:
         yield served
 
 

@@ -17,7 +17,14 @@ from typing import Any
 import openai
 import pytest
 import uvicorn
-from fake_http import ALIAS, SERVER_OPTIONS, FakeApp, sse_events, submitted_options
+from fake_http import (
+    ALIAS,
+    SERVER_OPTIONS,
+    FakeApp,
+    keyed_app,
+    sse_events,
+    submitted_options,
+)
 from starlette.testclient import TestClient, WebSocketDenialResponse
 from starlette.websockets import WebSocketDisconnect
 from test_http_tenants import KEYS_FILE
@@ -42,9 +49,7 @@ START_S = 30.0
 
 @pytest.fixture(scope="module")
 def app() -> Iterator[FakeApp]:
-    keys = KeyTable.parse(KEYS_FILE)
-    with FakeApp(options={"n_ctx": 8192}, app_options={"api_keys": keys,
-                                                     "responses_store": ":memory:"}) as served:
+    with keyed_app(KEYS_FILE) as served:
         yield served
 
 
