@@ -84,11 +84,10 @@ def create_app(target: Server | Loader | ModelManager, *, alias: str | None = _S
     ``cors_origins``, ``allowed_hosts`` and ``bind_hosts``: which pages and ``Host`` names are
     answered (:mod:`llamapy.serve.cors`, :mod:`llamapy.serve.guard`). ``chat_template``: Jinja
     overriding the GGUF's. ``slot_save_path`` and the ``slot_save_*`` budgets (in ``served``):
-    the slot files' folder, counted now (:mod:`llamapy.serve.slot_store`); the
-    ``responses_*`` ones: the stored responses. ``own_server``: close it on shutdown. The
-    serving options (the keywords :class:`~llamapy.options.ServeOptions` names; in ``served``
-    the presentation ones such as ``aliases``, ``tags``, ``n_predict``, ``cache_report`` and
-    ``sleep_idle_seconds``) mean, default to and are checked as it says."""
+    the slot files' folder (:mod:`llamapy.serve.slot_store`); ``responses_*``: the stored
+    responses. ``own_server``: close it on shutdown. The serving options (the keywords
+    :class:`~llamapy.options.ServeOptions` names; in ``served`` the presentation ones such as
+    ``aliases``, ``n_predict``, ``cache_report``) mean, default to and are checked as it says."""
     _check_serving(alias, api_key, cors_origins, allowed_hosts, max_body_bytes,
                    sse_ping_interval, served.get("sleep_idle_seconds"))
     store, responses = _slot_store(slot_save_path, served), _response_store(served)  # (popped)
