@@ -14,11 +14,12 @@ share its KV.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import secrets
 from collections.abc import Mapping
 from typing import Any
+
+import orjson
 
 __all__ = ["chain_tag", "conversation_tag", "response_id"]
 
@@ -26,8 +27,13 @@ _OURS = re.compile(r"resp_([0-9a-f]{8})[0-9a-f]{16}")
 
 
 def _digest(*parts: object) -> str:
-    text = json.dumps(parts, sort_keys=True, default=str, ensure_ascii=False)
-    return hashlib.sha256(text.encode()).hexdigest()[:8]
+    """8 hex digits of ``parts`` (random for what JSON cannot hold: a tag routes, never
+    fails a request)."""
+    try:
+        text = orjson.dumps(parts, default=str, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError:
+        return secrets.token_hex(4)
+    return hashlib.sha256(text).hexdigest()[:8]
 
 
 def chain_tag(response_id: str) -> str:

@@ -18,7 +18,6 @@ never loses its middle.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import sqlite3
@@ -28,7 +27,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ResponseStore", "valid_id"]
+import orjson
+
+from ..errors import InvalidOptionError
+
+__all__ = ["ResponseStore", "storable", "valid_id"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses(
@@ -62,8 +65,18 @@ def valid_id(value: object) -> bool:
     return isinstance(value, str) and _ID.fullmatch(value) is not None
 
 
-def _dumps(value: object) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+def storable(value: object, option: str = "input") -> str:
+    """``value`` as the JSON text stored; :class:`~llamapy.errors.InvalidOptionError` (a 400
+    naming ``option``) for what JSON cannot hold within its nesting bound (items a client
+    sends may carry any extra field)."""
+    try:  # (orjson: a fixed nesting bound checked in C, no Python recursion on client data)
+        return orjson.dumps(value).decode()
+    except orjson.JSONEncodeError as exc:
+        raise InvalidOptionError(f"{option}: cannot be stored ({exc}: nested too deeply or "
+                                 "not JSON)", option=option) from None
+
+
+_dumps = storable
 
 
 class ResponseStore:
@@ -128,7 +141,7 @@ class ResponseStore:
             return None
         rows = self._rows("SELECT response FROM responses WHERE tenant=? AND id=? AND visible=1 "
                           "AND created_at>?", tenant, response_id, self._live_after())
-        return json.loads(rows[0][0]) if rows else None
+        return orjson.loads(rows[0][0]) if rows else None
 
     def input_items(self, tenant: str, response_id: object) -> list[dict[str, Any]] | None:
         """The input items a visible response was created with (its own, not its chain's)."""
@@ -136,7 +149,7 @@ class ResponseStore:
             return None
         rows = self._rows("SELECT input FROM responses WHERE tenant=? AND id=?",
                           tenant, response_id)
-        return json.loads(rows[0][0]) if rows else None
+        return orjson.loads(rows[0][0]) if rows else None
 
     def delete_response(self, tenant: str, response_id: object) -> bool:
         """Hide a visible response (True), kept only while a stored response continues it."""
@@ -162,7 +175,7 @@ class ResponseStore:
             if not rows:
                 return None
             parent, items, response = rows[0]
-            turns.append([*json.loads(items), *json.loads(response).get("output", ())])
+            turns.append([*orjson.loads(items), *orjson.loads(response).get("output", ())])
             current = parent
         self._touch("responses", tenant, str(response_id))
         return [item for turn in reversed(turns) for item in turn]
@@ -191,7 +204,7 @@ class ResponseStore:
             return None
         rows = self._rows("SELECT created_at, metadata FROM conversations WHERE tenant=? AND "
                           "id=? AND created_at>?", tenant, conversation_id, self._live_after())
-        return (rows[0][0], json.loads(rows[0][1])) if rows else None
+        return (rows[0][0], orjson.loads(rows[0][1])) if rows else None
 
     def update_conversation(self, tenant: str, conversation_id: object,
                             metadata: dict[str, str]) -> bool:
@@ -237,7 +250,7 @@ class ResponseStore:
             return None
         rows = self._rows("SELECT item FROM conversation_items WHERE tenant=? AND "
                           "conversation=? ORDER BY seq", tenant, conversation_id)
-        return [json.loads(row[0]) for row in rows]
+        return [orjson.loads(row[0]) for row in rows]
 
     def delete_item(self, tenant: str, conversation_id: object, item_id: object) -> bool:
         """Delete one item of a conversation (False: either not found)."""

@@ -79,8 +79,11 @@ class SocketMemory:
             ) -> None:
         """Remember the conversation through ``response_id``, whose chain runs under the
         ``prompt_cache_key`` ``root`` (None: its own id, a first turn's)."""
-        size = len(orjson.dumps(items))
         self._kept.pop(response_id, None)
+        try:
+            size = len(orjson.dumps(items))
+        except orjson.JSONEncodeError:  # nested past orjson's bound: not remembered
+            return
         if size > self.max_bytes:
             return
         self._kept[response_id] = (items, size, root or response_id)

@@ -24,7 +24,7 @@ from typing import Any
 from ..errors import InvalidOptionError, StoredObjectNotFoundError
 from .bridge import api_id
 from .response_ids import conversation_tag, response_id
-from .response_store import ResponseStore
+from .response_store import ResponseStore, storable
 
 __all__ = ["Stored", "akept_events", "akept_response", "continue_request", "echo",
            "normalize_items", "record"]
@@ -126,9 +126,11 @@ def continue_request(store: ResponseStore | None, tenant: str, request: Any
         body["input"] = [*history, *listed] if isinstance(listed, list) else listed
     if isinstance(previous, str):  # a chain: keep it on its slot
         body.setdefault("prompt_cache_key", store.root(tenant, previous))
-    keep = request.get("store", True) is not False
+    keep, own_items = request.get("store", True) is not False, normalize_items(own)
+    if keep:
+        storable(own_items)  # refused now, not after the response was computed
     return body, Stored(tenant, previous if isinstance(previous, str) else None, conversation,
-                        keep, tuple(normalize_items(own)),
+                        keep, tuple(own_items),
                         response_id(conversation_tag(request)))
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import InvalidOptionError, StoredObjectNotFoundError
 from .bridge import api_id
-from .response_store import ResponseStore
+from .response_store import ResponseStore, storable
 from .responses_params import parse_item
 from .responses_state import normalize_items
 
@@ -103,7 +103,9 @@ def _items(value: object) -> list[dict[str, Any]]:
                                  option="items")
     for i, raw in enumerate(value):
         parse_item(raw, f"items[{i}]")
-    return normalize_items(value)
+    items = normalize_items(value)
+    storable(items, "items")
+    return items
 
 
 def _body(body: object) -> Mapping[str, Any]:

@@ -318,3 +318,28 @@ def test_a_tenant_filling_the_store_evicts_its_own_first() -> None:
     assert store.get_response("quiet", "q1") is not None  # untouched by the other's flood
     assert store._bytes("noisy") <= 2000 and store._bytes() <= 6000
     assert store.get_response("noisy", "n39") is None or store.items("noisy", cid) is None
+
+
+DEEP = "[" * 1000 + "]" * 1000  # (JSON parsers take it; Python's encoder recurses on it)
+
+
+@pytest.mark.parametrize(("path", "body", "param"), [
+    ("/v1/responses", '{"model": "fake", "input": [{"role": "user", "content": "x", '
+                      '"junk": %s}]}', "input"),
+    ("/v1/conversations", '{"items": [{"role": "user", "content": "x", "junk": %s}]}',
+     "items"),
+])
+def test_an_item_nested_too_deeply_to_store_is_a_400_before_anything_runs(
+        app: FakeApp, path: str, body: str, param: str) -> None:
+    r = app.send("POST", path, content=body % DEEP,
+                 headers={**auth(), "content-type": "application/json"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+    app.check_idle()
+
+
+def test_an_unstored_deep_item_still_runs(app: FakeApp) -> None:
+    body = ('{"model": "fake", "max_output_tokens": 2, "store": false, "input": [{"role": '
+            '"user", "content": "x", "junk": ' + DEEP + '}]}')
+    r = app.send("POST", "/v1/responses", content=body,
+                 headers={**auth(), "content-type": "application/json"})
+    assert r.status_code == 200, r.text

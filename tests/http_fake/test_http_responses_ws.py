@@ -41,6 +41,7 @@ from ws_helpers import (
     refusal,
     run,
     socket,
+    until_final,
 )
 
 from llamapy.openai_api.responses_socket import SocketMemory
@@ -362,4 +363,18 @@ def test_a_flood_of_creates_is_bounded_and_the_socket_lives(app: FakeApp) -> Non
                 done += 1
         assert refused > 0 and done >= responses_ws.MAX_PENDING  # every frame answered once
         assert final(ws, input="after the flood")["status"] in ("completed", "incomplete")
+    app.check_idle()
+
+
+def test_a_deeply_nested_item_is_refused_if_stored_and_runs_if_not(app: FakeApp) -> None:
+    deep = "[" * 1000 + "]" * 1000
+    frame = ('{"type": "response.create", "model": "fake", "max_output_tokens": 2, '
+             '"store": %s, "input": [{"role": "user", "content": "x", "junk": %s}]}')
+    with socket(app.client) as ws:
+        ws.send_text(frame % ("true", deep))
+        refused = ws.receive_json()
+        assert refused["type"] == "error" and refused["status"] == 400, refused
+        ws.send_text(frame % ("false", deep))
+        assert until_final(ws)[-1]["type"] in FINAL[:2]
+        assert final(ws, input="still here")["status"] in ("completed", "incomplete")
     app.check_idle()
