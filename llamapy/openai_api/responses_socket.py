@@ -27,7 +27,7 @@ import orjson
 from .bridge import Observer, aplan_events
 from .chat import Target, aready
 from .response_ids import chain_tag, response_id
-from .response_store import ResponseStore
+from .response_store import ResponseStore, storable
 from .responses import ResponseStream
 from .responses_input import ResponsesPlan, prepare_responses
 from .responses_state import Stored, continue_request, normalize_items
@@ -133,7 +133,10 @@ def continue_on_socket(store: ResponseStore | None, memory: SocketMemory, tenant
     body["input"] = [*history, *listed] if isinstance(listed, list) else listed
     body.setdefault("prompt_cache_key", memory.root(previous))  # as a stored chain's turns
     keep = request.get("store", True) is not False
-    stored = Stored(tenant, None, None, keep, tuple(normalize_items(body["input"])),
+    items = normalize_items(body["input"])
+    if keep:
+        storable(items)  # refused now, not after the response was computed
+    stored = Stored(tenant, None, None, keep, tuple(items),
                     response_id=response_id(chain_tag(previous)))
     return body, stored, previous
 
