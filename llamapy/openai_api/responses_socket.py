@@ -27,10 +27,16 @@ import orjson
 from .bridge import Observer, aplan_events
 from .chat import Target, aready
 from .response_ids import chain_tag, response_id
-from .response_store import ResponseStore, storable
+from .response_store import ResponseStore
 from .responses import ResponseStream
 from .responses_input import ResponsesPlan, prepare_responses
-from .responses_state import Stored, continue_request, normalize_items
+from .responses_state import (
+    Stored,
+    continue_request,
+    kept_items,
+    normalize_items,
+    with_history,
+)
 
 __all__ = ["MEMORY_BYTES", "MEMORY_RESPONSES", "SocketMemory", "aprefill_response",
            "continue_on_socket"]
@@ -127,18 +133,11 @@ def continue_on_socket(store: ResponseStore | None, memory: SocketMemory, tenant
         body, stored = continue_request(store, tenant, request)
         return body, stored, None
     previous = str(request["previous_response_id"])
-    own = request.get("input", [])
-    listed = [{"role": "user", "content": own}] if isinstance(own, str) else own
-    body = {k: v for k, v in request.items() if k not in ("previous_response_id", "store")}
-    body["input"] = [*history, *listed] if isinstance(listed, list) else listed
+    body = with_history(request, history)
     body.setdefault("prompt_cache_key", memory.root(previous))  # as a stored chain's turns
-    keep = request.get("store", True) is not False
-    items = normalize_items(body["input"])
-    if keep:
-        storable(items)  # refused now, not after the response was computed
-    stored = Stored(tenant, None, None, keep, tuple(items),
-                    response_id=response_id(chain_tag(previous)))
-    return body, stored, previous
+    keep, items = kept_items(request, body["input"])
+    return body, Stored(tenant, None, None, keep, items,
+                        response_id=response_id(chain_tag(previous))), previous
 
 
 def _prefill_only(plan: ResponsesPlan) -> ResponsesPlan:

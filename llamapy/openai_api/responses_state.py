@@ -27,7 +27,7 @@ from .response_ids import conversation_tag, response_id
 from .response_store import ResponseStore, storable
 
 __all__ = ["Stored", "akept_events", "akept_response", "continue_request", "echo",
-           "normalize_items", "record"]
+           "kept_items", "normalize_items", "record", "with_history"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,20 +118,34 @@ def continue_request(store: ResponseStore | None, tenant: str, request: Any
     previous = request.get("previous_response_id")
     conversation = _conversation_id(request.get("conversation"))
     history = _history(store, tenant, previous, conversation)
+    body = with_history(request, history)
+    if isinstance(previous, str):  # a chain: keep it on its slot
+        body.setdefault("prompt_cache_key", store.root(tenant, previous))
+    keep, own_items = kept_items(request, request.get("input", []))
+    return body, Stored(tenant, previous if isinstance(previous, str) else None, conversation,
+                        keep, own_items, response_id(conversation_tag(request)))
+
+
+def with_history(request: Mapping[str, Any], history: list[dict[str, Any]]) -> dict[str, Any]:
+    """``request`` with ``history`` before its own ``input`` (a string: one user message),
+    without ``previous_response_id``, ``conversation`` and ``store``."""
     own = request.get("input", [])
     body = {k: v for k, v in request.items()
             if k not in ("previous_response_id", "conversation", "store")}
     if history:
         listed = [{"role": "user", "content": own}] if isinstance(own, str) else own
         body["input"] = [*history, *listed] if isinstance(listed, list) else listed
-    if isinstance(previous, str):  # a chain: keep it on its slot
-        body.setdefault("prompt_cache_key", store.root(tenant, previous))
-    keep, own_items = request.get("store", True) is not False, normalize_items(own)
+    return body
+
+
+def kept_items(request: Mapping[str, Any], items: object
+               ) -> tuple[bool, tuple[dict[str, Any], ...]]:
+    """Whether ``request`` is stored (``store`` not false) and ``items`` as stored, refused
+    now (a 400) when they cannot be, not after the response was computed."""
+    keep, normalized = request.get("store", True) is not False, normalize_items(items)
     if keep:
-        storable(own_items)  # refused now, not after the response was computed
-    return body, Stored(tenant, previous if isinstance(previous, str) else None, conversation,
-                        keep, tuple(own_items),
-                        response_id(conversation_tag(request)))
+        storable(normalized)
+    return keep, tuple(normalized)
 
 
 def echo(stored: Stored, response: dict[str, Any]) -> dict[str, Any]:
