@@ -10,6 +10,8 @@ typed stream events: ``response.created``, ``response.in_progress``, per item
 ``response.function_call_arguments.delta``) and their ``.done`` events,
 ``response.content_part.done``, ``response.output_item.done``, and finally
 ``response.completed`` (or ``response.incomplete``), each with its ``sequence_number``.
+An ``input`` that ends with ``{"type": "compaction_trigger"}`` is answered with one
+``compaction`` item (:mod:`.responses_trigger`).
 Nothing is yielded before the engine's first event, so a rejected request raises from the
 first ``next()``. ``a*`` are the asyncio forms.
 
@@ -40,6 +42,13 @@ from .responses_output import (
     response_status,
     usage_dict,
 )
+from .responses_trigger import (
+    acompaction_events,
+    acompaction_response,
+    asks_compaction,
+    compaction_events,
+    compaction_response,
+)
 
 
 def response_from(plan: ResponsesPlan, completion: Completion) -> dict[str, Any]:
@@ -56,7 +65,8 @@ class ResponseStream:
     def __init__(self, plan: ResponsesPlan) -> None:
         self.plan = plan
         self.parser = plan.chat.parser()
-        self.items = ItemBuilder(encrypt_reasoning=plan.encrypt_reasoning)
+        self.items = ItemBuilder(encrypt_reasoning=plan.encrypt_reasoning,
+                                 namespaces=plan.namespaces)
         self.started = False
         self.sequence_number = 0
 
@@ -118,7 +128,10 @@ class ResponseStream:
 def create_response(target: Target, request: Mapping[str, Any], *,
                     observe: Observer | None = None) -> dict[str, Any]:
     """A ``response`` for a Responses request (``stream`` is ignored); ``observe`` receives
-    the request's ``timings``."""
+    the request's ``timings``. An ``input`` ending in a ``compaction_trigger`` is a compaction
+    (:mod:`.responses_trigger`)."""
+    if asks_compaction(request):
+        return compaction_response(target, request, observe=observe)
     plan = prepare_responses(ready(target), request)
     return response_from(plan, run_plan(plan.chat, observe))
 
@@ -126,6 +139,8 @@ def create_response(target: Target, request: Mapping[str, Any], *,
 async def acreate_response(target: Target, request: Mapping[str, Any], *,
                            observe: Observer | None = None) -> dict[str, Any]:
     """Async :func:`create_response`; cancelling the task cancels the request."""
+    if asks_compaction(request):
+        return await acompaction_response(target, request, observe=observe)
     plan = await asyncio.to_thread(prepare_responses, await aready(target), request)
     return response_from(plan, await arun_plan(plan.chat, observe))
 
@@ -133,6 +148,8 @@ async def acreate_response(target: Target, request: Mapping[str, Any], *,
 def stream_response(target: Target, request: Mapping[str, Any], *,
                     observe: Observer | None = None) -> Iterator[dict[str, Any]]:
     """Responses stream events as they are generated; closing the iterator cancels."""
+    if asks_compaction(request):
+        return compaction_events(target, request, observe=observe)
     plan = prepare_responses(ready(target), request)
     return plan_events(plan.chat, ResponseStream(plan).on_event, observe)
 
@@ -141,8 +158,11 @@ async def astream_response(target: Target, request: Mapping[str, Any], *,
                            observe: Observer | None = None
                            ) -> AsyncGenerator[dict[str, Any], None]:
     """Async :func:`stream_response`."""
-    plan = await asyncio.to_thread(prepare_responses, await aready(target), request)
-    events = aplan_events(plan.chat, ResponseStream(plan).on_event, observe)
+    if asks_compaction(request):
+        events = acompaction_events(target, request, observe=observe)
+    else:
+        plan = await asyncio.to_thread(prepare_responses, await aready(target), request)
+        events = aplan_events(plan.chat, ResponseStream(plan).on_event, observe)
     async with aclosing(events):
         async for event in events:
             yield event

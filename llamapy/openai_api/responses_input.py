@@ -13,7 +13,8 @@ grammar, options and output parser as ``/v1/chat/completions``):
   summary, the same text every time, so a compacted history renders (and reuses its KV) alike
   on every turn. History the template cannot show is inlined
   (:func:`~.bridge.polyfill_history`).
-- ``tools`` (flat function tools) become chat tools; ``tool_choice`` ``required`` or
+- ``tools`` become chat tools (function tools, a namespace's functions under joined names,
+  hosted tools left out: :mod:`.responses_tools`); ``tool_choice`` ``required`` or
   ``{"type": "function", "name"}`` force a call by grammar.
 - ``max_output_tokens``, ``temperature``, ``top_p`` map to engine options; ``text.format``
   to ``response_format`` (``json_schema`` is structured output under a grammar);
@@ -38,6 +39,7 @@ from .prompt import ChatPlan, prepare_request
 from .responses_params import (
     RESPONSES_FIELDS,
     CompactionItem,
+    CompactionTriggerItem,
     FunctionCallItem,
     FunctionCallOutputItem,
     FunctionChoice,
@@ -53,8 +55,8 @@ from .responses_params import (
     compaction_summary,
     parse_item,
     parse_part,
-    parse_tool,
 )
+from .responses_tools import Namespaces, joined_name, offered_tools
 from .target import ServedModel
 
 #: Engine options the translation sets from the API's own fields.
@@ -76,6 +78,11 @@ class ResponsesPlan:
     def model_name(self) -> str:
         """The ``model`` field of responses."""
         return self.chat.model_name
+
+    @property
+    def namespaces(self) -> Namespaces:
+        """The namespaced functions offered (to name a call's ``namespace``)."""
+        return offered_tools(self.body.tools)[1]
 
     @property
     def encrypt_reasoning(self) -> bool:
@@ -146,10 +153,13 @@ def _add_item(messages: list[dict[str, Any]], item: Item, where: str) -> None:
     elif isinstance(item, FunctionCallItem):
         _assistant_turn(messages).setdefault("tool_calls", []).append(
             {"id": item.call_id, "type": "function",
-             "function": {"name": item.name, "arguments": item.arguments}})
+             "function": {"name": joined_name(item.namespace, item.name),
+                          "arguments": item.arguments}})
     elif isinstance(item, FunctionCallOutputItem):
         messages.append({"role": "tool", "tool_call_id": item.call_id,
                          "content": _parts_text(item.output, f"{where}.output")})
+    elif isinstance(item, CompactionTriggerItem):
+        return
     elif isinstance(item, CompactionItem):
         summary = compaction_summary(item.encrypted_content, f"{where}.encrypted_content")
         messages.append({"role": "user", "content": SUMMARY_HEADING + summary})
@@ -220,7 +230,7 @@ def chat_request(served: ServedModel, body: ResponsesBody) -> ChatRequest:
     """The :class:`~.chat_request.ChatRequest` a Responses body stands for."""
     extra = forward_extras(body.model_extra or {}, fields=RESPONSES_FIELDS, owned=OWNED_OPTIONS)
     kwargs = _template_kwargs(body, extra)
-    tools = [parse_tool(raw, i) for i, raw in enumerate(body.tools or [])]
+    tools, _ = offered_tools(body.tools)
     own = {"temperature": body.temperature, "top_p": body.top_p,
            "session": body.prompt_cache_key}
     fields = {key: value for key, value in own.items() if value is not None}

@@ -19,6 +19,8 @@ from ..chat import Delta, ToolCallDelta
 from ..server import Usage
 from .bridge import api_id
 from .responses_input import ResponsesPlan
+from .responses_params import ResponsesBody
+from .responses_tools import Namespaces
 
 #: Events by item type: (content part type, delta event, done event).
 _TEXT_EVENTS = {
@@ -50,9 +52,11 @@ def _part(kind: str) -> dict[str, Any]:
 class ItemBuilder:
     """Turns parser deltas into output items and the stream events that build them."""
 
-    def __init__(self, *, encrypt_reasoning: bool = False) -> None:
+    def __init__(self, *, encrypt_reasoning: bool = False,
+                 namespaces: Namespaces | None = None) -> None:
         self.items: list[dict[str, Any]] = []
         self.encrypt_reasoning = encrypt_reasoning
+        self.namespaces = namespaces or Namespaces()
         self._open = False
 
     @property
@@ -87,8 +91,10 @@ class ItemBuilder:
     def _call(self, piece: ToolCallDelta) -> list[dict[str, Any]]:
         events: list[dict[str, Any]] = []
         if piece.id is not None:
-            events = self._start(_new_item("function_call", call_id=piece.id,
-                                           name=piece.name or "", arguments=""))
+            name, namespace = self.namespaces.split(piece.name or "")
+            events = self._start(_new_item("function_call", call_id=piece.id, name=name,
+                                           arguments="", **({"namespace": namespace}
+                                                            if namespace else {})))
         if piece.arguments and self._open and self.items[-1]["type"] == "function_call":
             self.items[-1]["arguments"] += piece.arguments
             events.append({"type": "response.function_call_arguments.delta",
@@ -135,7 +141,8 @@ class ItemBuilder:
 def output_items(plan: ResponsesPlan, text: str, status: str) -> list[dict[str, Any]]:
     """The output items of a whole output."""
     parser = plan.chat.parser()
-    builder = ItemBuilder(encrypt_reasoning=plan.encrypt_reasoning)
+    builder = ItemBuilder(encrypt_reasoning=plan.encrypt_reasoning,
+                          namespaces=plan.namespaces)
     builder.add(parser.feed(text))
     builder.add(parser.flush(truncated=status == "incomplete"))
     builder.finish(status)
@@ -163,8 +170,7 @@ def reasoning_tokens(plan: ResponsesPlan, items: list[dict[str, Any]]) -> int:
     return sum(len(model.tokenize(text, False, False)) for text in texts if text)
 
 
-def _echo(plan: ResponsesPlan) -> dict[str, Any]:
-    body = plan.body
+def _echo(body: ResponsesBody) -> dict[str, Any]:
     fmt = body.text.format if body.text and body.text.format else None
     reasoning = body.reasoning
     return {
@@ -184,9 +190,17 @@ def _echo(plan: ResponsesPlan) -> dict[str, Any]:
 def response_object(plan: ResponsesPlan, *, status: str, output: list[dict[str, Any]],
                     usage: dict[str, Any] | None) -> dict[str, Any]:
     """The ``response`` object (``status`` ``in_progress`` while streaming)."""
+    return response_fields(plan.body, id=plan.id, created_at=plan.created_at,
+                           model=plan.model_name, status=status, output=output, usage=usage)
+
+
+def response_fields(body: ResponsesBody, *, id: str, created_at: int, model: str, status: str,
+                    output: list[dict[str, Any]], usage: dict[str, Any] | None
+                    ) -> dict[str, Any]:
+    """A ``response`` object answering ``body``."""
     incomplete = {"reason": "max_output_tokens"} if status == "incomplete" else None
     return {
-        "id": plan.id, "object": "response", "created_at": plan.created_at,
-        "status": status, "model": plan.model_name, "output": output, "error": None,
-        "incomplete_details": incomplete, "usage": usage, **_echo(plan),
+        "id": id, "object": "response", "created_at": created_at,
+        "status": status, "model": model, "output": output, "error": None,
+        "incomplete_details": incomplete, "usage": usage, **_echo(body),
     }

@@ -89,6 +89,7 @@ class FunctionCallItem(_Data):
     call_id: str
     name: str
     arguments: str
+    namespace: str | None = None
 
 
 class FunctionCallOutputItem(_Data):
@@ -118,11 +119,20 @@ class CompactionItem(_Data):
     created_by: str | None = None
 
 
-Item = MessageItem | FunctionCallItem | FunctionCallOutputItem | ReasoningItem | CompactionItem
+class CompactionTriggerItem(_Strict):
+    """``{"type": "compaction_trigger"}``: last in ``input``, it asks for a compaction
+    (:mod:`.responses_trigger`); in a stored history it renders as nothing."""
+
+    type: Literal["compaction_trigger"]
+
+
+Item = (MessageItem | FunctionCallItem | FunctionCallOutputItem | ReasoningItem
+        | CompactionItem | CompactionTriggerItem)
 ITEMS: dict[str, type[Item]] = {
     "message": MessageItem, "function_call": FunctionCallItem,
     "function_call_output": FunctionCallOutputItem, "reasoning": ReasoningItem,
     "compaction": CompactionItem, "compaction_summary": CompactionItem,
+    "compaction_trigger": CompactionTriggerItem,
 }
 
 #: How llamapy's compaction items begin (a version: a later format gets a new prefix).
@@ -191,7 +201,8 @@ class TextConfig(_Strict):
 class ReasoningConfig(_Strict):
     """``reasoning``: ``effort`` goes to the template; ``summary`` is accepted."""
 
-    effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
+    effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max", "ultra"
+                    ] | None = None
     summary: Literal["auto", "concise", "detailed"] | None = None
     generate_summary: Literal["auto", "concise", "detailed"] | None = None
 
@@ -284,8 +295,3 @@ def parse_item(raw: object, where: str) -> Item:
 def parse_part(raw: object, where: str) -> Part:
     """One content part (files and audio are refused)."""
     return _by_type(PARTS, raw, where, "content part")  # type: ignore[arg-type]
-
-
-def parse_tool(raw: object, index: int) -> FunctionTool:
-    """One entry of ``tools``; only ``function`` tools are supported."""
-    return _by_type({"function": FunctionTool}, raw, f"tools[{index}]", "tool")

@@ -227,7 +227,7 @@ def test_reasoning_items(thinking_client: openai.OpenAI) -> None:
     ({"input": "hi", "temprature": 0}, 400, "temprature"),
     ({"input": [{"type": "input_image", "image_url": "x"}]}, 400, "input_image"),
     ({"input": "hi", "previous_response_id": "resp_1"}, 404, "previous_response_id"),
-    ({"input": "hi", "tools": [{"type": "web_search"}]}, 400, "web_search"),
+    ({"input": "hi", "tools": [{"type": "custom", "name": "apply_patch"}]}, 400, "custom"),
     ({"input": "hi", "tools": [WEATHER],
       "tool_choice": {"type": "allowed_tools", "mode": "auto", "tools": []}}, 400,
      "allowed_tools"),

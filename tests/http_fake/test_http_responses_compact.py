@@ -269,7 +269,7 @@ HOSTILE: dict[str, Any] = {
     "compaction-without-content": {"input": [{"type": "compaction"}]},
     "content-a-number": {"input": [{"type": "compaction", "encrypted_content": 5}]},
     "tools-a-string": {"input": "hi", "tools": "shell"},
-    "bad-tool": {"input": "hi", "tools": [{"type": "web_search"}]},
+    "bad-tool": {"input": "hi", "tools": [{"type": "custom", "name": "apply_patch"}]},
     "bad-effort": {"input": "hi", "reasoning": {"effort": "maximal"}},
     "bad-retention": {"input": "hi", "prompt_cache_retention": "forever"},
     "previous-response": {"input": "hi", "previous_response_id": "resp_1"},
