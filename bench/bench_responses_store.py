@@ -16,8 +16,13 @@ TTFT p50/p90 (streamed; time to the first ``response.output_text.delta``).
 generated hybrid, ``llamapy.testing.tiny_hybrid_path()``) TTFT shows what each protocol costs
 around the computation.
 
-Usage: ``PYTHONPATH=. python bench/bench_responses_store.py [--turns 30] [--model GGUF]``
-(nothing else running).
+``--codex`` gives every turn Codex's prefix: the 9 tools Codex 0.171 sent (functions, a
+namespace, a hosted ``web_search``; from the recorded session in ``tests/fixtures/codex``) and
+instructions as long as Codex's base instructions (16,979 characters of generated words; their
+text is elided from the recording). Without it the prefix is one short sentence and no tools.
+
+Usage: ``PYTHONPATH=.:bench python bench/bench_responses_store.py [--turns 30] [--model GGUF]
+[--codex] [--n-ctx N]`` (nothing else running).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import statistics
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -37,6 +43,18 @@ from websockets.sync.client import ClientConnection, connect
 
 PORT = 18197
 SYSTEM = "You are a coding agent. Use the tools, then answer in one short sentence."
+FIXTURE = Path(__file__).parent.parent / "tests" / "fixtures" / "codex" / "codex_0_171.json"
+#: The length of Codex 0.171's base instructions (characters).
+CODEX_INSTRUCTIONS = 16_979
+#: What every request carries besides its input (``--codex`` sets Codex's).
+PREFIX: dict[str, Any] = {"instructions": SYSTEM}
+
+
+def codex_prefix() -> dict[str, Any]:
+    """Codex's tools as recorded, and instructions of its base instructions' length."""
+    recorded = json.loads(FIXTURE.read_text())["sockets"][0]["exchanges"][0]["request"]
+    text = text_of(random.Random(7), CODEX_INSTRUCTIONS // 5)[:CODEX_INSTRUCTIONS]
+    return {"instructions": text, "tools": recorded["tools"]}
 
 
 def tool_turn(rng: random.Random, k: int) -> list[dict[str, Any]]:
@@ -50,7 +68,7 @@ def tool_turn(rng: random.Random, k: int) -> list[dict[str, Any]]:
 def turn(client: httpx.Client, body: dict[str, Any]) -> tuple[dict[str, Any], float, int]:
     """One streamed response: the final response, TTFT, bytes sent."""
     payload = json.dumps({**body, "stream": True, "temperature": 0, "max_output_tokens": 24,
-                          "instructions": SYSTEM}).encode()
+                          **PREFIX}).encode()
     started, first = time.perf_counter(), None
     with client.stream("POST", "/v1/responses", content=payload,
                        headers={"content-type": "application/json"}) as r:
@@ -68,7 +86,7 @@ def turn(client: httpx.Client, body: dict[str, Any]) -> tuple[dict[str, Any], fl
 def ws_turn(socket: ClientConnection, body: dict[str, Any]) -> tuple[dict[str, Any], float, int]:
     """One response over the WebSocket: the final response, TTFT, bytes sent."""
     frame = json.dumps({"type": "response.create", **body, "temperature": 0,
-                        "max_output_tokens": 24, "instructions": SYSTEM})
+                        "max_output_tokens": 24, **PREFIX})
     started, first = time.perf_counter(), None
     socket.send(frame)
     while True:
@@ -89,7 +107,10 @@ def main() -> None:
     p.add_argument("--turns", type=int, default=30)
     p.add_argument("--model", default=None, help="a GGUF (default: the server's default)")
     p.add_argument("--n-ctx", type=int, default=16384)
+    p.add_argument("--codex", action="store_true", help="Codex's tools and instructions' length")
     args = p.parse_args()
+    if args.codex:
+        PREFIX.update(codex_prefix())
     store = tempfile.mkdtemp() + "/responses.sqlite3"
     proc, _ = start([sys.executable, "-m", "llamapy.serve", "--port", str(PORT), "--n-parallel",
                      "3", "--n-ctx", str(args.n_ctx), "--responses-store", store, "--log-level",

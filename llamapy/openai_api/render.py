@@ -84,7 +84,10 @@ def _polyfilled(templates: Any, inputs: dict[str, Any], fmt: str, continues: boo
     shown = dict(inputs, messages=_with_instructions(inputs["messages"], inputs["tools"]),
                  tools=[], tool_choice="auto")
     prompt = templates.apply(shown).prompt
-    params = source_templates(HERMES_TOOLS_TEMPLATE).apply(inputs)
+    # the stand-in's params (grammar, parser, generation prompt) depend on the tools and the
+    # prompt's end only: render the last message, not the whole conversation again
+    params = source_templates(HERMES_TOOLS_TEMPLATE).apply(
+        dict(inputs, messages=inputs["messages"][-1:]))
     fields = _grammar_fields(params)
     if inputs["tool_choice"] == "required":
         _calls_at_once(fields, inputs)

@@ -186,7 +186,10 @@ def tool_turns(city: str, result: str | list, is_error: bool = False) -> list:
 
 
 def test_tool_result_round_trip(claude: anthropic.Anthropic) -> None:
-    message = ask(claude, tool_turns("Oslo", "-3 degrees"), tools=[WEATHER], max_tokens=12)
+    # (tool_choice none: whether SmolLM2 calls again is a near tie that the KV reused from
+    # earlier tests can tip; the round trip is what is checked here)
+    message = ask(claude, tool_turns("Oslo", "-3 degrees"), tools=[WEATHER], max_tokens=12,
+                  tool_choice={"type": "none"})
     assert message.stop_reason in ("end_turn", "max_tokens")
     assert [block.type for block in message.content] == ["text"]
     # the call and its result reach the prompt even though SmolLM2's template shows neither
