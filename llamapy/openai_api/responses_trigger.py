@@ -27,7 +27,7 @@ from .chat import Target, aready, ready
 from .params import parse_body
 from .responses_compact import COMPACT_FIELDS, acompact_response, compact_response
 from .responses_output import response_fields
-from .responses_params import RESPONSES_FIELDS, ResponsesBody
+from .responses_params import RESPONSES_FIELDS, ResponsesBody, parse_item
 
 #: The item that asks for a compaction.
 TRIGGER = "compaction_trigger"
@@ -46,8 +46,10 @@ def asks_compaction(request: object) -> bool:
 
 def compact_body(request: Mapping[str, Any]) -> dict[str, Any]:
     """The ``/v1/responses/compact`` body standing for a triggered ``request``."""
+    items = list(request["input"])
+    parse_item(items[-1], f"input[{len(items) - 1}]")  # the trigger has no other field
     body = {key: value for key, value in request.items() if key not in _DROPPED}
-    body["input"] = list(request["input"])[:-1]
+    body["input"] = items[:-1]
     return body
 
 

@@ -224,3 +224,36 @@ def test_the_recording_holds_what_this_file_claims() -> None:
     assert {"function", "namespace", "web_search"} <= kinds
     items = [item.get("type") for f in frames for item in f["input"]]
     assert "compaction_trigger" in items and "compaction" in items
+
+
+HOSTILE_TRIGGERS: dict[str, Any] = {
+    "alone": {"input": [TRIGGER]},
+    "after-a-number": {"input": [5, TRIGGER]},
+    "tools-a-string": {"input": [*HISTORY, TRIGGER], "tools": "exec_command"},
+    "too-many-in-a-namespace": {"input": [*HISTORY, TRIGGER], "tools": [
+        {**AGENTS, "tools": AGENTS["tools"] * 129}]},
+    "bad-effort": {"input": [*HISTORY, TRIGGER], "reasoning": {"effort": "maximal"}},
+    "unknown-field": {"input": [*HISTORY, TRIGGER], "frobnicate": 1},
+    "other-model": {"input": [*HISTORY, TRIGGER], "model": "gpt-5"},
+    "unknown-previous": {"input": [TRIGGER], "previous_response_id": "resp_nope"},
+    "trigger-with-fields": {"input": [*HISTORY, {**TRIGGER, "extra": 1}]},
+    "long-history": {"input": [{"role": "user", "content": "y " * 40_000}, TRIGGER]},
+}
+
+
+@pytest.mark.parametrize("body", list(HOSTILE_TRIGGERS.values()), ids=list(HOSTILE_TRIGGERS))
+def test_a_hostile_compaction_gets_a_4xx_over_http_and_the_socket(app: FakeApp,
+                                                                  body: dict[str, Any]) -> None:
+    r = app.send("POST", "/v1/responses", json=body)
+    assert 400 <= r.status_code < 500, r.text
+    assert set(r.json()["error"]) >= {"message", "type", "param", "code"}
+    with app.client.websocket_connect(URL) as ws:
+        ws.send_json({"type": "response.create", **body})
+        answer = until_final(ws)[-1]
+        assert answer["type"] == "error" and 400 <= answer["status"] < 500, answer
+        assert final(ws, input="still here?")["status"] in ENDS_STATUS
+    app.check_idle()
+
+
+#: A response's final status.
+ENDS_STATUS = ("completed", "incomplete")
