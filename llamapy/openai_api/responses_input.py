@@ -197,7 +197,7 @@ def _tool_choice(choice: str | dict[str, Any] | None) -> str | dict[str, Any] | 
         raise UnsupportedFeatureError(kind, f"tool_choice of type {kind!r} is not supported "
                                             "(use none, auto, required or a function)")
     named = parse_body(FunctionChoice, choice)
-    return {"type": "function", "function": {"name": named.name}}
+    return {"type": "function", "function": {"name": joined_name(named.namespace, named.name)}}
 
 
 def _response_format(fmt: TextFormat | None) -> ResponseFormat | None:

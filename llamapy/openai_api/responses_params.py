@@ -175,10 +175,11 @@ class FunctionTool(_Data):
 
 
 class FunctionChoice(_Strict):
-    """``tool_choice: {"type": "function", "name": ...}``."""
+    """``tool_choice: {"type": "function", "name": ..., "namespace": ...}``."""
 
     type: Literal["function"]
     name: str
+    namespace: str | None = None
 
 
 class TextFormat(_Strict):

@@ -34,6 +34,7 @@ from .flags.serving import url_prefix
 from .guard import BrowserGuard, HostPolicy
 from .host import Loader, ModelHost
 from .metrics.registry import RequestCounter
+from .model_use import RoutePolicy
 from .multi import ModelRouter
 from .pages.live_view import events_router
 from .routes.anthropic import anthropic_router
@@ -123,6 +124,8 @@ def _assemble(ctx: AppContext, owned: ModelSource | None, webui: bool,
                     lifespan=_lifespan(ctx, owned))
     app.state.llamapy = ctx
     app.state.error_shape = route_error_shape(routers, _openai_shape, prefix)
+    app.state.route_policy = RoutePolicy(
+        (use for router in routers for use in router.uses), prefix)
     install_error_handlers(app)
     return app
 
@@ -285,8 +288,9 @@ def _add_middleware(app: Starlette, ctx: AppContext, cors: CorsPolicy, max_body_
     """Catch-all errors, the browser guards (:mod:`llamapy.serve.guard`, refusals in ``shape``),
     request counting (refusals too), the body limit and (outermost) CORS: preflights always
     answered, ``cors``'s origins named (:mod:`llamapy.serve.cors`)."""
-    for cls, keywords in ctx.source.middleware(ctx.check_key):  # innermost: holds the
-        app.add_middleware(cls, **keywords)  # request's model for its whole response
+    policy = app.state.route_policy  # innermost: holds the request's model for its response
+    for cls, keywords in ctx.source.middleware(ctx.check_key, policy):
+        app.add_middleware(cls, **keywords)
     app.add_middleware(CatchAll)
     app.add_middleware(BrowserGuard, hosts=hosts, origins=cors, shape=shape)
     app.add_middleware(RequestCounter, metrics=ctx.metrics)

@@ -43,6 +43,7 @@ from ..ollama_api import served_name
 from ..openai_api import ServedModel
 from ..openai_api.target import check_presentation
 from ..server import ModelLease, ModelManager, ModelSpec, ModelState, Server
+from .model_use import RoutePolicy
 from .sleep import WakeOnRequest, sleep_snapshot
 from .source import Listed, model_card, model_listing
 from .tenants import Principal
@@ -192,11 +193,13 @@ class ModelHost:
         """True: one embeddings context for the app's life."""
         return True
 
-    def middleware(self, check_key: Callable[[Any], Any]) -> list[tuple[Any, dict[str, Any]]]:
-        """With a loader: :class:`~llamapy.serve.sleep.WakeOnRequest` (a request holds the
-        model, waking it first); else none."""
+    def middleware(self, check_key: Callable[[Any], Any], policy: RoutePolicy
+                   ) -> list[tuple[Any, dict[str, Any]]]:
+        """With a loader: :class:`~llamapy.serve.sleep.WakeOnRequest` (a request on a route
+        that wakes the model holds it, waking it first); else none."""
         return [(WakeOnRequest, {"enter": self.enter, "check_key": check_key,
-                                 "try_enter": self.try_enter})] if self.reloads else []
+                                 "policy": policy, "try_enter": self.try_enter}
+                 )] if self.reloads else []
 
     def metrics_collectors(self) -> list[Any]:
         """None beyond the engine's."""

@@ -7,11 +7,12 @@ while it loads or while the budget has no room) and holds the lease until the re
 sent, streams included, so a model is never unloaded under a request. The handlers then find
 their model with :meth:`ModelRouter.current`, exactly as they find the one model of a
 single-model app. An unknown model is a 404 listing the served ones; a model that failed to
-load answers with its own typed error. Only the routes that run on a model take a lease
-(:data:`LEASE_PATHS`); ``/metrics`` takes one only when it names a model. The key is checked
-from the headers before the body is read, and before anything loads: a request without a valid
-key is a 401, and ``/metrics`` (:data:`ADMIN_LEASE_PATHS`) is an admin's, so a tenant key's
-``/metrics?model=`` is a 403 that loads nothing. With
+load answers with its own typed error. Only the routes that run on a model take a lease (each
+route declares it: :mod:`llamapy.serve.model_use`; a path no route serves takes none, so a stray
+request never loads a model); ``/metrics`` takes one only when it names a model. The key is
+checked from the headers before the body is read, and before anything loads: a request without
+a valid key is a 401, and ``/metrics`` is an admin's, so a tenant key's ``/metrics?model=`` is
+a 403 that loads nothing. With
 ``--pull-on-demand`` a name that is not served and spells the Hub out (``hf.co/ORG/REPO``) is
 pulled first, for an admin's key only (:func:`~llamapy.serve.tenants.require_admin`, the rule
 ``/models/load`` follows): a tenant key gets the 403 before the Hub is asked anything.
@@ -38,45 +39,14 @@ from ..options.hub import is_pull_name
 from ..server import ModelLease, ModelManager, ModelState, ModelStatus
 from .anthropic_errors import anthropic_error_response
 from .errors import error_response
+from .model_use import ModelUse, RoutePolicy
 from .ollama_errors import ollama_error_response
 from .source import Listed
 from .tenants import Principal, require_admin
 
-__all__ = ["ADMIN_LEASE_PATHS", "ModelRouter", "ModelSelect", "ModelsCollector", "check_caller",
-           "model_entry", "path_error"]
+__all__ = ["ModelRouter", "ModelSelect", "ModelsCollector", "check_caller", "model_entry",
+           "path_error"]
 
-#: The routes that run on a model: they take a lease (any other path takes none, so a stray
-#: request never loads a model). A new model route must be listed here: unlisted, it answers
-#: 503 "names no model" (a test checks every app route is classified).
-LEASE_PATHS = frozenset({
-    "/v1/chat/completions", "/chat/completions", "/v1/completions", "/completion",
-    "/completions", "/v1/embeddings", "/embeddings", "/v1/messages",
-    "/v1/messages/count_tokens", "/v1/responses", "/responses", "/v1/responses/input_tokens",
-    "/v1/responses/compact", "/responses/compact",
-    "/responses/input_tokens", "/v1/chat/completions/input_tokens",
-    "/chat/completions/input_tokens", "/tokenize", "/detokenize", "/apply-template", "/props",
-    "/slots", "/infill", "/api/chat", "/api/generate", "/api/embed", "/api/embeddings",
-    "/api/show", "/rerank", "/v1/rerank", "/reranking", "/v1/reranking"})
-#: Path prefixes of model routes with a path parameter (``/slots/{id_slot}``: slot actions).
-LEASE_PREFIXES = ("/slots/",)
-#: Routes that take a lease only when the request names a model.
-NAMED_LEASE_PATHS = frozenset({"/metrics"})
-#: Lease routes for admin keys only: refused before their model is loaded or woken.
-ADMIN_LEASE_PATHS = frozenset({"/metrics"})
-#: Routes that need no model: they list, load or unload models, serve the pages, keep stored
-#: responses and conversations, or (the live view's events) peek at a loaded model without a
-#: lease, so watching one neither loads it nor keeps it loaded.
-NO_MODEL_PATHS = frozenset({"/", "/dashboard", "/health", "/v1/health", "/v1/models", "/models",
-                            "/v1/models/{model_id:path}", "/models/load", "/models/unload",
-                            "/v1/llamapy/events", "/openapi.json", "/api/tags", "/api/ps",
-                            "/api/version", "/api/pull", "/api/push", "/api/create",
-                            "/api/copy", "/api/delete",
-                            *(f"{v}/{kind}{tail}" for v in ("/v1", "") for kind, tails in (
-                                ("responses/{response_id}", ("", "/input_items", "/cancel")),
-                                ("conversations", ("", "/{conversation_id}",
-                                                   "/{conversation_id}/items",
-                                                   "/{conversation_id}/items/{item_id}")))
-                              for tail in tails)})
 
 _current: ContextVar[ServedModel | None] = ContextVar("llamapy_served_model", default=None)
 
@@ -260,9 +230,10 @@ from its spec); ``accept_any_model`` sends unknown names to the first model; ``p
         weights)."""
         return False
 
-    def middleware(self, check_key: Callable[[Any], Any]) -> list[tuple[Any, dict[str, Any]]]:
+    def middleware(self, check_key: Callable[[Any], Any], policy: RoutePolicy
+                   ) -> list[tuple[Any, dict[str, Any]]]:
         """:class:`ModelSelect`: the request's model leased for its response."""
-        return [(ModelSelect, {"router": self, "check_key": check_key})]
+        return [(ModelSelect, {"router": self, "check_key": check_key, "policy": policy})]
 
     def metrics_collectors(self) -> list[Any]:
         """Each model's state, requests in flight and memory (:class:`ModelsCollector`)."""
@@ -321,27 +292,28 @@ class ModelsCollector(Collector):
 class ModelSelect:
     """ASGI middleware: lease the request's model for the whole response (see the module)."""
 
-    def __init__(self, app: ASGIApp, router: ModelRouter, check_key: Any) -> None:
+    def __init__(self, app: ASGIApp, router: ModelRouter, check_key: Any,
+                 policy: RoutePolicy) -> None:
         self.app = app
         self.router = router
         self.check_key = check_key
+        self.policy = policy
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
-        leased = path in LEASE_PATHS or path in NAMED_LEASE_PATHS or path.startswith(
-            LEASE_PREFIXES)
-        if scope["type"] != "http" or not leased:
+        use = self.policy.use(path)
+        if scope["type"] != "http" or use.lease == "never":
             await self.app(scope, receive, send)
             return
         try:
-            principal = check_caller(self.check_key, scope)  # before the body is read
+            principal = check_caller(self.check_key, scope, use)  # before the body is read
         except LlamapyError as exc:
             await path_error(path, exc)(scope, receive, send)
             return
         messages = await _read_body(receive)
         replay = _replay(messages, receive)
         requested = _requested_model(scope, messages)
-        if requested is None and path in NAMED_LEASE_PATHS:
+        if requested is None and use.lease == "named":
             await self.app(scope, replay, send)
             return
         try:
@@ -361,14 +333,14 @@ class ModelSelect:
             lease.release()  # never blocks: an unload it causes runs on its own thread
 
 
-def check_caller(check_key: Callable[[Request], Any], scope: Scope) -> Principal:
+def check_caller(check_key: Callable[[Request], Any], scope: Scope, use: ModelUse
+                 ) -> Principal:
     """The :class:`Principal` of a request on a model route, from its headers alone (before
     its body is read or its model loaded or woken): ``check_key``'s (a 401 without a valid
-    key), and a 403 unless it is an admin's on :data:`ADMIN_LEASE_PATHS`."""
+    key), and a 403 unless it is an admin's where ``use`` is an admin's."""
     principal: Principal = check_key(Request(scope))
-    path = scope.get("path", "")
-    if path in ADMIN_LEASE_PATHS:
-        require_admin(principal, path)
+    if use.admin:
+        require_admin(principal, scope.get("path", ""))
     return principal
 
 

@@ -5,7 +5,8 @@ not a framework: importing FastAPI (its OpenAPI models, its dependency solver) c
 0.2 s at every start, a third of the time to a healthy ``/health``. :class:`Router` keeps what
 we used of it: ``get`` / ``post`` / ``websocket`` decorators (stackable, one handler under
 several paths), checks that guard every route of a router (the API key), an optional error
-shape of its own (Anthropic's) and a ``dict`` or ``list`` result sent as JSON.
+shape of its own (Anthropic's), what each route needs of the model
+(:mod:`llamapy.serve.model_use`) and a ``dict`` or ``list`` result sent as JSON.
 :func:`openapi_document` builds ``/openapi.json`` from the routes on first request,
 request-body schemas included.
 """
@@ -22,6 +23,7 @@ from starlette.routing import BaseRoute, Match, Route, WebSocketRoute, get_route
 from starlette.websockets import WebSocket
 
 from ..errors import InvalidOptionError
+from .model_use import NO_MODEL, ModelUse
 
 Handler = Callable[[Request], Awaitable[Any]]
 #: A WebSocket route's handler: it answers the handshake (accepts or denies) and the frames.
@@ -45,29 +47,37 @@ class Endpoint:
 class Router:
     """The routes of one API; ``checks`` run before every handler (an exception ends the
     request); ``error_shape`` turns any exception of the route into its response (otherwise
-    exceptions go to the app's handlers)."""
+    exceptions go to the app's handlers); ``model`` is what its routes need of the model
+    unless a route says otherwise (:mod:`llamapy.serve.model_use`)."""
 
-    def __init__(self, *, checks: Sequence[Check] = (), error_shape: ErrorShape | None = None
-                 ) -> None:
+    def __init__(self, *, checks: Sequence[Check] = (), error_shape: ErrorShape | None = None,
+                 model: ModelUse = NO_MODEL) -> None:
         self.checks = tuple(checks)
         self.error_shape = error_shape
+        self.model = model
         self.routes: list[BaseRoute] = []
         self.endpoints: list[Endpoint] = []
+        #: Each HTTP route's path and what it needs of the model.
+        self.uses: list[tuple[str, ModelUse]] = []
 
     def get(self, path: str, *, schema: Callable[[], dict[str, Any]] | None = None,
-            hidden: bool = False) -> Callable[[Handler], Handler]:
-        """Register the decorated handler for ``GET path`` (``hidden``: not documented)."""
-        return self._route("GET", path, schema, hidden)
+            hidden: bool = False, model: ModelUse | None = None
+            ) -> Callable[[Handler], Handler]:
+        """Register the decorated handler for ``GET path`` (``hidden``: not documented;
+        ``model``: its need of the model, else the router's)."""
+        return self._route("GET", path, schema, hidden, model)
 
     def post(self, path: str, *, schema: Callable[[], dict[str, Any]] | None = None,
-             hidden: bool = False) -> Callable[[Handler], Handler]:
+             hidden: bool = False, model: ModelUse | None = None
+             ) -> Callable[[Handler], Handler]:
         """Register the decorated handler for ``POST path``; ``schema`` gives its body's JSON
         schema for the document."""
-        return self._route("POST", path, schema, hidden)
+        return self._route("POST", path, schema, hidden, model)
 
-    def delete(self, path: str, *, hidden: bool = False) -> Callable[[Handler], Handler]:
+    def delete(self, path: str, *, hidden: bool = False, model: ModelUse | None = None
+               ) -> Callable[[Handler], Handler]:
         """Register the decorated handler for ``DELETE path``."""
-        return self._route("DELETE", path, None, hidden)
+        return self._route("DELETE", path, None, hidden, model)
 
     def websocket(self, path: str) -> Callable[[SocketHandler], SocketHandler]:
         """Register the decorated handler for WebSocket connections to ``path`` (not
@@ -80,10 +90,11 @@ class Router:
         return register
 
     def _route(self, method: str, path: str, schema: Callable[[], dict[str, Any]] | None,
-               hidden: bool) -> Callable[[Handler], Handler]:
+               hidden: bool, model: ModelUse | None) -> Callable[[Handler], Handler]:
         def register(handler: Handler) -> Handler:
             self.routes.append(Route(path, self._endpoint(handler), methods=[method],
                                      name=f"{handler.__name__} {path}"))
+            self.uses.append((path, self.model if model is None else model))
             if not hidden:
                 summary = (handler.__doc__ or "").strip().split("\n\n")[0]
                 self.endpoints.append(Endpoint(path, method.lower(), " ".join(summary.split()),

@@ -1,7 +1,8 @@
 """``--sleep-idle-seconds N``: unload the model after N quiet seconds, reload it on demand.
 
-The policy (llama-server's). A request on a route that runs on the model (the routes of
-:data:`~llamapy.serve.multi.LEASE_PATHS` but ``/props``) is *activity*: :class:`WakeOnRequest`
+The policy (llama-server's). A request on a route that runs on the model (a route declared
+:data:`~llamapy.serve.model_use.ON_MODEL`; ``/props`` is only read) is *activity*:
+:class:`WakeOnRequest`
 holds a lease on the model (:meth:`ModelHost.enter <llamapy.serve.host.ModelHost.enter>`) for
 its whole response (streams included), waking the model first, so the request waits for the
 reload. Only a request with a valid API key wakes it: the key is checked from the headers first
@@ -29,12 +30,10 @@ from ..errors import LlamapyError
 from ..openai_api import ServedModel
 from ..openai_api import llama_compat as compat
 from ..server import ModelLease
-from .multi import LEASE_PATHS, LEASE_PREFIXES, check_caller, path_error
+from .model_use import RoutePolicy
+from .multi import check_caller, path_error
 
-__all__ = ["WAKE_PATHS", "WakeOnRequest", "sleep_snapshot"]
-
-#: Routes that wake a sleeping model: those that run on it, but ``/props`` (read-only).
-WAKE_PATHS = LEASE_PATHS - {"/props"}
+__all__ = ["WakeOnRequest", "sleep_snapshot"]
 
 
 def sleep_snapshot(served: ServedModel, models: dict[str, Any]) -> dict[str, Any]:
@@ -45,26 +44,28 @@ def sleep_snapshot(served: ServedModel, models: dict[str, Any]) -> dict[str, Any
 
 
 class WakeOnRequest:
-    """ASGI middleware: a request on :data:`WAKE_PATHS` holds a lease on the model (``enter``:
-    waking it first; None while it first loads or after it failed, the route then answering
-    why) until its response has been sent, once ``check_key`` (the app's) took its key."""
+    """ASGI middleware: a request on a route that wakes the model (``policy`` says which)
+    holds a lease on the model (``enter``: waking it first; None while it first loads or after
+    it failed, the route then answering why) until its response has been sent, once
+    ``check_key`` (the app's) took its key."""
 
     def __init__(self, app: ASGIApp, enter: Callable[[], ModelLease | None],
-                 check_key: Callable[[Request], Any],
+                 check_key: Callable[[Request], Any], policy: RoutePolicy,
                  try_enter: Callable[[], ModelLease | None] | None = None) -> None:
         self.app = app
         self.enter = enter
         self.try_enter = try_enter
         self.check_key = check_key
+        self.policy = policy
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
-        if scope["type"] != "http" or not (path in WAKE_PATHS or path.startswith(
-                LEASE_PREFIXES)):
+        use = self.policy.use(path)
+        if scope["type"] != "http" or not use.wakes:
             await self.app(scope, receive, send)
             return
         try:
-            check_caller(self.check_key, scope)
+            check_caller(self.check_key, scope, use)
         except LlamapyError as exc:  # no key: answered without waking the model
             await path_error(path, exc)(scope, receive, send)
             return

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from ..openai_api import ServedModel
 from ..server import ModelManager
+from .model_use import RoutePolicy
 from .tenants import Principal
 
 __all__ = ["Listed", "ModelSource", "model_card"]
@@ -109,9 +110,11 @@ class ModelSource(Protocol):
         """Hold the requested model for an ``async with`` block outside the HTTP middleware
         (a WebSocket's response): several models' one leased, a sleeping one woken."""
 
-    def middleware(self, check_key: Callable[[Any], Any]) -> list[tuple[Any, dict[str, Any]]]:
+    def middleware(self, check_key: Callable[[Any], Any], policy: RoutePolicy
+                   ) -> list[tuple[Any, dict[str, Any]]]:
         """The innermost middleware, as ``(class, keywords)``: what holds the request's model
-        for its response (``check_key`` checks the API key first)."""
+        for its response, on the routes ``policy`` says need it (``check_key`` checks the API
+        key first)."""
 
     def metrics_collectors(self) -> list[Any]:
         """``/metrics`` collectors of the models beyond the engine's."""

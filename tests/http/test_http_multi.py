@@ -15,6 +15,7 @@ import pytest
 from live import LiveApp
 
 from llamapy.serve import create_app
+from llamapy.serve.model_use import NAMED_MODEL, NO_MODEL, ON_MODEL, READS_MODEL
 from llamapy.server import ModelManager, ModelSpec
 
 SMALL = {"n_ctx": 512, "n_parallel": 2, "n_threads": 1, "n_batch": 256}
@@ -195,16 +196,60 @@ def test_two_families_answer_alternately_over_http(model_path: Path,
         assert states(http) == {"smol": "unloaded", "gemma": "loaded"}
 
 
-def test_every_route_is_classified_for_leases(model_path: Path) -> None:
+#: What each route needed of the model when the path lists were in ``multi.py`` and
+#: ``sleep.py`` (LEASE_PATHS, NAMED_LEASE_PATHS, ADMIN_LEASE_PATHS, WAKE_PATHS): the routes'
+#: own declarations must give the same.
+BEFORE_DECLARATIONS = {
+    # NO_MODEL
+    "/": NO_MODEL, "/api/copy": NO_MODEL, "/api/create": NO_MODEL, "/api/delete": NO_MODEL,
+    "/api/ps": NO_MODEL, "/api/pull": NO_MODEL, "/api/push": NO_MODEL, "/api/tags": NO_MODEL,
+    "/api/version": NO_MODEL, "/conversations": NO_MODEL,
+    "/conversations/{conversation_id}": NO_MODEL,
+    "/conversations/{conversation_id}/items": NO_MODEL,
+    "/conversations/{conversation_id}/items/{item_id}": NO_MODEL, "/dashboard": NO_MODEL,
+    "/health": NO_MODEL, "/models": NO_MODEL, "/models/load": NO_MODEL,
+    "/models/unload": NO_MODEL, "/openapi.json": NO_MODEL, "/responses/{response_id}": NO_MODEL,
+    "/responses/{response_id}/cancel": NO_MODEL, "/responses/{response_id}/input_items": NO_MODEL,
+    "/v1/conversations": NO_MODEL, "/v1/conversations/{conversation_id}": NO_MODEL,
+    "/v1/conversations/{conversation_id}/items": NO_MODEL,
+    "/v1/conversations/{conversation_id}/items/{item_id}": NO_MODEL, "/v1/health": NO_MODEL,
+    "/v1/llamapy/events": NO_MODEL, "/v1/models": NO_MODEL,
+    "/v1/models/{model_id:path}": NO_MODEL, "/v1/responses/{response_id}": NO_MODEL,
+    "/v1/responses/{response_id}/cancel": NO_MODEL,
+    "/v1/responses/{response_id}/input_items": NO_MODEL,
+    # ON_MODEL
+    "/api/chat": ON_MODEL, "/api/embed": ON_MODEL, "/api/embeddings": ON_MODEL,
+    "/api/generate": ON_MODEL, "/api/show": ON_MODEL, "/apply-template": ON_MODEL,
+    "/chat/completions": ON_MODEL, "/chat/completions/input_tokens": ON_MODEL,
+    "/completion": ON_MODEL, "/completions": ON_MODEL, "/detokenize": ON_MODEL,
+    "/embeddings": ON_MODEL, "/infill": ON_MODEL, "/rerank": ON_MODEL, "/reranking": ON_MODEL,
+    "/responses": ON_MODEL, "/responses/compact": ON_MODEL, "/responses/input_tokens": ON_MODEL,
+    "/slots": ON_MODEL, "/slots/{id_slot}": ON_MODEL, "/tokenize": ON_MODEL,
+    "/v1/chat/completions": ON_MODEL, "/v1/chat/completions/input_tokens": ON_MODEL,
+    "/v1/completions": ON_MODEL, "/v1/embeddings": ON_MODEL, "/v1/messages": ON_MODEL,
+    "/v1/messages/count_tokens": ON_MODEL, "/v1/rerank": ON_MODEL, "/v1/reranking": ON_MODEL,
+    "/v1/responses": ON_MODEL, "/v1/responses/compact": ON_MODEL,
+    "/v1/responses/input_tokens": ON_MODEL,
+    # NAMED_MODEL
+    "/metrics": NAMED_MODEL,
+    # READS_MODEL
+    "/props": READS_MODEL,
+}
+
+
+def test_every_route_declares_what_it_needs_of_the_model(model_path: Path) -> None:
     from starlette.routing import Route
 
-    from llamapy.serve.multi import LEASE_PATHS, LEASE_PREFIXES, NAMED_LEASE_PATHS, NO_MODEL_PATHS
-
     manager = ModelManager([ModelSpec(name="one", path=model_path)])
-    app = create_app(manager, own_server=True)
+    app = create_app(manager, own_server=True, webui=True)
+    policy = app.state.route_policy
     paths = {route.path for route in app.routes if isinstance(route, Route)}
-    known = LEASE_PATHS | NAMED_LEASE_PATHS | NO_MODEL_PATHS
-    assert {p for p in paths if not p.startswith(LEASE_PREFIXES)} <= known, paths - known
+    assert {path: policy.use(path) for path in paths} == BEFORE_DECLARATIONS
+    assert policy.use("/slots/3") == ON_MODEL and policy.use("/wp-admin") == NO_MODEL
+    assert policy.use("/v1/responses/resp_1") == NO_MODEL
+    prefixed = create_app(manager, own_server=False, api_prefix="/llm").state.route_policy
+    assert prefixed.use("/llm/v1/chat/completions") == ON_MODEL
+    assert prefixed.use("/v1/chat/completions") == NO_MODEL  # not served without the prefix
     manager.close()
 
 

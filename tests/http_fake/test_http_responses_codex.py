@@ -257,3 +257,14 @@ def test_a_hostile_compaction_gets_a_4xx_over_http_and_the_socket(app: FakeApp,
 
 #: A response's final status.
 ENDS_STATUS = ("completed", "incomplete")
+
+
+def test_a_namespaced_function_can_be_forced(app: FakeApp) -> None:
+    """``tool_choice`` naming a namespace's function forces that call (its joined name)."""
+    served = served_model(app)
+    plan = prepare_responses(served, {"input": HISTORY, "tools": [AGENTS, SHELL],
+                                      "tool_choice": {"type": "function", "name": "close_agent",
+                                                      "namespace": "multi_agent_v1"}})
+    assert plan.chat.tools_active
+    grammar = str(plan.chat.intent.settings()["grammar"])
+    assert "multi_agent_v1.close_agent" in grammar and "exec_command" not in grammar

@@ -23,13 +23,15 @@ from ...anthropic_api import (
 )
 from ..anthropic_errors import anthropic_error_event, anthropic_route_error
 from ..context import AppContext, read_json
+from ..model_use import ON_MODEL
 from ..routing import Router
 from ..sse_named import named_event_answer
 
 
 def anthropic_router(ctx: AppContext) -> Router:
     """The Anthropic Messages routes (behind the API key; every error in Anthropic's shape)."""
-    router = Router(checks=[ctx.check_key], error_shape=anthropic_route_error)
+    router = Router(checks=[ctx.check_key], error_shape=anthropic_route_error,
+                    model=ON_MODEL)
 
     @router.post("/v1/messages", schema=MessagesBody.model_json_schema)
     async def messages(request: Request) -> Response:

@@ -27,6 +27,7 @@ from ..context import (
 )
 from ..errors import error_response
 from ..metrics.compat import PROCESS_START
+from ..model_use import NAMED_MODEL, ON_MODEL, READS_MODEL
 from ..pages.tenant_view import props_view, slot_view
 from ..routing import Router, path_int, query_required
 from ..sse import event_stream
@@ -84,7 +85,7 @@ def health_router(ctx: AppContext) -> Router:
 
 def llama_router(ctx: AppContext) -> Router:
     """The llama-server-compatible routes (behind the API key)."""
-    router = Router(checks=[ctx.check_key])
+    router = Router(checks=[ctx.check_key], model=ON_MODEL)
     _completion_routes(router, ctx)
     _tool_routes(router, ctx)
     _status_routes(router, ctx)
@@ -167,7 +168,7 @@ def _props_now(ctx: AppContext) -> dict[str, Any]:
 
 
 def _props_routes(router: Router, ctx: AppContext) -> None:
-    @router.get("/props")
+    @router.get("/props", model=READS_MODEL)
     async def props(request: Request) -> dict[str, Any]:
         """Default generation settings, slot count, model and template (while the model
         sleeps: as they were, with ``is_sleeping: true``; it stays asleep)."""
@@ -176,7 +177,7 @@ def _props_routes(router: Router, ctx: AppContext) -> None:
         props = props_view(await run_in_threadpool(_props_now, ctx), ctx.principal(request))
         return {**props, **endpoints}
 
-    @router.post("/props")
+    @router.post("/props", model=READS_MODEL)
     async def change_props(request: Request) -> dict[str, Any]:
         """llama-server's ``POST /props``: 501 unless started with ``--props``; the pinned
         llama-server changes no property there yet and answers success, and so does this."""
@@ -210,7 +211,7 @@ def _status_routes(router: Router, ctx: AppContext) -> None:
                                        ctx.slot_store, id_slot, action, body,
                                        ctx.principal(request))
 
-    @router.get("/metrics")
+    @router.get("/metrics", model=NAMED_MODEL)
     async def metrics(request: Request) -> Response:
         """Prometheus metrics (501 with ``--no-metrics``; 403 for a tenant key)."""
         ctx.check_enabled("metrics")

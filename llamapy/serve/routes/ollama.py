@@ -58,6 +58,7 @@ from ...ollama_api.models import rfc3339, running_entry, unloaded_entry
 from ...openai_api import ServedModel
 from ...openai_api.params import parse_body
 from ..context import AppContext, cancel_on_disconnect, read_json
+from ..model_use import ON_MODEL
 from ..ndjson import ndjson_stream
 from ..ollama_errors import ollama_error_line, ollama_route_error
 from ..routing import Router
@@ -124,13 +125,13 @@ def _generation_routes(router: Router, ctx: AppContext) -> None:
         plan = await asyncio.to_thread(prepare, served, body)
         return await _answer(request, ctx, plan, body.stream)
 
-    @router.post("/api/chat", schema=ChatBody.model_json_schema)
+    @router.post("/api/chat", schema=ChatBody.model_json_schema, model=ON_MODEL)
     async def chat(request: Request) -> Response:
         """Ollama chat (NDJSON unless ``stream`` is false)."""
         body = await asyncio.to_thread(parse_body, ChatBody, await read_json(request))
         return await generate(request, body, prepare_chat_request)
 
-    @router.post("/api/generate", schema=GenerateBody.model_json_schema)
+    @router.post("/api/generate", schema=GenerateBody.model_json_schema, model=ON_MODEL)
     async def generate_text(request: Request) -> Response:
         """Ollama generate: a prompt, through the chat template unless ``raw``."""
         body = await asyncio.to_thread(parse_body, GenerateBody, await read_json(request))
@@ -150,12 +151,13 @@ def _embedding_routes(router: Router, ctx: AppContext) -> None:
             rows = await aembed(request, embedder, inputs)
         return embed_response(body.model, rows.tolist(), inputs, started)
 
-    @router.post("/api/embed", schema=EmbedBody.model_json_schema)
+    @router.post("/api/embed", schema=EmbedBody.model_json_schema, model=ON_MODEL)
     async def embed(request: Request) -> dict[str, Any]:
         """Embeddings of one input or several."""
         return await vectors(request, parse_body(EmbedBody, await read_json(request)))
 
-    @router.post("/api/embeddings", schema=EmbeddingsBody.model_json_schema)
+    @router.post("/api/embeddings", schema=EmbeddingsBody.model_json_schema,
+                 model=ON_MODEL)
     async def embeddings(request: Request) -> dict[str, Any]:
         """The legacy form: one ``prompt``, one ``embedding`` (empty for an empty prompt)."""
         body = parse_body(EmbeddingsBody, await read_json(request))
@@ -202,7 +204,7 @@ def _model_routes(router: Router, ctx: AppContext) -> None:
         """The Ollama API version these routes follow (and llamapy's)."""
         return version()
 
-    @router.post("/api/show", schema=ShowBody.model_json_schema)
+    @router.post("/api/show", schema=ShowBody.model_json_schema, model=ON_MODEL)
     async def show_model(request: Request) -> dict[str, Any]:
         """A model's template, parameters, details, GGUF metadata and capabilities."""
         body = parse_body(ShowBody, await read_json(request))

@@ -32,6 +32,7 @@ from ..context import (
     read_json,
     stream_flag,
 )
+from ..model_use import NO_MODEL, ON_MODEL
 from ..pages.tenant_view import models_view
 from ..routing import Router
 from ..sse import event_stream
@@ -40,7 +41,7 @@ from .embeddings import aembed, embedding_response, parse_embedding_request
 
 def openai_router(ctx: AppContext) -> Router:
     """The ``/v1`` routes (and llama-server's unversioned chat alias)."""
-    router = Router(checks=[ctx.check_key])
+    router = Router(checks=[ctx.check_key], model=ON_MODEL)
     _generation_routes(router, ctx)
     _model_routes(router, ctx)
     return router
@@ -70,14 +71,14 @@ def _generation_routes(router: Router, ctx: AppContext) -> None:
 
 
 def _model_routes(router: Router, ctx: AppContext) -> None:
-    @router.get("/v1/models")
-    @router.get("/models", hidden=True)
+    @router.get("/v1/models", model=NO_MODEL)
+    @router.get("/models", hidden=True, model=NO_MODEL)
     async def models(request: Request) -> dict[str, Any]:
         """The served model (with several: each with its ``status``; a key that is not an
         admin's sees no model path in a failed load's error)."""
         return await run_in_threadpool(_models_seen, ctx, request, ctx.source.model_list)
 
-    @router.get("/v1/models/{model_id:path}")
+    @router.get("/v1/models/{model_id:path}", model=NO_MODEL)
     async def model(request: Request) -> dict[str, Any]:
         """One model by id (404 unless served here)."""
         model_id: str = request.path_params["model_id"]

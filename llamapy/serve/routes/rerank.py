@@ -31,6 +31,7 @@ from ...errors import EndpointDisabledError, InvalidOptionError, UnknownOptionEr
 from ...openai_api import ServedModel
 from ...options.limits import check_embedding_tokens
 from ..context import AppContext, cancel_on_disconnect, read_json
+from ..model_use import ON_MODEL
 from ..routing import Router
 
 __all__ = ["RERANK_FIELDS", "RerankRequest", "parse_rerank", "rerank_response", "rerank_router"]
@@ -160,7 +161,7 @@ def rerank_response(served: ServedModel, request: RerankRequest, scores: Sequenc
 
 def rerank_router(ctx: AppContext) -> Router:
     """The rerank routes (behind the API key; see the module)."""
-    router = Router(checks=[ctx.check_key])
+    router = Router(checks=[ctx.check_key], model=ON_MODEL)
 
     @router.post("/v1/rerank")
     @router.post("/rerank", hidden=True)

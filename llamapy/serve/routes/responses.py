@@ -26,6 +26,7 @@ from ...openai_api.responses_params import ResponsesBody
 from ...openai_api.responses_state import akept_events, akept_response, continue_request
 from ..context import AppContext, read_json
 from ..errors import error_body
+from ..model_use import ON_MODEL
 from ..routing import Router
 from ..sse_named import named_event_answer
 
@@ -39,7 +40,7 @@ def responses_error_event(exc: BaseException, sent: int) -> dict[str, Any]:
 
 def responses_router(ctx: AppContext) -> Router:
     """The Responses and token count routes (behind the API key)."""
-    router = Router(checks=[ctx.check_key])
+    router = Router(checks=[ctx.check_key], model=ON_MODEL)
 
     @router.post("/v1/responses", schema=ResponsesBody.model_json_schema)
     @router.post("/responses", hidden=True)

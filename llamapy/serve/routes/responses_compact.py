@@ -19,12 +19,13 @@ from starlette.responses import JSONResponse, Response
 from ...openai_api.responses_compact import CompactBody, acompact_response
 from ...openai_api.responses_state import continue_request
 from ..context import AppContext, cache_headers, cancel_on_disconnect, read_json
+from ..model_use import ON_MODEL
 from ..routing import Router
 
 
 def compact_router(ctx: AppContext) -> Router:
     """The compact route (behind the API key)."""
-    router = Router(checks=[ctx.check_key])
+    router = Router(checks=[ctx.check_key], model=ON_MODEL)
 
     @router.post("/v1/responses/compact", schema=CompactBody.model_json_schema)
     @router.post("/responses/compact", hidden=True)
