@@ -23,11 +23,12 @@ as llama-server answers both).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Iterator, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Mapping
 from contextlib import aclosing
 from typing import Any
 
 from ..engine import DoneEvent, ProgressEvent, StreamEvent, TokenEvent
+from ..errors import InvalidOptionError
 from ..server import Completion, Usage
 from .bridge import Observer, aplan_events, arun_plan, plan_events, run_plan
 from .chat import Target, aready, ready
@@ -143,6 +144,22 @@ async def acreate_response(target: Target, request: Mapping[str, Any], *,
         return await acompaction_response(target, request, observe=observe)
     plan = await asyncio.to_thread(prepare_responses, await aready(target), request)
     return response_from(plan, await arun_plan(plan.chat, observe))
+
+
+async def abackground_response(target: Target, request: Mapping[str, Any], *,
+                               observe: Observer | None = None
+                               ) -> tuple[dict[str, Any], Callable[[], Awaitable[dict[str, Any]]]]:
+    """A request prepared to run in the background: its ``response`` object while queued,
+    and the work that runs it to its final object (see :mod:`.responses_background`)."""
+    if asks_compaction(request):
+        raise InvalidOptionError("a compaction does not run in the background",
+                                 option="background")
+    plan = await asyncio.to_thread(prepare_responses, await aready(target), request)
+
+    async def work() -> dict[str, Any]:
+        return response_from(plan, await arun_plan(plan.chat, observe))
+
+    return response_object(plan, status="queued", output=[], usage=None), work
 
 
 def stream_response(target: Target, request: Mapping[str, Any], *,

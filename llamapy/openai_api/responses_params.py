@@ -252,7 +252,7 @@ REFUSED = {
     "previous_response_id": "responses are not stored; send the whole conversation in "
                             "'input' (store: false)",
     "conversation": "conversations are not stored; send the whole conversation in 'input'",
-    "background": "background responses are not supported",
+    "background": "background responses need the server's response store",
     "prompt": "stored prompt templates are not supported",
     "max_tool_calls": "max_tool_calls is not supported",
 }

@@ -98,6 +98,7 @@ def _history(store: ResponseStore, tenant: str, previous: object, conversation: 
             raise StoredObjectNotFoundError(f"previous response with id '{previous}' not found",
                                             option="previous_response_id",
                                             code="previous_response_not_found")
+        _check_ended(store, tenant, previous)
         return items
     if conversation is not None:
         found = store.items(tenant, conversation)
@@ -106,6 +107,16 @@ def _history(store: ResponseStore, tenant: str, previous: object, conversation: 
                                             option="conversation")
         return found
     return []
+
+
+def _check_ended(store: ResponseStore, tenant: str, previous: object) -> None:
+    """A background response that has not ended cannot be continued (a 400)."""
+    found = store.get_response(tenant, previous)
+    status = found.get("status") if found else None
+    if status not in ("completed", "incomplete", None):
+        raise InvalidOptionError(f"previous response '{previous}' is {status}: only a completed "
+                                 "or incomplete response can be continued",
+                                 option="previous_response_id")
 
 
 def continue_request(store: ResponseStore | None, tenant: str, request: Any

@@ -276,6 +276,8 @@ def _lifespan(ctx: AppContext, owned: ModelSource | None) -> Any:
         threading.Thread(target=warm_up, args=(ctx.source,), name="llamapy-warm-up",
                          daemon=True).start()
         yield
+        if ctx.background is not None:  # (each records itself cancelled)
+            await ctx.background.close()
         ctx.close()
         if owned is not None:
             owned.close()

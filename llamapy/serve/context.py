@@ -23,6 +23,7 @@ from ..errors import (
 )
 from ..openai_api import ServedModel
 from ..openai_api.response_store import ResponseStore
+from ..openai_api.responses_background import BackgroundRuns
 from ..options.context import ContextOptions
 from ..options.serve import ServeOptions
 from .embed_bounds import InFlight
@@ -75,6 +76,8 @@ class AppContext:
     #: ``POST /props`` is accepted (llama-server's ``--props``).
     props_endpoint: bool = _SERVE.props
     metrics: Metrics = field(init=False)
+    #: The background responses this app runs (None without a response store).
+    background: BackgroundRuns | None = field(default=None, init=False)
     _embedders: dict[str, Embedder] = field(default_factory=dict, init=False)
     #: Embeddings requests in flight, held to the engine's bounds.
     embedding_requests: InFlight = field(default_factory=InFlight, init=False)
@@ -82,6 +85,8 @@ class AppContext:
 
     def __post_init__(self) -> None:
         self.metrics = Metrics(self.engine_stats, self.model_name)
+        if self.response_store is not None:
+            self.background = BackgroundRuns(self.response_store)
         for collector in self.source.metrics_collectors():
             self.metrics.registry.register(collector)
 

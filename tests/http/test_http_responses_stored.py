@@ -5,9 +5,12 @@ with their items."""
 
 from __future__ import annotations
 
+import time
+
+import httpx
 import openai
 import pytest
-from http_helpers import MODEL_ALIAS
+from http_helpers import MODEL_ALIAS, wait_slots_free
 
 
 def respond(client: openai.OpenAI, input: object, **fields: object
@@ -63,3 +66,24 @@ def test_conversations_with_the_official_client(client: openai.OpenAI) -> None:
     assert client.conversations.delete(conversation.id).deleted is True
     with pytest.raises(openai.NotFoundError):
         client.conversations.retrieve(conversation.id)
+
+
+def test_a_background_response_with_the_official_client(client: openai.OpenAI,
+                                                        http: httpx.Client) -> None:
+    """``background=True``: queued at once, ``retrieve`` polls it to the answer the same
+    request gives in the foreground; a long one is ``cancel``led and its slot freed."""
+    queued = respond(client, "Name a colour.", background=True)
+    assert queued.status == "queued" and queued.background is True
+    deadline = time.monotonic() + 120
+    while (polled := client.responses.retrieve(queued.id)).status in ("queued", "in_progress"):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert polled.status in ("completed", "incomplete")
+    assert polled.output_text == respond(client, "Name a colour.", store=False).output_text
+    long = client.responses.create(model=MODEL_ALIAS, input="Count to a thousand.",
+                                   background=True, max_output_tokens=4000,
+                                   extra_body={"ignore_eos": True})
+    cancelled = client.responses.cancel(long.id)
+    assert cancelled.status == "cancelled"
+    assert client.responses.retrieve(long.id).status == "cancelled"
+    wait_slots_free(http)

@@ -212,10 +212,11 @@ def submitted_options(app: FakeApp) -> Iterator[list[Any]]:
         app.server.call(lambda engine: vars(engine).pop("submit", None))
 
 
-def keyed_app(keys_file: str) -> FakeApp:
+def keyed_app(keys_file: str, **options: Any) -> FakeApp:
     """A fake app behind the API keys (and tenants) of ``keys_file``, keeping stored responses
-    in memory, its context long enough for many-turn conversations."""
+    in memory, its context long enough for many-turn conversations (``options``: more of the
+    fake server's)."""
     from llamapy.serve.tenants import KeyTable
 
-    return FakeApp(options={"n_ctx": 8192}, app_options={
+    return FakeApp(options={"n_ctx": 8192, **options}, app_options={
         "api_keys": KeyTable.parse(keys_file), "responses_store": ":memory:"})

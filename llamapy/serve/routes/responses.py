@@ -14,7 +14,7 @@ import asyncio
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 
 from ...openai_api import (
     acreate_response,
@@ -22,8 +22,14 @@ from ...openai_api import (
     count_chat_input_tokens,
     count_input_tokens,
 )
+from ...openai_api.responses import abackground_response
 from ...openai_api.responses_params import ResponsesBody
-from ...openai_api.responses_state import akept_events, akept_response, continue_request
+from ...openai_api.responses_state import (
+    Stored,
+    akept_events,
+    akept_response,
+    continue_request,
+)
 from ..context import AppContext, read_json
 from ..errors import error_body
 from ..model_use import ON_MODEL
@@ -45,16 +51,35 @@ def responses_router(ctx: AppContext) -> Router:
     @router.post("/v1/responses", schema=ResponsesBody.model_json_schema)
     @router.post("/responses", hidden=True)
     async def responses(request: Request) -> Response:
-        """OpenAI Responses (SSE with typed events when ``stream``)."""
+        """OpenAI Responses (SSE with typed events when ``stream``; ``background``: answered
+        at once, polled with ``GET /v1/responses/{id}``)."""
         served, store = ctx.served(request), ctx.response_store
+        raw = await read_json(request)
         body, stored = await asyncio.to_thread(continue_request, store, ctx.tenant(request),
-                                               await read_json(request))
+                                               raw)
+        if ctx.background is not None and isinstance(body, dict) and body.get("background"):
+            return await background(request, body, stored)
         return await named_event_answer(
             request, body, observe=ctx.metrics.observe, error_event=responses_error_event,
             stream=lambda observe: akept_events(
                 astream_response(served, body, observe=observe), store, stored),
             create=lambda observe: akept_response(
                 acreate_response(served, body, observe=observe), store, stored))
+
+    async def background(request: Request, body: dict[str, Any], stored: Stored) -> Response:
+        runs = ctx.background
+        assert runs is not None
+        runs.check_request(body, stored)
+        body = {key: value for key, value in body.items() if key != "background"}
+        queued, work = await abackground_response(ctx.served(request), body,
+                                                  observe=ctx.metrics.observe)
+        principal, model = ctx.principal(request), body.get("model")
+
+        async def held() -> dict[str, Any]:  # the model held until the response ends
+            async with ctx.source.hold(model if isinstance(model, str) else None, principal):
+                return await work()
+
+        return JSONResponse(await runs.start(stored, queued, held))
 
     @router.post("/v1/responses/input_tokens")
     @router.post("/responses/input_tokens", hidden=True)

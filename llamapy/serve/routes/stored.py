@@ -16,6 +16,7 @@ from starlette.requests import Request
 
 from ...errors import EndpointDisabledError, InvalidOptionError
 from ...openai_api import stored_objects as objects
+from ...openai_api.responses_background import visible
 from ..context import AppContext, read_json
 from ..routing import Router
 
@@ -33,7 +34,7 @@ def stored_router(ctx: AppContext) -> Router:
         return await asyncio.to_thread(work, store, ctx.tenant(request), *args)
 
     for prefix in ("/v1", ""):
-        _response_routes(router, call, f"{prefix}/responses", not prefix)
+        _response_routes(router, call, ctx, f"{prefix}/responses", not prefix)
         _conversation_routes(router, call, f"{prefix}/conversations", not prefix)
         _item_routes(router, call, f"{prefix}/conversations/{{conversation_id}}/items",
                      not prefix)
@@ -47,20 +48,27 @@ def _ident(request: Request, name: str) -> str:
     return str(request.path_params[name])
 
 
-def _response_routes(router: Router, call: Call, base: str, hidden: bool) -> None:
+def _response_routes(router: Router, call: Call, ctx: AppContext, base: str, hidden: bool
+                     ) -> None:
     one = f"{base}/{{response_id}}"
+
+    async def shown(request: Request) -> dict[str, Any]:
+        found = await call(request, objects.get_response, _ident(request, "response_id"))
+        return visible(ctx.background, ctx.tenant(request), found)
 
     @router.get(one, hidden=hidden)
     async def get_response(request: Request) -> dict[str, Any]:
-        """A stored response."""
+        """A stored response (a background one at whatever stage it is)."""
         if request.query_params.get("stream") in ("true", "1"):
-            raise InvalidOptionError("stream: only background responses can be streamed "
-                                     "again, and there are none", option="stream")
-        return await call(request, objects.get_response, _ident(request, "response_id"))
+            raise InvalidOptionError("stream: background responses are polled, not streamed "
+                                     "again", option="stream")
+        return await shown(request)
 
     @router.delete(one, hidden=hidden)
     async def delete_response(request: Request) -> dict[str, Any]:
-        """Delete a stored response."""
+        """Delete a stored response (a running background one is cancelled first)."""
+        if ctx.background is not None:
+            await ctx.background.cancel(ctx.tenant(request), _ident(request, "response_id"))
         return await call(request, objects.delete_response, _ident(request, "response_id"))
 
     @router.get(f"{one}/input_items", hidden=hidden)
@@ -71,10 +79,15 @@ def _response_routes(router: Router, call: Call, base: str, hidden: bool) -> Non
 
     @router.post(f"{one}/cancel", hidden=hidden)
     async def cancel_response(request: Request) -> dict[str, Any]:
-        """Cancel a background response (there are none: a stored one is finished)."""
-        await call(request, objects.get_response, _ident(request, "response_id"))
-        raise InvalidOptionError("only background responses can be cancelled, and this "
-                                 "one is finished", option="response_id")
+        """Cancel a background response: the object, ``cancelled`` (one that had ended
+        already as it ended)."""
+        if ctx.background is not None:
+            await ctx.background.cancel(ctx.tenant(request), _ident(request, "response_id"))
+        found = await shown(request)
+        if not found.get("background"):
+            raise InvalidOptionError("only background responses can be cancelled",
+                                     option="response_id")
+        return found
 
 
 def _conversation_routes(router: Router, call: Call, base: str, hidden: bool) -> None:
