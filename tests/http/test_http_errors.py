@@ -147,13 +147,15 @@ def test_body_too_large_is_413(strict: LiveApp) -> None:
 
 
 def test_queue_full_is_429_with_retry_after(model_path: Path) -> None:
-    with Server(model_path, n_ctx=1024, n_parallel=1, max_queue=1, n_threads=1) as server, \
+    # (the long answer's budget is its time on the slot: the queued request must arrive
+    # within it even on a loaded machine; closing its stream ends it early)
+    with Server(model_path, n_ctx=4096, n_parallel=1, max_queue=1, n_threads=1) as server, \
             LiveApp(create_app(server)) as live, \
             httpx.Client(base_url=live.url, timeout=60) as http:
         server.wait_ready(60)
         end_ids = [server.model.eos, server.model.eot]
         long = {"messages": [{"role": "user", "content": "Tell a long story."}],
-                "max_tokens": 500, "stream": True,  # no end of generation: stays busy
+                "max_tokens": 3500, "stream": True,  # no end of generation: stays busy
                 "logit_bias": {str(t): False for t in end_ids if t >= 0}}
         with http.stream("POST", "/v1/chat/completions", json=long) as running:
             lines = running.iter_lines()  # keep it: a dropped iterator closes the stream
