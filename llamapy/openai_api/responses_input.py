@@ -8,7 +8,8 @@ grammar, options and output parser as ``/v1/chat/completions``):
 - Items keep their order: ``message`` items become messages (``developer`` a system message);
   ``reasoning``, assistant ``message`` and ``function_call`` items that follow each other form
   one assistant turn (reasoning as ``reasoning_content``, calls as ``tool_calls``);
-  ``function_call_output`` becomes a ``tool`` message; a ``compaction`` item (what
+  ``function_call_output`` becomes a ``tool`` message (its images, if any, a user message
+  after it); a ``compaction`` item (what
   ``/v1/responses/compact`` returned) becomes the user message :data:`SUMMARY_HEADING` and its
   summary, the same text every time, so a compacted history renders (and reuses its KV) alike
   on every turn. History the template cannot show is inlined
@@ -156,8 +157,7 @@ def _add_item(messages: list[dict[str, Any]], item: Item, where: str) -> None:
              "function": {"name": joined_name(item.namespace, item.name),
                           "arguments": item.arguments}})
     elif isinstance(item, FunctionCallOutputItem):
-        messages.append({"role": "tool", "tool_call_id": item.call_id,
-                         "content": _parts_text(item.output, f"{where}.output")})
+        _add_output(messages, item, f"{where}.output")
     elif isinstance(item, CompactionTriggerItem):
         return
     elif isinstance(item, CompactionItem):
@@ -167,6 +167,22 @@ def _add_item(messages: list[dict[str, Any]], item: Item, where: str) -> None:
         text = _reasoning_text(item, f"{where}.content")
         if text:
             _assistant_turn(messages, reasoning=True)["reasoning_content"] = text
+
+
+def _add_output(messages: list[dict[str, Any]], item: FunctionCallOutputItem, where: str
+                ) -> None:
+    """A call's output as a ``tool`` message; its images (Codex's ``view_image``), which no
+    template shows in a tool message, follow in a user message of their own."""
+    content = _parts_content(item.output, where)
+    if isinstance(content, str):
+        messages.append({"role": "tool", "tool_call_id": item.call_id, "content": content})
+        return
+    text = "".join(part["text"] for part in content if part["type"] == "text")
+    images = [part for part in content if part["type"] == "image_url"]
+    messages.append({"role": "tool", "tool_call_id": item.call_id,
+                     "content": text or f"({len(images)} image(s), in the next message)"})
+    messages.append({"role": "user", "content": [
+        {"type": "text", "text": f"The image(s) the call {item.call_id} returned:"}, *images]})
 
 
 def chat_messages(body: ResponsesBody) -> list[dict[str, Any]]:

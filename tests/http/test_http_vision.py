@@ -191,3 +191,22 @@ def test_gemma3_images_are_decoded_whole_and_reused(gemma3_vision: LiveApp) -> N
     assert again.choices[0].message.content == first.choices[0].message.content
     assert other.usage.prompt_tokens_details.cached_tokens < first.usage.prompt_tokens - 4
     assert sha256_file(tiny_gemma3_mmproj_path()) == TINY_GEMMA3_MMPROJ_SHA256
+
+
+def test_an_image_a_tool_returned_reaches_the_model(oai: openai.OpenAI) -> None:
+    """As Codex's ``view_image`` returns one: the image in ``function_call_output`` is seen
+    (a different image, a different answer's prompt; the same image, its KV reused)."""
+    def call(image: bytes) -> dict:
+        return {"model": "vision", "max_output_tokens": 6, "temperature": 0, "input": [
+            {"role": "user", "content": "Look at a.png."},
+            {"type": "function_call", "call_id": "c1", "name": "view_image",
+             "arguments": '{"path": "a.png"}'},
+            {"type": "function_call_output", "call_id": "c1", "output": [
+                {"type": "input_text", "text": "a.png:"},
+                {"type": "input_image", "image_url": data_url(image)}]}]}
+    first = oai.responses.create(**call(BLUE))
+    again = oai.responses.create(**call(BLUE))
+    assert again.usage.input_tokens_details.cached_tokens > 16
+    assert again.output_text == first.output_text
+    other = oai.responses.create(**call(RED))
+    assert other.usage.input_tokens_details.cached_tokens < again.usage.input_tokens - 8

@@ -268,3 +268,34 @@ def test_a_namespaced_function_can_be_forced(app: FakeApp) -> None:
     assert plan.chat.tools_active
     grammar = str(plan.chat.intent.settings()["grammar"])
     assert "multi_agent_v1.close_agent" in grammar and "exec_command" not in grammar
+
+
+def test_an_image_a_tool_returned_reaches_a_vision_model() -> None:
+    """Codex's ``view_image`` answers with the image in ``function_call_output``: the tool
+    message carries its text, the image follows in a user message (no template shows images in
+    a tool message), and the encoder gets it."""
+    from llamapy.media import FakeMediaEncoder
+    from llamapy.media.samples import png
+
+    url = "data:image/png;base64," + base64.b64encode(png(8, 8, (10, 200, 30))).decode()
+    call = [{"role": "user", "content": "Look at a.png."},
+            {"type": "function_call", "call_id": "c1", "name": "view_image",
+             "arguments": '{"path": "a.png"}'},
+            {"type": "function_call_output", "call_id": "c1",
+             "output": [{"type": "input_text", "text": "a.png:"},
+                        {"type": "input_image", "image_url": url}]}]
+    with FakeApp(options={"mmproj": "fake"}) as vision:
+        seen: list[int] = []
+        media = vision.server._loop.media
+        assert isinstance(media, FakeMediaEncoder)
+        media.on_encode = lambda tenant, index: seen.append(index)
+        r = vision.send("POST", "/v1/responses", json={"input": call, "max_output_tokens": 2})
+        assert r.status_code == 200, r.text
+        assert len(seen) == 1
+        plan = prepare_responses(served_model(vision), {"input": call})
+        assert plan.chat.prompt.index("a.png:") < plan.chat.prompt.index(
+            "The image(s) the call c1 returned:")
+        vision.check_idle()
+    with FakeApp() as text_only:  # no projector: the image is refused, as in user input
+        r = text_only.send("POST", "/v1/responses", json={"input": call})
+        assert r.status_code == 400 and "no images" in r.json()["error"]["message"]
