@@ -44,6 +44,25 @@ def responses_error_event(exc: BaseException, sent: int) -> dict[str, Any]:
             "message": error["message"], "param": error["param"], "sequence_number": sent}
 
 
+async def background(ctx: AppContext, request: Request, body: dict[str, Any], stored: Stored
+                     ) -> Response:
+    """A ``background`` request: prepared now, answered ``queued``, run on in a task that
+    holds its model (:mod:`llamapy.openai_api.responses_background`)."""
+    runs = ctx.background
+    assert runs is not None
+    runs.check_request(body, stored)
+    body = {key: value for key, value in body.items() if key != "background"}
+    queued, work = await abackground_response(ctx.served(request), body,
+                                              observe=ctx.metrics.observe)
+    principal, model = ctx.principal(request), body.get("model")
+
+    async def held() -> dict[str, Any]:  # the model held until the response ends
+        async with ctx.source.hold(model if isinstance(model, str) else None, principal):
+            return await work()
+
+    return JSONResponse(await runs.start(stored, queued, held))
+
+
 def responses_router(ctx: AppContext) -> Router:
     """The Responses and token count routes (behind the API key)."""
     router = Router(checks=[ctx.check_key], model=ON_MODEL)
@@ -54,32 +73,16 @@ def responses_router(ctx: AppContext) -> Router:
         """OpenAI Responses (SSE with typed events when ``stream``; ``background``: answered
         at once, polled with ``GET /v1/responses/{id}``)."""
         served, store = ctx.served(request), ctx.response_store
-        raw = await read_json(request)
         body, stored = await asyncio.to_thread(continue_request, store, ctx.tenant(request),
-                                               raw)
+                                               await read_json(request))
         if ctx.background is not None and isinstance(body, dict) and body.get("background"):
-            return await background(request, body, stored)
+            return await background(ctx, request, body, stored)
         return await named_event_answer(
             request, body, observe=ctx.metrics.observe, error_event=responses_error_event,
             stream=lambda observe: akept_events(
                 astream_response(served, body, observe=observe), store, stored),
             create=lambda observe: akept_response(
                 acreate_response(served, body, observe=observe), store, stored))
-
-    async def background(request: Request, body: dict[str, Any], stored: Stored) -> Response:
-        runs = ctx.background
-        assert runs is not None
-        runs.check_request(body, stored)
-        body = {key: value for key, value in body.items() if key != "background"}
-        queued, work = await abackground_response(ctx.served(request), body,
-                                                  observe=ctx.metrics.observe)
-        principal, model = ctx.principal(request), body.get("model")
-
-        async def held() -> dict[str, Any]:  # the model held until the response ends
-            async with ctx.source.hold(model if isinstance(model, str) else None, principal):
-                return await work()
-
-        return JSONResponse(await runs.start(stored, queued, held))
 
     @router.post("/v1/responses/input_tokens")
     @router.post("/responses/input_tokens", hidden=True)
