@@ -27,8 +27,9 @@ def chat(model: str | None, content: str = "Say hi.", **fields: object) -> dict:
     return body if model is None else {"model": model, **body}
 
 
-def states(http: httpx.Client) -> dict[str, str]:
-    return {m["id"]: m["status"]["value"] for m in http.get("/v1/models").json()["data"]}
+def states(http: httpx.Client, prefix: str = "") -> dict[str, str]:
+    return {m["id"]: m["status"]["value"]
+            for m in http.get(f"{prefix}/v1/models").json()["data"]}
 
 
 @pytest.fixture
@@ -279,3 +280,12 @@ def test_the_live_feed_watches_one_model_without_loading_it(serve) -> None:  # t
     assert loaded["tokens"]["generated"] > 0
     assert first_event(http, "uno")["state"] == "unloaded"  # an alias names its model
     assert http.get("/v1/llamapy/events", params={"model": "nope"}).status_code == 404
+
+
+def test_under_an_api_prefix_the_requests_model_is_leased(serve) -> None:  # type: ignore[no-untyped-def]
+    """``--api-prefix``: the routes' declared needs hold under the prefix (a model route
+    leases, and loads, the request's model)."""
+    http = serve(api_prefix="/llm")
+    response = http.post("/llm/v1/chat/completions", json=chat("two"))
+    assert response.status_code == 200, response.text
+    assert states(http, "/llm")["two"] == "loaded" and states(http, "/llm")["one"] == "unloaded"
