@@ -113,10 +113,12 @@ class BackgroundRuns:
         except Exception as exc:  # never out of the task: the object says what happened
             log.exception("background response %s failed", queued["id"])
             final = _failed(queued, "server_error", f"internal error: {exc!r}")
-        finally:
-            self._tasks.pop((stored.tenant, queued["id"]), None)
-            with contextlib.suppress(Exception):  # (a store closed at shutdown)
-                await asyncio.shield(asyncio.to_thread(self._end, stored, final))
+        finally:  # recorded before it stops counting as running (a poll between reads it)
+            try:
+                with contextlib.suppress(Exception):  # (a store closed at shutdown)
+                    await asyncio.shield(asyncio.to_thread(self._end, stored, final))
+            finally:
+                self._tasks.pop((stored.tenant, queued["id"]), None)
 
     def running(self, tenant: str, response_id: str) -> bool:
         """Whether this process runs ``response_id`` now."""

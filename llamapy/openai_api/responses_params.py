@@ -27,7 +27,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from ..errors import InvalidOptionError, UnsupportedFeatureError
 from .params import parse_body
@@ -238,7 +238,8 @@ class ResponsesBody(BaseModel):
     truncation: Literal["auto", "disabled"] | None = None
     previous_response_id: str | None = None
     conversation: str | dict[str, Any] | None = None
-    background: bool | None = None
+    #: Strict: the route runs a request in the background only when this is ``true``.
+    background: StrictBool | None = None
     prompt: dict[str, Any] | None = None
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     max_tool_calls: int | None = Field(default=None, ge=1)

@@ -119,6 +119,16 @@ def test_a_background_response_that_could_not_be_polled_is_a_400(
     app.check_idle()
 
 
+@pytest.mark.parametrize("flag", [[[1]], ["x"], 1, "true", {"a": 1}])
+def test_background_takes_only_a_boolean(app: FakeApp, flag: object) -> None:
+    """A truthy non-boolean is a 400 naming ``background``; nothing runs on."""
+    r = app.send("POST", "/v1/responses", headers=auth(),
+                 json={**BASE, "max_output_tokens": 2, "background": flag})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == "background"
+    app.check_idle()
+
+
 def test_without_a_store_background_is_refused() -> None:
     with FakeApp(app_options={"responses_store": "off"}) as plain:
         r = plain.send("POST", "/v1/responses", json={**BASE, "background": True})

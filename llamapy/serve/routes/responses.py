@@ -75,7 +75,7 @@ def responses_router(ctx: AppContext) -> Router:
         served, store = ctx.served(request), ctx.response_store
         body, stored = await asyncio.to_thread(continue_request, store, ctx.tenant(request),
                                                await read_json(request))
-        if ctx.background is not None and isinstance(body, dict) and body.get("background"):
+        if ctx.background is not None and isinstance(body, dict) and body.get("background") is True:
             return await background(ctx, request, body, stored)
         return await named_event_answer(
             request, body, observe=ctx.metrics.observe, error_event=responses_error_event,

@@ -125,6 +125,9 @@ def create_options(frame: dict[str, Any]) -> tuple[dict[str, Any], str | None, b
         raise InvalidOptionError("stream_id must be a string", option="stream_id")
     if generate is not None and not isinstance(generate, bool):
         raise InvalidOptionError("generate must be a boolean", option="generate")
+    if body.get("background") is True:
+        raise InvalidOptionError("background responses are not run over the WebSocket: "
+                                 "POST /v1/responses, then poll", option="background")
     return body, stream_id, generate is not False
 
 
