@@ -5,12 +5,13 @@ The fake backend's asynchronous device (``fake_server(device_step_s=S)``) return
 the tick thread is free meanwhile. With every stream in one batch the ideal rate is
 ``streams / S`` tokens per second: the share of it that the streams receive is what the
 Python around the device costs. Measured in-process (``Server.acomplete_tokens``, all streams
-at once) and over HTTP (streaming ``/v1/completions`` from a server process, one asyncio
-client), with the p50/p99 gap between tokens of a stream.
+at once) and over HTTP (streaming ``/completion`` with ``return_tokens`` from a server process,
+one asyncio client), with the p50/p99 gap between tokens of a stream.
 
     python bench/bench_device.py                      # steps 2, 5, 10 ms; 1, 16, 64 streams
     python bench/bench_device.py --steps 2 --streams 1 --tokens 200 --no-http
     python bench/bench_device.py --serial ...         # the engine as before the overlap
+    python bench/bench_device.py --no-chain ...       # one step a tick (no steady chain)
 
 ``--serial`` makes the engine treat the device as synchronous (a token's text and event
 before the next step is queued), the order it had before overlapped ticks, for an A/B in one
@@ -119,6 +120,9 @@ from llamapy.server.fake import fake_server
 from llamapy.engine.fake.backend import FakeBackend
 if {serial}:
     FakeBackend.async_decode = property(lambda self: False)
+if {no_chain}:
+    from llamapy.engine.engine import Engine
+    Engine._may_chain = lambda self, batch: False
 opts = {opts}
 server = fake_server(device_step_s={step}, **opts)
 uvicorn.run(create_app(server, alias="fake", embeddings=False), host="127.0.0.1",
@@ -135,7 +139,7 @@ def free_port() -> int:
 def over_http(step_s: float, streams: int, tokens: int) -> Result:
     port = free_port()
     code = SERVE.format(opts=server_options(streams), step=step_s, port=port, serial=SERIAL[0],
-                        switch=SWITCH[0])
+                        switch=SWITCH[0], no_chain=NO_CHAIN[0])
     proc = subprocess.Popen([sys.executable, "-c", code])
     try:
         url = f"http://127.0.0.1:{port}"
@@ -171,17 +175,22 @@ async def _http_streams(url: str, streams: int, tokens: int, gaps: list[float]) 
 
 
 async def _http_one(client: httpx.AsyncClient, tokens: int, gaps: list[float]) -> int:
-    body = {"model": "fake", "prompt": "abcdefgh", "max_tokens": tokens, "temperature": 0,
-            "stream": True, "ignore_eos": True}
+    """One stream of llama-server's ``/completion`` with ``return_tokens``: each token is
+    counted from the chunk that carries it (an OpenAI stream leaves out the chunks of tokens
+    without text, which the fake model has)."""
+    body = {"prompt": "abcdefgh", "n_predict": tokens, "temperature": 0, "stream": True,
+            "ignore_eos": True, "return_tokens": True}
     clock = TokenClock(gaps)
-    async with client.stream("POST", "/v1/completions", json=body) as response:
+    async with client.stream("POST", "/completion", json=body) as response:
         async for line in response.aiter_lines():
-            if line.startswith("data: {") and json.loads(line[6:])["choices"][0].get("text"):
-                clock.tick()
+            if line.startswith("data: {"):
+                for _ in json.loads(line[6:]).get("tokens") or ():
+                    clock.tick()
     return clock.n
 
 
 SERIAL = [False]
+NO_CHAIN = [False]
 SWITCH = [0.0]
 
 
@@ -194,6 +203,8 @@ def main() -> None:
     parser.add_argument("--no-http", action="store_true")
     parser.add_argument("--serial", action="store_true",
                         help="no overlap: text and events before the next step is queued")
+    parser.add_argument("--no-chain", action="store_true",
+                        help="one decode step a tick (no steady chain: llamapy.engine.steady)")
     parser.add_argument("--switch-interval", type=float, default=0.0,
                         help="the server process's GIL switch interval, s (0: Python's)")
     args = parser.parse_args()
@@ -205,6 +216,11 @@ def main() -> None:
 
         FakeBackend.async_decode = property(lambda self: False)  # type: ignore[assignment]
         SERIAL[0] = True
+    if args.no_chain:
+        from llamapy.engine.engine import Engine
+
+        Engine._may_chain = lambda self, batch: False  # type: ignore[method-assign]
+        NO_CHAIN[0] = True
     print("| path | step ms | streams | tok/s | share of ideal | gap p50 ms | gap p99 ms |")
     print("|---|---|---|---|---|---|---|")
     for step in args.steps:

@@ -42,6 +42,7 @@ from llamapy.engine.speculation.drafting import Drafter
 from llamapy.engine.speculation.speculator import Speculator, with_ngram
 from llamapy.engine.states import RequestState, SlotState
 from llamapy.engine.stats import Counters, EngineStats, InstabilityEvent, recent_events
+from llamapy.engine.steady import SteadyChain
 from llamapy.engine.strategies import resolve_strategy
 from llamapy.engine.tenant_counts import TenantCounts
 from llamapy.engine.tenants import Tenants
@@ -92,6 +93,8 @@ class Engine:
                                      config.speculative, tuning.spec_prior_beta)
         self.executor = Executor(backend, self.prefix, self.counters, clock, self._deliver,
                                  self.speculator, config.max_sample_ms / 1000)
+        #: The tick's batch and the steady decode steps chained after it.
+        self.steady = SteadyChain(self.executor, self.counters, tuning.steady_steps)
         #: KV operations on leased slots (save, restore, clear, next-token logits).
         self.leases = KvOps(backend, self.pool, self.prefix, leased=True)
         #: KV operations on idle slots (save, restore, clear: llama-server's slot actions).
@@ -215,8 +218,10 @@ class Engine:
             return True
         return any(self.admission.could_start(r) for r in self._queue)
 
-    def tick(self) -> bool:
-        """Run one scheduling step; False (doing nothing) when there is no work."""
+    def tick(self, keep_going: Callable[[], bool] = lambda: True) -> bool:
+        """Run one scheduling step; False (doing nothing) when there is no work. On an
+        asynchronous device a steady decode chains up to ``steady_steps`` steps while
+        ``keep_going()`` (the owner has nothing for the engine: :mod:`.steady`)."""
         self._check_open()
         if not self.has_work:
             return False
@@ -231,7 +236,7 @@ class Engine:
             if batch is not None:
                 self.prefix.park_idle()
                 self.speculator.extend(batch, self.n_batch, self.backend.n_ctx_seq)
-                self.executor.execute(batch)
+                self.steady.execute(batch, self._may_chain(batch), keep_going)
             else:  # nothing to decode: block briefly on a pending disk read, do not spin
                 self.executor.flush()
                 self.prefix.wait()
@@ -239,6 +244,13 @@ class Engine:
             self._fail_runs([s.run for s in self.pool.running() if s.run], "tick", exc)
         self._reap()
         return True
+
+    def _may_chain(self, batch: ScheduledBatch) -> bool:
+        """Whether a steady chain may follow ``batch`` (:mod:`.steady`): an asynchronous
+        device, a strategy that decodes every slot, every running slot in ``batch``, nothing
+        queued or cancelled."""
+        return (self.backend.async_decode and self.planner.plain and not self._queue
+                and not self._gone and len(batch.entries) == len(self.pool.running()))
 
     def _fail_runs(self, runs: list[Run], phase: str, exc: Exception) -> None:
         """End ``runs`` with a typed error after a failure in ``phase`` (KV resynced)."""

@@ -93,8 +93,12 @@ class Executor:
                 if not run.ending:
                     self._emit(run, slot, token, logprobs)
 
-    def execute(self, batch: ScheduledBatch) -> None:
-        """Decode ``batch`` (splitting it under KV pressure), then sample and emit."""
+    def execute(self, batch: ScheduledBatch,
+                ahead: Callable[[ScheduledBatch], ScheduledBatch | None] | None = None
+                ) -> ScheduledBatch | None:
+        """Decode ``batch`` (splitting it under KV pressure), then sample and emit. ``ahead``
+        is called while the step computes (before its outputs are read); what it returned,
+        once the batch is committed (None when the batch was split or failed)."""
         now = self.clock()
         for entry in batch.entries:
             if entry.run.prefill_started_at is None:
@@ -103,15 +107,17 @@ class Executor:
         plan = self._decode(batch)
         self.flush()  # (the step is queued: the last one's text and events meanwhile)
         if plan is None:
-            return
+            return None
+        following = ahead(batch) if ahead is not None else None
         self.counters.num_decode_calls += 1
         self.counters.num_decode_slots += len(batch.entries)
         self._commit(batch, plan.output_indices())
+        return following
 
     def _decode(self, batch: ScheduledBatch) -> BatchPlan | None:
         """Decode ``batch`` (purging, dropping drafts, splitting under KV pressure); its plan,
         None when it was split or failed (done here)."""
-        plan = batch.to_plan()
+        plan = batch.plan if batch.plan is not None else batch.to_plan()
         if plan.adapter_set != self.backend.adapter_set:  # the backend switches its LoRA set
             self.counters.num_adapter_switches += 1
         while True:

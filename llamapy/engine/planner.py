@@ -55,6 +55,9 @@ class ScheduledBatch:
 
     entries: list[Entry]
     adapter_set: Hashable = ()
+    #: The backend's view, built ahead (:mod:`llamapy.engine.steady`); None: built when
+    #: decoded.
+    plan: BatchPlan | None = None
 
     def to_plan(self) -> BatchPlan:
         """The backend's view of this batch."""
@@ -143,6 +146,12 @@ class Planner:
         self.pass_tokens = pass_tokens
         self.rotation = AdapterRotation()
         self._plain = decodes_every_slot(strategy)
+
+    @property
+    def plain(self) -> bool:
+        """Whether the strategy decodes every decoding slot each tick and one adapter set
+        serves them all (so a steady decode may chain: :mod:`llamapy.engine.steady`)."""
+        return self._plain and self.rotation.n_sets <= 1
 
     def schedule(self, decoding: Sequence[Slot], prefilling: Sequence[Slot], queue: Sequence[Run],
                  now: float) -> ScheduledBatch | None:

@@ -75,6 +75,9 @@ class Counters:
     """Monotonic engine counters (``num_*``)."""
 
     num_ticks: int = 0
+    #: Decode steps chained inside a tick (a steady decode on an asynchronous device:
+    #: :mod:`llamapy.engine.steady`).
+    num_steady_steps: int = 0
     num_decode_calls: int = 0
     num_decode_slots: int = 0  # slots in each decode call, summed (busy slots per decode)
     num_submitted: int = 0

@@ -69,8 +69,8 @@ class CrashingEngine(Engine):
 
     armed = False
 
-    def tick(self) -> bool:
+    def tick(self, keep_going: Callable[[], bool] = lambda: True) -> bool:
         """Raise ``RuntimeError("bug in tick")`` once armed, else tick."""
         if self.armed:
             raise RuntimeError("bug in tick")
-        return super().tick()
+        return super().tick(keep_going)

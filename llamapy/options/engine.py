@@ -194,7 +194,9 @@ class EngineTuning:
     prefixes are written to disk for this long at most. ``disk_background``: False writes and
     reads the disk cache on the tick thread (deterministic tests).
     ``spec_prior_beta``: the marginal cost of a batch token relative to a one-token decode,
-    assumed by adaptive speculation until the engine has measured it.
+    assumed by adaptive speculation until the engine has measured it. ``steady_steps``: on
+    an asynchronous device, how many steady decode steps one tick may chain, each planned while
+    the one before computes (:mod:`llamapy.engine.steady`; 0: one step a tick).
     """
 
     ram_min_tokens: int = option(32, "shortest prefix the RAM cache keeps")
@@ -210,3 +212,5 @@ class EngineTuning:
     disk_flush_s: float = option(20.0, "longest time spent writing prefixes to disk at close")
     disk_background: bool = option(True, "write and read the disk cache off the tick thread")
     spec_prior_beta: float = option(0.3, "assumed cost of a batch token until it is measured")
+    steady_steps: int = option(32, "decode steps a tick may chain on an asynchronous device "
+                                   "while every running slot decodes and nothing else changes")

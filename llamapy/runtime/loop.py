@@ -282,9 +282,14 @@ class TickLoop:
                 return
             if busy or engine.has_work:  # (what the inbox brought may be work)
                 self._begin()
-                engine.tick()  # never raises but for a bug, which ends the loop (CRASHED)
+                engine.tick(self._quiet)  # never raises but for a bug (the loop CRASHED)
                 if self._end():
                     return
+
+    def _quiet(self) -> bool:
+        """Whether nothing waits for the engine (a steady decode may chain: no command in the
+        inbox, no lease waiting for a slot)."""
+        return self._inbox.empty() and not self._leases
 
     def _idle_wait(self, engine: Engine) -> float | None:
         """How long an idle loop may block: until the next lease deadline or lease expiry (on

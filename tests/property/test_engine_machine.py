@@ -266,7 +266,10 @@ class EngineMachine(RuleBasedStateMachine):
     def tick(self, n):
         for _ in range(n):
             steps = self.engine.counters.num_draft_steps
+            chained = self.engine.counters.num_steady_steps
             self.engine.tick()
+            if self.engine.counters.num_steady_steps != chained:
+                event("steady decode chained (async device)")
             self._check_batches()
             if self.engine.counters.num_draft_steps != steps:  # a verification: KV trimmed
                 self._check_kv()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 from starlette.testclient import TestClient
 from test_runtime import request
@@ -28,11 +29,11 @@ class _StuckTick(Engine):
         self.stick, self.stuck, self.release = (threading.Event(), threading.Event(),
                                                 threading.Event())
 
-    def tick(self) -> None:
+    def tick(self, keep_going: Callable[[], bool] = lambda: True) -> bool:
         if self.stick.is_set():
             self.stuck.set()
             self.release.wait(60)
-        super().tick()
+        return super().tick(keep_going)
 
 
 def _stuck_loop(stall_timeout: float) -> tuple[TickLoop, _StuckTick]:

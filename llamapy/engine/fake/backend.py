@@ -178,6 +178,7 @@ class FakeBackend:
 
     def decode(self, plan: BatchPlan) -> None:
         """See :meth:`Backend.decode`."""
+        entered = time.perf_counter()  # (a device step starts here: .device)
         self.num_decode_calls += 1
         if self.sleep_s:
             time.sleep(self.sleep_s)
@@ -208,7 +209,7 @@ class FakeBackend:
         self.num_decoded_tokens += plan.n_tokens
         self.clock.advance(self.cost.decode_time(plan.n_tokens, read))
         if self.device is not None:
-            self.device.queue(plan.n_tokens, read)
+            self.device.queue(plan.n_tokens, read, entered)
         if self.record_plans:
             self.plans.append(plan)
 
