@@ -16,7 +16,8 @@ Sampling fails only the run it samples for: a typed error (a grammar that allows
 foreign one (``EngineError``), or a sampler that took more than ``max_sample_ms`` of the tick
 thread's CPU time for one token (``SamplingTooCostlyError``: a grammar that costly would stall
 every slot at each of its tokens; the first such token is paid, not the next ones). CPU time,
-not wall time, so a busy machine does not fail a request that would fit.
+not wall time, so a busy machine does not fail a request that would fit; the CPU clock is read
+once a batch, and again only for a token past the bound in wall time.
 
 Runs are only *marked* finished here (``run.end``: state ``ENDING``); the engine's reap phase
 sends the final event and frees the slot.
@@ -74,6 +75,8 @@ class Executor:
         self.counters = counters
         self.clock = clock
         self.deliver = deliver
+        #: This thread's CPU and wall clocks when the batch being sampled began.
+        self._marks = (0.0, 0.0)
         #: Tokens sampled whose text and event wait for the next step to be queued.
         self._pending: list[tuple[Run, Slot, int, Logprobs]] = []
 
@@ -162,6 +165,7 @@ class Executor:
             entry.run.end(FinishReason.ERROR, exc)
 
     def _commit(self, batch: ScheduledBatch, rows: list[int | None]) -> None:
+        self._marks = (time.thread_time(), time.perf_counter())  # (see _too_costly)
         for entry, row in zip(batch.entries, rows, strict=True):
             entry.slot.cached.extend(entry.token_ids)
             run = entry.run
@@ -220,7 +224,7 @@ class Executor:
         emitted at the next :meth:`flush` (see the module)."""
         run, slot = entry.run, entry.slot
         assert run.sampler is not None, "sampling a prefill-only run"
-        started = time.thread_time()
+        started = time.perf_counter()
         try:
             token = run.sampler.sample(row)
             n_probs = run.request.options.sampling.n_probs
@@ -229,7 +233,7 @@ class Executor:
             run.end(FinishReason.ERROR,
                     exc if isinstance(exc, LlamapyError) else EngineError("sample", exc))
             return None
-        if time.thread_time() - started > self.max_sample_s:  # it stalls every slot each token
+        if self._too_costly(started):  # it would stall every slot at each of its tokens
             run.end(FinishReason.ERROR, SamplingTooCostlyError(self.max_sample_s))
             return None
         run.tokens.append(token)
@@ -243,6 +247,19 @@ class Executor:
         else:
             self._emit(run, slot, token, logprobs)
         return token
+
+    def _too_costly(self, started: float) -> bool:
+        """Whether the sampling that began at ``started`` (``perf_counter``) took more than
+        ``max_sample_s`` of this thread's CPU. CPU time never exceeds wall time, so the CPU
+        clock (a system call) is read only past the bound in wall time: what this thread
+        spent since :attr:`_marks` minus the wall time before ``started`` (at most what it
+        spent then) is a lower bound of the sampling's CPU time."""
+        now = time.perf_counter()
+        if now - started <= self.max_sample_s:
+            return False
+        cpu, wall = self._marks
+        self._marks = (time.thread_time(), now)
+        return self._marks[0] - cpu - max(0.0, started - wall) > self.max_sample_s
 
     def _emit(self, run: Run, slot: Slot, token: int,
               logprobs: Logprobs) -> None:

@@ -304,16 +304,16 @@ class Run:
     pooled: tuple[float, ...] | None = None
     #: Prompt positions its prefill still stops at to take a checkpoint (set when resolved).
     checkpoints_at: list[int] = field(default_factory=list)
+    #: The request's :attr:`~Request.cache_key` (read for every token it decodes).
+    key: CacheKey = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.key = self.request.cache_key
 
     @property
     def request_id(self) -> Hashable:
         """The request's id."""
         return self.request.request_id
-
-    @property
-    def key(self) -> CacheKey:
-        """``(cache_scope, cache_identity, adapter_set)``."""
-        return self.request.cache_key
 
     @property
     def adapter_set(self) -> Hashable:
