@@ -48,6 +48,7 @@ class LlamaBackend:
         self._adapters: dict[str, LoraAdapter] = {}
         self._adapter_set: Hashable = ()
         self._pooling = ctx.pooling
+        self._async = model.computes_async
 
     # --- limits -------------------------------------------------------------------------------
 
@@ -82,8 +83,11 @@ class LlamaBackend:
 
     @property
     def async_decode(self) -> bool:
-        """False: llamapy waits for each decode (outputs are read right after it)."""
-        return False
+        """Whether ``decode`` returns once the step is queued (layers on a GPU that computes
+        asynchronously): the engine then does a token's text and event, and lays out the next
+        steady step, while the step computes. False on a CPU, where a decode returns when its
+        outputs are ready."""
+        return self._async
 
     @property
     def pools(self) -> bool:

@@ -21,7 +21,7 @@ from typing import Any
 from ..errors import RpcServerError
 from ._loader import native
 
-__all__ = ["model_devices", "probe_rpc_server"]
+__all__ = ["async_gpus", "model_devices", "probe_rpc_server"]
 
 #: Seconds a probe waits for a TCP connection to an RPC server.
 PROBE_TIMEOUT_S = 5.0
@@ -74,6 +74,18 @@ def local_gpus() -> list[Any]:
         if found:
             return found
     return []
+
+
+def async_gpus() -> bool:
+    """Whether a local GPU libllama would use computes asynchronously (its ``caps.async``: a
+    decode returns once its graph is queued, and reading the outputs waits for it)."""
+    ffi, lib = native().ffi, native().lib
+    props = ffi.new("struct ggml_backend_dev_props *")
+    for dev in local_gpus():
+        lib.ggml_backend_dev_get_props(dev, props)
+        if getattr(props.caps, "async"):
+            return True
+    return False
 
 
 def model_devices(rpc_servers: Sequence[str]) -> Any:

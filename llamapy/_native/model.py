@@ -22,7 +22,7 @@ from ..options.model import (
 from . import _logging
 from ._loader import c_bytes, c_text, native
 from ._shim import WHAT_SIZE, check_error
-from .devices import model_devices
+from .devices import async_gpus, model_devices
 from .owned import Owned, not_null
 
 __all__ = ["LOAD_MODE_DIRECT_IO", "LOAD_MODE_MLOCK", "LOAD_MODE_MMAP", "LOAD_MODE_MMAP_MLOCK",
@@ -85,6 +85,12 @@ class Model(Owned):
         return not_null(ptr, lambda: ModelLoadError(
             f"failed to load model {self.path}: " + _logging.captured_message(
                 lines, "llama_model_load_from_file returned NULL")))
+
+    @property
+    def computes_async(self) -> bool:
+        """Whether a decode on this model only queues its step: its layers are offloaded and a
+        local GPU computes asynchronously (the outputs are waited for when read)."""
+        return self.options.n_gpu_layers != 0 and not self.options.vocab_only and async_gpus()
 
     # --- lifetime -----------------------------------------------------------------------------
 
