@@ -45,8 +45,9 @@ HEADER: dict[str, Any] = RECORDED.pop("__header__")
 #: the bodies as llama-server got them (JSON text: the order of keys is rendered too)
 CONVERSATIONS: dict[str, dict[str, Any]] = {
     name: json.loads(body) for name, body in HEADER["conversations"].items()}
-#: the formats llama.cpp's templates pass ``strftime_now``
-DATE_FORMATS = ("%Y-%m-%d", "%d %b %Y", "%B %d, %Y")
+#: the formats llama.cpp's templates pass ``strftime_now``, and the ``datetime`` its chat layer
+#: gives firefunction's template (``common/chat.cpp``: ``%b %d %Y``)
+DATE_FORMATS = ("%Y-%m-%d", "%d %b %Y", "%B %d, %Y", "%b %d %Y")
 
 
 def server_inputs(templates: ChatTemplates, body: dict[str, Any]) -> dict[str, Any]:
