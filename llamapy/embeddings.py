@@ -33,6 +33,7 @@ from llamapy.errors import (
     QueueFullError,
     RequestCancelledError,
 )
+from llamapy.runtime.model_info import ModelInfo
 
 if TYPE_CHECKING:
     import numpy as np
@@ -49,7 +50,7 @@ POOLINGS = ("mean", "cls", "last")
 RANK = "rank"
 
 
-def rerank_tokens(model: Model, query: str, document: str,
+def rerank_tokens(model: ModelInfo, query: str, document: str,
                   query_tokens: Sequence[int] | None = None) -> list[int]:
     """A (query, document) pair as a reranker reads it: the model's ``rerank`` template with
     ``{query}`` and ``{document}`` filled in when it has one, else BOS, the query, EOS, SEP,

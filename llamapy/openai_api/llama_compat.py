@@ -22,7 +22,7 @@ from ..errors import InvalidOptionError
 from ..options import aliases_of
 from ..options._spec import is_int
 from ..options.samplers import sampler_names
-from ..server import Completion, GenerationIntent, Model
+from ..server import Completion, GenerationIntent, ModelInfo
 from .chat_request import from_chat_body
 from .completions import check_token_ids
 from .logprobs import MIN_CANDIDATES, sampled_logprob
@@ -49,7 +49,7 @@ MAX_FIELD_PATH = 256
 STOP_TYPES = {"eog": "eos", "stop": "word", "max_tokens": "limit", "prefill": "limit"}
 
 
-def _probabilities(model: Model, token_id: int, candidates: Any, n_probs: int,
+def _probabilities(model: ModelInfo, token_id: int, candidates: Any, n_probs: int,
                    probs: bool = False) -> dict[str, Any]:
     """One ``completion_probabilities`` entry: ``logprob`` / ``top_logprobs``, or with
     ``post_sampling_probs`` (``probs``) llama-server's ``prob`` / ``top_probs`` (the model's

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..server import Model
+from ..server import ModelInfo
 
 #: Candidates requested per token at least (the sampled token's pair always comes along).
 MIN_CANDIDATES = 1
@@ -18,12 +18,12 @@ MIN_CANDIDATES = 1
 Candidates = Sequence[tuple[int, float]]
 
 
-def token_text(model: Model, token_id: int) -> str:
+def token_text(model: ModelInfo, token_id: int) -> str:
     """A token's text (special tokens rendered; invalid UTF-8 replaced)."""
     return model.token_to_piece(token_id, True).decode("utf-8", "replace")
 
 
-def _entry(model: Model, token_id: int, logprob: float) -> dict[str, Any]:
+def _entry(model: ModelInfo, token_id: int, logprob: float) -> dict[str, Any]:
     piece = model.token_to_piece(token_id, True)
     return {"token": piece.decode("utf-8", "replace"), "logprob": logprob, "bytes": list(piece)}
 
@@ -37,7 +37,7 @@ def sampled_logprob(token_id: int, candidates: Candidates) -> float:
     return min((logprob for _, logprob in candidates), default=0.0)
 
 
-def chat_logprob(model: Model, token_id: int, candidates: Candidates | None, top: int
+def chat_logprob(model: ModelInfo, token_id: int, candidates: Candidates | None, top: int
                  ) -> dict[str, Any]:
     """One entry of ``choices[].logprobs.content``."""
     candidates = candidates or ()
@@ -46,14 +46,14 @@ def chat_logprob(model: Model, token_id: int, candidates: Candidates | None, top
     return out
 
 
-def chat_logprobs(model: Model, token_ids: Sequence[int], per_token: Sequence[Candidates],
+def chat_logprobs(model: ModelInfo, token_ids: Sequence[int], per_token: Sequence[Candidates],
                   top: int) -> dict[str, Any]:
     """``choices[].logprobs`` of a whole chat response."""
     pairs = zip(token_ids, per_token, strict=False)
     return {"content": [chat_logprob(model, t, c, top) for t, c in pairs], "refusal": None}
 
 
-def legacy_logprobs(model: Model, token_ids: Sequence[int], per_token: Sequence[Candidates],
+def legacy_logprobs(model: ModelInfo, token_ids: Sequence[int], per_token: Sequence[Candidates],
                     top: int, offset: int = 0) -> dict[str, Any]:
     """``choices[].logprobs`` of a text completion (``tokens``, ``token_logprobs``, ...)."""
     tokens, values, tops, offsets = [], [], [], []

@@ -22,7 +22,7 @@ from typing import Any
 from .. import __version__
 from .._pins import LLAMA_CPP_COMMIT
 from ..engine import ProgressEvent, RequestTimings
-from ..server import Model, Usage
+from ..server import ModelInfo, Usage
 
 #: ``system_fingerprint`` of every OpenAI response: the serving build (llamapy's version and the
 #: pinned llama.cpp commit), where llama-server names its own build (``b<build>-<commit>``).
@@ -74,7 +74,7 @@ def diverged_at(timings: RequestTimings) -> int | None:
     return timings.reused_tokens
 
 
-def timings_dict(timings: RequestTimings, model: Model | None = None,
+def timings_dict(timings: RequestTimings, model: ModelInfo | None = None,
                  prompt_ids: Sequence[int] | None = None) -> dict[str, Any]:
     """llama-server's ``timings`` plus the cache explanation."""
     at = diverged_at(timings)
@@ -117,7 +117,7 @@ def progress_dict(event: ProgressEvent) -> dict[str, Any]:
             "time_ms": event.timings.prefill_s * 1000.0}
 
 
-def per_token_timings(event: object, model: Model | None = None,
+def per_token_timings(event: object, model: ModelInfo | None = None,
                       prompt_ids: Sequence[int] | None = None) -> dict[str, Any]:
     """``{"timings": ...}`` for an event carrying the timings so far (``timings_per_token``,
     progress events), else ``{}``."""

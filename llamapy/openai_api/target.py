@@ -22,7 +22,7 @@ from ..errors import EndpointDisabledError, InvalidOptionError, ModelNotFoundErr
 from ..media.sources import MediaFetch
 from ..options.limits import RequestLimits
 from ..options.serve import SERVE_OPTION_NAMES, ServeOptions
-from ..server import Completion, GenerationIntent, Model, Server
+from ..server import Completion, GenerationIntent, Model, ModelInfo, Server
 from ..server.chat_format import ChatTemplates
 from .cache_report import (
     AsyncReportedEvents,
@@ -45,7 +45,7 @@ DEFAULT_REQUEST_TIMEOUT: float = _DEFAULTS.request_timeout
 
 _private_servers: weakref.WeakKeyDictionary[Model, Server] = weakref.WeakKeyDictionary()
 
-def _special_text(model: Model, token: int) -> str:
+def _special_text(model: ModelInfo, token: int) -> str:
     return model.token_text(token) if token >= 0 else ""
 
 
@@ -123,7 +123,7 @@ class ServedModel:
             )
 
     @property
-    def model(self) -> Model:
+    def model(self) -> ModelInfo:
         """The loaded model (raises the server's typed error while loading or after failure)."""
         return self.server.model
 
@@ -293,7 +293,7 @@ def check_presentation(chat_template: str | None = None, **options: Any) -> None
         source_templates(chat_template)
 
 
-def resolve_logit_bias(model: Model, spec: BiasSpec) -> dict[int, float]:
+def resolve_logit_bias(model: ModelInfo, spec: BiasSpec) -> dict[int, float]:
     """``token id -> bias`` of a parsed ``logit_bias`` on ``model``'s vocabulary."""
     out: dict[int, float] = {}
     for key, bias in spec.items():

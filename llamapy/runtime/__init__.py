@@ -21,6 +21,7 @@ from llamapy.runtime.handles import MAX_BUFFERED_EVENTS, is_final
 from llamapy.runtime.hosting import Hosted, LoopState
 from llamapy.runtime.inline import InlineRuntime
 from llamapy.runtime.loop import TickLoop
+from llamapy.runtime.model_info import MediaEncoding, ModelInfo
 from llamapy.runtime.streams import (
     AsyncEventStream,
     AsyncTextChunks,
@@ -40,6 +41,8 @@ __all__ = [
     "Hosted",
     "InlineRuntime",
     "LoopState",
+    "MediaEncoding",
+    "ModelInfo",
     "PendingStreams",
     "RequestStream",
     "Runtime",

@@ -6,9 +6,9 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from llamapy.engine.engine import Engine
+from llamapy.runtime.model_info import MediaEncoding, ModelInfo
 
 __all__ = ["Hosted", "LoopState"]
 
@@ -31,8 +31,8 @@ class Hosted:
     (context first; the model is only dropped, so a caller still holding it keeps it alive)."""
 
     engine: Engine
-    model: Any = None
-    media: Any = None
+    model: ModelInfo | None = None
+    media: MediaEncoding | None = None
     free: Callable[[], None] = field(default=lambda: None)
     #: A count that advances while the model computes (None: not known); a tick whose count
     #: moves is working, however long it runs (see :mod:`llamapy.runtime.stall`).

@@ -51,6 +51,7 @@ from llamapy.runtime.commands import (
 )
 from llamapy.runtime.handles import AsyncHandle, EventHandle, SyncHandle
 from llamapy.runtime.hosting import Hosted, LoopState
+from llamapy.runtime.model_info import MediaEncoding, ModelInfo
 from llamapy.runtime.prebuild import SamplerPrebuilder, costly_sampler
 from llamapy.runtime.stall import StallWatch
 
@@ -91,13 +92,13 @@ class TickLoop:
     # --- called from any thread ---------------------------------------------------------------
 
     @property
-    def model(self) -> Any:
+    def model(self) -> ModelInfo | None:
         """The hosted model (None while loading, after a failed load and once closed)."""
         hosted = self.hosted
         return None if hosted is None else hosted.model
 
     @property
-    def media(self) -> Any:
+    def media(self) -> MediaEncoding | None:
         """The hosted model's media encoder (None without one, or while not hosted)."""
         hosted = self.hosted
         return None if hosted is None else hosted.media

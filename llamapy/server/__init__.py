@@ -7,7 +7,7 @@ above name that type from here, never from the binding.
 from .._native import Model
 from .._system import physical_cores
 from ..adapters import AdapterSet, resolve_adapters
-from ..runtime import Completion, Usage
+from ..runtime import Completion, ModelInfo, Usage
 from .calls import with_checkpoint_hints
 from .intent import DEFAULT_TIMEOUT, GenerationIntent
 from .manager import ModelManager
@@ -21,6 +21,7 @@ __all__ = [
     "Completion",
     "GenerationIntent",
     "Model",
+    "ModelInfo",
     "ModelLease",
     "ModelManager",
     "ModelSpec",

@@ -24,9 +24,10 @@ from ..errors import (
     LlamapyError,
     NotReadyError,
     NotRunningError,
+    UnsupportedFeatureError,
 )
 from ..media.checks import check_physical_batch, no_projector
-from ..runtime import Hosted, LoopState, PendingStreams, TickLoop
+from ..runtime import Hosted, LoopState, ModelInfo, PendingStreams, TickLoop
 from .calls import Call, ReadySignal, load_timeout_error, prepare_call
 from .intent import GenerationIntent, resolve_intent, revise_intent
 from .options import (
@@ -84,7 +85,7 @@ class ServerCore:
             return NotReadyError("server is still loading its model")
         return None
 
-    def fetch_model(self) -> Model:
+    def fetch_model(self) -> ModelInfo:
         """The loaded model, without a round trip to the tick thread.
 
         Raises :class:`~llamapy.errors.NotReadyError` while loading,
@@ -96,15 +97,25 @@ class ServerCore:
         error = self._unavailable(model)
         if error is not None:
             raise error
-        return model  # type: ignore[no-any-return]
+        assert model is not None  # (_unavailable says so when it is)
+        return model
 
-    def try_model(self) -> Model | None:
+    def native_model(self) -> Model:
+        """The loaded model as libllama's own, for what needs its handles (an embeddings
+        context, LoRA adapters); raises as :meth:`fetch_model` does, and
+        ``UnsupportedFeatureError`` for a model that is not one (the fake backend's)."""
+        model = self.fetch_model()
+        if not isinstance(model, Model):
+            raise UnsupportedFeatureError("model", "this needs a model loaded by libllama")
+        return model
+
+    def try_model(self) -> ModelInfo | None:
         """The loaded model, or None while loading, after a failed load or once closed."""
         model = self._loop.model
         return None if self._unavailable(model) is not None else model
 
     @property
-    def model(self) -> Model:
+    def model(self) -> ModelInfo:
         """The model (see :meth:`fetch_model`, which raises the same typed errors)."""
         return self.fetch_model()
 

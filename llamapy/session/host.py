@@ -29,11 +29,11 @@ from llamapy.errors import UnsupportedFeatureError
 from llamapy.media.checks import check_physical_batch, no_projector
 from llamapy.options.context import KV_RUNTIME_KEYS
 from llamapy.options.limits import RequestLimits
-from llamapy.runtime import InlineRuntime, Runtime
+from llamapy.runtime import InlineRuntime, MediaEncoding, ModelInfo, Runtime
 from llamapy.session.manifest import ContextManifest, file_digest, runtime_digest, sha256_hex
 
 if TYPE_CHECKING:
-    from llamapy._native import LoraAdapter, Model
+    from llamapy._native import LoraAdapter
 
 __all__ = ["InlineHost", "LazyEmbedder", "ServerHost", "SessionHost", "model_manifest",
            "runtime_of"]
@@ -88,9 +88,9 @@ class LazyEmbedder:
             self._embedder = None
 
 
-def model_manifest(model: Model, runtime: dict[str, Any],
+def model_manifest(model: ModelInfo, runtime: dict[str, Any],
                    adapters: tuple[tuple[str, float], ...] = ()) -> ContextManifest:
-    """The base manifest (no segments) of a native model under ``runtime`` settings."""
+    """The base manifest (no segments) of a model under ``runtime`` settings."""
     meta = model.metadata()
     tok = {k: v for k, v in sorted(meta.items()) if k.startswith("tokenizer.")
            and k != "tokenizer.chat_template"}
@@ -119,8 +119,9 @@ class ServerHost:
     ``limits`` bound the media a suffix may send.
     """
 
-    def __init__(self, runtime: Runtime, model: Model, context: Any, sampling: SamplingParams,
-                 adapter_set: AdapterSet, owned: tuple[Any, ...] = (), *, media: Any = None,
+    def __init__(self, runtime: Runtime, model: ModelInfo, context: Any, sampling: SamplingParams,
+                 adapter_set: AdapterSet, owned: tuple[Any, ...] = (), *,
+                 media: MediaEncoding | None = None,
                  limits: RequestLimits | None = None) -> None:
         self.runtime = runtime
         self.model = model
@@ -138,12 +139,15 @@ class ServerHost:
 
     def _embedder(self, n_threads: int) -> Embedder:
         """The session's embedder, with the session's adapters (its own handles on them)."""
-        from llamapy._native import LoraAdapter
+        from llamapy._native import LoraAdapter, Model
 
-        self._adapters = [LoraAdapter(self.model, path) for path, _ in self.adapter_set]
+        model = self.model
+        if not isinstance(model, Model):
+            raise UnsupportedFeatureError("embed", "embeddings need a native model")
+        self._adapters = [LoraAdapter(model, path) for path, _ in self.adapter_set]
         pairs = [(a, scale) for a, (_, scale) in zip(self._adapters, self.adapter_set,
                                                       strict=True)]
-        return Embedder(self.model, n_threads=n_threads, adapters=pairs)
+        return Embedder(model, n_threads=n_threads, adapters=pairs)
 
     def tokenize(self, text: str, add_special: bool) -> list[int]:
         """Tokenize with the served model (special tokens parsed)."""
@@ -187,7 +191,7 @@ class InlineHost:
                  tokenize: Callable[[str, bool], list[int]] | None = None,
                  detokenize: Callable[[list[int]], str] | None = None, add_bos: bool = True,
                  sampling: SamplingParams | None = None, adapter_set: AdapterSet = (),
-                 media: Any = None) -> None:
+                 media: MediaEncoding | None = None) -> None:
         self.runtime = InlineRuntime(engine)
         self.base_manifest = base_manifest
         self.n_ctx = engine.n_ctx_seq
@@ -204,9 +208,7 @@ class InlineHost:
         :class:`~llamapy.media.FakeMediaEncoder` in tests)."""
         if self._media is None:
             raise no_projector()
-        prompt: MediaPrompt = self._media.prompt(text, media, RequestLimits(),
-                                                 add_special=add_special)
-        return prompt
+        return self._media.prompt(text, media, RequestLimits(), add_special=add_special)
 
     def tokenize(self, text: str, add_special: bool) -> list[int]:
         """Tokenize with the host's tokenizer."""
