@@ -32,6 +32,7 @@ from llamapy.errors import (
     InvalidOptionError,
     QueueFullError,
     RequestCancelledError,
+    UnsupportedFeatureError,
 )
 from llamapy.runtime.model_info import ModelInfo
 
@@ -81,7 +82,7 @@ class Embedder:
     ``pooling``: one of :data:`POOLINGS`.
     """
 
-    def __init__(self, model: Model, *, n_ctx: int = 2048, n_seq_max: int = 16,
+    def __init__(self, model: ModelInfo, *, n_ctx: int = 2048, n_seq_max: int = 16,
                  n_threads: int = 0, adapters: Sequence[tuple[LoraAdapter, float]] = (),
                  pooling: str = "mean", max_pending: int = 16) -> None:
         if n_ctx < 1 or n_seq_max < 1:
@@ -172,7 +173,7 @@ class Embedder:
         """The job scoring ``inputs`` (checked now, on the caller's thread)."""
         if self.pooling != RANK:
             raise InvalidOptionError("scores need a reranker's rank pooling", option="pooling")
-        width = max(1, self.model.n_cls_out)  # (llama.cpp reads the first, as llama-server)
+        width = max(1, self._native().n_cls_out)  # (llama.cpp reads the first, as llama-server)
         groups = self._groups(inputs)
         return lambda cancel: [float(row[0]) for row in self._pooled(inputs, groups, width,
                                                                      cancel)]
@@ -235,9 +236,17 @@ class Embedder:
         with self._jobs_lock:
             self._jobs -= 1
 
+    def _native(self) -> Model:
+        """The model as libllama's own (a context needs it); ``UnsupportedFeatureError``
+        for another (the fake backend's model)."""
+        if not isinstance(self.model, Model):
+            raise UnsupportedFeatureError("embeddings", "embeddings need a model loaded by "
+                                          "libllama")
+        return self.model
+
     def _context(self) -> tuple[Context, Batch]:
         if self._ctx is None:
-            ctx = Context(self.model, n_ctx=self.n_ctx, n_batch=self.n_ctx, n_ubatch=self.n_ctx,
+            ctx = Context(self._native(), n_ctx=self.n_ctx, n_batch=self.n_ctx, n_ubatch=self.n_ctx,
                           n_seq_max=self.n_seq_max, embeddings=True, pooling_type=self.pooling,
                           kv_unified=True, n_threads=self.n_threads)
             try:

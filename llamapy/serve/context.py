@@ -149,8 +149,8 @@ class AppContext:
         start = served.server.start_options
 
         def make() -> Embedder:
-            return Embedder(served.server.native_model(), n_threads=start.context.n_threads,
-                            pooling=pooling, max_pending=start.engine.max_queue)  # (its bound)
+            return Embedder(served.model, n_threads=start.context.n_threads, pooling=pooling,
+                            max_pending=start.engine.max_queue)  # (the server's queue bound)
 
         if not self.source.shares_embedder():
             with make() as embedder:

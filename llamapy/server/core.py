@@ -15,7 +15,6 @@ import os
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .._native import Model
 from ..adapters import resolve_adapters
 from ..engine import Engine
 from ..engine.media import MediaPrompt
@@ -24,7 +23,6 @@ from ..errors import (
     LlamapyError,
     NotReadyError,
     NotRunningError,
-    UnsupportedFeatureError,
 )
 from ..media.checks import check_physical_batch, no_projector
 from ..runtime import Hosted, LoopState, ModelInfo, PendingStreams, TickLoop
@@ -98,15 +96,6 @@ class ServerCore:
         if error is not None:
             raise error
         assert model is not None  # (_unavailable says so when it is)
-        return model
-
-    def native_model(self) -> Model:
-        """The loaded model as libllama's own, for what needs its handles (an embeddings
-        context, LoRA adapters); raises as :meth:`fetch_model` does, and
-        ``UnsupportedFeatureError`` for a model that is not one (the fake backend's)."""
-        model = self.fetch_model()
-        if not isinstance(model, Model):
-            raise UnsupportedFeatureError("model", "this needs a model loaded by libllama")
         return model
 
     def try_model(self) -> ModelInfo | None:
