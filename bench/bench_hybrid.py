@@ -166,7 +166,7 @@ def wide_model(arch: str, width: int) -> Path:
     """The tiny model's architecture ``width`` wide, 6 blocks deep (written once)."""
     import tempfile
 
-    from llamapy import _tiny_hybrid as tiny
+    from llamapy.testing import tiny_hybrid as tiny
 
     out = Path(tempfile.gettempdir()) / f"llamapy-bench-{arch}-{width}.gguf"
     if out.exists():

@@ -19,7 +19,6 @@ from llamapy._native import Model
 from llamapy._native._loader import native
 from llamapy._native.context import Batch, Context
 from llamapy._paths import sha256_file
-from llamapy._tiny_hybrid import write_tiny_hybrid
 from llamapy.errors import InvalidOptionError, ModelNotFoundError
 from llamapy.models import main
 from llamapy.serve import create_app
@@ -28,6 +27,7 @@ from llamapy.serve.flags.compat import check_compat
 from llamapy.serve.flags.start import serve_start_options
 from llamapy.server import Server
 from llamapy.testing import TINY_HYBRID_SHA256, tiny_hybrid_path
+from llamapy.testing.tiny_hybrid import write_tiny_hybrid
 
 ARCHES = list(TINY_HYBRID_SHA256)
 TEXTS = ["Hello, world!", "ünïcödé, 日本語 and 🎉", "\ttabs\n\nnew lines  and  spaces ",

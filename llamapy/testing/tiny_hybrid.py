@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .errors import InvalidOptionError
+from ..errors import InvalidOptionError
 
 __all__ = ["ARCHES", "DEFAULT_ARCH", "TINY_HYBRID_SHA256", "write_tiny_hybrid"]
 

@@ -18,10 +18,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ._paths import cache_dir, sha256_file
-from ._tiny_hybrid import DEFAULT_ARCH as DEFAULT_HYBRID_ARCH
-from ._tiny_hybrid import TINY_HYBRID_SHA256 as TINY_HYBRID_SHA256
-from .errors import ModelNotFoundError
+from .._paths import cache_dir, sha256_file
+from ..errors import ModelNotFoundError
+from .tiny_hybrid import DEFAULT_ARCH as DEFAULT_HYBRID_ARCH
+from .tiny_hybrid import TINY_HYBRID_SHA256 as TINY_HYBRID_SHA256
 
 
 def write_random_lora(base_model: str | os.PathLike[str], out: str | os.PathLike[str], *,
@@ -82,7 +82,7 @@ def tiny_mmproj_path(fetch: bool = True) -> Path:
     becomes 16 embeddings. Its weights are arbitrary: answers about an image prove plumbing,
     caching and errors, never that the model saw anything.
     """
-    from ._tiny_mmproj import write_tiny_mmproj
+    from .tiny_mmproj import write_tiny_mmproj
 
     return _generated("tiny-mmproj.gguf", write_tiny_mmproj, TINY_MMPROJ_SHA256, fetch)
 
@@ -98,7 +98,7 @@ def tiny_gemma3_mmproj_path(fetch: bool = True) -> Path:
     between ``<start_of_image>`` and ``<end_of_image>``, decoded together with bidirectional
     attention, as Gemma 3's are. Arbitrary weights, as :func:`tiny_mmproj_path`'s.
     """
-    from ._tiny_mmproj import write_tiny_gemma3_mmproj
+    from .tiny_mmproj import write_tiny_gemma3_mmproj
 
     return _generated("tiny-gemma3-mmproj.gguf", write_tiny_gemma3_mmproj,
                       TINY_GEMMA3_MMPROJ_SHA256, fetch)
@@ -112,7 +112,7 @@ def tiny_audio_mmproj_path(fetch: bool = True) -> Path:
     """The tiny audio projector of the default model in the model cache, written first when
     missing: a Whisper-style encoder (Qwen2-Audio's kind) whose 30-second windows become 750
     embeddings each. Arbitrary weights, as :func:`tiny_mmproj_path`'s."""
-    from ._tiny_mmproj import write_tiny_audio_mmproj
+    from .tiny_mmproj import write_tiny_audio_mmproj
 
     return _generated("tiny-audio-mmproj.gguf", write_tiny_audio_mmproj,
                       TINY_AUDIO_MMPROJ_SHA256, fetch)
@@ -123,10 +123,10 @@ def tiny_hybrid_path(fetch: bool = True, arch: str = DEFAULT_HYBRID_ARCH) -> Pat
     written first when missing (with ``fetch``).
 
     64 wide, 3 blocks (recurrent ones and one attention block), 8192 positions, a byte-level
-    vocabulary with ChatML's tokens and template (:mod:`llamapy._tiny_hybrid`). Its weights
+    vocabulary with ChatML's tokens and template (:mod:`llamapy.testing.tiny_hybrid`). Its weights
     are arbitrary: outputs prove plumbing, caching and state save and restore, never quality.
     """
-    from ._tiny_hybrid import write_tiny_hybrid
+    from .tiny_hybrid import write_tiny_hybrid
 
     if arch not in TINY_HYBRID_SHA256:
         raise ModelNotFoundError(f"no tiny hybrid model for {arch!r}; one of "
