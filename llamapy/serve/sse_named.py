@@ -1,25 +1,22 @@
 """Server-sent events with ``event:`` names, for the Anthropic and Responses streams.
 
 Both APIs name every event (``event: message_start``, ``event: response.output_text.delta``)
-and end without a ``[DONE]`` marker. Each event is a dict whose ``type`` is its name. As in
-:func:`~.sse.event_stream`, the response waits for the first event, so a request the engine
-rejects gets its proper status; after that an error becomes the API's ``error`` event, made by
-``error_event(exc, events_sent)``. The event source is always closed (cancelling the request)
-when the response ends or the client leaves.
+and end without a ``[DONE]`` marker. Each event is a dict whose ``type`` is its name. The
+stream is :func:`~.sse.framed_stream`'s; an error once the headers are out becomes the API's
+``error`` event, made by ``error_event(exc, events_sent)``.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from typing import Any
 
-import anyio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from .context import cache_headers, cancel_on_disconnect, stream_flag
-from .sse import EventStreamResponse, ping_interval
+from .sse import EventStreamResponse, Framing, framed_stream
 
 Events = AsyncGenerator[dict[str, Any], None]
 #: Builds the API's ``error`` event for an exception, given how many events were sent.
@@ -49,33 +46,8 @@ def encode_named(event: Mapping[str, Any]) -> bytes:
     return f"event: {event.get('type', 'message')}\ndata: {data}\n\n".encode()
 
 
-async def _first(events: Events) -> dict[str, Any] | None:
-    try:
-        return await anext(events)
-    except StopAsyncIteration:
-        return None
-
-
 async def named_event_stream(request: Request, events: Events, *,
                              error_event: ErrorEvent) -> EventStreamResponse:
-    """An SSE response for ``events``; raises what the first event raises (before any byte)."""
-    try:
-        first = await cancel_on_disconnect(request, _first(events))
-    except BaseException:
-        with anyio.CancelScope(shield=True):
-            await events.aclose()
-        raise
-
-    async def body() -> AsyncIterator[bytes]:
-        sent = 0
-        try:
-            if first is not None:
-                yield encode_named(first)
-                sent += 1
-                async for event in events:
-                    yield encode_named(event)
-                    sent += 1
-        except Exception as exc:  # headers are out: report the error in the stream
-            yield encode_named(error_event(exc, sent))
-
-    return EventStreamResponse(body(), events, ping_interval(request))
+    """An SSE response of named ``events`` (:func:`~.sse.framed_stream`); raises what the
+    first event raises (before any byte)."""
+    return await framed_stream(request, events, Framing(encode_named, error_event))
