@@ -50,22 +50,38 @@ class Result:
     share: float
     gap_p50_ms: float
     gap_p99_ms: float
+    #: The step over the mean gap between a stream's tokens: the share of the ideal rate
+    #: while streams decode (``share`` counts the whole run, arrivals and first tokens too).
+    decode_share: float
+    ttft_p50_ms: float
 
     def row(self) -> str:
         return (f"| {self.path} | {self.step_ms:g} | {self.streams} | {self.tokens_per_s:,.0f} "
-                f"| {self.share:.3f} | {self.gap_p50_ms:.2f} | {self.gap_p99_ms:.2f} |")
+                f"| {self.share:.3f} | {self.decode_share:.3f} | {self.gap_p50_ms:.2f} "
+                f"| {self.gap_p99_ms:.2f} | {self.ttft_p50_ms:.1f} |")
+
+
+HEADER = ("| path | step ms | streams | tok/s | share of ideal | decode share | gap p50 ms "
+          "| gap p99 ms | TTFT p50 ms |\n|---|---|---|---|---|---|---|---|---|")
+
+
+@dataclass(slots=True)
+class Samples:
+    """Every stream's gaps between tokens and times to first token, in seconds."""
+
+    gaps: list[float]
+    ttfts: list[float]
 
 
 class TokenClock:
-    """Counts a stream's tokens and records the gaps between them into ``gaps``."""
+    """Counts a stream's tokens (from its request's start, now) into ``samples``."""
 
-    def __init__(self, gaps: list[float]) -> None:
-        self.gaps, self.last, self.n = gaps, 0.0, 0
+    def __init__(self, samples: Samples) -> None:
+        self.samples, self.last, self.n = samples, time.perf_counter(), 0
 
     def tick(self) -> None:
         now = time.perf_counter()
-        if self.n:
-            self.gaps.append(now - self.last)
+        (self.samples.gaps if self.n else self.samples.ttfts).append(now - self.last)
         self.last, self.n = now, self.n + 1
 
 
@@ -74,11 +90,11 @@ def server_options(streams: int) -> dict[str, object]:
             "max_queue": 4 * streams + 8}
 
 
-async def one_stream(server: Server, tokens: int, gaps: list[float]) -> int:
+async def one_stream(server: Server, tokens: int, samples: Samples) -> int:
     eog = server.model.eog_tokens()
     intent = server.resolve(max_tokens=tokens, temp=0.0,
                             logit_bias=dict.fromkeys(eog, float("-inf")))
-    clock = TokenClock(gaps)
+    clock = TokenClock(samples)
     async with server.open_astream(PROMPT, intent) as events:
         async for event in events:
             if getattr(event, "token_id", None) is not None:
@@ -90,25 +106,27 @@ def in_process(step_s: float, streams: int, tokens: int) -> Result:
     with fake_server(device_step_s=step_s, **server_options(streams)) as server:
         server.wait_ready(30)
         asyncio.run(_streams(server, 1, 2))  # warm up
-        gaps: list[float] = []
+        samples = Samples([], [])
         started = time.perf_counter()
-        counts = asyncio.run(_streams(server, streams, tokens, gaps))
+        counts = asyncio.run(_streams(server, streams, tokens, samples))
         wall = time.perf_counter() - started
-    return result("in-process", step_s, streams, sum(counts) / wall, gaps)
+    return result("in-process", step_s, streams, sum(counts) / wall, samples)
 
 
 async def _streams(server: Server, streams: int, tokens: int,
-                   gaps: list[float] | None = None) -> list[int]:
-    sink: list[float] = [] if gaps is None else gaps
+                   samples: Samples | None = None) -> list[int]:
+    sink = Samples([], []) if samples is None else samples
     return list(await asyncio.gather(*(one_stream(server, tokens, sink)
                                        for _ in range(streams))))
 
 
-def result(path: str, step_s: float, streams: int, rate: float, gaps: list[float]) -> Result:
-    ideal = streams / step_s
+def result(path: str, step_s: float, streams: int, rate: float, samples: Samples) -> Result:
+    ideal, gaps = streams / step_s, samples.gaps
     q = statistics.quantiles(gaps, n=100) if len(gaps) >= 2 else [0.0] * 99
+    decode = step_s / statistics.fmean(gaps) if gaps else 0.0
+    ttft = statistics.median(samples.ttfts) * 1000 if samples.ttfts else 0.0
     return Result(path, step_s * 1000, streams, rate, rate / ideal,
-                  statistics.median(gaps) * 1000 if gaps else 0.0, q[98] * 1000)
+                  statistics.median(gaps) * 1000 if gaps else 0.0, q[98] * 1000, decode, ttft)
 
 
 SERVE = """
@@ -144,15 +162,24 @@ def over_http(step_s: float, streams: int, tokens: int) -> Result:
     try:
         url = f"http://127.0.0.1:{port}"
         _wait_health(url)
-        asyncio.run(_http_streams(url, 1, 2, []))
-        gaps: list[float] = []
-        started = time.perf_counter()
-        counts = asyncio.run(_http_streams(url, streams, tokens, gaps))
-        wall = time.perf_counter() - started
+        samples = Samples([], [])
+        counts, wall = asyncio.run(_http_run(url, streams, tokens, samples))
     finally:
         proc.terminate()
         proc.wait(10)
-    return result("HTTP SSE", step_s, streams, sum(counts) / wall, gaps)
+    return result("HTTP SSE", step_s, streams, sum(counts) / wall, samples)
+
+
+async def _http_run(url: str, streams: int, tokens: int, samples: Samples
+                    ) -> tuple[list[int], float]:
+    """Each stream's tokens and the run's wall time, on connections opened beforehand (a
+    warm-up of as many streams: a serving client keeps its connections)."""
+    limits = httpx.Limits(max_connections=streams + 4)
+    async with httpx.AsyncClient(base_url=url, timeout=300, limits=limits) as client:
+        await _http_streams(client, streams, 2, Samples([], []))
+        started = time.perf_counter()
+        counts = await _http_streams(client, streams, tokens, samples)
+        return counts, time.perf_counter() - started
 
 
 def _wait_health(url: str) -> None:
@@ -167,20 +194,19 @@ def _wait_health(url: str) -> None:
     raise RuntimeError("the fake server did not start")
 
 
-async def _http_streams(url: str, streams: int, tokens: int, gaps: list[float]) -> list[int]:
-    limits = httpx.Limits(max_connections=streams + 4)
-    async with httpx.AsyncClient(base_url=url, timeout=300, limits=limits) as client:
-        return list(await asyncio.gather(*(_http_one(client, tokens, gaps)
-                                           for _ in range(streams))))
+async def _http_streams(client: httpx.AsyncClient, streams: int, tokens: int,
+                        samples: Samples) -> list[int]:
+    return list(await asyncio.gather(*(_http_one(client, tokens, samples)
+                                       for _ in range(streams))))
 
 
-async def _http_one(client: httpx.AsyncClient, tokens: int, gaps: list[float]) -> int:
+async def _http_one(client: httpx.AsyncClient, tokens: int, samples: Samples) -> int:
     """One stream of llama-server's ``/completion`` with ``return_tokens``: each token is
     counted from the chunk that carries it (an OpenAI stream leaves out the chunks of tokens
     without text, which the fake model has)."""
     body = {"prompt": "abcdefgh", "n_predict": tokens, "temperature": 0, "stream": True,
             "ignore_eos": True, "return_tokens": True}
-    clock = TokenClock(gaps)
+    clock = TokenClock(samples)
     async with client.stream("POST", "/completion", json=body) as response:
         async for line in response.aiter_lines():
             if line.startswith("data: {"):
@@ -221,8 +247,7 @@ def main() -> None:
 
         Engine._may_chain = lambda self, batch: False  # type: ignore[method-assign]
         NO_CHAIN[0] = True
-    print("| path | step ms | streams | tok/s | share of ideal | gap p50 ms | gap p99 ms |")
-    print("|---|---|---|---|---|---|---|")
+    print(HEADER)
     for step in args.steps:
         for streams in args.streams:
             print(in_process(step / 1000, streams, args.tokens).row(), flush=True)

@@ -75,6 +75,8 @@ class Executor:
         self.counters = counters
         self.clock = clock
         self.deliver = deliver
+        #: ``(tokens, start)`` of the last decode until its duration is recorded (_timed).
+        self._step: tuple[int, float] | None = None
         #: This thread's CPU and wall clocks when the batch being sampled began.
         self._marks = (0.0, 0.0)
         #: Tokens sampled whose text and event wait for the next step to be queued.
@@ -127,7 +129,9 @@ class Executor:
             try:
                 started = self.clock()
                 self.backend.decode(plan)
-                self.speculator.cost.record(plan.n_tokens, self.clock() - started)
+                self._step = (plan.n_tokens, started)
+                if not self.backend.async_decode:
+                    self._timed()
                 return plan
             except KVCacheFullError:
                 self.counters.num_kv_pressure_events += 1
@@ -194,6 +198,7 @@ class Executor:
         run = entry.run
         try:
             run.pooled = tuple(float(x) for x in self.backend.pooled(entry.slot.seq_id))
+            self._timed()
         except Exception as exc:  # (a foreign error fails this run only)
             run.end(FinishReason.ERROR,
                     exc if isinstance(exc, LlamapyError) else EngineError("pool", exc))
@@ -227,6 +232,7 @@ class Executor:
         started = time.perf_counter()
         try:
             token = run.sampler.sample(row)
+            self._timed()
             n_probs = run.request.options.sampling.n_probs
             logprobs = _logprobs(run.sampler, row, token, n_probs) if n_probs else None
         except Exception as exc:  # e.g. a grammar with no allowed token: this run only
@@ -247,6 +253,15 @@ class Executor:
         else:
             self._emit(run, slot, token, logprobs)
         return token
+
+    def _timed(self) -> None:
+        """Record the last decode's duration for the pass-cost fit (``speculator.cost``),
+        once: its call on a synchronous backend; on an asynchronous one, until its first
+        output was read (the call only queues the step, which costs the same for any size)."""
+        if self._step is not None:
+            n_tokens, started = self._step
+            self._step = None
+            self.speculator.cost.record(n_tokens, self.clock() - started)
 
     def _too_costly(self, started: float) -> bool:
         """Whether the sampling that began at ``started`` (``perf_counter``) took more than

@@ -12,8 +12,9 @@ from collections.abc import Callable
 import pytest
 from engine_helpers import make_engine, ref, submit
 
-from llamapy.engine import Engine, EngineTuning, FakeBackend
+from llamapy.engine import Engine, EngineConfig, EngineTuning, FakeBackend, FakeModel
 from llamapy.engine.fake.device import DeviceCost
+from llamapy.engine.fake.model import CostModel
 from llamapy.engine.testing import Recorder, drain
 
 PROMPTS = ([1, 2, 3, 4, 5], [9, 8, 7, 6], [20, 21, 22])
@@ -110,3 +111,35 @@ def test_no_chain_on_a_synchronous_backend_or_while_a_slot_prefills() -> None:
     before = engine.counters.num_decode_calls
     engine.tick()  # b prefills in this tick's batch: one step
     assert engine.counters.num_decode_calls - before == 1
+
+
+def test_an_asynchronous_step_is_timed_until_its_outputs_are_read() -> None:
+    """A decode that only queues its step returns at once: the pass-cost fit must see the
+    step (every sample at least the device's step), not the call."""
+    step = 0.004
+    engine, _ = make_engine(n_parallel=3, backend_kw={"device": DeviceCost(step)})
+    for i, prompt in enumerate(PROMPTS):
+        submit(engine, i, prompt, max_tokens=3, **NO_EOG)
+    drain(engine)
+    samples = [t for ts in engine.speculator.cost._samples.values() for t in ts]
+    assert samples and min(samples) >= step
+
+
+@pytest.mark.parametrize(("token_s", "together"), [(0.0, True), (0.05, False)])
+def test_prefills_pack_where_a_pass_costs_the_same_whatever_its_size(
+        token_s: float, together: bool) -> None:
+    """On a GPU-like device (a fixed cost per pass, no slope) the strategy packs prefills
+    that arrive together; where each token costs (a CPU) it finishes one a tick."""
+    backend = FakeBackend(n_ctx=2048, n_seq_max=6, model=FakeModel(n_vocab=512),
+                          cost=CostModel(step_s=0.01, token_s=token_s), device=DeviceCost(0.0))
+    engine = Engine(backend, EngineConfig(n_parallel=6), clock=backend.clock.now)
+    for i, n in enumerate((1, 2, 4, 8)):  # decodes of several sizes teach the fit
+        submit(engine, f"w{i}", list(range(1, n + 2)), max_tokens=2, **NO_EOG)
+        drain(engine)
+    sinks = [submit(engine, i, [100 + 4 * i + j for j in range(4)], max_tokens=2, **NO_EOG)
+             for i in range(5)]  # (no shared prefix: nothing waits for another's)
+    while not any(s.tokens for s in sinks):
+        engine.tick()
+    started = sum(bool(s.tokens) for s in sinks)  # first tokens in the first such tick
+    assert started == (len(sinks) if together else 1)
+    drain(engine)

@@ -221,6 +221,11 @@ def test_the_pass_cost_is_learned_bounded_and_reaches_the_strategy():
     for n in (1, 2, 4, 8):
         flat.record(n, 0.010 + 1e-7 * n)  # a GPU: passes cost the same at these sizes
     assert flat.pass_tokens == MAX_FIT_TOKENS  # not the 100,000 the fit would extrapolate
+    for slope in (0.0, -1e-7):  # exactly flat, or noise making it fall: still a GPU's pass
+        level = DecodeCost(0.5)
+        for n in (1, 2, 4, 8):
+            level.record(n, 0.010 + slope * n)
+        assert level.pass_tokens == MAX_FIT_TOKENS
     engine, _ = make_engine(n_ctx=256, n_parallel=2)
     for n, seconds in ((1, 0.0085), (2, 0.011)):
         engine.speculator.cost.record(n, seconds)

@@ -85,6 +85,7 @@ class DecodeCost:
         self.prior_beta = prior_beta
         self._samples: dict[int, deque[float]] = {}
         self._fit: tuple[float, float] | None = None
+        self._flat = False  # a fit whose line does not rise: every size costs one pass
         self._stale = False
 
     def record(self, n_tokens: int, seconds: float) -> None:
@@ -113,16 +114,21 @@ class DecodeCost:
     @property
     def pass_tokens(self) -> float:
         """``a / b``: batch tokens that cost as much as a decode pass's fixed cost, at most
-        :data:`MAX_FIT_TOKENS` (the sizes the fit has seen; past them it would guess); 0 until
-        the fit is known."""
+        :data:`MAX_FIT_TOKENS` (the sizes the fit has seen; past them it would guess); that
+        cap too when every size costs a pass alike (a flat or falling line: a GPU's step); 0
+        until the fit is known."""
         fit = self.fit()
-        return 0.0 if fit is None else min(float(MAX_FIT_TOKENS), max(0.0, fit[0] / fit[1]))
+        if fit is None:
+            return float(MAX_FIT_TOKENS) if self._flat else 0.0
+        return min(float(MAX_FIT_TOKENS), max(0.0, fit[0] / fit[1]))
 
     def fit(self) -> tuple[float, float] | None:
         """``(a, b)`` of ``seconds = a + b * n``; None until two sizes were seen or when the
         fit is nonsense (no positive slope, ``a + b <= 0``). Kept until a decode is added."""
         if self._stale:
-            self._fit, self._stale = self._fit_now(), False
+            line, self._stale = self._fit_now(), False
+            self._fit = line if line is not None and line[1] > 0 and sum(line) > 0 else None
+            self._flat = line is not None and line[1] <= 0 < line[0]
         return self._fit
 
     def _fit_now(self) -> tuple[float, float] | None:
@@ -136,7 +142,7 @@ class DecodeCost:
         snt = sum(c * n * t for n, t, c in points)
         b = (w * snt - sn * st) / (w * snn - sn * sn)
         a = (st - b * sn) / w
-        return (a, b) if b > 0 and a + b > 0 else None
+        return a, b
 
 
 def best_draft_len(acceptance: float, beta: float, n_max: int) -> tuple[int, float]:
