@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import socket
 import statistics
 import subprocess
@@ -172,14 +173,56 @@ def over_http(step_s: float, streams: int, tokens: int) -> Result:
 
 async def _http_run(url: str, streams: int, tokens: int, samples: Samples
                     ) -> tuple[list[int], float]:
-    """Each stream's tokens and the run's wall time, on connections opened beforehand (a
-    warm-up of as many streams: a serving client keeps its connections)."""
-    limits = httpx.Limits(max_connections=streams + 4)
-    async with httpx.AsyncClient(base_url=url, timeout=300, limits=limits) as client:
-        await _http_streams(client, streams, 2, Samples([], []))
-        started = time.perf_counter()
-        counts = await _http_streams(client, streams, tokens, samples)
-        return counts, time.perf_counter() - started
+    """Each stream's tokens and the run's wall time, each stream on a connection of its own
+    opened beforehand (a serving client keeps its connections)."""
+    host, port = url.removeprefix("http://").split(":")
+    await _streams_on(await _connections(host, int(port), streams), 2, Samples([], []))
+    connections = await _connections(host, int(port), streams)
+    started = time.perf_counter()
+    counts = await _streams_on(connections, tokens, samples)
+    return counts, time.perf_counter() - started
+
+
+Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+async def _connections(host: str, port: int, n: int) -> list[Connection]:
+    return [await asyncio.open_connection(host, port) for _ in range(n)]
+
+
+async def _streams_on(connections: list[Connection], tokens: int, samples: Samples
+                      ) -> list[int]:
+    return list(await asyncio.gather(*(_http_one(c, tokens, samples) for c in connections)))
+
+
+#: A streamed ``/completion`` chunk carrying a token (the final chunk's list is empty).
+TOKEN_CHUNK = re.compile(rb'"tokens":\[\d')
+
+
+async def _http_one(connection: Connection, tokens: int, samples: Samples) -> int:
+    """One stream of llama-server's ``/completion`` with ``return_tokens``, read raw (an HTTP
+    client library's own work per chunk and connection would be measured with the server's:
+    httpx's pool spends more than the server at 64 streams). Each chunk carries one token,
+    counted when it arrives (an OpenAI stream leaves out the chunks of tokens without text,
+    which the fake model has)."""
+    reader, writer = connection
+    body = json.dumps({"prompt": "abcdefgh", "n_predict": tokens, "temperature": 0,
+                       "stream": True, "ignore_eos": True, "return_tokens": True}).encode()
+    clock = TokenClock(samples)
+    address, port = writer.get_extra_info("peername")[:2]
+    host = f"{address}:{port}"
+    writer.write(b"POST /completion HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n"
+                 b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                 % (host.encode(), len(body), body))
+    tail = b""
+    while data := await reader.read(65536):
+        tail += data
+        *events, tail = tail.split(b"\n\n")
+        for event in events:
+            if TOKEN_CHUNK.search(event):
+                clock.tick()
+    writer.close()
+    return clock.n
 
 
 def _wait_health(url: str) -> None:
@@ -194,25 +237,6 @@ def _wait_health(url: str) -> None:
     raise RuntimeError("the fake server did not start")
 
 
-async def _http_streams(client: httpx.AsyncClient, streams: int, tokens: int,
-                        samples: Samples) -> list[int]:
-    return list(await asyncio.gather(*(_http_one(client, tokens, samples)
-                                       for _ in range(streams))))
-
-
-async def _http_one(client: httpx.AsyncClient, tokens: int, samples: Samples) -> int:
-    """One stream of llama-server's ``/completion`` with ``return_tokens``: each token is
-    counted from the chunk that carries it (an OpenAI stream leaves out the chunks of tokens
-    without text, which the fake model has)."""
-    body = {"prompt": "abcdefgh", "n_predict": tokens, "temperature": 0, "stream": True,
-            "ignore_eos": True, "return_tokens": True}
-    clock = TokenClock(samples)
-    async with client.stream("POST", "/completion", json=body) as response:
-        async for line in response.aiter_lines():
-            if line.startswith("data: {"):
-                for _ in json.loads(line[6:]).get("tokens") or ():
-                    clock.tick()
-    return clock.n
 
 
 SERIAL = [False]
