@@ -20,18 +20,13 @@ import time
 from collections import deque
 from collections.abc import Callable, Hashable, Mapping
 
-from llamapy.engine.admission import (
-    Admission,
-    batch_limit,
-    check_backend,
-    check_request,
-    effective_cache_prompt,
-)
-from llamapy.engine.backend import Backend, Sampler
+from llamapy.engine.admission import Admission, batch_limit, check_backend
+from llamapy.engine.backend import Backend
 from llamapy.engine.cache.disk import CacheNamespace, open_disk_cache
 from llamapy.engine.cache.ram import open_ram_cache
 from llamapy.engine.cache.resolver import PrefixResolver
 from llamapy.engine.executor import Executor
+from llamapy.engine.intake import Intake
 from llamapy.engine.integrity import build_stats, check_engine
 from llamapy.engine.kv_ops import KvOps
 from llamapy.engine.options import EngineConfig, EngineTuning
@@ -46,8 +41,7 @@ from llamapy.engine.steady import SteadyChain
 from llamapy.engine.strategies import resolve_strategy
 from llamapy.engine.tenant_counts import TenantCounts
 from llamapy.engine.tenants import Tenants
-from llamapy.engine.text import TextStream
-from llamapy.errors import ClosedError, EngineError, LlamapyError, QueueFullError
+from llamapy.errors import ClosedError, EngineError, LlamapyError
 
 __all__ = ["Engine"]
 
@@ -93,6 +87,9 @@ class Engine:
                                      config.speculative, tuning.spec_prior_beta)
         self.executor = Executor(backend, self.prefix, self.counters, clock, self._deliver,
                                  self.speculator, config.max_sample_ms / 1000)
+        #: What a submitted request becomes (its run, its slot or the queue).
+        self.intake = Intake(backend, config, self.pool, self.admission, self.tenants,
+                             self.tenant_counts, self.counters, self.speculator, clock)
         #: The tick's batch and the steady decode steps chained after it.
         self.steady = SteadyChain(self.executor, self.counters, tuning.steady_steps)
         #: KV operations on leased slots (save, restore, clear, next-token logits).
@@ -102,7 +99,6 @@ class Engine:
         self._queue: list[Run] = []
         self._runs: dict[Hashable, Run] = {}
         self._gone: list[Run] = []
-        self._serial = 0
         self._closed = False
 
     def _open_caches(self, cache_namespace: CacheNamespace | None) -> None:
@@ -143,57 +139,12 @@ class Engine:
             raise EngineError("submit", exc) from exc
 
     def _submit(self, request: Request) -> None:
-        prompt = check_request(request, self.backend, self.pool, self._runs, self.config)
-        slot = self._placement(request, prompt)
-        if request.adapter_set:
-            self.backend.load_adapters(request.adapter_set)
-        sampler = request.sampler
-        if sampler is None and request.options.max_tokens > 0:
-            sampler = self.backend.new_sampler(request.options.sampling)
-        try:
-            run = self._new_run(request, prompt, sampler)
-            self.speculator.start(run)
-        except BaseException:
-            if sampler is not None and sampler is not request.sampler:
-                sampler.close()  # (the caller closes a sampler built ahead)
-            raise
-        request.sampler = None  # the run owns it now
+        run, slot = self.intake.take(request, self._runs, self._queue)
         self._runs[request.request_id] = run
         self.tenants.added(run)
         self._queue.append(run)
         if slot is not None:
             self._start(run, slot)
-
-    def _placement(self, request: Request, prompt: list[int]) -> Slot | None:
-        """The slot a new request takes right away, None to queue it; ``TenantBusyError``,
-        ``QueueFullError``."""
-        try:
-            self.tenants.check(request)
-            probe = Run(request, -1, self._cache_prompt(request), None, 0.0, prompt=prompt)
-            slot = self.admission.placement(probe, self._queue)
-            if slot is None and 0 < self.config.max_queue <= len(self._queue):
-                self.counters.num_rejected += 1
-                raise QueueFullError(self.config.max_queue)
-        except QueueFullError:  # (TenantBusyError too)
-            self.tenant_counts.rejected(request.options.tenant)
-            raise
-        return slot
-
-    def _cache_prompt(self, request: Request) -> bool:
-        return effective_cache_prompt(request, self.config.cache_prompt)
-
-    def _new_run(self, request: Request, prompt: list[int], sampler: Sampler | None) -> Run:
-        self._serial += 1
-        now = self.clock()
-        run = Run(request, self._serial, self._cache_prompt(request), sampler, now,
-                  prompt=prompt, tokens=list(prompt),
-                  text=TextStream(stop=request.options.stop))
-        run.timings.submitted_at = now
-        run.timings.prompt_tokens = len(run.prompt)
-        self.counters.num_submitted += 1
-        self.counters.num_prompt_tokens += len(run.prompt)
-        self.tenant_counts.submitted(run)
-        return run
 
     # --- cancellation --------------------------------------------------------------------------
 

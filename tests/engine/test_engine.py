@@ -333,7 +333,7 @@ def test_close_ends_everything_with_closed_error():
 def test_stats_and_timings():
     clock = iter(range(10_000))
     engine, _ = make_engine(n_parallel=2)
-    engine.clock = engine.executor.clock = lambda: float(next(clock))
+    engine.clock = engine.executor.clock = engine.intake.clock = lambda: float(next(clock))
     sinks = [submit(engine, i, P, max_tokens=4, seed=i) for i in range(3)]
     stats = engine.stats()
     assert (stats.slots_prefilling, stats.queue_depth, stats.n_parallel) == (2, 1, 2)
